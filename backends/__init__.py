@@ -1,0 +1,70 @@
+"""Where a disk lives: one small interface, and the backends that implement it.
+
+Installed as ``webfs.backends``. Every path is relative to the disk's root
+and uses '/'. A backend knows nothing of blocks or parity: it reads and
+writes files. ``open_backend`` turns a disk's location into a backend.
+"""
+from __future__ import annotations
+
+import abc
+import os
+from typing import Iterator
+
+
+class Backend(abc.ABC):
+    """A disk root that holds files."""
+
+    root: str
+
+    @abc.abstractmethod
+    def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
+        """Bytes of a file (from offset, size bytes or to the end)."""
+
+    @abc.abstractmethod
+    def write_atomic(self, path: str, data: bytes, fsync: bool = False) -> None:
+        """Replace a file whole: a crash leaves the old file or the new, never half."""
+
+    @abc.abstractmethod
+    def write_at(self, path: str, offset: int, data: bytes, fsync: bool = False) -> None:
+        """Overwrite bytes of an existing file in place (fixed-width fields)."""
+
+    @abc.abstractmethod
+    def append(self, path: str, data: bytes, fsync: bool = False) -> None:
+        """Append to a file, creating it."""
+
+    @abc.abstractmethod
+    def rename(self, src: str, dst: str) -> None:
+        """Rename atomically, replacing dst."""
+
+    @abc.abstractmethod
+    def remove(self, path: str) -> None:
+        """Remove a file; a missing file is not an error."""
+
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abc.abstractmethod
+    def size(self, path: str) -> int:
+        """Length of a file; FileNotFoundError if missing."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> Iterator[str]:
+        """Every file below a directory, recursively, as relative paths."""
+
+    @abc.abstractmethod
+    def free_space(self) -> tuple[int, int]:
+        """(bytes free for us, bytes in all) on the device."""
+
+    @abc.abstractmethod
+    def sync(self) -> None:
+        """Make everything written so far durable."""
+
+    def local_path(self, path: str) -> str | None:
+        """A path the OS can open for this file, if the disk is local."""
+        return None
+
+
+def open_backend(location: str, delay: float = 0.0) -> Backend:
+    """The backend for a disk location (today: a local directory)."""
+    from .local import LocalBackend
+    return LocalBackend(os.path.abspath(location), delay=delay)

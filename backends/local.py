@@ -1,0 +1,148 @@
+"""The local-directory backend: a disk is a directory on a mounted filesystem.
+
+Writes that replace a file go to a temporary file in the same directory
+and are renamed over the real name, so a crash never leaves half a file
+under a real name. ``delay`` adds a fixed service time to every I/O, to
+simulate a slow or busy disk in benchmarks (disk cooling).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import time
+from typing import Iterator
+
+from . import Backend
+
+TMP_SUFFIX = ".webfs-tmp"
+
+
+class LocalBackend(Backend):
+    def __init__(self, root: str, delay: float = 0.0):
+        self.root = root
+        self.delay = delay
+
+    def __repr__(self) -> str:
+        return f"LocalBackend({self.root!r})"
+
+    def _path(self, path: str) -> str:
+        return os.path.join(self.root, path)
+
+    def _wait(self) -> None:
+        if self.delay:
+            time.sleep(self.delay)
+
+    def local_path(self, path: str) -> str:
+        return self._path(path)
+
+    def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
+        self._wait()
+        with open(self._path(path), "rb", buffering=0) as f:
+            if offset:
+                f.seek(offset)
+            return f.read() if size < 0 else f.read(size)
+
+    def write_atomic(self, path: str, data: bytes, fsync: bool = False) -> None:
+        self._wait()
+        full = self._path(path)
+        tmp = f"{full}.{os.getpid()}{TMP_SUFFIX}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(tmp)
+            raise
+        os.close(fd)
+        try:
+            os.rename(tmp, full)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        if fsync:
+            self._fsync_dir(os.path.dirname(full))
+
+    def write_at(self, path: str, offset: int, data: bytes, fsync: bool = False) -> None:
+        self._wait()
+        fd = os.open(self._path(path), os.O_WRONLY)
+        try:
+            os.pwrite(fd, data, offset)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def append(self, path: str, data: bytes, fsync: bool = False) -> None:
+        full = self._path(path)
+        try:
+            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, data)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._wait()
+        full = self._path(dst)
+        try:
+            os.rename(self._path(src), full)
+        except FileNotFoundError:
+            if os.path.exists(self._path(src)):
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                os.rename(self._path(src), full)
+            else:
+                raise
+
+    def remove(self, path: str) -> None:
+        self._wait()
+        _unlink_quietly(self._path(path))
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self._path(path))
+
+    def size(self, path: str) -> int:
+        return os.stat(self._path(path)).st_size
+
+    def list(self, prefix: str) -> Iterator[str]:
+        base = self._path(prefix)
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames.sort()
+            rel = os.path.relpath(dirpath, self.root)
+            for name in sorted(filenames):
+                yield name if rel == "." else f"{rel}/{name}"
+
+    def free_space(self) -> tuple[int, int]:
+        st = os.statvfs(self.root)
+        return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+    def sync(self) -> None:
+        os.sync()
+
+    @staticmethod
+    def _fsync_dir(path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise

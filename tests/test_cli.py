@@ -1,0 +1,153 @@
+"""The webfs command as a user runs it: mkfs, put, get, delete, status, fsck."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import webfs
+
+
+def test_help_everywhere():
+    for cmd in ([], ["mkfs"], ["status"], ["fsck"], ["put"], ["get"], ["delete"]):
+        out = webfs(*cmd, "--help").stdout.decode()
+        assert "Usage: webfs" in out
+
+
+def test_wrong_arguments_are_usage_errors(tmp_path):
+    assert webfs("frobnicate", check=False).returncode == 2
+    assert webfs("mkfs", check=False).returncode == 2
+    assert webfs("mkfs", "--depth", "9", tmp_path / "d", check=False).returncode == 2
+    proc = webfs("mkfs", "--group-size", "7", tmp_path / "a", tmp_path / "b", check=False)
+    assert proc.returncode == 1 and b"group-size" in proc.stderr
+
+
+def test_mkfs_writes_identity_and_config_on_every_disk(tmp_path):
+    dirs = [tmp_path / f"d{i}" for i in range(3)]
+    webfs("mkfs", "--label", "crawls", "--depth", "2", *dirs)
+    uuids = set()
+    for i, d in enumerate(dirs):
+        ident = (d / "WEBFS-DISK").read_text()
+        assert ident.startswith("WEBFS-DISK 1\n") and f"Index: {i}\n" in ident
+        assert "Label: crawls" in ident
+        uuids.add((d / "webfs.conf").read_text())
+    assert len(uuids) == 1                          # the same configuration everywhere
+    assert "depth = 2" in uuids.pop()
+
+
+def test_mkfs_refuses_non_empty_and_existing(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "precious").write_text("keep me")
+    proc = webfs("mkfs", d, check=False)
+    assert proc.returncode == 1 and b"not empty" in proc.stderr
+    webfs("mkfs", tmp_path / "e")
+    proc = webfs("mkfs", tmp_path / "e", check=False)
+    assert proc.returncode == 1 and b"existing webfs disk" in proc.stderr
+    webfs("mkfs", "--force", d)
+    assert (d / "precious").read_text() == "keep me"
+
+
+def test_put_get_delete_status(tmp_path, disks):
+    page = tmp_path / "page.html"
+    page.write_bytes(b"<html>" + b"the web " * 2000 + b"</html>")
+    img = tmp_path / "img.png"
+    img.write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(30000))
+    out = webfs("put", disks[1], page, img, page).stdout.decode().splitlines()
+    keys = [line.split("\t")[0] for line in out]
+    assert keys[0] == keys[2]
+    assert webfs("get", disks[3], keys[0]).stdout == page.read_bytes()
+    assert webfs("get", disks[0], keys[1].split("@")[0]).stdout == img.read_bytes()
+    st = json.loads(webfs("status", "--json", disks[2]).stdout)
+    assert st["blocks"] == 2 and st["references"] == 3
+    assert st["dedup_ratio"] > 1 and st["compression_ratio"] > 1
+    assert len(st["disks"]) == 4
+    text = webfs("status", disks[0]).stdout.decode()
+    assert "dedup ratio" in text and "compression ratio" in text
+    assert webfs("delete", disks[0], keys[0]).stdout.decode().endswith("1 reference(s) left\n")
+    webfs("delete", disks[0], keys[0])
+    proc = webfs("get", disks[0], keys[0], check=False)
+    assert proc.returncode == 1 and b"no block" in proc.stderr
+    assert webfs("fsck", disks[0]).returncode == 0
+
+
+def test_get_with_bad_key_or_not_an_archive(tmp_path, disks):
+    assert webfs("get", disks[0], "nothex", check=False).returncode == 2
+    proc = webfs("status", tmp_path, check=False)
+    assert proc.returncode == 1 and b"not a webfs disk" in proc.stderr
+
+
+def test_dd_gunzip_reads_a_block_written_by_put(tmp_path, disks):
+    page = tmp_path / "page.html"
+    page.write_bytes(b"<html><p>" + b"an archived page " * 500 + b"</p></html>\n")
+    key = webfs("put", disks[0], page).stdout.decode().split("\t")[0]
+    sig, disk = key.split("@")
+    block = disks[int(disk)] / "blocks" / sig[:2] / sig[2:4] / sig[4:]
+    assert block.read_bytes()[:13] == b"WEBFS-BLOCK 1"
+    out = subprocess.run(f"dd if='{block}' bs=512 skip=1 2>/dev/null | gunzip", shell=True,
+                         capture_output=True, check=True).stdout
+    assert out == page.read_bytes()
+
+
+def _put_some(tmp_path, disks, n=20):
+    files = []
+    for i in range(n):
+        f = tmp_path / f"p{i}.html"
+        f.write_bytes(f"<html>page {i}</html>".encode() * (50 + i))
+        files.append(f)
+    out = webfs("put", disks[0], *files).stdout.decode().splitlines()
+    return [line.split("\t")[0] for line in out]
+
+
+def _block_path(disks, key):
+    sig, disk = key.split("@")
+    return disks[int(disk)] / "blocks" / sig[:2] / sig[2:4] / sig[4:]
+
+
+def test_fsck_finds_each_injected_fault_and_repairs_refs_and_orphans(tmp_path, disks):
+    keys = _put_some(tmp_path, disks)
+    assert webfs("fsck", disks[0]).returncode == 0
+    # 1. wrong Refs in a header
+    p = _block_path(disks, keys[0])
+    p.write_bytes(p.read_bytes().replace(b"Refs: 0000000001", b"Refs: 0000000007"))
+    # 2. an orphan: a valid block file no catalog row knows
+    from webfs.block import BlockHeader
+    from webfs.signature import signature
+    from webfs.volume import Volume
+    from webfs.backends import open_backend
+    doc = b"nobody refers to me"
+    Volume(open_backend(str(disks[2])), 2, "x", 3).write_block(
+        BlockHeader(signature(doc), len(doc), len(doc), "identity", 1, "2026-01-01T00:00:00Z"), doc)
+    # 3. a leftover temporary file
+    (p.parent / (p.name + ".123.webfs-tmp")).write_bytes(b"half")
+    # 4. a corrupt payload (no redundancy yet: cannot be repaired)
+    bad = _block_path(disks, keys[2])
+    raw = bytearray(bad.read_bytes()); raw[-5] ^= 0x55; bad.write_bytes(raw)
+    # 5. a missing block
+    _block_path(disks, keys[3]).unlink()
+    proc = webfs("fsck", disks[0], check=False)
+    out = proc.stdout.decode()
+    assert proc.returncode == 4, out
+    for kind in ("refs:", "orphan:", "leftover:", "corrupt:", "missing:"):
+        assert kind in out, (kind, out)
+    proc = webfs("fsck", "--repair", disks[0], check=False)
+    assert proc.returncode == 4                       # corrupt and missing cannot be mended
+    out = proc.stdout.decode()
+    assert "orphan" in out and "[repaired]" in out and "NOT repaired" in out
+    proc = webfs("fsck", disks[0], check=False)
+    out = proc.stdout.decode()
+    assert "orphan" not in out and "refs" not in out and "leftover" not in out
+    assert "corrupt" in out and "missing" in out
+
+
+def test_fsck_refuses_while_the_archive_is_held(disks):
+    from webfs.store import Store
+    s = Store.open(str(disks[0]), holder="webfs mount on /mnt/x")
+    try:
+        proc = webfs("fsck", disks[1], check=False)
+        assert proc.returncode == 1 and b"in use" in proc.stderr and b"/mnt/x" in proc.stderr
+    finally:
+        s.close()

@@ -1,0 +1,131 @@
+"""The block file format (version 1): a 512-byte ASCII header, then the payload.
+
+This module is the one source of truth for the header's layout; the man
+page webfs-format(5) is checked against it by a test. A header reads::
+
+    WEBFS-BLOCK 1
+    Signature: xxh128:<32 hex digits>
+    Size: <document length>
+    Stored: <payload length>
+    Codec: gzip|identity
+    Refs: 0000000003
+    Created: 2026-11-25T21:00:00Z
+    Name: <first name, percent-encoded, cut to fit>
+
+then spaces, and a newline as byte 511. ``Refs`` has a fixed width so it
+can be rewritten in place.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, replace
+
+from .errors import CorruptBlock
+
+HEADER_SIZE = 512
+MAGIC = b"WEBFS-BLOCK 1\n"
+REFS_WIDTH = 10
+MAX_REFS = 10 ** REFS_WIDTH - 1
+_FIELDS = ("Signature", "Size", "Stored", "Codec", "Refs", "Created", "Name")
+_LINE = re.compile(rb"([A-Za-z-]+): ?(.*)")
+
+
+def utc_timestamp(seconds: float | None = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def percent_encode(name: bytes) -> str:
+    """Every byte outside 0x21..0x7e, and '%', becomes %XX: the result is ASCII."""
+    return "".join(chr(b) if 0x21 <= b <= 0x7e and b != 0x25 else f"%{b:02X}"
+                   for b in name)
+
+
+def percent_decode(text: str) -> bytes:
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        if text[i] == "%" and _is_hex(text[i + 1:i + 3]):
+            out.append(int(text[i + 1:i + 3], 16))
+            i += 3
+        else:
+            out += text[i].encode("ascii", "replace")
+            i += 1
+    return bytes(out)
+
+
+def _is_hex(text: str) -> bool:
+    return len(text) == 2 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+def fit_encoded(text: str, room: int) -> str:
+    """Cut a percent-encoded name to at most room characters, never inside an escape."""
+    if len(text) <= room:
+        return text
+    cut = room
+    if "%" in text[max(0, cut - 2):cut]:
+        cut = text.rindex("%", max(0, cut - 2), cut)
+    return text[:cut]
+
+
+@dataclass(frozen=True)
+class BlockHeader:
+    signature: str
+    size: int
+    stored: int
+    codec: str
+    refs: int
+    created: str
+    name: str = ""          # percent-encoded already
+
+    def encode(self) -> bytes:
+        if not 0 <= self.refs <= MAX_REFS:
+            raise ValueError(f"refs out of range: {self.refs}")
+        head = (f"WEBFS-BLOCK 1\nSignature: xxh128:{self.signature}\n"
+                f"Size: {self.size}\nStored: {self.stored}\nCodec: {self.codec}\n"
+                f"Refs: {self.refs:0{REFS_WIDTH}d}\nCreated: {self.created}\nName: ")
+        name = fit_encoded(self.name, HEADER_SIZE - len(head) - 2)
+        text = (head + name + "\n").encode("ascii")
+        return text + b" " * (HEADER_SIZE - 1 - len(text)) + b"\n"
+
+    def with_refs(self, refs: int) -> "BlockHeader":
+        return replace(self, refs=refs)
+
+    @classmethod
+    def parse(cls, raw: bytes, where: str = "block") -> "BlockHeader":
+        if len(raw) < HEADER_SIZE:
+            raise CorruptBlock(f"{where}: header truncated ({len(raw)} of {HEADER_SIZE} bytes)")
+        if not raw.startswith(MAGIC):
+            raise CorruptBlock(f"{where}: not a webfs block (no 'WEBFS-BLOCK 1' line)")
+        fields: dict[str, str] = {}
+        for line in raw[len(MAGIC):HEADER_SIZE].split(b"\n"):
+            m = _LINE.fullmatch(line.rstrip(b" "))
+            if m:
+                try:
+                    fields[m.group(1).decode()] = m.group(2).decode("ascii")
+                except UnicodeDecodeError:
+                    raise CorruptBlock(f"{where}: header holds non-ASCII bytes") from None
+        missing = [f for f in _FIELDS[:-1] if f not in fields]
+        if missing:
+            raise CorruptBlock(f"{where}: header lacks {', '.join(missing)}")
+        sig = fields["Signature"].removeprefix("xxh128:")
+        try:
+            size, stored, refs = (int(fields[k]) for k in ("Size", "Stored", "Refs"))
+        except ValueError:
+            raise CorruptBlock(f"{where}: Size, Stored or Refs is not a number") from None
+        if not re.fullmatch(r"[0-9a-f]{32}", sig) or min(size, stored, refs) < 0:
+            raise CorruptBlock(f"{where}: bad Signature, Size, Stored or Refs value")
+        return cls(sig, size, stored, fields["Codec"], refs, fields["Created"],
+                   fields.get("Name", ""))
+
+
+def refs_offset(raw_header: bytes) -> int:
+    """Byte offset of the Refs digits inside an encoded header."""
+    pos = raw_header.find(b"\nRefs: ", 0, HEADER_SIZE)
+    if pos < 0:
+        raise CorruptBlock("header lacks Refs")
+    return pos + len(b"\nRefs: ")
+
+
+def encode_refs(refs: int) -> bytes:
+    return f"{refs:0{REFS_WIDTH}d}".encode()

@@ -1,0 +1,260 @@
+"""The catalog: an SQLite (WAL) index of the archive.
+
+It holds the block table (signature, overflow number, disk, sizes, codec,
+references, stripe), the placement-group map (group -> disk, heat), the
+stripe table, and the namespace (inodes, directory entries, which blocks
+make each file, symlink targets, xattrs). It is an index, not the only
+record: block headers, parity headers and the plain-text MANIFEST and
+JOURNAL let ``webfs fsck`` rebuild it.
+
+One connection is shared by the threads of a process behind a lock; the
+caller decides when to commit (a file's close, an admin step), because
+commits are the cost that batching saves.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from .errors import NoSpace
+
+SCHEMA_VERSION = 1
+CATALOG_FILE = "meta/catalog.db"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS blocks (
+    id       INTEGER PRIMARY KEY,
+    sig      TEXT NOT NULL,
+    overflow INTEGER NOT NULL DEFAULT 0,
+    disk     INTEGER NOT NULL,
+    size     INTEGER NOT NULL,
+    stored   INTEGER NOT NULL,
+    codec    TEXT NOT NULL,
+    refs     INTEGER NOT NULL,
+    pins     INTEGER NOT NULL DEFAULT 0,   -- references held outside the namespace (webfs put)
+    created  TEXT NOT NULL,
+    name     TEXT NOT NULL DEFAULT '',     -- percent-encoded name hint, as in the header
+    grp      TEXT NOT NULL,
+    stripe   TEXT,                         -- parity stripe id, NULL while unprotected
+    UNIQUE (sig, overflow));
+CREATE INDEX IF NOT EXISTS blocks_grp ON blocks (grp);
+CREATE INDEX IF NOT EXISTS blocks_disk ON blocks (disk);
+CREATE INDEX IF NOT EXISTS blocks_stripe ON blocks (stripe);
+CREATE TABLE IF NOT EXISTS groups (
+    grp      TEXT PRIMARY KEY,
+    disk     INTEGER NOT NULL,
+    heat     REAL NOT NULL DEFAULT 0,
+    accesses TEXT NOT NULL DEFAULT '');    -- times of the last k accesses, for the heat estimate
+CREATE TABLE IF NOT EXISTS stripes (
+    id          TEXT PRIMARY KEY,
+    parity_disk INTEGER NOT NULL,
+    size_class  INTEGER NOT NULL,
+    length      INTEGER NOT NULL DEFAULT 0,
+    state       TEXT NOT NULL DEFAULT 'ok');
+CREATE TABLE IF NOT EXISTS inodes (
+    id       INTEGER PRIMARY KEY,
+    mode     INTEGER NOT NULL,
+    uid      INTEGER NOT NULL,
+    gid      INTEGER NOT NULL,
+    size     INTEGER NOT NULL DEFAULT 0,
+    atime_ns INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL,
+    rdev     INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS dentries (
+    parent INTEGER NOT NULL,
+    name   BLOB NOT NULL,
+    inode  INTEGER NOT NULL,
+    PRIMARY KEY (parent, name));
+CREATE INDEX IF NOT EXISTS dentries_inode ON dentries (inode);
+CREATE TABLE IF NOT EXISTS contents (
+    inode INTEGER NOT NULL,
+    piece INTEGER NOT NULL,
+    block INTEGER NOT NULL,
+    PRIMARY KEY (inode, piece));
+CREATE INDEX IF NOT EXISTS contents_block ON contents (block);
+CREATE TABLE IF NOT EXISTS symlinks (inode INTEGER PRIMARY KEY, target BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS xattrs (
+    inode INTEGER NOT NULL,
+    name  BLOB NOT NULL,
+    value BLOB NOT NULL,
+    PRIMARY KEY (inode, name));
+"""
+
+BLOCK_COLUMNS = "id, sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe"
+
+
+@dataclass
+class BlockRow:
+    id: int
+    sig: str
+    overflow: int
+    disk: int
+    size: int
+    stored: int
+    codec: str
+    refs: int
+    pins: int
+    created: str
+    name: str
+    grp: str
+    stripe: Optional[str]
+
+    @property
+    def block_name(self) -> str:
+        return self.sig + (f"~{self.overflow}" if self.overflow else "")
+
+
+class Catalog:
+    """The SQLite catalog of one archive."""
+
+    def __init__(self, path: str):
+        self.path = path
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.db = sqlite3.connect(path, check_same_thread=False, timeout=30)
+        self.lock = threading.RLock()
+        self.db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL: a commit survives a killed process (it is in the OS's hands);
+        # fsync of the WAL happens at checkpoints and at 'webfs sync'.
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA cache_size=-65536")
+        self.db.executescript(SCHEMA)
+        with self.lock:
+            if self.get_meta("schema") is None:
+                self.set_meta("schema", str(SCHEMA_VERSION))
+                self.commit()
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.commit()
+            self.db.close()
+
+    def commit(self) -> None:
+        with self.lock, _full_is_nospace():
+            self.db.commit()
+
+    def rollback(self) -> None:
+        with self.lock:
+            self.db.rollback()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Hold the lock; commit on success, roll back on error."""
+        with self.lock:
+            try:
+                yield self.db
+            except BaseException:
+                self.db.rollback()
+                raise
+            self.db.commit()
+
+    def execute(self, sql: str, args=()) -> sqlite3.Cursor:
+        with self.lock, _full_is_nospace():
+            return self.db.execute(sql, args)
+
+    def query(self, sql: str, args=()) -> list:
+        with self.lock:
+            return self.db.execute(sql, args).fetchall()
+
+    def scalar(self, sql: str, args=()):
+        with self.lock:
+            row = self.db.execute(sql, args).fetchone()
+        return None if row is None else row[0]
+
+    # -- meta ----------------------------------------------------------------
+
+    def get_meta(self, key: str) -> Optional[str]:
+        return self.scalar("SELECT value FROM meta WHERE key=?", (key,))
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    # -- blocks --------------------------------------------------------------
+
+    def blocks_with_sig(self, sig: str) -> list[BlockRow]:
+        return [BlockRow(*r) for r in self.query(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig=? ORDER BY overflow", (sig,))]
+
+    def block(self, sig: str, overflow: int = 0) -> Optional[BlockRow]:
+        rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig=? AND overflow=?",
+                          (sig, overflow))
+        return BlockRow(*rows[0]) if rows else None
+
+    def block_by_id(self, block_id: int) -> Optional[BlockRow]:
+        rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id=?", (block_id,))
+        return BlockRow(*rows[0]) if rows else None
+
+    def blocks(self, where: str = "", args=()) -> Iterator[BlockRow]:
+        """Every block (matching a WHERE clause), read in chunks so memory stays flat."""
+        last = 0
+        while True:
+            cond = f"id > ? {'AND (' + where + ')' if where else ''}"
+            rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE {cond} ORDER BY id LIMIT 1000",
+                              (last, *args))
+            if not rows:
+                return
+            for r in rows:
+                yield BlockRow(*r)
+            last = rows[-1][0]
+
+    def insert_block(self, sig: str, overflow: int, disk: int, size: int, stored: int,
+                     codec: str, refs: int, pins: int, created: str, name: str, grp: str) -> BlockRow:
+        cur = self.execute(
+            "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp))
+        return BlockRow(cur.lastrowid, sig, overflow, disk, size, stored, codec, refs, pins,
+                        created, name, grp, None)
+
+    def set_refs(self, block_id: int, refs: int, pins: int) -> None:
+        self.execute("UPDATE blocks SET refs=?, pins=? WHERE id=?", (refs, pins, block_id))
+
+    def set_block_disk(self, block_id: int, disk: int) -> None:
+        self.execute("UPDATE blocks SET disk=? WHERE id=?", (disk, block_id))
+
+    def delete_block(self, block_id: int) -> None:
+        self.execute("DELETE FROM blocks WHERE id=?", (block_id,))
+
+    def namespace_refs(self) -> dict[int, int]:
+        """Block id -> number of file pieces that use it."""
+        return dict(self.query("SELECT block, COUNT(*) FROM contents GROUP BY block"))
+
+    # -- placement groups ----------------------------------------------------
+
+    def group_disk(self, grp: str) -> Optional[int]:
+        return self.scalar("SELECT disk FROM groups WHERE grp=?", (grp,))
+
+    def set_group_disk(self, grp: str, disk: int) -> None:
+        self.execute("INSERT INTO groups (grp, disk) VALUES (?, ?) "
+                     "ON CONFLICT (grp) DO UPDATE SET disk=excluded.disk", (grp, disk))
+
+    # -- figures -------------------------------------------------------------
+
+    def block_totals(self) -> dict[str, int]:
+        row = self.query("SELECT COUNT(*), COALESCE(SUM(size),0), COALESCE(SUM(stored),0),"
+                         " COALESCE(SUM(size*refs),0), COALESCE(SUM(refs),0) FROM blocks")[0]
+        return dict(zip(("blocks", "distinct_bytes", "stored_bytes", "logical_bytes", "refs"), row))
+
+    def disk_totals(self) -> dict[int, tuple[int, int]]:
+        """disk -> (blocks, payload bytes)."""
+        return {d: (n, b) for d, n, b in self.query(
+            "SELECT disk, COUNT(*), COALESCE(SUM(stored),0) FROM blocks GROUP BY disk")}
+
+
+@contextmanager
+def _full_is_nospace() -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "full" in str(exc):
+            raise NoSpace("the disk that holds the catalog is full") from None
+        raise
+
+
+def catalog_path(disk_root: str) -> str:
+    return os.path.join(disk_root, CATALOG_FILE)

@@ -1,0 +1,214 @@
+"""The command line: ``webfs`` and ``mount.webfs``. It translates; the store decides.
+
+Errors raised below (``WebfsError``) become one line on stderr and a
+non-zero exit status here, and nowhere else. Wrong arguments are click's
+usage errors (exit 2).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Optional
+
+import click
+
+from . import __version__, archive as archmod
+from . import fsck as fsckmod
+from .catalog import Catalog, catalog_path
+from .errors import WebfsError
+from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
+from .store import Store, key_of
+
+log = logging.getLogger("webfs")
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(level=level, format="webfs: %(message)s", stream=sys.stderr)
+
+
+def human(n: Optional[float]) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def progress_bar(total: Optional[int], desc: str):
+    """A tqdm bar on stderr when it is a terminal, else a silent stand-in."""
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="blk", disable=not sys.stderr.isatty(),
+                file=sys.stderr, leave=False)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="webfs")
+@click.option("-v", "--verbose", count=True, help="Say more (repeat for debug output).")
+def main(verbose: int) -> None:
+    """webfs: a filesystem for web archives.
+
+    Every distinct document is stored once, as a block file at a path
+    computed from its signature, spread over several disks. Any one disk
+    names the archive. See webfs(1) and webfs-format(5).
+    """
+    _setup_logging(verbose)
+
+
+@main.command()
+@click.option("--depth", type=click.IntRange(MIN_DEPTH, MAX_DEPTH), default=DEFAULT_DEPTH,
+              show_default=True, help="Depth of the signature tree (directory levels + 1).")
+@click.option("--group-size", "group_size", type=click.IntRange(1), default=None,
+              help="Parity group size G: G-1 blocks + 1 parity file (default: min(disks, 5)).")
+@click.option("--label", default="", help="A name for the archive.")
+@click.option("--codec", type=click.Choice(["gzip", "identity"]), default="gzip", show_default=True,
+              help="Codec for compressible documents.")
+@click.option("--level", type=click.IntRange(1, 9), default=archmod.DEFAULT_LEVEL, show_default=True,
+              help="gzip compression level.")
+@click.option("--store-mode", type=click.Choice(archmod.STORE_MODES), default="compare",
+              show_default=True, help="Default dedup mode.")
+@click.option("--force", is_flag=True, help="Make the archive even if a directory is not empty.")
+@click.argument("disks", nargs=-1, required=True, type=click.Path(file_okay=False))
+def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
+    """Make a new archive on the DISKS (empty directories)."""
+    conf = archmod.mkfs(list(disks), depth=depth, group_size=group_size, label=label,
+                        codec=codec, level=level, store_mode=store_mode, force=force)
+    Catalog(catalog_path(conf.disks[0].path)).close()
+    click.echo(f"made archive {conf.uuid} on {len(conf.disks)} disk(s), depth {conf.depth}, "
+               f"parity group size {conf.group_size}")
+
+
+def open_store(disk: str, holder: str) -> Store:
+    return Store.open(disk, holder=f"webfs {holder}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("disk", type=click.Path(exists=True, file_okay=False))
+def status(as_json, disk):
+    """Show the disks, blocks, sizes and ratios of an archive."""
+    store = Store.open(disk, lock=False)
+    try:
+        st = store.status()
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+        return
+    click.echo(f"archive {st['archive']}" + (f" ({st['label']})" if st["label"] else ""))
+    click.echo(f"  depth {st['depth']}, parity group size {st['group_size']}, "
+               f"codec {st['codec']} level {st['level']}, store mode {st['store_mode']}")
+    click.echo(f"  {'disk':>4}  {'state':8} {'blocks':>9} {'payload':>11} {'free':>11}  path")
+    for d in st["disks"]:
+        click.echo(f"  {d['index']:>4}  {d['state']:8} {d['blocks']:>9} {human(d['payload_bytes']):>11} "
+                   f"{human(d['free_bytes']):>11}  {d['path']}")
+    click.echo(f"  blocks {st['blocks']}, references {st['references']}")
+    click.echo(f"  logical {human(st['logical_bytes'])}, distinct {human(st['distinct_bytes'])}, "
+               f"stored {human(st['block_bytes'])} (payload {human(st['payload_bytes'])})")
+    click.echo(f"  dedup ratio {st['dedup_ratio'] or '-'}, compression ratio {st['compression_ratio'] or '-'}")
+
+
+@main.command()
+@click.option("--repair", is_flag=True, help="Fix what can be fixed.")
+@click.argument("disk", type=click.Path(exists=True, file_okay=False))
+def fsck(repair, disk):
+    """Check an unmounted archive: headers, signatures, references, orphans.
+
+    Exit status: 0 clean, 1 problems found and all repaired, 4 problems
+    left, 8 the check could not run.
+    """
+    store = open_store(disk, "fsck")
+    try:
+        with progress_bar(None, "checking") as bar:
+            report = fsckmod.check(store, repair=repair, progress=bar.update)
+    finally:
+        store.close()
+    for f in report.findings:
+        click.echo(str(f))
+    left = sum(not f.repaired for f in report.findings)
+    click.echo(f"{report.blocks_checked} block files checked, {len(report.findings)} problem(s), "
+               f"{len(report.findings) - left} repaired, {left} left")
+    sys.exit(report.exit_code)
+
+
+@main.command()
+@click.option("--mode", type=click.Choice(archmod.STORE_MODES), default=None,
+              help="Dedup mode (default: the archive's).")
+@click.argument("disk", type=click.Path(exists=True, file_okay=False))
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+def put(mode, disk, files):
+    """Store FILES in the archive without a mount; print one contentkey per file."""
+    store = open_store(disk, "put")
+    try:
+        for path in files:
+            with open(path, "rb") as f:
+                data = f.read()
+            if len(data) > store.conf.max_block:
+                raise WebfsError(f"{path}: {len(data)} bytes is over the largest block "
+                                 f"({store.conf.max_block}); copy it in through a mount")
+            row = store.store(data, name=os.fsencode(path), mode=mode, pin=True)
+            store.commit()
+            click.echo(f"{key_of(row)}\t{path}")
+    finally:
+        store.close()
+
+
+@main.command()
+@click.argument("disk", type=click.Path(exists=True, file_okay=False))
+@click.argument("key")
+def get(disk, key):
+    """Write the document with contentkey KEY to standard output."""
+    ck = _parse_key(key)
+    store = Store.open(disk, lock=False)
+    try:
+        data = store.retrieve(ck)
+    finally:
+        store.close()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+@main.command()
+@click.argument("disk", type=click.Path(exists=True, file_okay=False))
+@click.argument("keys", nargs=-1, required=True)
+def delete(disk, keys):
+    """Drop the reference that 'webfs put' took on each KEY (the last removes the block)."""
+    cks = [_parse_key(k) for k in keys]
+    store = open_store(disk, "delete")
+    try:
+        for ck in cks:
+            left = store.release(store.lookup(ck), pin=True)
+            store.commit()
+            click.echo(f"{ck.block_name}\t{left} reference(s) left")
+    finally:
+        store.close()
+
+
+def _parse_key(text: str) -> ContentKey:
+    try:
+        return ContentKey.parse(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="KEY")
+
+
+def run() -> None:
+    """Entry point: run the click group, turning webfs errors into messages."""
+    try:
+        main.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("webfs: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except WebfsError as exc:
+        click.echo(f"webfs: {exc}", err=True)
+        sys.exit(1)
+    except BrokenPipeError:
+        sys.exit(141)

@@ -1,0 +1,37 @@
+"""The errors webfs raises, as types.
+
+They are raised deep down and turned into an errno only at the FUSE edge
+(`fs`) or into a message only at the CLI edge (`cli`), as S3QL does.
+"""
+
+
+class WebfsError(Exception):
+    """Anything webfs reports to a user; the message says what and where."""
+
+
+class ArchiveError(WebfsError):
+    """The disks do not form a usable archive (missing, foreign, mislabelled)."""
+
+
+class ArchiveBusy(WebfsError):
+    """Another process (a mount, a long admin command) holds the archive."""
+
+
+class CorruptBlock(WebfsError):
+    """A block file whose header or payload is not what it must be."""
+
+
+class NoSuchBlock(WebfsError):
+    """No block with that contentkey is in the archive."""
+
+
+class DataLost(WebfsError):
+    """A block can be read neither from its disk nor from its stripe."""
+
+
+class NoSpace(WebfsError):
+    """No disk that may hold the block has room for it."""
+
+
+class UnknownCodec(WebfsError):
+    """A block names a codec this version does not know."""

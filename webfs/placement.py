@@ -1,0 +1,46 @@
+"""Which disk is a placement group's home: weighted rendezvous hashing.
+
+A placement group (one leaf directory of the signature tree) goes to the
+disk with the highest score ``weight / -ln(u)``, where ``u`` in (0, 1) is
+a hash of the group and the disk's uuid (weighted highest-random-weight
+hashing). Adding a disk moves only the groups that now score highest on it
+(about 1/(C+1) of them for equal weights); removing one moves only its own.
+The catalog's group map records where each group actually is; cooling may
+move a group away from its home.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import xxhash
+
+from .signature import group_dir
+
+
+def score(group: str, disk_uuid: str, weight: float) -> float:
+    h = xxhash.xxh3_64_intdigest(f"{group}/{disk_uuid}".encode())
+    u = (h + 0.5) / 2.0 ** 64          # in (0, 1), never 0 or 1
+    return weight / -math.log(u)
+
+
+def ranked_disks(group: str, disks: Iterable[tuple[int, str, float]]) -> list[int]:
+    """Disk indexes in order of preference for a group: (index, uuid, weight) in."""
+    scored = [(score(group, uuid, weight), index) for index, uuid, weight in disks if weight > 0]
+    return [index for _, index in sorted(scored, reverse=True)]
+
+
+def home_disk(group: str, disks: Sequence[tuple[int, str, float]]) -> int:
+    ranked = ranked_disks(group, disks)
+    if not ranked:
+        raise ValueError("no disk with a positive weight")
+    return ranked[0]
+
+
+def all_groups(depth: int) -> Iterable[str]:
+    """Every placement group of a tree of this depth, in order."""
+    width = 2 * (depth - 1)
+    return (f"{i:0{width}x}" for i in range(16 ** width))
+
+
+__all__ = ["score", "ranked_disks", "home_disk", "all_groups", "group_dir"]

@@ -1,0 +1,99 @@
+"""Document signatures and where they live in the signature tree.
+
+A signature is the xxh3-128 digest of a document's bytes, written as 32
+lowercase hex digits. A tree of depth n keeps a block at
+``blocks/<byte 1>/.../<byte n-1>/<remaining hex digits>`` (Webstore's
+sig2location); its leaf directory is the block's *placement group*. Overflow
+blocks (fake duplicates: other documents with the same signature) add
+``~1``, ``~2``, ... to the file name. A *contentkey* names one block and,
+optionally, the disk that holds it: ``<sig>[~n][@disk]``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable, NamedTuple, Optional
+
+import xxhash
+
+SIG_HEX_DIGITS = 32
+MIN_DEPTH, MAX_DEPTH, DEFAULT_DEPTH = 2, 4, 3
+
+SignatureFn = Callable[[bytes], str]
+
+_SIG_RE = re.compile(r"[0-9a-f]{32}")
+_KEY_RE = re.compile(r"(?:xxh128:)?([0-9a-f]{32})(?:~([0-9]+))?(?:@([0-9]+))?")
+
+
+def signature(data: bytes) -> str:
+    """The signature of a document: xxh3-128 of its bytes, 32 hex digits."""
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def new_hasher():
+    """An incremental hasher whose hexdigest() equals signature() of the data fed."""
+    return xxhash.xxh3_128()
+
+
+def is_signature(text: str) -> bool:
+    return bool(_SIG_RE.fullmatch(text))
+
+
+def check_depth(depth: int) -> int:
+    if not MIN_DEPTH <= depth <= MAX_DEPTH:
+        raise ValueError(f"tree depth must be {MIN_DEPTH}..{MAX_DEPTH}, not {depth}")
+    return depth
+
+
+def group_of(sig: str, depth: int) -> str:
+    """The placement group of a signature: its first depth-1 bytes in hex."""
+    return sig[: 2 * (depth - 1)]
+
+
+def group_dir(group: str) -> str:
+    """The relative directory of a placement group: 'abcd' -> 'ab/cd'."""
+    return "/".join(group[i:i + 2] for i in range(0, len(group), 2))
+
+
+def location(sig: str, depth: int, overflow: int = 0) -> str:
+    """Relative path of a block (or parity file) below blocks/ (or parity/)."""
+    cut = 2 * (depth - 1)
+    name = sig[cut:] + (f"~{overflow}" if overflow else "")
+    return f"{group_dir(sig[:cut])}/{name}"
+
+
+def parse_location(relpath: str) -> Optional[tuple[str, int]]:
+    """Inverse of location(): 'ab/cd/ef..~2' -> (sig, 2), or None if not one."""
+    parts = relpath.split("/")
+    name, _, ovf = parts[-1].partition("~")
+    sig = "".join(parts[:-1]) + name
+    if not is_signature(sig) or any(len(p) != 2 for p in parts[:-1]):
+        return None
+    if ovf and not ovf.isdigit():
+        return None
+    return sig, int(ovf or 0)
+
+
+class ContentKey(NamedTuple):
+    """Names one block: its signature, overflow number and (if known) disk."""
+    sig: str
+    overflow: int = 0
+    disk: Optional[int] = None
+
+    def __str__(self) -> str:
+        text = self.sig + (f"~{self.overflow}" if self.overflow else "")
+        return text if self.disk is None else f"{text}@{self.disk}"
+
+    @property
+    def block_name(self) -> str:
+        """The key without the disk: what MANIFEST and parity headers record."""
+        return self.sig + (f"~{self.overflow}" if self.overflow else "")
+
+    @classmethod
+    def parse(cls, text: str) -> "ContentKey":
+        m = _KEY_RE.fullmatch(text.strip().lower())
+        if not m:
+            raise ValueError(
+                f"not a contentkey: {text!r} (expected 32 hex digits, "
+                "optionally followed by ~N and @DISK)")
+        return cls(m.group(1), int(m.group(2) or 0),
+                   None if m.group(3) is None else int(m.group(3)))

@@ -1,0 +1,387 @@
+"""The store: Webstore's store / retrieve / delete over the disks of an archive.
+
+``store`` computes a document's signature, finds its placement group's
+disk and either adds a reference to an existing block (a duplicate) or
+writes a new one. The three Webstore modes decide what a duplicate is:
+``force-new`` (never), ``regular`` (same signature and size) and
+``compare`` (same signature, size and bytes; the default, so no fake
+duplicate is ever merged). A different document with a taken signature gets
+an overflow block ``~1``, ``~2``, ...
+
+``retrieve`` reads a block, decodes it and checks it against its
+signature; a block that cannot be read whole from its disk is asked of the
+archive's protection (parity), so a reader gets the right bytes or an
+error, never wrong bytes. ``release`` drops a reference; the last one
+removes the block. The catalog keeps the reference counts; each block's
+header mirrors its count in the fixed-width ``Refs`` field.
+
+The store is thread-safe: catalog access is serialised by the catalog's
+lock, and two threads storing the same signature are serialised by a lock
+on that signature, so they make one block with two references.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+from . import codecs
+from . import signature as sigmod
+from .archive import STORE_MODES, Archive
+from .block import BlockHeader, percent_encode, utc_timestamp
+from .catalog import BlockRow, Catalog, catalog_path
+from .errors import (ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock,
+                     WebfsError)
+from .placement import ranked_disks
+from .signature import ContentKey, SignatureFn
+
+log = logging.getLogger(__name__)
+
+
+class Protection:
+    """What the store asks of redundancy; this one protects nothing.
+
+    ``webfs.parity`` implements it with declustered parity stripes.
+    """
+
+    def block_added(self, row: BlockRow, payload: bytes) -> None:
+        pass
+
+    def block_removed(self, row: BlockRow, payload: Optional[bytes]) -> None:
+        pass
+
+    def rolled_back(self, rows: list[BlockRow]) -> None:
+        """New blocks whose catalog rows a failed commit undid; their files are gone."""
+
+    def reconstruct(self, row: BlockRow) -> bytes:
+        """The payload of a block that its disk cannot give, or DataLost."""
+        raise DataLost(f"block {row.block_name} on disk {row.disk} cannot be read and has no parity")
+
+
+class KeyedLocks:
+    """One lock per key, made on demand and dropped when nobody holds it."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, list] = {}
+
+    @contextmanager
+    def __call__(self, key: str) -> Iterator[None]:
+        with self._guard:
+            entry = self._locks.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        entry[0].acquire()
+        try:
+            yield
+        finally:
+            entry[0].release()
+            with self._guard:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._locks[key]
+
+
+class Store:
+    """Documents in, documents out, over the disks of one archive."""
+
+    def __init__(self, archive: Archive, catalog: Catalog,
+                 signature_fn: SignatureFn = sigmod.signature,
+                 protection: Optional[Protection] = None, fsync: bool = False):
+        self.archive = archive
+        self.conf = archive.conf
+        self.catalog = catalog
+        self.signature_fn = signature_fn
+        self.protection = protection or Protection()
+        self.fsync = fsync
+        self._sig_locks = KeyedLocks()
+        self._reported: set[tuple[str, int]] = set()
+        # What the open catalog transaction changed on the disks, to undo if it fails.
+        self._pending_new: list[BlockRow] = []
+        self._pending_refs: set[int] = set()
+        self._pending_removals: list[BlockRow] = []     # files to remove once the commit holds
+
+    @classmethod
+    def open(cls, path: str, holder: str = "webfs", lock: bool = True, **kwargs) -> "Store":
+        """Open the archive that a disk belongs to, lock it and open its catalog."""
+        archive = Archive.open(path)
+        if lock:
+            archive.lock(holder)
+        try:
+            primary = archive.first_volume
+            if primary.index != archive.conf.disks[0].index:
+                raise ArchiveError(f"disk {archive.conf.disks[0].index}, which holds the catalog, "
+                                   "is missing; see 'webfs fsck'")
+            catalog = Catalog(catalog_path(primary.root))
+        except BaseException:
+            archive.unlock()
+            raise
+        return cls(archive, catalog, **kwargs)
+
+    def close(self) -> None:
+        self.catalog.close()
+        self.archive.unlock()
+
+    def commit(self) -> None:
+        """Make the catalog's changes durable; if that fails (a full catalog disk),
+        undo them on the disks too, so the archive stays as it was at the last commit."""
+        with self.catalog.lock:
+            removals = self._pending_removals
+            try:
+                self.catalog.commit()
+            except BaseException:
+                self.catalog.rollback()
+                self._undo_pending()
+                raise
+            finally:
+                self._pending_new, self._pending_refs, self._pending_removals = [], set(), []
+            if removals:
+                self._remove_blocks(removals)
+                self.catalog.commit()
+
+    def _remove_blocks(self, rows: list[BlockRow]) -> None:
+        """Take released blocks out of their stripes and off their disks.
+        A crash before this leaves orphans, which fsck removes."""
+        for row in rows:
+            self.protection.block_removed(row, self._payload_or_none(row))
+            vol = self.archive.volumes.get(row.disk)
+            if vol is not None:
+                vol.remove_block(row.sig, row.overflow)
+
+    def _undo_pending(self) -> None:
+        for row in self._pending_new:
+            vol = self.archive.volumes.get(row.disk)
+            if vol is not None:
+                vol.remove_block(row.sig, row.overflow)
+        self.protection.rolled_back(self._pending_new)
+        for block_id in self._pending_refs:
+            row = self.catalog.block_by_id(block_id)
+            if row is not None:
+                self._mirror_refs(row)
+
+    # -- store ---------------------------------------------------------------
+
+    def store(self, data: bytes, name: bytes = b"", mode: Optional[str] = None,
+              pin: bool = False, sig: Optional[str] = None) -> BlockRow:
+        """Store a document (or add a reference to its twin); the caller commits."""
+        mode = mode or self.conf.store_mode
+        if mode not in STORE_MODES:
+            raise ValueError(f"unknown store mode {mode!r}")
+        sig = sig or self.signature_fn(data)
+        with self._sig_locks(sig):
+            rows = self.catalog.blocks_with_sig(sig)
+            if mode != "force-new":
+                for row in rows:
+                    if row.size == len(data) and (mode == "regular" or self._same_bytes(row, data)):
+                        return self._add_ref(row, pin)
+            # A released block keeps its file until the commit: never reuse its name.
+            with self.catalog.lock:
+                taken = [r.overflow for r in rows + self._pending_removals if r.sig == sig]
+            overflow = max(taken) + 1 if taken else 0
+            codec, payload = codecs.encode(data, self.conf.codec, self.conf.level)
+            header = BlockHeader(sig, len(data), len(payload), codec, 1, utc_timestamp(),
+                                 percent_encode(name))
+            grp = sigmod.group_of(sig, self.conf.depth)
+            disk = self._write_new(header, payload, overflow, grp)
+            try:
+                row = self.catalog.insert_block(sig, overflow, disk, header.size, header.stored,
+                                                codec, 1, int(pin), header.created, header.name, grp)
+            except BaseException:
+                self.archive.volumes[disk].remove_block(sig, overflow)
+                raise
+            with self.catalog.lock:
+                self._pending_new.append(row)
+            self.protection.block_added(row, payload)
+            return row
+
+    def add_ref(self, row: BlockRow, pin: bool = False) -> BlockRow:
+        """One more reference to a stored block (a hard link's new file, a copy)."""
+        with self._sig_locks(row.sig):
+            fresh = self.catalog.block_by_id(row.id)
+            if fresh is None:
+                raise NoSuchBlock(f"block {row.block_name} is gone")
+            return self._add_ref(fresh, pin)
+
+    def _add_ref(self, row: BlockRow, pin: bool) -> BlockRow:
+        row.refs += 1
+        row.pins += int(pin)
+        with self.catalog.lock:
+            self.catalog.set_refs(row.id, row.refs, row.pins)
+            self._pending_refs.add(row.id)
+        self._mirror_refs(row)
+        return row
+
+    def _same_bytes(self, row: BlockRow, data: bytes) -> bool:
+        try:
+            return self.read(row) == data
+        except WebfsError as exc:
+            log.warning("cannot compare with block %s (%s); storing a new block", row.block_name, exc)
+            return False
+
+    def home_disks(self, grp: str) -> list[int]:
+        """Disks for a new block of a group, best first: its mapped disk, then rendezvous order."""
+        conf = self.conf
+        ranked = ranked_disks(grp, [(d.index, d.uuid, d.weight) for d in conf.disks])
+        mapped = self.catalog.group_disk(grp)
+        if mapped is None:
+            mapped = next((d for d in ranked if d in self.archive.volumes), None)
+            if mapped is not None and mapped == ranked[0]:
+                self.catalog.set_group_disk(grp, mapped)
+        order = ([mapped] if mapped is not None else []) + [d for d in ranked if d != mapped]
+        return [d for d in order if d in self.archive.volumes]
+
+    def _write_new(self, header: BlockHeader, payload: bytes, overflow: int, grp: str) -> int:
+        needed = len(payload) + 512
+        for disk in self.home_disks(grp):
+            vol = self.archive.volumes[disk]
+            free, total = vol.backend.free_space()
+            # Leave room for metadata: more on the disk that holds the catalog.
+            reserve = min(256 << 20, total // 16) if disk == self.conf.disks[0].index \
+                else min(64 << 20, total // 50)
+            if free < needed + reserve:
+                continue
+            try:
+                vol.write_block(header, payload, overflow, fsync=self.fsync)
+                return disk
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                log.warning("disk %d is full; trying the next disk", disk)
+        raise NoSpace("no disk has room for a block of %d bytes" % needed)
+
+    # -- retrieve ------------------------------------------------------------
+
+    def lookup(self, key: ContentKey) -> BlockRow:
+        row = self.catalog.block(key.sig, key.overflow)
+        if row is None:
+            raise NoSuchBlock(f"no block {key.block_name} in the archive")
+        return row
+
+    def retrieve(self, key: ContentKey) -> bytes:
+        return self.read(self.lookup(key))
+
+    def read(self, row: BlockRow) -> bytes:
+        """The document of a block, checked against its signature."""
+        try:
+            return self._decode_checked(row, self.read_payload(row))
+        except CorruptBlock as exc:
+            self._report(row, str(exc))
+            return self._decode_checked(row, self.protection.reconstruct(row))
+
+    def read_payload(self, row: BlockRow) -> bytes:
+        """The payload of a block as its disk holds it, or from the other disks
+        (an interrupted move), or from its stripe. Raises CorruptBlock when the
+        payload that was found does not decode to the signed document."""
+        for disk in [row.disk] + [d for d in self.archive.volumes if d != row.disk]:
+            vol = self.archive.volumes.get(disk)
+            if vol is None:
+                continue
+            try:
+                header, payload = vol.read_block(row.sig, row.overflow)
+            except FileNotFoundError:
+                continue
+            except (OSError, CorruptBlock) as exc:
+                self._report(row, f"disk {disk}: {exc}")
+                continue
+            if header.codec == row.codec and header.stored == row.stored:
+                if disk != row.disk:
+                    log.info("block %s found on disk %d, not %d", row.block_name, disk, row.disk)
+                return payload
+            self._report(row, f"disk {disk}: header disagrees with the catalog")
+        if row.disk in self.archive.missing:
+            self._report(row, f"disk {row.disk} is missing")
+        return self.protection.reconstruct(row)
+
+    def _decode_checked(self, row: BlockRow, payload: bytes) -> bytes:
+        data = codecs.get(row.codec).decode(payload)
+        if len(data) != row.size or self.signature_fn(data) != row.sig:
+            raise CorruptBlock(f"block {row.block_name} on disk {row.disk}: "
+                               "content does not match its signature")
+        return data
+
+    def _report(self, row: BlockRow, why: str) -> None:
+        """Log a damaged block once per process, not on every read."""
+        if (row.sig, row.overflow) not in self._reported:
+            self._reported.add((row.sig, row.overflow))
+            log.warning("block %s: %s; reading it from redundancy", row.block_name, why)
+
+    # -- delete --------------------------------------------------------------
+
+    def release(self, row: BlockRow, pin: bool = False) -> int:
+        """Drop one reference; the last one removes the block. Returns refs left."""
+        with self._sig_locks(row.sig):
+            fresh = self.catalog.block_by_id(row.id)
+            if fresh is None or fresh.refs <= 0:
+                raise NoSuchBlock(f"block {row.block_name} has no reference left to drop")
+            if pin and fresh.pins <= 0:
+                raise NoSuchBlock(f"block {row.block_name} was not stored with 'webfs put'")
+            fresh.refs -= 1
+            fresh.pins -= int(pin)
+            if fresh.refs:
+                with self.catalog.lock:
+                    self.catalog.set_refs(fresh.id, fresh.refs, fresh.pins)
+                    self._pending_refs.add(fresh.id)
+                self._mirror_refs(fresh)
+                return fresh.refs
+            with self.catalog.lock:
+                self.catalog.delete_block(fresh.id)
+                self._pending_removals.append(fresh)
+            return 0
+
+    def _payload_or_none(self, row: BlockRow) -> Optional[bytes]:
+        try:
+            return self.read_payload(row)
+        except WebfsError:
+            return None
+
+    def _mirror_refs(self, row: BlockRow) -> None:
+        vol = self.archive.volumes.get(row.disk)
+        if vol is None:
+            return
+        try:
+            vol.set_refs(row.sig, row.overflow, row.refs, fsync=self.fsync)
+        except (OSError, CorruptBlock) as exc:
+            # The catalog is the truth; fsck mends the header.
+            log.warning("cannot update Refs in block %s on disk %d: %s", row.block_name, row.disk, exc)
+
+    # -- figures -------------------------------------------------------------
+
+    def status(self) -> dict:
+        cat = self.catalog
+        totals = cat.block_totals()
+        per_disk = cat.disk_totals()
+        disks = []
+        for d in self.conf.disks:
+            vol = self.archive.volumes.get(d.index)
+            free = total = None
+            if vol is not None:
+                free, total = vol.backend.free_space()
+            blocks, payload = per_disk.get(d.index, (0, 0))
+            disks.append({"index": d.index, "uuid": d.uuid, "path": d.path, "weight": d.weight,
+                          "state": "present" if vol else "missing",
+                          "why": self.archive.missing.get(d.index),
+                          "blocks": blocks, "payload_bytes": payload,
+                          "free_bytes": free, "total_bytes": total})
+        stored_total = totals["stored_bytes"] + 512 * totals["blocks"]
+        return {
+            "archive": self.conf.uuid, "label": self.conf.label, "depth": self.conf.depth,
+            "group_size": self.conf.group_size, "codec": self.conf.codec, "level": self.conf.level,
+            "store_mode": self.conf.store_mode, "disks": disks,
+            "blocks": totals["blocks"], "references": totals["refs"],
+            "logical_bytes": totals["logical_bytes"], "distinct_bytes": totals["distinct_bytes"],
+            "payload_bytes": totals["stored_bytes"], "block_bytes": stored_total,
+            "dedup_ratio": _ratio(totals["logical_bytes"], totals["distinct_bytes"]),
+            "compression_ratio": _ratio(totals["distinct_bytes"], totals["stored_bytes"]),
+        }
+
+
+def _ratio(a: int, b: int) -> Optional[float]:
+    return round(a / b, 3) if b else None
+
+
+def key_of(row: BlockRow) -> ContentKey:
+    return ContentKey(row.sig, row.overflow, row.disk)
+
+
+__all__ = ["Store", "Protection", "KeyedLocks", "key_of"]

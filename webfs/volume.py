@@ -1,0 +1,104 @@
+"""One disk's volume: its identity file and the signature tree of blocks on it.
+
+A ``Volume`` reads and writes block files (header + payload) at the paths
+``signature.location`` computes, over a backend. It knows nothing of
+catalogs, placement or parity; it only makes sure that what it reads is a
+well-formed block and that what it writes lands whole.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+from .backends import Backend
+
+from . import signature as sigmod
+from .block import HEADER_SIZE, BlockHeader, encode_refs, refs_offset
+from .errors import CorruptBlock
+
+log = logging.getLogger(__name__)
+
+BLOCKS = "blocks"
+PARITY = "parity"
+META = "meta"
+DISK_ID_FILE = "WEBFS-DISK"
+CONF_FILE = "webfs.conf"
+
+
+class Volume:
+    """The blocks of one disk of an archive."""
+
+    def __init__(self, backend: "Backend", index: int, uuid: str, depth: int):
+        self.backend = backend
+        self.index = index
+        self.uuid = uuid
+        self.depth = depth
+
+    def __repr__(self) -> str:
+        return f"<Volume {self.index} at {self.backend.root}>"
+
+    @property
+    def root(self) -> str:
+        return self.backend.root
+
+    def block_path(self, sig: str, overflow: int = 0) -> str:
+        return f"{BLOCKS}/{sigmod.location(sig, self.depth, overflow)}"
+
+    def parity_path(self, stripe_id: str) -> str:
+        return f"{PARITY}/{sigmod.location(stripe_id, self.depth)}"
+
+    def has_block(self, sig: str, overflow: int = 0) -> bool:
+        return self.backend.exists(self.block_path(sig, overflow))
+
+    def read_block(self, sig: str, overflow: int = 0) -> tuple[BlockHeader, bytes]:
+        """Header and payload; CorruptBlock if malformed or short, OSError if unreadable."""
+        path = self.block_path(sig, overflow)
+        raw = self.backend.read(path)
+        where = f"disk {self.index}: {path}"
+        header = BlockHeader.parse(raw[:HEADER_SIZE], where)
+        payload = raw[HEADER_SIZE:]
+        if len(payload) != header.stored:
+            raise CorruptBlock(f"{where}: payload is {len(payload)} bytes, header says {header.stored}")
+        if header.signature != sig:
+            raise CorruptBlock(f"{where}: header names signature {header.signature}")
+        return header, payload
+
+    def read_header(self, sig: str, overflow: int = 0) -> BlockHeader:
+        path = self.block_path(sig, overflow)
+        return BlockHeader.parse(self.backend.read(path, 0, HEADER_SIZE), f"disk {self.index}: {path}")
+
+    def write_block(self, header: BlockHeader, payload: bytes, overflow: int = 0,
+                    fsync: bool = False) -> None:
+        self.backend.write_atomic(self.block_path(header.signature, overflow),
+                                  header.encode() + payload, fsync=fsync)
+
+    def write_raw(self, sig: str, overflow: int, raw: bytes, fsync: bool = False) -> None:
+        """Write a whole block file as given (moves and rebuilds keep bytes identical)."""
+        self.backend.write_atomic(self.block_path(sig, overflow), raw, fsync=fsync)
+
+    def read_raw(self, sig: str, overflow: int = 0) -> bytes:
+        return self.backend.read(self.block_path(sig, overflow))
+
+    def set_refs(self, sig: str, overflow: int, refs: int, fsync: bool = False) -> None:
+        """Rewrite the fixed-width Refs field in place."""
+        path = self.block_path(sig, overflow)
+        raw = self.backend.read(path, 0, HEADER_SIZE)
+        self.backend.write_at(path, refs_offset(raw), encode_refs(refs), fsync=fsync)
+
+    def remove_block(self, sig: str, overflow: int = 0) -> None:
+        self.backend.remove(self.block_path(sig, overflow))
+
+    def iter_blocks(self) -> Iterator[tuple[str, int, str]]:
+        """(signature, overflow, path) of every block file; other files are logged."""
+        for rel in self.backend.list(BLOCKS):
+            parsed = sigmod.parse_location(rel[len(BLOCKS) + 1:])
+            if parsed is None:
+                log.debug("disk %d: %s is not a block file name", self.index, rel)
+                continue
+            yield parsed[0], parsed[1], rel
+
+    def stray_files(self) -> Iterator[str]:
+        """Files under blocks/ that are not blocks (temporaries of a crash, strangers)."""
+        for rel in self.backend.list(BLOCKS):
+            if sigmod.parse_location(rel[len(BLOCKS) + 1:]) is None:
+                yield rel
