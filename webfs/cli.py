@@ -86,6 +86,43 @@ def open_store(disk: str, holder: str) -> Store:
     return Store.open(disk, holder=f"webfs {holder}")
 
 
+def run_operation(target: str, name: str, as_json: bool = False, **options) -> None:
+    """Run an admin operation on a disk of an unmounted archive (or, given a
+    mount point, inside its daemon), draw its progress, print its result and
+    exit with its status."""
+    from . import admin
+    bar = None
+
+    def listener(kind, n, total, what):
+        nonlocal bar
+        if kind == "total":
+            if bar is not None:
+                bar.close()
+            bar = progress_bar(total, what or name)
+        elif kind == "advance" and bar is not None:
+            bar.update(n)
+        elif kind == "note":
+            (bar.write if bar is not None else click.echo)(what, file=sys.stderr)
+
+    progress = admin.Progress(listener)
+    store = open_store(target, name)
+    try:
+        result = admin.OPERATIONS[name](store, progress, **options)
+    except KeyboardInterrupt:
+        progress.stop_requested.set()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        store.close()
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        for line in result.lines:
+            click.echo(line)
+    sys.exit(result.exit_code)
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("disk", type=click.Path(exists=True, file_okay=False))

@@ -1,0 +1,72 @@
+"""Admin operations: one function per long-running command (scrub, rebuild,
+rebalance, cool, ...), run in-process on an unmounted archive, or inside the
+daemon of a mounted one, so a command given a mount point and a command
+given a disk do exactly the same work.
+
+An operation is ``fn(store, progress, **options) -> Result``, registered with
+``@operation("name")``. It must be safe to run while the mount serves
+readers and writers (the store is thread-safe). ``Progress`` reports work
+done; the CLI draws it as a bar. ``Result`` carries the lines to print, the
+exit status, and any figures for ``--json``.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+OPERATIONS: dict[str, Callable[..., "Result"]] = {}
+
+
+def operation(name: str):
+    def register(fn):
+        OPERATIONS[name] = fn
+        return fn
+    return register
+
+
+@dataclass
+class Result:
+    lines: list[str] = field(default_factory=list)
+    exit_code: int = 0
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def say(self, line: str) -> None:
+        self.lines.append(line)
+
+    def to_json(self) -> dict:
+        return {"lines": self.lines, "exit_code": self.exit_code, "figures": self.figures}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Result":
+        return cls(d.get("lines", []), d.get("exit_code", 0), d.get("figures", {}))
+
+
+class Progress:
+    """Work done so far; listeners (a tqdm bar, a socket) are told of each step.
+    ``stop_requested`` lets a caller ask a long operation to stop at a safe point."""
+
+    def __init__(self, listener: Optional[Callable[[str, int, Optional[int], str], None]] = None):
+        self.done = 0
+        self.total: Optional[int] = None
+        self.listener = listener
+        self.stop_requested = threading.Event()
+
+    def set_total(self, total: Optional[int], what: str = "") -> None:
+        self.total = total
+        self._tell("total", what)
+
+    def advance(self, n: int = 1, what: str = "") -> None:
+        self.done += n
+        self._tell("advance", what, n)
+
+    def note(self, text: str) -> None:
+        self._tell("note", text)
+
+    def _tell(self, kind: str, what: str, n: int = 0) -> None:
+        if self.listener:
+            self.listener(kind, n if kind == "advance" else self.done, self.total, what)
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_requested.is_set()
