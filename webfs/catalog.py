@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS inodes (
     uid      INTEGER NOT NULL,
     gid      INTEGER NOT NULL,
     size     INTEGER NOT NULL DEFAULT 0,
+    nlink    INTEGER NOT NULL DEFAULT 1,
     atime_ns INTEGER NOT NULL,
     mtime_ns INTEGER NOT NULL,
     ctime_ns INTEGER NOT NULL,
