@@ -70,3 +70,9 @@ class Progress:
     @property
     def stopping(self) -> bool:
         return self.stop_requested.is_set()
+
+
+@operation("status")
+def status(store, progress: Progress) -> Result:
+    """The archive's figures (what `webfs status` prints), from inside a daemon."""
+    return Result(figures=store.status())

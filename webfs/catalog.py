@@ -73,6 +73,7 @@ CREATE TABLE IF NOT EXISTS dentries (
     inode  INTEGER NOT NULL,
     PRIMARY KEY (parent, name));
 CREATE INDEX IF NOT EXISTS dentries_inode ON dentries (inode);
+CREATE INDEX IF NOT EXISTS dentries_parent ON dentries (parent);   -- readdir in rowid order
 CREATE TABLE IF NOT EXISTS contents (
     inode INTEGER NOT NULL,
     piece INTEGER NOT NULL,
@@ -222,8 +223,10 @@ class Catalog:
         self.execute("DELETE FROM blocks WHERE id=?", (block_id,))
 
     def namespace_refs(self) -> dict[int, int]:
-        """Block id -> number of file pieces that use it."""
-        return dict(self.query("SELECT block, COUNT(*) FROM contents GROUP BY block"))
+        """Block id -> references the namespace holds on it."""
+        # A file with n names holds n references; an open file with no name, one.
+        return dict(self.query("SELECT c.block, SUM(MAX(i.nlink, 1)) FROM contents c "
+                               "JOIN inodes i ON i.id = c.inode GROUP BY c.block"))
 
     # -- placement groups ----------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Optional
 import click
 
 from . import __version__, archive as archmod
-from . import fsck as fsckmod
+from . import daemon, fsck as fsckmod
 from .catalog import Catalog, catalog_path
 from .errors import WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
@@ -105,16 +105,21 @@ def run_operation(target: str, name: str, as_json: bool = False, **options) -> N
             (bar.write if bar is not None else click.echo)(what, file=sys.stderr)
 
     progress = admin.Progress(listener)
-    store = open_store(target, name)
     try:
-        result = admin.OPERATIONS[name](store, progress, **options)
-    except KeyboardInterrupt:
-        progress.stop_requested.set()
-        raise
+        if daemon.is_mountpoint(target):
+            result = daemon.call(target, name, options, listener)
+        else:
+            store = open_store(target, name)
+            try:
+                result = admin.OPERATIONS[name](store, progress, **options)
+            except KeyboardInterrupt:
+                progress.stop_requested.set()
+                raise
+            finally:
+                store.close()
     finally:
         if bar is not None:
             bar.close()
-        store.close()
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
@@ -125,28 +130,37 @@ def run_operation(target: str, name: str, as_json: bool = False, **options) -> N
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.argument("disk", type=click.Path(exists=True, file_okay=False))
-def status(as_json, disk):
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+def status(as_json, target):
     """Show the disks, blocks, sizes and ratios of an archive."""
-    store = Store.open(disk, lock=False)
-    try:
-        st = store.status()
-    finally:
-        store.close()
+    if daemon.is_mountpoint(target):
+        st = daemon.call(target, "status", {}).figures
+    else:
+        store = Store.open(target, lock=False)
+        try:
+            st = store.status()
+        finally:
+            store.close()
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
-    click.echo(f"archive {st['archive']}" + (f" ({st['label']})" if st["label"] else ""))
-    click.echo(f"  depth {st['depth']}, parity group size {st['group_size']}, "
-               f"codec {st['codec']} level {st['level']}, store mode {st['store_mode']}")
-    click.echo(f"  {'disk':>4}  {'state':8} {'blocks':>9} {'payload':>11} {'free':>11}  path")
+    for line in format_status(st):
+        click.echo(line)
+
+
+def format_status(st: dict) -> list[str]:
+    lines = [f"archive {st['archive']}" + (f" ({st['label']})" if st["label"] else ""),
+             f"  depth {st['depth']}, parity group size {st['group_size']}, "
+             f"codec {st['codec']} level {st['level']}, store mode {st['store_mode']}",
+             f"  {'disk':>4}  {'state':8} {'blocks':>9} {'payload':>11} {'free':>11}  path"]
     for d in st["disks"]:
-        click.echo(f"  {d['index']:>4}  {d['state']:8} {d['blocks']:>9} {human(d['payload_bytes']):>11} "
-                   f"{human(d['free_bytes']):>11}  {d['path']}")
-    click.echo(f"  blocks {st['blocks']}, references {st['references']}")
-    click.echo(f"  logical {human(st['logical_bytes'])}, distinct {human(st['distinct_bytes'])}, "
-               f"stored {human(st['block_bytes'])} (payload {human(st['payload_bytes'])})")
-    click.echo(f"  dedup ratio {st['dedup_ratio'] or '-'}, compression ratio {st['compression_ratio'] or '-'}")
+        lines.append(f"  {d['index']:>4}  {d['state']:8} {d['blocks']:>9} {human(d['payload_bytes']):>11} "
+                     f"{human(d['free_bytes']):>11}  {d['path']}")
+    lines += [f"  blocks {st['blocks']}, references {st['references']}",
+              f"  logical {human(st['logical_bytes'])}, distinct {human(st['distinct_bytes'])}, "
+              f"stored {human(st['block_bytes'])} (payload {human(st['payload_bytes'])})",
+              f"  dedup ratio {st['dedup_ratio'] or '-'}, compression ratio {st['compression_ratio'] or '-'}"]
+    return lines
 
 
 @main.command()
@@ -223,6 +237,76 @@ def delete(disk, keys):
             click.echo(f"{ck.block_name}\t{left} reference(s) left")
     finally:
         store.close()
+
+
+@main.command()
+@click.option("-o", "options", default="", metavar="OPTIONS",
+              help="Comma-separated mount options: ro, allow_other, sync, "
+                   "store_mode=force-new|regular|compare, manifest_interval=SECONDS, debug.")
+@click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground (log to stderr).")
+@click.argument("disk", type=click.Path(exists=True, file_okay=False))
+@click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
+def mount(options, foreground, disk, mountpoint):
+    """Mount the archive that DISK belongs to on MOUNTPOINT."""
+    daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), foreground=foreground)
+
+
+@main.command()
+@click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
+def umount(mountpoint):
+    """Unmount; returns once the daemon has written everything and exited."""
+    daemon.umount(mountpoint)
+
+
+@main.command()
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+def sync(target):
+    """Write everything to the disks: open files, catalog, MANIFEST on every disk."""
+    if daemon.is_mountpoint(target):
+        daemon.call(target, "sync", {})
+        return
+    store = open_store(target, "sync")
+    try:
+        from .manifest import Journal
+        from .namespace import Namespace
+        journal = Journal(store.archive)
+        ns = Namespace(store, journal.record)
+        with store.catalog.lock:
+            n = journal.checkpoint(ns)
+        store.sync()
+    finally:
+        store.close()
+    click.echo(f"wrote a MANIFEST of {n} names on {len(store.archive.volumes)} disk(s)")
+
+
+def mount_helper() -> None:
+    """mount.webfs DISK MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s] [-v]: what mount(8) and fstab call."""
+    args = sys.argv[1:]
+    if "-h" in args or "--help" in args or len([a for a in args if not a.startswith("-")]) < 2:
+        click.echo("usage: mount.webfs DISK MOUNTPOINT [-o OPTIONS] [-f]\n"
+                   "Mounts a webfs archive; see mount.webfs(8).", err="-h" not in args and "--help" not in args)
+        sys.exit(0 if ("-h" in args or "--help" in args) else 2)
+    positional, options, foreground = [], "", False
+    it = iter(args)
+    for a in it:
+        if a == "-o":
+            options = ",".join(filter(None, [options, next(it, "")]))
+        elif a.startswith("-o"):
+            options = ",".join(filter(None, [options, a[2:]]))
+        elif a == "-f":
+            foreground = True
+        elif a in ("-n", "-s", "-v"):
+            pass                        # mount(8)'s: no mtab, sloppy, verbose
+        elif a.startswith("-t"):
+            next(it, None) if a == "-t" else None
+        else:
+            positional.append(a)
+    _setup_logging(0)
+    try:
+        daemon.mount(positional[0], positional[1], daemon.MountOptions.parse(options), foreground)
+    except WebfsError as exc:
+        click.echo(f"mount.webfs: {exc}", err=True)
+        sys.exit(32)                     # mount(8): mount failure
 
 
 def _parse_key(text: str) -> ContentKey:

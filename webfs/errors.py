@@ -35,3 +35,12 @@ class NoSpace(WebfsError):
 
 class UnknownCodec(WebfsError):
     """A block names a codec this version does not know."""
+
+
+class FsError(WebfsError):
+    """A namespace operation that fails with a POSIX errno (ENOENT, ENOTEMPTY, ...)."""
+
+    def __init__(self, errno: int, message: str = ""):
+        import os
+        super().__init__(message or os.strerror(errno))
+        self.errno = errno

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 from contextlib import contextmanager
 from typing import Iterator, Optional
@@ -38,6 +39,8 @@ from .placement import ranked_disks
 from .signature import ContentKey, SignatureFn
 
 log = logging.getLogger(__name__)
+
+INTENTS_FILE = "meta/intents"
 
 
 class Protection:
@@ -101,6 +104,12 @@ class Store:
         self._pending_new: list[BlockRow] = []
         self._pending_refs: set[int] = set()
         self._pending_removals: list[BlockRow] = []     # files to remove once the commit holds
+        self.after_commit: list = []                     # callables run after each commit (the journal)
+        # Blocks about to be written, one line each, so a crash's orphans are found
+        # without walking every disk (meta/intents on the catalog disk).
+        self._intents_path = os.path.join(archive.first_volume.root, INTENTS_FILE)
+        self._intents_fd: Optional[int] = None
+        self._inflight = 0
 
     @classmethod
     def open(cls, path: str, holder: str = "webfs", lock: bool = True, **kwargs) -> "Store":
@@ -121,6 +130,8 @@ class Store:
 
     def close(self) -> None:
         self.catalog.close()
+        if self._intents_fd is not None:
+            os.close(self._intents_fd)
         self.archive.unlock()
 
     def commit(self) -> None:
@@ -139,6 +150,16 @@ class Store:
             if removals:
                 self._remove_blocks(removals)
                 self.catalog.commit()
+            for hook in self.after_commit:
+                hook()
+
+    def sync(self) -> None:
+        """Make everything committed durable on the disks (fsync, checkpoint the WAL)."""
+        self.commit()
+        with self.catalog.lock:
+            self.catalog.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        for vol in self.archive.volumes.values():
+            vol.backend.sync()
 
     def _remove_blocks(self, rows: list[BlockRow]) -> None:
         """Take released blocks out of their stripes and off their disks.
@@ -180,20 +201,30 @@ class Store:
                 taken = [r.overflow for r in rows + self._pending_removals if r.sig == sig]
             overflow = max(taken) + 1 if taken else 0
             codec, payload = codecs.encode(data, self.conf.codec, self.conf.level)
-            header = BlockHeader(sig, len(data), len(payload), codec, 1, utc_timestamp(),
-                                 percent_encode(name))
-            grp = sigmod.group_of(sig, self.conf.depth)
-            disk = self._write_new(header, payload, overflow, grp)
-            try:
-                row = self.catalog.insert_block(sig, overflow, disk, header.size, header.stored,
-                                                codec, 1, int(pin), header.created, header.name, grp)
-            except BaseException:
-                self.archive.volumes[disk].remove_block(sig, overflow)
-                raise
             with self.catalog.lock:
-                self._pending_new.append(row)
-            self.protection.block_added(row, payload)
-            return row
+                self._inflight += 1
+            try:
+                return self._store_new(sig, overflow, codec, payload, len(data), name, pin)
+            finally:
+                with self.catalog.lock:
+                    self._inflight -= 1
+
+    def _store_new(self, sig: str, overflow: int, codec: str, payload: bytes, size: int,
+                   name: bytes, pin: bool) -> BlockRow:
+        header = BlockHeader(sig, size, len(payload), codec, 1, utc_timestamp(),
+                             percent_encode(name))
+        grp = sigmod.group_of(sig, self.conf.depth)
+        disk = self._write_new(header, payload, overflow, grp)
+        try:
+            row = self.catalog.insert_block(sig, overflow, disk, header.size, header.stored,
+                                            codec, 1, int(pin), header.created, header.name, grp)
+        except BaseException:
+            self.archive.volumes[disk].remove_block(sig, overflow)
+            raise
+        with self.catalog.lock:
+            self._pending_new.append(row)
+        self.protection.block_added(row, payload)
+        return row
 
     def add_ref(self, row: BlockRow, pin: bool = False) -> BlockRow:
         """One more reference to a stored block (a hard link's new file, a copy)."""
@@ -234,6 +265,7 @@ class Store:
     def _write_new(self, header: BlockHeader, payload: bytes, overflow: int, grp: str) -> int:
         needed = len(payload) + 512
         for disk in self.home_disks(grp):
+            self._intend(f"{header.signature}~{overflow} {disk}\n")
             vol = self.archive.volumes[disk]
             free, total = vol.backend.free_space()
             # Leave room for metadata: more on the disk that holds the catalog.
@@ -249,6 +281,39 @@ class Store:
                     raise
                 log.warning("disk %d is full; trying the next disk", disk)
         raise NoSpace("no disk has room for a block of %d bytes" % needed)
+
+    def _intend(self, line: str) -> None:
+        with self.catalog.lock:
+            if self._intents_fd is None:
+                self._intents_fd = os.open(self._intents_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(self._intents_fd, line.encode())
+
+    def forget_unfinished_writes(self) -> list[str]:
+        """Remove block files that were written but never made it into the catalog."""
+        said = []
+        try:
+            with open(self._intents_path) as f:
+                lines = f.read().split("\n")
+        except FileNotFoundError:
+            return said
+        for line in lines:
+            key, _, disk = line.partition(" ")
+            if not disk.isdigit():
+                continue
+            ck = ContentKey.parse(key)
+            row = self.catalog.block(ck.sig, ck.overflow)
+            vol = self.archive.volumes.get(int(disk))
+            if vol is not None and (row is None or row.disk != int(disk)) and vol.has_block(ck.sig, ck.overflow):
+                vol.remove_block(ck.sig, ck.overflow)
+                said.append(f"removed unfinished block {ck.block_name} on disk {disk}")
+        self.trim_intents()
+        return said
+
+    def trim_intents(self) -> None:
+        """Forget the intents once every write they name is committed."""
+        with self.catalog.lock:
+            if self._inflight == 0 and os.path.exists(self._intents_path):
+                os.truncate(self._intents_path, 0)
 
     # -- retrieve ------------------------------------------------------------
 

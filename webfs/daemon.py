@@ -1,0 +1,401 @@
+"""The mount daemon: mounting, unmounting, crash recovery, and the control socket.
+
+``mount`` opens and locks the archive, recovers from an unclean stop,
+mounts the filesystem and (unless in the foreground) detaches, reporting
+success or the error to the command that started it. While mounted, a Unix
+socket (named by the root's ``user.webfs.control`` xattr) runs admin
+operations inside the daemon, so ``webfs scrub MOUNTPOINT`` works on the
+live archive. Unmounting commits everything, writes the MANIFEST on every
+disk, and marks the catalog clean.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socketserver
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import pyfuse3
+import trio
+
+from . import admin
+from .errors import ArchiveError, WebfsError
+from .fs import Operations
+from .manifest import Journal
+from .namespace import Namespace
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+RUN_DIR = "/run/webfs"
+CONTROL_XATTR = "user.webfs.control"
+
+
+@dataclass
+class MountOptions:
+    read_only: bool = False
+    allow_other: bool = False
+    store_mode: Optional[str] = None
+    sync: bool = False
+    max_block: Optional[int] = None
+    manifest_interval: float = 300.0
+    cool_interval: float = 0.0
+    fuse_debug: bool = False
+    extra: list[str] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, text: str) -> "MountOptions":
+        """Options as mount(8) gives them: comma-separated, key or key=value."""
+        from .archive import STORE_MODES
+        opts = cls()
+        for item in filter(None, (text or "").split(",")):
+            key, _, value = item.partition("=")
+            if key == "ro":
+                opts.read_only = True
+            elif key == "rw":
+                opts.read_only = False
+            elif key == "allow_other":
+                opts.allow_other = True
+            elif key == "sync":
+                opts.sync = True
+            elif key == "store_mode":
+                if value not in STORE_MODES:
+                    raise ArchiveError(f"store_mode must be one of {', '.join(STORE_MODES)}, not {value!r}")
+                opts.store_mode = value
+            elif key in ("manifest_interval", "cool_interval"):
+                try:
+                    setattr(opts, key, float(value))
+                except ValueError:
+                    raise ArchiveError(f"{key} takes a number of seconds, not {value!r}") from None
+            elif key == "debug":
+                opts.fuse_debug = True
+            elif key in ("defaults", "auto", "noauto", "user", "nouser", "nofail", "_netdev",
+                         "exec", "noexec", "suid", "nosuid", "dev", "nodev", "atime", "noatime",
+                         "relatime", "async"):
+                pass                     # mount(8) and fstab words that are not ours
+            elif key.startswith("x-"):
+                pass
+            else:
+                raise ArchiveError(f"unknown mount option {item!r}")
+        return opts
+
+
+def control_socket_path(archive_uuid: str) -> str:
+    base = RUN_DIR if os.access("/run", os.W_OK) else os.path.join(
+        os.environ.get("TMPDIR", "/tmp"), f"webfs-{os.getuid()}")
+    return os.path.join(base, f"{archive_uuid}.sock")
+
+
+def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
+    """Mend what an unclean stop can leave: nameless inodes, reference counts
+    that committed halfway, blocks written but never committed."""
+    said = []
+    for ino in ns.orphans():
+        ns.free(ino)
+        said.append(f"freed nameless inode {ino}")
+    used = store.catalog.namespace_refs()
+    for row in list(store.catalog.blocks()):
+        expected = row.pins + used.get(row.id, 0)
+        if expected != row.refs:
+            said.append(f"block {row.block_name}: refs {row.refs} -> {expected}")
+            if expected:
+                store.catalog.set_refs(row.id, expected, row.pins)
+                row.refs = expected
+                store._mirror_refs(row)
+            else:
+                store.catalog.set_refs(row.id, 1, row.pins)
+                store.release(row)
+    said += store.forget_unfinished_writes()
+    store.commit()
+    return said
+
+
+class Daemon:
+    """One mounted archive."""
+
+    def __init__(self, disk: str, mountpoint: str, opts: MountOptions):
+        self.disk = disk
+        self.mountpoint = os.path.abspath(mountpoint)
+        self.opts = opts
+        self.store: Optional[Store] = None
+        self.ops: Optional[Operations] = None
+        self.server: Optional[socketserver.UnixStreamServer] = None
+        self.socket_path = ""
+        self.trio_token = None
+
+    def open(self) -> None:
+        store = Store.open(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync)
+        self.store = store
+        journal = Journal(store.archive)
+        ns = Namespace(store, journal=journal.record)
+        journal.namespace = ns
+        self.journal = journal
+        store.after_commit.append(journal.flush)
+        ns.ensure_root(os.getuid(), os.getgid())
+        if store.catalog.get_meta("clean") == "0":
+            log.warning("the archive was not unmounted cleanly; recovering")
+            for line in recover_after_crash(store, ns):
+                log.info("recovery: %s", line)
+        store.catalog.set_meta("clean", "0")
+        store.commit()
+        self.ns = ns
+        self.ops = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode)
+
+    def fuse_options(self) -> set[str]:
+        opts = set(pyfuse3.default_options)
+        opts |= {"fsname=" + self.store.archive.opened_from, "subtype=webfs", "default_permissions"}
+        if self.opts.allow_other:
+            opts.add("allow_other")
+        if self.opts.read_only:
+            opts.add("ro")
+        if self.opts.fuse_debug:
+            opts.add("debug")
+        return opts
+
+    def start_control(self) -> None:
+        self.socket_path = control_socket_path(self.store.conf.uuid)
+        os.makedirs(os.path.dirname(self.socket_path), mode=0o700, exist_ok=True)
+        try:
+            os.unlink(self.socket_path)
+        except FileNotFoundError:
+            pass
+        daemon = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                daemon.serve_request(self.rfile, self.wfile)
+
+        self.server = socketserver.ThreadingUnixStreamServer(self.socket_path, Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, name="control", daemon=True).start()
+        info = {b"user.webfs.control": self.socket_path.encode(),
+                b"user.webfs.pid": str(os.getpid()).encode(),
+                b"user.webfs.archive": self.store.conf.uuid.encode(),
+                b"user.webfs.disks": "\n".join(v.root for v in self.store.archive.volumes.values()).encode()}
+        self.ops.root_xattrs.update(info)
+
+    def serve_request(self, rfile, wfile) -> None:
+        """One admin operation, asked as a JSON line, answered with JSON lines."""
+        def send(obj):
+            wfile.write((json.dumps(obj) + "\n").encode())
+            wfile.flush()
+        try:
+            req = json.loads(rfile.readline() or b"{}")
+            name = req.get("op")
+            if name == "sync":
+                trio.from_thread.run(self.flush_all, trio_token=self.trio_token)
+                result = admin.Result(["synced"])
+            else:
+                fn = admin.OPERATIONS.get(name)
+                if fn is None:
+                    raise WebfsError(f"the daemon knows no operation {name!r}")
+                progress = admin.Progress(lambda kind, n, total, what: send(
+                    {"progress": kind, "n": n, "total": total, "what": what}))
+                result = fn(self.store, progress, **req.get("options", {}))
+                self.store.commit()
+            send({"result": result.to_json()})
+        except WebfsError as exc:
+            send({"error": str(exc)})
+        except BrokenPipeError:
+            pass
+        except Exception as exc:        # keep the daemon up; the caller hears what broke
+            log.exception("admin operation failed")
+            send({"error": f"internal error: {exc}"})
+
+    async def flush_all(self) -> None:
+        """Store every open file's buffer, commit, write the MANIFEST."""
+        for of in list(self.ops.open_files.values()):
+            async with of.lock:
+                await self.ops._commit(of)
+        await trio.to_thread.run_sync(self.checkpoint)
+
+    def checkpoint(self) -> None:
+        with self.store.catalog.lock:
+            self.store.commit()
+            self.journal.checkpoint(self.ns)
+            self.store.trim_intents()
+        self.store.sync()
+
+    async def main(self, ready) -> None:
+        self.trio_token = trio.lowlevel.current_trio_token()
+        async with trio.open_nursery() as nursery:
+            self.ops.nursery = nursery
+            nursery.start_soon(self._signals, nursery)
+            if self.opts.manifest_interval > 0:
+                nursery.start_soon(self._every, self.opts.manifest_interval, self.checkpoint)
+            ready()
+            await pyfuse3.main()
+            nursery.cancel_scope.cancel()
+
+    async def _signals(self, nursery) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            async for _ in signals:
+                log.info("signal received; unmounting")
+                pyfuse3.terminate()
+                return
+
+    async def _every(self, seconds: float, fn) -> None:
+        while True:
+            await trio.sleep(seconds)
+            try:
+                await trio.to_thread.run_sync(fn)
+            except WebfsError as exc:
+                log.warning("%s failed: %s", fn.__name__, exc)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            try:
+                os.unlink(self.socket_path)
+            except OSError:
+                pass
+        if self.store is not None:
+            try:
+                self.checkpoint()
+                self.store.catalog.set_meta("clean", "1")
+                self.store.commit()
+            finally:
+                self.store.close()
+
+
+def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = False) -> None:
+    """Mount an archive; returns when unmounted (foreground) or once mounted (background)."""
+    mnt = os.path.abspath(mountpoint)
+    if not os.path.isdir(mnt):
+        raise ArchiveError(f"{mountpoint}: mount point is not a directory")
+    if os.path.ismount(mnt):
+        raise ArchiveError(f"{mountpoint}: something is already mounted there")
+    if foreground:
+        _run(disk, mnt, opts, lambda: None)
+        return
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(wfd)
+        with os.fdopen(rfd, "rb") as r:
+            msg = r.read().decode("utf-8", "replace")
+        if msg != "ok":
+            os.waitpid(pid, 0)
+            raise WebfsError(msg or "the mount daemon died while starting; see its log")
+        return
+    os.close(rfd)
+    os.setsid()
+    status = 0
+    try:
+        def ready():
+            os.write(wfd, b"ok")
+            os.close(wfd)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+        _run(disk, mnt, opts, ready)
+    except BaseException as exc:     # tell the parent, whatever it was
+        status = 1
+        try:
+            os.write(wfd, str(exc).encode() or type(exc).__name__.encode())
+            os.close(wfd)
+        except OSError:
+            pass
+    finally:
+        logging.shutdown()
+        os._exit(status)
+
+
+def _run(disk: str, mnt: str, opts: MountOptions, ready) -> None:
+    daemon = Daemon(disk, mnt, opts)
+    daemon.open()
+    _log_to_disk(daemon.store)
+    try:
+        pyfuse3.init(daemon.ops, mnt, daemon.fuse_options())
+    except RuntimeError as exc:
+        daemon.close()
+        raise WebfsError(f"cannot mount on {mnt}: {exc}") from None
+    try:
+        daemon.start_control()
+        trio.run(daemon.main, ready)
+    finally:
+        try:
+            pyfuse3.close(unmount=True)
+        finally:
+            daemon.close()
+
+
+def _log_to_disk(store: Store) -> None:
+    """The daemon's log goes to meta/webfs.log on the first disk (and stderr in the foreground)."""
+    handler = logging.FileHandler(os.path.join(store.archive.first_volume.root, "meta", "webfs.log"))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+
+
+def umount(mountpoint: str, timeout: float = 600.0) -> None:
+    """Unmount and wait until the daemon has written everything and exited."""
+    import subprocess
+    mnt = os.path.abspath(mountpoint)
+    if not os.path.ismount(mnt):
+        raise ArchiveError(f"{mountpoint}: not mounted")
+    try:
+        pid = int(os.getxattr(mnt, "user.webfs.pid"))
+    except OSError:
+        raise ArchiveError(f"{mountpoint}: not a webfs mount") from None
+    proc = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise WebfsError(f"cannot unmount {mountpoint}: {proc.stderr.strip()}")
+    deadline = time.monotonic() + timeout
+    while os.path.exists(f"/proc/{pid}") and _not_zombie(pid):
+        if time.monotonic() > deadline:
+            raise WebfsError(f"the daemon (pid {pid}) is still writing after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def call(mountpoint: str, op: str, options: dict, listener=None) -> admin.Result:
+    """Run an admin operation inside the daemon of a mount point."""
+    import socket
+    try:
+        path = os.getxattr(mountpoint, CONTROL_XATTR).decode()
+    except OSError:
+        raise ArchiveError(f"{mountpoint}: not a webfs mount point") from None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            raise ArchiveError(f"cannot reach the daemon of {mountpoint}: {exc.strerror}") from None
+        f = sock.makefile("rwb")
+        f.write((json.dumps({"op": op, "options": options}) + "\n").encode())
+        f.flush()
+        for line in f:
+            msg = json.loads(line)
+            if "progress" in msg:
+                if listener:
+                    listener(msg["progress"], msg["n"], msg["total"], msg["what"])
+            elif "error" in msg:
+                raise WebfsError(msg["error"])
+            elif "result" in msg:
+                return admin.Result.from_json(msg["result"])
+    raise WebfsError(f"the daemon of {mountpoint} hung up without an answer")
+
+
+def is_mountpoint(path: str) -> bool:
+    try:
+        os.getxattr(path, CONTROL_XATTR)
+        return True
+    except OSError:
+        return False
+
+

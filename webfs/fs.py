@@ -1,0 +1,764 @@
+"""The FUSE filesystem (pyfuse3 + trio): kernel requests in, namespace and store calls out.
+
+It owns what only a mounted filesystem has: open files and their write
+buffers, the cache of decoded pieces for readers, the read-only ``.webfs``
+tree that mirrors the signature tree, the virtual ``user.webfs.*`` xattrs,
+and the mapping of webfs errors to errnos. Policy (names, references,
+placement, dedup) stays in ``namespace`` and ``store``.
+
+A file's new content is buffered while it is open for writing (memory up
+to a bound, then a spill file on a disk), hashed as it arrives when it
+arrives in order, and stored as blocks — one per ``max_block`` piece — when
+it is flushed (close) or fsynced. Hashing, compression and disk I/O run in
+worker threads (zlib-ng and xxhash release the GIL).
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import tempfile
+from collections import OrderedDict
+from typing import Optional
+
+import pyfuse3
+import trio
+
+from .catalog import BlockRow
+from .errors import CorruptBlock, DataLost, FsError, NoSpace, WebfsError
+from .namespace import ROOT_INODE, Inode, Namespace, now_ns
+from .signature import new_hasher
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+CONTROL_DIR = b".webfs"
+VIRTUAL_BASE = 1 << 60          # inode numbers of the .webfs tree start here
+ENTRY_TIMEOUT = 300.0           # every change goes through this mount, so the kernel may cache long
+XATTR_PREFIX = b"user.webfs."
+
+
+class FileBuffer:
+    """The whole new content of one file: a bytearray up to a bound, then a spill file."""
+
+    def __init__(self, spill_dir: str, bound: int, piece: int):
+        self.spill_dir = spill_dir
+        self.bound = bound
+        self.piece = piece
+        self.mem: Optional[bytearray] = bytearray()
+        self.fd: Optional[int] = None
+        self.size = 0
+        # Signatures of pieces as they arrive in order: (hasher of the open piece, done sigs).
+        self._hasher = new_hasher()
+        self._hashed = 0
+        self._piece_sigs: list[str] = []
+
+    def write(self, off: int, data: bytes) -> None:
+        end = off + len(data)
+        if self.mem is not None and end > self.bound:
+            self._spill()
+        if self.mem is not None:
+            if off > len(self.mem):
+                self.mem.extend(bytes(off - len(self.mem)))
+            self.mem[off:end] = data
+        else:
+            os.pwrite(self.fd, data, off)
+        if off == self._hashed and self._hashed >= 0:
+            self._hash(data)
+        elif off < self._hashed or off > self._hashed:
+            self._hashed = -1                   # out of order: hash at store time
+        self.size = max(self.size, end)
+
+    def _hash(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            room = self.piece - self._hashed % self.piece
+            self._hasher.update(view[:room])
+            self._hashed += min(room, len(view))
+            view = view[room:]
+            if self._hashed % self.piece == 0:
+                self._piece_sigs.append(self._hasher.hexdigest())
+                self._hasher = new_hasher()
+
+    def piece_sig(self, index: int) -> Optional[str]:
+        """The signature of a piece if it was hashed on arrival and is still whole."""
+        if self._hashed < 0 or self._hashed != self.size:
+            return None
+        if index < len(self._piece_sigs):
+            return self._piece_sigs[index]
+        if index == len(self._piece_sigs) and self.size % self.piece:
+            return self._hasher.hexdigest()
+        return None
+
+    def read(self, off: int, size: int) -> bytes:
+        size = max(0, min(size, self.size - off))
+        if self.mem is not None:
+            return bytes(self.mem[off:off + size])
+        return os.pread(self.fd, size, off)
+
+    def truncate(self, size: int) -> None:
+        if self.mem is not None:
+            if size < len(self.mem):
+                del self.mem[size:]
+            else:
+                self.mem.extend(bytes(size - len(self.mem)))
+        else:
+            os.ftruncate(self.fd, size)
+        if size != self.size:
+            self._hashed = -1
+        self.size = size
+
+    def _spill(self) -> None:
+        os.makedirs(self.spill_dir, exist_ok=True)
+        f = tempfile.TemporaryFile(dir=self.spill_dir, prefix="spill-")
+        self.fd = os.dup(f.fileno())
+        f.close()
+        os.pwrite(self.fd, self.mem, 0)
+        self.mem = None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        self.mem = None
+
+
+class OpenFile:
+    """An inode that has open handles: its lock, its buffer while written."""
+
+    def __init__(self, ino: int):
+        self.ino = ino
+        self.handles = 0
+        self.lock = trio.Lock()
+        self.buffer: Optional[FileBuffer] = None
+        self.dirty = False
+        self.pieces: Optional[list[BlockRow]] = None      # cached contents for readers
+
+
+class PieceCache:
+    """Decoded pieces by block id, least recently used out, bounded in bytes;
+    concurrent readers of one piece share one fetch."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self.items: OrderedDict[int, bytes] = OrderedDict()
+        self.inflight: dict[int, trio.Event] = {}
+
+    def get(self, block_id: int) -> Optional[bytes]:
+        data = self.items.get(block_id)
+        if data is not None:
+            self.items.move_to_end(block_id)
+        return data
+
+    def put(self, block_id: int, data: bytes) -> None:
+        if block_id in self.items or len(data) > self.limit:
+            return
+        self.items[block_id] = data
+        self.used += len(data)
+        while self.used > self.limit:
+            _, old = self.items.popitem(last=False)
+            self.used -= len(old)
+
+
+class VirtualNode:
+    """An entry of the read-only .webfs tree: a directory prefix or one block."""
+
+    def __init__(self, ino: int, kind: str, key: str, overflow: int = 0):
+        self.ino, self.kind, self.key, self.overflow = ino, kind, key, overflow
+
+
+def _errno_of(exc: BaseException) -> int:
+    if isinstance(exc, FsError):
+        return exc.errno
+    if isinstance(exc, NoSpace):
+        return errno.ENOSPC
+    if isinstance(exc, OSError) and exc.errno:
+        return exc.errno
+    return errno.EIO
+
+
+def translate_errors(method):
+    """Turn webfs errors into FUSEError at the edge (and log the unexpected)."""
+    import functools
+
+    @functools.wraps(method)
+    async def wrapper(*args, **kwargs):
+        try:
+            return await method(*args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except (FsError, NoSpace) as exc:
+            raise pyfuse3.FUSEError(_errno_of(exc)) from None
+        except (DataLost, CorruptBlock) as exc:
+            log.error("%s: %s", method.__name__, exc)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+        except (WebfsError, OSError) as exc:
+            log.error("%s failed: %s", method.__name__, exc)
+            raise pyfuse3.FUSEError(_errno_of(exc)) from None
+    return wrapper
+
+
+class Operations(pyfuse3.Operations):
+    """The webfs mount."""
+
+    enable_writeback_cache = True
+    supports_dot_lookup = True
+
+    def __init__(self, store: Store, namespace: Namespace, *, read_only: bool = False,
+                 store_mode: Optional[str] = None, buffer_bound: int = 64 << 20,
+                 cache_bytes: int = 128 << 20, threads: int = 4):
+        super().__init__()
+        self.store = store
+        self.ns = namespace
+        self.read_only = read_only
+        self.store_mode = store_mode
+        self.max_block = store.conf.max_block
+        self.buffer_bound = buffer_bound
+        self.spill_dir = os.path.join(store.archive.first_volume.root, "meta", "spill")
+        self.open_files: dict[int, OpenFile] = {}
+        self.handles: dict[int, int] = {}                 # fh -> inode
+        self.next_fh = 1
+        self.cache = PieceCache(cache_bytes)
+        self.limiter = trio.CapacityLimiter(threads)
+        self.vnodes: dict[int, VirtualNode] = {}
+        self.vnode_by_key: dict[tuple[str, str, int], int] = {}
+        self.root_xattrs: dict[bytes, bytes] = {}
+        self.nursery: Optional[trio.Nursery] = None
+
+    # -- helpers -------------------------------------------------------------------
+
+    async def _thread(self, fn, *args, **kwargs):
+        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self.limiter)
+
+    def _attrs(self, node: Inode) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node.id
+        a.generation = 0
+        a.entry_timeout = a.attr_timeout = ENTRY_TIMEOUT
+        a.st_mode = node.mode
+        a.st_nlink = node.nlink
+        a.st_uid, a.st_gid, a.st_rdev = node.uid, node.gid, node.rdev
+        of = self.open_files.get(node.id)
+        a.st_size = of.buffer.size if of is not None and of.buffer is not None else node.size
+        a.st_blksize = 128 * 1024
+        a.st_blocks = (a.st_size + 511) // 512
+        a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns = node.atime_ns, node.mtime_ns, node.ctime_ns
+        return a
+
+    def _check_writable(self, parent: int = 0, name: bytes = b"") -> None:
+        if self.read_only:
+            raise FsError(errno.EROFS)
+        if parent >= VIRTUAL_BASE:
+            raise FsError(errno.EROFS)
+        if parent == ROOT_INODE and name == CONTROL_DIR:
+            raise FsError(errno.EEXIST)         # the .webfs tree owns this name
+
+    # -- names --------------------------------------------------------------------
+
+    @translate_errors
+    async def lookup(self, parent_inode, name, ctx=None):
+        if parent_inode >= VIRTUAL_BASE or (parent_inode == ROOT_INODE and name == CONTROL_DIR):
+            return self._virtual_attrs(self._virtual_lookup(parent_inode, name))
+        if name == b".":
+            return self._attrs(self.ns.get(parent_inode))
+        if name == b"..":
+            parent = self.store.catalog.scalar(
+                "SELECT parent FROM dentries WHERE inode=? LIMIT 1", (parent_inode,)) or ROOT_INODE
+            return self._attrs(self.ns.get(parent))
+        return self._attrs(self.ns.lookup(parent_inode, name))
+
+    @translate_errors
+    async def getattr(self, inode, ctx=None):
+        if inode >= VIRTUAL_BASE:
+            return self._virtual_attrs(self._vnode(inode))
+        return self._attrs(self.ns.get(inode))
+
+    @translate_errors
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        if inode >= VIRTUAL_BASE:
+            raise FsError(errno.EROFS)
+        self._check_writable()
+        changes = {}
+        if fields.update_mode:
+            changes["mode"] = (self.ns.get(inode).mode & ~0o7777) | (attr.st_mode & 0o7777)
+        if fields.update_uid:
+            changes["uid"] = attr.st_uid
+        if fields.update_gid:
+            changes["gid"] = attr.st_gid
+        if fields.update_atime:
+            changes["atime_ns"] = attr.st_atime_ns
+        if fields.update_mtime:
+            changes["mtime_ns"] = attr.st_mtime_ns
+        if fields.update_ctime:
+            changes["ctime_ns"] = attr.st_ctime_ns
+        if fields.update_size:
+            await self._truncate(inode, attr.st_size)
+        node = self.ns.set_attrs(inode, **changes) if changes else self.ns.get(inode)
+        self.store.commit()
+        return self._attrs(node)
+
+    async def _truncate(self, ino: int, size: int) -> None:
+        node = self.ns.get(ino)
+        if not stat.S_ISREG(node.mode):
+            raise FsError(errno.EINVAL)
+        of = self.open_files.get(ino)
+        if of is None:
+            # Truncate by path with nobody holding the file open: store it at once.
+            of = self._open_file(ino)
+            try:
+                async with of.lock:
+                    await self._load(of)
+                    of.buffer.truncate(size)
+                    of.dirty = True
+                    await self._commit(of)
+            finally:
+                await self._close_file(of)
+            return
+        async with of.lock:
+            await self._load(of)
+            of.buffer.truncate(size)
+            of.dirty = True
+
+    @translate_errors
+    async def readlink(self, inode, ctx):
+        return self.ns.readlink(inode)
+
+    @translate_errors
+    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        self._check_writable(parent_inode, name)
+        node = self.ns.create(parent_inode, name, mode, ctx.uid, ctx.gid, rdev)
+        self.store.commit()
+        return self._attrs(node)
+
+    @translate_errors
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        self._check_writable(parent_inode, name)
+        node = self.ns.create(parent_inode, name, stat.S_IFDIR | (mode & 0o7777), ctx.uid, ctx.gid)
+        self.store.commit()
+        return self._attrs(node)
+
+    @translate_errors
+    async def symlink(self, parent_inode, name, target, ctx):
+        self._check_writable(parent_inode, name)
+        node = await self._thread(self.ns.create, parent_inode, name, stat.S_IFLNK | 0o777,
+                                  ctx.uid, ctx.gid, 0, target)
+        self.store.commit()
+        return self._attrs(node)
+
+    @translate_errors
+    async def link(self, inode, new_parent_inode, new_name, ctx):
+        self._check_writable(new_parent_inode, new_name)
+        of = self.open_files.get(inode)
+        if of is not None:
+            async with of.lock:
+                await self._commit(of)
+        node = self.ns.link(inode, new_parent_inode, new_name)
+        self.store.commit()
+        return self._attrs(node)
+
+    @translate_errors
+    async def unlink(self, parent_inode, name, ctx):
+        self._check_writable(parent_inode, name)
+        node = self.ns.unlink(parent_inode, name)
+        self._maybe_free(node)
+        self.store.commit()
+
+    @translate_errors
+    async def rmdir(self, parent_inode, name, ctx):
+        self._check_writable(parent_inode, name)
+        node = self.ns.rmdir(parent_inode, name)
+        self._maybe_free(node)
+        self.store.commit()
+
+    @translate_errors
+    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        self._check_writable(parent_inode_old, name_old)
+        self._check_writable(parent_inode_new, name_new)
+        replaced = self.ns.rename(parent_inode_old, name_old, parent_inode_new, name_new,
+                                  noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE),
+                                  exchange=bool(flags & pyfuse3.RENAME_EXCHANGE))
+        if replaced is not None:
+            self._maybe_free(replaced)
+        self.store.commit()
+
+    def _maybe_free(self, node: Inode) -> None:
+        """An inode with no name goes now, or at its last close if it is open."""
+        if node.nlink <= 0 and node.id not in self.open_files:
+            self.ns.free(node.id)
+
+    # -- directories --------------------------------------------------------------
+
+    @translate_errors
+    async def opendir(self, inode, ctx):
+        if inode < VIRTUAL_BASE and not self.ns.get(inode).is_dir:
+            raise FsError(errno.ENOTDIR)
+        return inode
+
+    @translate_errors
+    async def readdir(self, fh, start_id, token):
+        if fh >= VIRTUAL_BASE:
+            return self._virtual_readdir(fh, start_id, token)
+        after = start_id
+        while True:
+            batch = self.ns.entries(fh, after, 200)
+            if not batch:
+                return
+            for off, name, node in batch:
+                if not pyfuse3.readdir_reply(token, name, self._attrs(node), off):
+                    return
+            after = batch[-1][0]
+
+    async def releasedir(self, fh):
+        pass
+
+    # -- open files ---------------------------------------------------------------
+
+    def _open_file(self, ino: int) -> OpenFile:
+        of = self.open_files.get(ino)
+        if of is None:
+            of = self.open_files[ino] = OpenFile(ino)
+        of.handles += 1
+        return of
+
+    def _new_handle(self, ino: int) -> int:
+        fh = self.next_fh
+        self.next_fh += 1
+        self.handles[fh] = ino
+        return fh
+
+    @translate_errors
+    async def open(self, inode, flags, ctx):
+        if inode >= VIRTUAL_BASE:
+            if flags & (os.O_WRONLY | os.O_RDWR):
+                raise FsError(errno.EROFS)
+            self._vnode(inode)
+            return pyfuse3.FileInfo(fh=inode, keep_cache=True)
+        if flags & (os.O_WRONLY | os.O_RDWR):
+            self._check_writable()
+        node = self.ns.get(inode)
+        if not stat.S_ISREG(node.mode):
+            raise FsError(errno.EINVAL)
+        self._open_file(inode)
+        # A file's blocks never change in place, and every write comes through
+        # this kernel, so its page cache stays true across opens.
+        return pyfuse3.FileInfo(fh=self._new_handle(inode), keep_cache=True)
+
+    @translate_errors
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        self._check_writable(parent_inode, name)
+        node = self.ns.create(parent_inode, name, stat.S_IFREG | (mode & 0o7777), ctx.uid, ctx.gid)
+        of = self._open_file(node.id)
+        of.buffer = FileBuffer(self.spill_dir, self.buffer_bound, self.max_block)
+        of.dirty = True
+        return pyfuse3.FileInfo(fh=self._new_handle(node.id), keep_cache=True), self._attrs(node)
+
+    async def _load(self, of: OpenFile) -> None:
+        """Give an open file a write buffer holding its current content (copy on write)."""
+        if of.buffer is not None:
+            return
+        buf = FileBuffer(self.spill_dir, self.buffer_bound, self.max_block)
+        off = 0
+        for row in self.ns.contents(of.ino):
+            buf.write(off, await self._piece(row))
+            off += row.size
+        of.buffer = buf
+
+    @translate_errors
+    async def write(self, fh, off, buf):
+        of = self.open_files[self.handles[fh]]
+        async with of.lock:
+            await self._load(of)
+            of.buffer.write(off, buf)
+            of.dirty = True
+        return len(buf)
+
+    async def _commit(self, of: OpenFile) -> None:
+        """Store a dirty file's buffer as blocks and make them its content (lock held)."""
+        if not of.dirty or of.buffer is None:
+            return
+        buf = of.buffer
+        size = buf.size
+        path = self.ns.path_of(of.ino)
+        rows: list[BlockRow] = []
+        try:
+            for i, start in enumerate(range(0, size, self.max_block)):
+                data = buf.read(start, self.max_block)
+                rows.append(await self._thread(self.store.store, data, name=path,
+                                               mode=self.store_mode, sig=buf.piece_sig(i)))
+            self.ns.set_contents(of.ino, rows, size, now_ns())
+            await self._thread(self.store.commit)
+        except BaseException:
+            for row in rows:
+                self.store.release(row)
+            raise
+        of.dirty = False
+        of.pieces = None
+
+    @translate_errors
+    async def flush(self, fh):
+        if fh >= VIRTUAL_BASE:
+            return
+        of = self.open_files[self.handles[fh]]
+        async with of.lock:
+            await self._commit(of)
+
+    @translate_errors
+    async def fsync(self, fh, datasync):
+        if fh >= VIRTUAL_BASE:
+            return
+        of = self.open_files[self.handles[fh]]
+        async with of.lock:
+            await self._commit(of)
+        await self._thread(self.store.sync)
+
+    @translate_errors
+    async def release(self, fh):
+        if fh >= VIRTUAL_BASE:
+            return
+        of = self.open_files[self.handles.pop(fh)]
+        async with of.lock:
+            try:
+                await self._commit(of)
+            finally:
+                await self._close_file(of)
+
+    async def _close_file(self, of: OpenFile) -> None:
+        of.handles -= 1
+        if of.handles > 0:
+            return
+        del self.open_files[of.ino]
+        if of.buffer is not None:
+            of.buffer.close()
+        try:
+            node = self.ns.get(of.ino)
+        except FsError:
+            return
+        if node.nlink <= 0:
+            self.ns.free(of.ino)
+            self.store.commit()
+
+    # -- reading ------------------------------------------------------------------
+
+    async def _piece(self, row: BlockRow) -> bytes:
+        data = self.cache.get(row.id)
+        if data is not None:
+            return data
+        event = self.cache.inflight.get(row.id)
+        if event is not None:
+            await event.wait()
+            data = self.cache.get(row.id)
+            if data is not None:
+                return data
+        event = self.cache.inflight[row.id] = trio.Event()
+        try:
+            data = await self._thread(self.store.read, row)
+            self.cache.put(row.id, data)
+            return data
+        finally:
+            del self.cache.inflight[row.id]
+            event.set()
+
+    @translate_errors
+    async def read(self, fh, off, size):
+        if fh >= VIRTUAL_BASE:
+            node = self._vnode(fh)
+            row = self.store.catalog.block(node.key, node.overflow)
+            if row is None:
+                raise FsError(errno.ENOENT)
+            return (await self._piece(row))[off:off + size]
+        of = self.open_files[self.handles[fh]]
+        if of.buffer is not None:
+            return of.buffer.read(off, size)
+        if of.pieces is None:
+            of.pieces = self.ns.contents(of.ino)
+        pieces = of.pieces
+        out = []
+        first = off // self.max_block
+        for index in range(first, len(pieces)):
+            start = index * self.max_block
+            if start >= off + size:
+                break
+            data = await self._piece(pieces[index])
+            out.append(data[max(0, off - start):off + size - start])
+        if len(pieces) > 1:
+            self._prefetch(pieces, (off + size) // self.max_block + 1)
+        return b"".join(out)
+
+    def _prefetch(self, pieces: list[BlockRow], index: int, ahead: int = 2) -> None:
+        """Start fetching the next pieces of a large file (they sit on other disks)."""
+        if self.nursery is None:
+            return
+        for row in pieces[index:index + ahead]:
+            if self.cache.get(row.id) is None and row.id not in self.cache.inflight:
+                self.nursery.start_soon(self._quiet_piece, row)
+
+    async def _quiet_piece(self, row: BlockRow) -> None:
+        try:
+            await self._piece(row)
+        except WebfsError:
+            pass            # the reader that needs it will see the error
+
+    # -- xattrs ---------------------------------------------------------------------
+
+    def _virtual_xattr(self, inode: int, name: bytes) -> Optional[bytes]:
+        if inode == ROOT_INODE and name in self.root_xattrs:
+            return self.root_xattrs[name]
+        if not name.startswith(XATTR_PREFIX) or inode >= VIRTUAL_BASE:
+            return None
+        key = name[len(XATTR_PREFIX):]
+        if key not in (b"signature", b"disk", b"refs", b"codec"):
+            return None
+        rows = self.ns.contents(inode)
+        if key == b"signature":
+            return ",".join(r.block_name for r in rows).encode()
+        if key == b"disk":
+            return ",".join(str(r.disk) for r in rows).encode()
+        if key == b"refs":
+            return ",".join(str(r.refs) for r in rows).encode()
+        return ",".join(r.codec for r in rows).encode()
+
+    @translate_errors
+    async def getxattr(self, inode, name, ctx):
+        value = self._virtual_xattr(inode, name)
+        if value is not None:
+            return value
+        if inode >= VIRTUAL_BASE:
+            raise FsError(errno.ENODATA)
+        return self.ns.getxattr(inode, name)
+
+    @translate_errors
+    async def setxattr(self, inode, name, value, ctx):
+        if name.startswith(XATTR_PREFIX) or inode >= VIRTUAL_BASE:
+            raise FsError(errno.EPERM)      # webfs's own attributes are read-only
+        self._check_writable()
+        self.ns.setxattr(inode, name, value)
+        self.store.commit()
+
+    @translate_errors
+    async def listxattr(self, inode, ctx):
+        if inode >= VIRTUAL_BASE:
+            return []
+        return self.ns.listxattr(inode)
+
+    @translate_errors
+    async def removexattr(self, inode, name, ctx):
+        if name.startswith(XATTR_PREFIX):
+            raise FsError(errno.EPERM)
+        self._check_writable()
+        self.ns.removexattr(inode, name)
+        self.store.commit()
+
+    # -- the filesystem ---------------------------------------------------------------
+
+    @translate_errors
+    async def statfs(self, ctx):
+        s = pyfuse3.StatvfsData()
+        free = total = 0
+        for vol in self.store.archive.volumes.values():
+            f, t = vol.backend.free_space()
+            free, total = free + f, total + t
+        s.f_bsize = s.f_frsize = 4096
+        s.f_blocks = total // 4096
+        s.f_bfree = s.f_bavail = free // 4096
+        inodes = self.ns.count_inodes()
+        s.f_files = inodes + free // 4096
+        s.f_ffree = s.f_favail = free // 4096
+        s.f_namemax = 255
+        return s
+
+    async def forget(self, inode_list):
+        for ino, _ in inode_list:
+            if ino >= VIRTUAL_BASE and ino in self.vnodes:
+                node = self.vnodes.pop(ino)
+                self.vnode_by_key.pop((node.kind, node.key, node.overflow), None)
+
+    # -- the .webfs tree --------------------------------------------------------------
+
+    def _vnode(self, ino: int) -> VirtualNode:
+        node = self.vnodes.get(ino)
+        if node is None:
+            raise FsError(errno.ENOENT)
+        return node
+
+    def _vnode_for(self, kind: str, key: str, overflow: int = 0) -> VirtualNode:
+        ident = (kind, key, overflow)
+        ino = self.vnode_by_key.get(ident)
+        if ino is None:
+            ino = VIRTUAL_BASE + len(self.vnode_by_key) + 1
+            while ino in self.vnodes:
+                ino += 1
+            self.vnodes[ino] = VirtualNode(ino, kind, key, overflow)
+            self.vnode_by_key[ident] = ino
+        return self.vnodes[ino]
+
+    def _group_chars(self) -> int:
+        return 2 * (self.store.conf.depth - 1)
+
+    def _virtual_lookup(self, parent: int, name: bytes) -> VirtualNode:
+        if parent == ROOT_INODE:
+            return self._vnode_for("root", "")
+        node = self._vnode(parent)
+        text = name.decode("ascii", "replace")
+        if node.kind == "root":
+            if name == b"blocks":
+                return self._vnode_for("dir", "")
+            raise FsError(errno.ENOENT)
+        if node.kind != "dir":
+            raise FsError(errno.ENOTDIR)
+        if len(node.key) < self._group_chars():
+            key = node.key + text
+            if len(text) == 2 and self.store.catalog.scalar(
+                    "SELECT 1 FROM blocks WHERE grp >= ? AND grp < ? LIMIT 1", (key, key + "g")):
+                return self._vnode_for("dir", key)
+            raise FsError(errno.ENOENT)
+        rest, _, ovf = text.partition("~")
+        if ovf and not ovf.isdigit():
+            raise FsError(errno.ENOENT)
+        sig = node.key + rest
+        if self.store.catalog.block(sig, int(ovf or 0)) is None:
+            raise FsError(errno.ENOENT)
+        return self._vnode_for("block", sig, int(ovf or 0))
+
+    def _virtual_attrs(self, node: VirtualNode) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node.ino
+        a.entry_timeout = a.attr_timeout = 1.0       # blocks come and go
+        if node.kind == "block":
+            row = self.store.catalog.block(node.key, node.overflow)
+            if row is None:
+                raise FsError(errno.ENOENT)
+            a.st_mode = stat.S_IFREG | 0o444
+            a.st_size = row.size
+            a.st_nlink = 1
+        else:
+            a.st_mode = stat.S_IFDIR | 0o555
+            a.st_nlink = 2
+        root = self.ns.get(ROOT_INODE)
+        a.st_uid, a.st_gid = root.uid, root.gid
+        a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = root.ctime_ns
+        a.st_blksize = 128 * 1024
+        a.st_blocks = (a.st_size + 511) // 512
+        return a
+
+    def _virtual_children(self, node: VirtualNode) -> list[tuple[bytes, VirtualNode]]:
+        if node.kind == "root":
+            return [(b"blocks", self._vnode_for("dir", ""))]
+        width = self._group_chars()
+        if len(node.key) < width:
+            n = len(node.key) + 2
+            rows = self.store.catalog.query(
+                "SELECT DISTINCT substr(grp, 1, ?) FROM blocks WHERE grp >= ? AND grp < ? ORDER BY 1",
+                (n, node.key, node.key + "g"))
+            return [(r[0][-2:].encode(), self._vnode_for("dir", r[0])) for r in rows]
+        rows = self.store.catalog.query(
+            "SELECT sig, overflow FROM blocks WHERE grp=? ORDER BY sig, overflow", (node.key,))
+        return [((sig[width:] + (f"~{ovf}" if ovf else "")).encode(), self._vnode_for("block", sig, ovf))
+                for sig, ovf in rows]
+
+    def _virtual_readdir(self, fh: int, start_id: int, token) -> None:
+        children = self._virtual_children(self._vnode(fh))
+        for i, (name, child) in enumerate(children[start_id:], start_id + 1):
+            if not pyfuse3.readdir_reply(token, name, self._virtual_attrs(child), i):
+                return

@@ -1,0 +1,107 @@
+"""Plain-text records of the namespace on every disk: MANIFEST and JOURNAL.
+
+``meta/MANIFEST`` lists every name of the archive, one per line::
+
+    <sig>[~n][,<sig>…]<TAB><size><TAB><mode octal><TAB><mtime><TAB><path>
+
+(``-`` for directories and empty files; paths escape tab, newline and
+backslash as ``\\t``, ``\\n``, ``\\\\``; mtime is seconds with nine decimals).
+``meta/JOURNAL`` holds the namespace changes since that MANIFEST was written:
+``+`` an entry (the five fields), ``-`` a path removed, ``>`` a rename,
+``<>`` two paths exchanged. The same files are on every disk, so any disk
+that survives tells every name, and a person (or tools/webfs-recover) can
+rebuild the tree without webfs.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Optional
+
+from .catalog import BlockRow
+
+if TYPE_CHECKING:
+    from .archive import Archive
+    from .namespace import Inode, Namespace
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "meta/MANIFEST"
+JOURNAL = "meta/JOURNAL"
+
+
+def escape_path(path: bytes) -> bytes:
+    return path.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n")
+
+
+def unescape_path(text: bytes) -> bytes:
+    out, i = bytearray(), 0
+    while i < len(text):
+        c = text[i:i + 1]
+        if c == b"\\" and i + 1 < len(text):
+            out += {b"t": b"\t", b"n": b"\n", b"\\": b"\\"}.get(text[i + 1:i + 2], text[i + 1:i + 2])
+            i += 2
+        else:
+            out += c
+            i += 1
+    return bytes(out)
+
+
+def format_mtime(ns: int) -> str:
+    return f"{ns // 10**9}.{ns % 10**9:09d}"
+
+
+def entry(rows: list[BlockRow], node: "Inode", path: bytes) -> bytes:
+    """One MANIFEST line (without the newline)."""
+    sigs = ",".join(r.block_name for r in rows) or "-"
+    return b"\t".join([sigs.encode(), str(node.size).encode(), f"{node.mode:o}".encode(),
+                       format_mtime(node.mtime_ns).encode(), escape_path(path)])
+
+
+class Journal:
+    """Namespace changes, buffered and appended to meta/JOURNAL on every present
+    disk at each catalog commit (so a killed daemon loses nothing it committed)."""
+
+    def __init__(self, archive: "Archive"):
+        self.archive = archive
+        self.lines: list[bytes] = []
+        self.lock = threading.Lock()
+        self.namespace: Optional["Namespace"] = None
+
+    def record(self, op: str, node: Optional["Inode"], path: bytes, new_path: bytes = b"") -> None:
+        if op == "+":
+            line = b"+\t" + entry(self.namespace.contents(node.id), node, path)
+        elif op in (">", "<>"):
+            line = op.encode() + b"\t" + escape_path(path) + b"\t" + escape_path(new_path)
+        else:
+            line = b"-\t" + escape_path(path)
+        with self.lock:
+            self.lines.append(line + b"\n")
+
+    def flush(self, fsync: bool = False) -> None:
+        with self.lock:
+            data, self.lines = b"".join(self.lines), []
+        if not data:
+            return
+        for vol in self.archive.volumes.values():
+            try:
+                vol.backend.append(JOURNAL, data, fsync=fsync)
+            except OSError as exc:
+                log.warning("disk %d: cannot append to %s: %s", vol.index, JOURNAL, exc)
+
+    def checkpoint(self, namespace: "Namespace") -> int:
+        """Write a new MANIFEST on every disk and start an empty JOURNAL.
+        The caller holds the catalog lock, so no change slips between the two."""
+        lines = []
+        for path, node in namespace.walk():
+            lines.append(entry(namespace.contents(node.id), node, path) + b"\n")
+        data = b"".join(lines)
+        with self.lock:
+            self.lines = []
+        for vol in self.archive.volumes.values():
+            try:
+                vol.backend.write_atomic(MANIFEST, data, fsync=True)
+                vol.backend.write_atomic(JOURNAL, b"", fsync=True)
+            except OSError as exc:
+                log.warning("disk %d: cannot write %s: %s", vol.index, MANIFEST, exc)
+        return len(lines)

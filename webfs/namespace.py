@@ -1,0 +1,389 @@
+"""The namespace: directories, names, inodes, symlinks, hard links and xattrs,
+kept in the catalog.
+
+It is POSIX's rules in one place (ENOENT, EEXIST, ENOTEMPTY, ENAMETOOLONG,
+rename over a target, link counts), with no FUSE in it: ``fs`` translates
+kernel requests into these calls, and a test can drive it directly. A
+file's content is a list of blocks (one per piece); ``set_contents``
+replaces it and releases the blocks it no longer uses. Every change is told
+to the journal (plain text on the disks) so names survive the catalog.
+"""
+from __future__ import annotations
+
+import errno
+import stat
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional
+
+from .catalog import BLOCK_COLUMNS, BlockRow
+from .errors import FsError
+from .store import Store
+
+ROOT_INODE = 1
+NAME_MAX = 255
+INODE_COLUMNS = "id, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev"
+
+
+@dataclass
+class Inode:
+    id: int
+    mode: int
+    uid: int
+    gid: int
+    size: int
+    nlink: int
+    atime_ns: int
+    mtime_ns: int
+    ctime_ns: int
+    rdev: int
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.mode)
+
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+def check_name(name: bytes) -> None:
+    if len(name) > NAME_MAX:
+        raise FsError(errno.ENAMETOOLONG, f"name longer than {NAME_MAX} bytes")
+    if not name or b"/" in name or b"\0" in name or name in (b".", b".."):
+        raise FsError(errno.EINVAL, f"invalid name {name!r}")
+
+
+class Namespace:
+    """The directory tree of one archive, over its catalog and store."""
+
+    def __init__(self, store: Store, journal: Optional[Callable[..., None]] = None):
+        self.store = store
+        self.cat = store.catalog
+        self.journal = journal or (lambda *args: None)
+
+    # -- reading ---------------------------------------------------------------
+
+    def ensure_root(self, uid: int = 0, gid: int = 0) -> None:
+        if self.cat.scalar("SELECT 1 FROM inodes WHERE id=?", (ROOT_INODE,)) is None:
+            t = now_ns()
+            self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                             (ROOT_INODE, stat.S_IFDIR | 0o755, uid, gid, 0, 2, t, t, t, 0))
+            self.cat.commit()
+
+    def get(self, ino: int) -> Inode:
+        rows = self.cat.query(f"SELECT {INODE_COLUMNS} FROM inodes WHERE id=?", (ino,))
+        if not rows:
+            raise FsError(errno.ENOENT, f"no inode {ino}")
+        return Inode(*rows[0])
+
+    def lookup(self, parent: int, name: bytes) -> Inode:
+        ino = self.cat.scalar("SELECT inode FROM dentries WHERE parent=? AND name=?", (parent, name))
+        if ino is None:
+            if len(name) > NAME_MAX:
+                raise FsError(errno.ENAMETOOLONG)
+            raise FsError(errno.ENOENT)
+        return self.get(ino)
+
+    def entries(self, parent: int, after: int = 0, limit: int = 1000) -> list[tuple[int, bytes, Inode]]:
+        """(offset, name, inode) of a directory's entries after an offset, in offset order."""
+        rows = self.cat.query(
+            f"SELECT d.rowid, d.name, {', '.join('i.' + c.strip() for c in INODE_COLUMNS.split(','))} "
+            "FROM dentries d JOIN inodes i ON i.id = d.inode "
+            "WHERE d.parent=? AND d.rowid>? ORDER BY d.rowid LIMIT ?", (parent, after, limit))
+        return [(r[0], r[1], Inode(*r[2:])) for r in rows]
+
+    def path_of(self, ino: int) -> bytes:
+        """The path of an inode from the root (one of its names, for hints and journals)."""
+        parts = []
+        while ino != ROOT_INODE:
+            row = self.cat.query("SELECT parent, name FROM dentries WHERE inode=? LIMIT 1", (ino,))
+            if not row:
+                return b"/" + b"/".join(reversed(parts)) if parts else b""
+            ino, name = row[0]
+            parts.append(name)
+        return b"/" + b"/".join(reversed(parts))
+
+    def contents(self, ino: int) -> list[BlockRow]:
+        cols = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))
+        return [BlockRow(*r) for r in self.cat.query(
+            f"SELECT {cols} FROM contents c JOIN blocks b ON b.id = c.block "
+            "WHERE c.inode=? ORDER BY c.piece", (ino,))]
+
+    def readlink(self, ino: int) -> bytes:
+        target = self.cat.scalar("SELECT target FROM symlinks WHERE inode=?", (ino,))
+        if target is None:
+            raise FsError(errno.EINVAL, "not a symlink")
+        return target
+
+    def count_inodes(self) -> int:
+        return self.cat.scalar("SELECT COUNT(*) FROM inodes")
+
+    # -- making names ----------------------------------------------------------
+
+    def _parent_dir(self, parent: int) -> Inode:
+        node = self.get(parent)
+        if not node.is_dir:
+            raise FsError(errno.ENOTDIR)
+        return node
+
+    def _touch_dir(self, parent: int, nlink_delta: int = 0) -> None:
+        t = now_ns()
+        self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=?, nlink=nlink+? WHERE id=?",
+                         (t, t, nlink_delta, parent))
+
+    def create(self, parent: int, name: bytes, mode: int, uid: int, gid: int,
+               rdev: int = 0, target: Optional[bytes] = None) -> Inode:
+        """A new file, directory, symlink (target given) or special node."""
+        check_name(name)
+        with self.cat.lock:
+            self._parent_dir(parent)
+            if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? AND name=?", (parent, name)):
+                raise FsError(errno.EEXIST)
+            t = now_ns()
+            is_dir = stat.S_ISDIR(mode)
+            size = len(target) if target is not None else 0
+            cur = self.cat.execute(
+                f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (NULL,?,?,?,?,?,?,?,?,?)",
+                (mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev))
+            ino = cur.lastrowid
+            self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
+                             (parent, name, ino))
+            self._touch_dir(parent, 1 if is_dir else 0)
+            path = self.path_of(ino)
+            if target is not None:
+                self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
+                row = self.store.store(target, name=path)
+                self.cat.execute("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
+                                 (ino, 0, row.id))
+            node = self.get(ino)
+            self.journal("+", node, path)
+            return node
+
+    def link(self, ino: int, parent: int, name: bytes) -> Inode:
+        check_name(name)
+        with self.cat.lock:
+            node = self.get(ino)
+            if node.is_dir:
+                raise FsError(errno.EPERM, "hard links to directories are not allowed")
+            self._parent_dir(parent)
+            if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? AND name=?", (parent, name)):
+                raise FsError(errno.EEXIST)
+            self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
+                             (parent, name, ino))
+            self.cat.execute("UPDATE inodes SET nlink=nlink+1, ctime_ns=? WHERE id=?", (now_ns(), ino))
+            self._touch_dir(parent)
+            for row in self.contents(ino):
+                self.store.add_ref(row)
+            node = self.get(ino)
+            self.journal("+", node, self._join(parent, name))
+            return node
+
+    def _join(self, parent: int, name: bytes) -> bytes:
+        base = self.path_of(parent)
+        return (base.rstrip(b"/") + b"/" + name) if base else b"/" + name
+
+    # -- removing names --------------------------------------------------------
+
+    def unlink(self, parent: int, name: bytes) -> Inode:
+        """Remove a non-directory name; returns the inode (nlink 0: free it when unused)."""
+        with self.cat.lock:
+            node = self.lookup(parent, name)
+            if node.is_dir:
+                raise FsError(errno.EISDIR)
+            path = self._join(parent, name)
+            self._drop_name(parent, name, node)
+            self.journal("-", None, path)
+            return self.get(node.id)
+
+    def rmdir(self, parent: int, name: bytes) -> Inode:
+        with self.cat.lock:
+            node = self.lookup(parent, name)
+            if not node.is_dir:
+                raise FsError(errno.ENOTDIR)
+            if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? LIMIT 1", (node.id,)):
+                raise FsError(errno.ENOTEMPTY)
+            path = self._join(parent, name)
+            self._drop_name(parent, name, node)
+            self.journal("-", None, path)
+            return self.get(node.id)
+
+    def _drop_name(self, parent: int, name: bytes, node: Inode) -> None:
+        self.cat.execute("DELETE FROM dentries WHERE parent=? AND name=?", (parent, name))
+        if node.is_dir:
+            self.cat.execute("UPDATE inodes SET nlink=0, ctime_ns=? WHERE id=?", (now_ns(), node.id))
+            self._touch_dir(parent, -1)
+        else:
+            self.cat.execute("UPDATE inodes SET nlink=nlink-1, ctime_ns=? WHERE id=?", (now_ns(), node.id))
+            self._touch_dir(parent)
+            # The blocks of this name's reference go now; the inode's own
+            # content stays readable through open handles until it is freed.
+            if node.nlink > 1:
+                for row in self.contents(node.id):
+                    self.store.release(row)
+
+    def free(self, ino: int) -> None:
+        """Forget an inode that has no name left: its blocks lose their references."""
+        with self.cat.lock:
+            node = self.get(ino)
+            if node.nlink > 0:
+                return
+            for row in self.contents(ino):
+                self.store.release(row)
+            for table, col in (("contents", "inode"), ("symlinks", "inode"),
+                               ("xattrs", "inode"), ("inodes", "id")):
+                self.cat.execute(f"DELETE FROM {table} WHERE {col}=?", (ino,))
+
+    def orphans(self) -> list[int]:
+        """Inodes with no name left (a crash while they were open)."""
+        return [r[0] for r in self.cat.query("SELECT id FROM inodes WHERE nlink<=0 AND id<>?",
+                                             (ROOT_INODE,))]
+
+    # -- renaming --------------------------------------------------------------
+
+    def rename(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes,
+               noreplace: bool = False, exchange: bool = False) -> Optional[Inode]:
+        """Rename; returns the inode that lost its name to the target, if any."""
+        check_name(new_name)
+        with self.cat.lock:
+            node = self.lookup(old_parent, old_name)
+            self._parent_dir(new_parent)
+            try:
+                target = self.lookup(new_parent, new_name)
+            except FsError:
+                target = None
+            if target is not None and target.id == node.id:
+                return None
+            if node.is_dir and self._is_ancestor(node.id, new_parent):
+                raise FsError(errno.EINVAL, "cannot move a directory into itself")
+            old_path, new_path = self._join(old_parent, old_name), self._join(new_parent, new_name)
+            if exchange:
+                if target is None:
+                    raise FsError(errno.ENOENT)
+                if target.is_dir and self._is_ancestor(target.id, old_parent):
+                    raise FsError(errno.EINVAL)
+                self.cat.execute("UPDATE dentries SET inode=? WHERE parent=? AND name=?",
+                                 (target.id, old_parent, old_name))
+                self.cat.execute("UPDATE dentries SET inode=? WHERE parent=? AND name=?",
+                                 (node.id, new_parent, new_name))
+                if node.is_dir != target.is_dir and old_parent != new_parent:
+                    delta = 1 if node.is_dir else -1
+                    self._touch_dir(new_parent, delta)
+                    self._touch_dir(old_parent, -delta)
+                self.journal("<>", None, old_path, new_path)
+                return None
+            replaced = None
+            if target is not None:
+                if noreplace:
+                    raise FsError(errno.EEXIST)
+                if target.is_dir:
+                    if not node.is_dir:
+                        raise FsError(errno.EISDIR)
+                    if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? LIMIT 1", (target.id,)):
+                        raise FsError(errno.ENOTEMPTY)
+                elif node.is_dir:
+                    raise FsError(errno.ENOTDIR)
+                self._drop_name(new_parent, new_name, target)
+                replaced = self.get(target.id)
+            self.cat.execute("UPDATE dentries SET parent=?, name=? WHERE parent=? AND name=?",
+                             (new_parent, new_name, old_parent, old_name))
+            delta = 1 if node.is_dir else 0
+            self._touch_dir(old_parent, -delta)
+            self._touch_dir(new_parent, delta)
+            self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), node.id))
+            self.journal(">", None, old_path, new_path)
+            return replaced
+
+    def _is_ancestor(self, ancestor: int, ino: int) -> bool:
+        while ino != ROOT_INODE:
+            if ino == ancestor:
+                return True
+            parent = self.cat.scalar("SELECT parent FROM dentries WHERE inode=? LIMIT 1", (ino,))
+            if parent is None:
+                return False
+            ino = parent
+        return ancestor == ROOT_INODE
+
+    # -- attributes and content -----------------------------------------------
+
+    def set_attrs(self, ino: int, **attrs) -> Inode:
+        """Set mode, uid, gid, size, atime_ns, mtime_ns (ctime follows)."""
+        allowed = {"mode", "uid", "gid", "size", "atime_ns", "mtime_ns", "ctime_ns"}
+        attrs = {k: v for k, v in attrs.items() if k in allowed and v is not None}
+        attrs.setdefault("ctime_ns", now_ns())
+        with self.cat.lock:
+            self.cat.execute(f"UPDATE inodes SET {', '.join(k + '=?' for k in attrs)} WHERE id=?",
+                             (*attrs.values(), ino))
+            node = self.get(ino)
+            if set(attrs) - {"atime_ns", "ctime_ns"}:
+                self._journal_inode(node)
+            return node
+
+    def set_contents(self, ino: int, rows: list[BlockRow], size: int, mtime_ns: int) -> Inode:
+        """Make a file's content these blocks (references already taken);
+        the old blocks lose the references this file held (once per name)."""
+        with self.cat.lock:
+            node = self.get(ino)
+            old = self.contents(ino)
+            self.cat.execute("DELETE FROM contents WHERE inode=?", (ino,))
+            for piece, row in enumerate(rows):
+                self.cat.execute("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
+                                 (ino, piece, row.id))
+            # A file with n names holds n references to each of its blocks.
+            for _ in range(max(node.nlink, 1) - 1):
+                for row in rows:
+                    self.store.add_ref(row)
+            for _ in range(max(node.nlink, 1)):
+                for row in old:
+                    self.store.release(row)
+            node = self.set_attrs(ino, size=size, mtime_ns=mtime_ns, ctime_ns=now_ns())
+            return node
+
+    def _journal_inode(self, node: Inode) -> None:
+        for (parent, name) in self.cat.query("SELECT parent, name FROM dentries WHERE inode=?", (node.id,)):
+            self.journal("+", node, self._join(parent, name))
+
+    # -- xattrs ----------------------------------------------------------------
+
+    def getxattr(self, ino: int, name: bytes) -> bytes:
+        value = self.cat.scalar("SELECT value FROM xattrs WHERE inode=? AND name=?", (ino, name))
+        if value is None:
+            raise FsError(errno.ENODATA)
+        return value
+
+    def listxattr(self, ino: int) -> list[bytes]:
+        return [r[0] for r in self.cat.query("SELECT name FROM xattrs WHERE inode=? ORDER BY name", (ino,))]
+
+    def setxattr(self, ino: int, name: bytes, value: bytes, create: bool = False,
+                 replace: bool = False) -> None:
+        with self.cat.lock:
+            exists = self.cat.scalar("SELECT 1 FROM xattrs WHERE inode=? AND name=?", (ino, name))
+            if create and exists:
+                raise FsError(errno.EEXIST)
+            if replace and not exists:
+                raise FsError(errno.ENODATA)
+            self.cat.execute("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)",
+                             (ino, name, value))
+            self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), ino))
+
+    def removexattr(self, ino: int, name: bytes) -> None:
+        with self.cat.lock:
+            if self.cat.execute("DELETE FROM xattrs WHERE inode=? AND name=?", (ino, name)).rowcount == 0:
+                raise FsError(errno.ENODATA)
+
+    def walk(self) -> Iterator[tuple[bytes, Inode]]:
+        """(path, inode) of every name, parents before children."""
+        stack = [(ROOT_INODE, b"")]
+        while stack:
+            parent, base = stack.pop()
+            after = 0
+            while True:
+                batch = self.entries(parent, after)
+                if not batch:
+                    break
+                for off, name, node in batch:
+                    path = base + b"/" + name
+                    yield path, node
+                    if node.is_dir:
+                        stack.append((node.id, path))
+                after = batch[-1][0]
