@@ -45,3 +45,62 @@ def webfs(*args, check=True, input=None, **kwargs) -> subprocess.CompletedProces
         raise AssertionError(f"webfs {' '.join(map(str, args))} exited {proc.returncode}:\n"
                              f"{proc.stdout.decode(errors='replace')}\n{proc.stderr.decode(errors='replace')}")
     return proc
+
+
+def unmount(mnt: Path) -> None:
+    """Unmount through webfs; if the daemon is gone, make sure the kernel lets go."""
+    if os.path.ismount(mnt):
+        if webfs("umount", mnt, check=False).returncode != 0:
+            subprocess.run(["fusermount3", "-uz", str(mnt)], check=False)
+
+
+class Mounted:
+    """A webfs archive on temporary disks, mounted with the real command."""
+
+    def __init__(self, root: Path, disks: int = 4, mkfs_args=(), options: str = ""):
+        self.root = root
+        self.disks = [root / f"disk{i}" for i in range(disks)]
+        self.mnt = root / "mnt"
+        self.mnt.mkdir(exist_ok=True)
+        webfs("mkfs", *mkfs_args, *self.disks)
+        self.options = options
+        self.mount()
+
+    def mount(self, options: str = None) -> None:
+        opts = self.options if options is None else options
+        webfs("mount", *(["-o", opts] if opts else []), self.disks[0], self.mnt)
+
+    def umount(self) -> None:
+        unmount(self.mnt)
+
+    def remount(self, options: str = None) -> None:
+        self.umount()
+        self.mount(options)
+
+    def pid(self) -> int:
+        return int(os.getxattr(self.mnt, "user.webfs.pid"))
+
+
+@pytest.fixture
+def mounted(tmp_path):
+    m = Mounted(tmp_path)
+    yield m
+    m.umount()
+
+
+def sh(cmd: str, cwd=None, check=True) -> subprocess.CompletedProcess:
+    """Run a shell command line as a user would type it."""
+    proc = subprocess.run(cmd, shell=True, cwd=cwd, capture_output=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd!r} exited {proc.returncode}:\n"
+                             f"{proc.stdout.decode(errors='replace')}\n{proc.stderr.decode(errors='replace')}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> Path:
+    """Two small generated crawls (a few thousand files) from tools/make-corpus."""
+    out = tmp_path_factory.mktemp("corpus") / "crawls"
+    subprocess.run([sys.executable, str(REPO / "tools" / "make-corpus"), "--seed", "7",
+                    "--pages", "1500", "--crawls", "2", str(out)], check=True, capture_output=True)
+    return out

@@ -133,6 +133,7 @@ class OpenFile:
         self.lock = trio.Lock()
         self.buffer: Optional[FileBuffer] = None
         self.dirty = False
+        self.mtime_ns = 0            # of the last write, or as set by utimens since
         self.pieces: Optional[list[BlockRow]] = None      # cached contents for readers
 
 
@@ -291,6 +292,9 @@ class Operations(pyfuse3.Operations):
             changes["atime_ns"] = attr.st_atime_ns
         if fields.update_mtime:
             changes["mtime_ns"] = attr.st_mtime_ns
+            of = self.open_files.get(inode)
+            if of is not None:
+                of.mtime_ns = attr.st_mtime_ns      # the content stored at close keeps it
         if fields.update_ctime:
             changes["ctime_ns"] = attr.st_ctime_ns
         if fields.update_size:
@@ -312,6 +316,7 @@ class Operations(pyfuse3.Operations):
                     await self._load(of)
                     of.buffer.truncate(size)
                     of.dirty = True
+                    of.mtime_ns = now_ns()
                     await self._commit(of)
             finally:
                 await self._close_file(of)
@@ -320,6 +325,7 @@ class Operations(pyfuse3.Operations):
             await self._load(of)
             of.buffer.truncate(size)
             of.dirty = True
+            of.mtime_ns = now_ns()
 
     @translate_errors
     async def readlink(self, inode, ctx):
@@ -472,6 +478,7 @@ class Operations(pyfuse3.Operations):
             await self._load(of)
             of.buffer.write(off, buf)
             of.dirty = True
+            of.mtime_ns = now_ns()
         return len(buf)
 
     async def _commit(self, of: OpenFile) -> None:
@@ -487,7 +494,7 @@ class Operations(pyfuse3.Operations):
                 data = buf.read(start, self.max_block)
                 rows.append(await self._thread(self.store.store, data, name=path,
                                                mode=self.store_mode, sig=buf.piece_sig(i)))
-            self.ns.set_contents(of.ino, rows, size, now_ns())
+            self.ns.set_contents(of.ino, rows, size, of.mtime_ns or now_ns())
             await self._thread(self.store.commit)
         except BaseException:
             for row in rows:
@@ -632,6 +639,9 @@ class Operations(pyfuse3.Operations):
     async def setxattr(self, inode, name, value, ctx):
         if name.startswith(XATTR_PREFIX) or inode >= VIRTUAL_BASE:
             raise FsError(errno.EPERM)      # webfs's own attributes are read-only
+        if name.startswith(b"system."):
+            # No POSIX ACLs: refusing them makes cp/rsync fall back to chmod.
+            raise FsError(errno.EOPNOTSUPP)
         self._check_writable()
         self.ns.setxattr(inode, name, value)
         self.store.commit()
