@@ -1,0 +1,408 @@
+"""The things tools/bench compares.  A target is a directory tree the shell
+tools write into and read from, backed by one or more plain directories on
+the work filesystem.  To add one, subclass Target and register it in TARGETS.
+
+Life cycle, all driven by tools/bench:
+
+    create()        empty backing dirs, made (mkfs) and mounted: ready to ingest
+    remount_cold()  unmount, drop caches, mount again (a cold start)
+    populate(...)   make it hold the corpus for the read sections (untimed)
+    destroy()       unmount and remove the backing dirs
+    umount()        must be safe to call at any time, twice, on errors
+"""
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+import zlib
+
+from bench_lib import (BenchError, drop_caches, find_daemon, fuse_daemon_pids,
+                       fusermount_u, is_mounted, kill_pid, log, pid_alive, proc_cpu,
+                       proc_mem, rmtree, run, wait_mounted, wait_pid_gone)
+
+# every mount point we created, for the last-resort cleanup
+LIVE = {}
+
+
+class Target:
+    name = "?"
+    fuse = False
+    description = ""
+
+    def __init__(self, name, root, opts):
+        self.name = name
+        self.root = os.path.abspath(root)
+        self.opts = opts            # argparse namespace of tools/bench
+        self.pid = None             # FUSE daemon pid, when mounted
+        self.mount_seconds = []     # how long each mount took
+        self.log_path = os.path.join(self.root, "daemon.log")
+
+    # -- where things are
+    @property
+    def path(self):
+        """The directory the shell tools work in."""
+        raise NotImplementedError
+
+    def backing(self):
+        """Plain directories holding the data (for du)."""
+        raise NotImplementedError
+
+    def describe(self):
+        return {"name": self.name, "fuse": self.fuse, "description": self.description}
+
+    def available(self):
+        """None when usable, else why not."""
+        return None
+
+    # -- life cycle
+    def create(self):
+        self.destroy()
+        os.makedirs(self.root, exist_ok=True)
+        for d in self.backing():
+            os.makedirs(d, exist_ok=True)
+        self.mkfs()
+        self.mount()
+
+    def mkfs(self):
+        pass
+
+    def mount(self):
+        pass
+
+    def umount(self):
+        pass
+
+    def destroy(self):
+        self.umount()
+        for d in self.backing():
+            rmtree(d)
+
+    def remount_cold(self):
+        """Unmount, write back and drop every cache, mount again."""
+        self.umount()
+        ok = drop_caches()
+        self.mount()
+        return ok
+
+    def populate(self, corpus, crawls, mode):
+        """Make the target hold crawls (names under corpus), untimed.
+        mode "link": hard links to the corpus files where the target is a plain
+        directory tree underneath (same bytes, same filesystem, no extra
+        space); "copy": cp -a through the target."""
+        for c in crawls:
+            if os.path.exists(os.path.join(self.path, c)):
+                continue
+            run(["cp", "-a", os.path.join(corpus, c), os.path.join(self.path, c)])
+
+    def daemon_stats(self):
+        """{"cpu": s, "hwm": bytes, "rss": bytes} of the daemon, or None."""
+        if not self.pid:
+            return None
+        cpu = proc_cpu(self.pid)
+        hwm, rss = proc_mem(self.pid)
+        if cpu is None:
+            return None
+        return {"cpu": cpu, "hwm": hwm, "rss": rss, "pid": self.pid}
+
+    # -- helpers for FUSE daemons
+    def start_daemon(self, argv, mnt, timeout=60.0):
+        os.makedirs(mnt, exist_ok=True)
+        before = fuse_daemon_pids()
+        t0 = time.perf_counter()
+        try:
+            log_start = os.path.getsize(self.log_path)
+        except OSError:
+            log_start = 0
+        with open(self.log_path, "ab") as logf:
+            logf.write(("\n$ %s\n" % " ".join(shlex.quote(a) for a in argv)).encode())
+            logf.flush()
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                                    start_new_session=True)
+        LIVE[mnt] = self
+        if not wait_mounted(mnt, timeout, proc):
+            if proc.poll() is None:
+                kill_pid(proc.pid)
+            out = self.log_tail(start=log_start).strip().splitlines()[1:]
+            raise BenchError("%s: mount failed: %s%s" % (
+                self.name, " ".join(out[-3:]) or "(no output)",
+                "\n$ " + " ".join(argv)))
+        self.mount_seconds.append(time.perf_counter() - t0)
+        self.pid = find_daemon(mnt, before)
+        if self.pid is None and proc.poll() is None:
+            self.pid = proc.pid                  # a foreground daemon
+        self._proc = proc
+        if self.pid is None:
+            log("%s: could not find the daemon serving %s; no CPU/RSS figures", self.name, mnt)
+
+    def stop_daemon(self, mnt, umount_argv=None):
+        if not is_mounted(mnt):
+            LIVE.pop(mnt, None)
+            self._reap()
+            return
+        if umount_argv:
+            p = subprocess.run(umount_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, timeout=600)
+            if p.returncode != 0:
+                log("%s: %s failed (%d): %s", self.name, " ".join(umount_argv),
+                    p.returncode, p.stderr.strip()[-500:])
+        if is_mounted(mnt):
+            fusermount_u(mnt)
+        if is_mounted(mnt):
+            log("%s: %s busy, lazy unmount", self.name, mnt)
+            fusermount_u(mnt, lazy=True)
+        if self.pid and not wait_pid_gone(self.pid, 120):
+            log("%s: daemon %d still running after unmount; killing it", self.name, self.pid)
+            kill_pid(self.pid)
+        LIVE.pop(mnt, None)
+        self._reap()
+        self.pid = None
+
+    def _reap(self):
+        proc = getattr(self, "_proc", None)
+        if proc is not None:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                kill_pid(proc.pid)
+                proc.wait()
+            self._proc = None
+
+    def log_tail(self, n=2000, start=0):
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(start)
+                return f.read()[-n:].decode(errors="replace")
+        except OSError:
+            return ""
+
+
+# ---------------------------------------------------------------- plain
+
+class Plain(Target):
+    description = "a plain directory on the work filesystem (the ceiling)"
+
+    @property
+    def path(self):
+        return os.path.join(self.root, "data")
+
+    def backing(self):
+        return [self.path]
+
+    def populate(self, corpus, crawls, mode):
+        if mode != "link":
+            return super().populate(corpus, crawls, mode)
+        for c in crawls:
+            dst = os.path.join(self.path, c)
+            if not os.path.exists(dst):
+                run(["cp", "-al", os.path.join(corpus, c), dst])
+
+
+# --------------------------------------------------------------- bindfs
+
+class Bindfs(Target):
+    fuse = True
+    description = "bindfs over a plain directory (a C FUSE passthrough)"
+    extra = []
+
+    @property
+    def data(self):
+        return os.path.join(self.root, "data")
+
+    @property
+    def path(self):
+        return os.path.join(self.root, "mnt")
+
+    def backing(self):
+        return [self.data]
+
+    def available(self):
+        return None if shutil.which("bindfs") else "bindfs is not installed"
+
+    def argv(self):
+        return ["bindfs"] + self.extra + shlex.split(self.opts.bindfs_opts or "") + [self.data, self.path]
+
+    def describe(self):
+        d = super().describe()
+        d["mount"] = " ".join(self.argv())
+        return d
+
+    def mount(self):
+        self.start_daemon(self.argv(), self.path)
+
+    def umount(self):
+        self.stop_daemon(self.path)
+
+    def populate(self, corpus, crawls, mode):
+        if mode != "link":
+            return super().populate(corpus, crawls, mode)
+        self.umount()
+        for c in crawls:
+            dst = os.path.join(self.data, c)
+            if not os.path.exists(dst):
+                run(["cp", "-al", os.path.join(corpus, c), dst])
+        self.mount()
+
+
+class BindfsMT(Bindfs):
+    description = "bindfs --multithreaded over a plain directory"
+    extra = ["--multithreaded"]
+
+
+# ------------------------------------------------------------- mergerfs
+
+class Mergerfs(Target):
+    fuse = True
+    description = "mergerfs pooling K plain directories"
+
+    @property
+    def path(self):
+        return os.path.join(self.root, "mnt")
+
+    def backing(self):
+        return [os.path.join(self.root, "d%d" % (i + 1)) for i in range(self.opts.disks)]
+
+    def available(self):
+        return None if shutil.which("mergerfs") else "mergerfs is not installed"
+
+    def mount_opts(self):
+        return self.opts.mergerfs_opts
+
+    def argv(self):
+        o = self.mount_opts()
+        return ["mergerfs"] + (["-o", o] if o else []) + [":".join(self.backing()), self.path]
+
+    def describe(self):
+        d = super().describe()
+        d["mount"] = " ".join(self.argv())
+        return d
+
+    def mount(self):
+        self.start_daemon(self.argv(), self.path)
+
+    def umount(self):
+        self.stop_daemon(self.path)
+
+    def populate(self, corpus, crawls, mode):
+        if mode != "link":
+            return super().populate(corpus, crawls, mode)
+        # spread the files over the branches by a hash of their path, as a
+        # pool filled by a spreading create policy would hold them
+        self.umount()
+        branches = self.backing()
+        k = len(branches)
+        made = set()
+        for c in crawls:
+            if os.path.exists(os.path.join(self.path, c)) or \
+                    any(os.path.exists(os.path.join(b, c)) for b in branches):
+                continue
+            top = os.path.join(corpus, c)
+            for dirpath, dirnames, filenames in os.walk(top):
+                rel = os.path.relpath(dirpath, corpus)
+                for f in filenames:
+                    relf = os.path.join(rel, f)
+                    b = branches[zlib.crc32(relf.encode()) % k]
+                    dd = os.path.join(b, rel)
+                    if dd not in made:
+                        os.makedirs(dd, exist_ok=True)
+                        made.add(dd)
+                    os.link(os.path.join(dirpath, f), os.path.join(b, relf))
+        self.mount()
+
+
+class MergerfsCached(Mergerfs):
+    description = "mergerfs pooling K plain directories, page cache kept (cache.files=auto-full)"
+
+    def mount_opts(self):
+        return "allow_other,use_ino,cache.files=auto-full,category.create=mfs"
+
+
+# ---------------------------------------------------------------- webfs
+
+class Webfs(Target):
+    fuse = True
+    keep_ingest = True          # the read sections use the archive ingest made
+    description = "webfs over K disk directories"
+
+    @property
+    def path(self):
+        return os.path.join(self.root, "mnt")
+
+    def backing(self):
+        return [os.path.join(self.root, "d%d" % (i + 1)) for i in range(self.opts.disks)]
+
+    def cmd(self):
+        return self.opts.webfs_cmd
+
+    def available(self):
+        c = self.cmd()
+        if not c or not (os.access(c, os.X_OK) or shutil.which(c)):
+            return "the webfs command is not found (--webfs-cmd)"
+        p = run([c, "--help"], check=False)
+        if p.returncode != 0 or " mount" not in p.stdout:
+            return "%s has no 'mount' command yet" % c
+        return None
+
+    def mount_argv(self):
+        o = self.opts.webfs_mount_opts
+        return [self.cmd(), "mount"] + (["-o", o] if o else []) + [self.backing()[0], self.path]
+
+    def describe(self):
+        d = super().describe()
+        d["mkfs"] = " ".join([self.cmd(), "mkfs"] + shlex.split(self.opts.webfs_mkfs_opts or "")
+                             + self.backing())
+        d["mount"] = " ".join(self.mount_argv())
+        p = run([self.cmd(), "--version"], check=False)
+        if p.returncode == 0:
+            d["version"] = p.stdout.strip()
+        return d
+
+    def mkfs(self):
+        run([self.cmd(), "mkfs"] + shlex.split(self.opts.webfs_mkfs_opts or "") + self.backing(),
+            timeout=600)
+
+    def mount(self):
+        self.start_daemon(self.mount_argv(), self.path, timeout=600)
+
+    def umount(self):
+        self.stop_daemon(self.path, [self.cmd(), "umount", self.path])
+
+    def status(self):
+        """`webfs status --json` of the mounted archive, or None."""
+        p = run([self.cmd(), "status", "--json", self.path], check=False, timeout=600)
+        if p.returncode != 0:
+            return None
+        try:
+            import json
+            return json.loads(p.stdout)
+        except ValueError:
+            return None
+
+
+TARGETS = {
+    "plain": Plain,
+    "bindfs": Bindfs,
+    "bindfs-mt": BindfsMT,
+    "mergerfs": Mergerfs,
+    "mergerfs-cached": MergerfsCached,
+    "webfs": Webfs,
+}
+
+
+def cleanup_all(root=None):
+    """Unmount everything we mounted, and anything left under root."""
+    for mnt, t in list(LIVE.items()):
+        try:
+            t.umount()
+        except Exception as e:                     # keep going: this is cleanup
+            log("cleanup: %s: %s", mnt, e)
+            fusermount_u(mnt) or fusermount_u(mnt, lazy=True)
+        if t.pid and pid_alive(t.pid):
+            kill_pid(t.pid)
+        LIVE.pop(mnt, None)
+    if root:
+        from bench_lib import mounts_under
+        for mnt in sorted(mounts_under(root), reverse=True):
+            log("cleanup: unmounting leftover %s", mnt)
+            fusermount_u(mnt) or fusermount_u(mnt, lazy=True)
