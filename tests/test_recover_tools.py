@@ -115,6 +115,11 @@ def apply_op(root: Path, op) -> None:
         os.link(r + op[2], path)
     elif kind == "rename":
         os.rename(path, r + op[2])
+    elif kind == "exchange":         # renameat2(RENAME_EXCHANGE), by three renames
+        tmp = os.path.dirname(path) + b"/.exchange-tmp"
+        os.rename(path, tmp)
+        os.rename(r + op[2], path)
+        os.rename(tmp, r + op[2])
     elif kind == "unlink":
         os.unlink(path)
     elif kind == "rmtree":
@@ -200,6 +205,10 @@ def history(seed: int = 6) -> list:
         ("write", C + b"/victim-of-rename.txt", text(45), 0o644),
         ("rename", C + b"/victim-of-rename.txt", C + b"/rename-me-too.txt"),
         ("chmod", E + b"/index.html", 0o664),
+        ("mkdir", C + b"/swap-dir", 0o711),
+        ("write", C + b"/swap-dir/inside", text(46), 0o644),
+        ("write", E + b"/swap-file", text(47), 0o644),
+        ("exchange", C + b"/swap-dir", E + b"/swap-file"),
         ("write", b"/crawl-2025/after.bin", noise(5000), 0o600),
         ("symlink", b"/crawl-2025/sub/up", b".."),
         ("write", b"/crawl-2025/empty-too", b"", 0o600),
@@ -299,7 +308,10 @@ def build_archive(root: Path, ops, *, ndisks=4, depth=3, group_size=4, max_block
             line = entry(path)          # also notes the first name of its documents
         if journal is None:
             continue
-        if op[0] == "rename":
+        if op[0] == "exchange":
+            journal += [b"<>\t%s\t%s" % (esc(path), esc(op[2])),
+                        b"+\t" + entry(parent(path)), b"+\t" + entry(parent(op[2]))]
+        elif op[0] == "rename":
             journal += [b">\t%s\t%s" % (esc(path), esc(op[2])),
                         b"+\t" + entry(parent(path)), b"+\t" + entry(parent(op[2])),
                         b"+\t" + entry(op[2])]
