@@ -225,6 +225,10 @@ def history(seed: int = 6) -> list:
         out.append(op)
         if op[0] in ("write", "mkdir", "symlink", "chmod"):
             out.append(("utime", op[1], rnd.randrange(10**17, 17 * 10**17)))
+        if op[0] == "checkpoint":           # before 1970, with and without a fraction
+            out[-1:-1] = [("utime", E + b"/-dash", -123_456_789),
+                          ("utime", C + b"/sticky", -5 * 10**9)]
+    out.append(("utime", b"/crawl-2025/readonly-dir/z", -10**9 - 1))
     return out
 
 
@@ -783,3 +787,60 @@ def test_thousands_of_files_take_seconds(tmp_path_factory, tools, restricted_bin
     took = time.monotonic() - t
     assert_same_tree(b.orig, tmp_path / "out")
     assert took < 60, f"2000 files took {took:.1f}s"
+
+
+def test_fifo_and_a_manifest_without_the_root(tmp_path_factory, tools, restricted_bin, tmp_path):
+    """The writer need not list "/"; a FIFO is rebuilt with mkfifo."""
+    b = build_archive(tmp_path_factory.mktemp("fifo"), [
+        ("mkdir", b"/d", 0o750), ("write", b"/d/f", b"x" * 100, 0o644), ("checkpoint",)])
+    for d in b.disks:
+        lines = (d / "meta" / "MANIFEST").read_bytes().splitlines(keepends=True)
+        lines = [l for l in lines if not l.endswith(b"\t/\n")]
+        lines.append(b"-\t0\t10640\t1700000000.250000000\t/d/fifo\n")
+        (d / "meta" / "MANIFEST").write_bytes(b"".join(lines))
+    out = tmp_path / "out"
+    recover(tools, restricted_bin, tmp_path, *b.disks, out)
+    st = os.lstat(out / "d" / "fifo")
+    assert stat.S_ISFIFO(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o640
+    assert st.st_mtime_ns == 1_700_000_000_250_000_000
+    assert stat.S_IMODE(os.lstat(out / "d").st_mode) == 0o750
+    assert (out / "d" / "f").read_bytes() == b"x" * 100
+
+
+def test_no_manifest_reports_bad_blocks(built, tools, restricted_bin, tmp_path):
+    for d in built.disks:
+        shutil.rmtree(d / "meta")
+    key, (disk, data, hint, created) = next(
+        (k, v) for k, v in built.blocks.items() if v[2].endswith(b"/logo.png"))
+    f = built.disks[disk] / "blocks" / sig_path(key, built.depth)
+    f.write_bytes(b"WEBFS-BLOCK 9" + f.read_bytes()[13:])
+    out = tmp_path / "out"
+    proc = recover(tools, restricted_bin, tmp_path, *built.disks, out, expect=1)
+    assert f"lost\t(block {key})\tbad header: ".encode() in proc.stderr
+    got = {p: v[3] for p, v in tree(out).items() if v[0] != "dir"}
+    want = expected_without_manifest({k: v for k, v in built.blocks.items() if k != key})
+    assert got == want
+
+
+def test_format_man_page(tmp_path):
+    page = REPO / "man" / "webfs-format.5"
+    for cmd in (["groff", "-man", "-ww", "-z", str(page)],
+                ["man", "--warnings", "-l", str(page)]):
+        if not shutil.which(cmd[0]):
+            continue
+        proc = subprocess.run(cmd, capture_output=True, env=dict(os.environ, MANWIDTH="80"))
+        assert proc.returncode == 0 and proc.stderr == b"", proc.stderr.decode()
+    text = page.read_text()
+    # the worked example is right
+    doc = b"<html><body>Hello, web archive!</body></html>\n"
+    sig = signature(doc)
+    assert sig == "2bedce12eeeacb1cff4f4580eefe0d7c" and sig in text
+    for depth in (2, 3, 4):
+        assert "blocks/" + sig_path(sig, depth) in text
+    # everything a reader needs is named
+    for word in ("WEBFS\\-BLOCK 1", "Signature", "Size", "Stored", "Codec", "Refs", "Created",
+                 "Name", "WEBFS\\-PARITY 1", "Header\\-Bytes", "Stripe", "Length", "Member",
+                 "MANIFEST", "JOURNAL", "catalog.db", "WEBFS\\-DISK", "webfs.conf", "depth",
+                 "max_block", "group_size", "~1", "dd if=", "gunzip", "webfs\\-recover",
+                 "webfs\\-unparity", "<>"):
+        assert word in text, word
