@@ -33,6 +33,10 @@ class Backend(abc.ABC):
         """Append to a file, creating it."""
 
     @abc.abstractmethod
+    def open_append(self, path: str) -> int:
+        """An OS file descriptor that appends to a file (created if absent), for logs."""
+
+    @abc.abstractmethod
     def rename(self, src: str, dst: str) -> None:
         """Rename atomically, replacing dst."""
 

@@ -80,13 +80,16 @@ class LocalBackend(Backend):
         finally:
             os.close(fd)
 
-    def append(self, path: str, data: bytes, fsync: bool = False) -> None:
+    def open_append(self, path: str) -> int:
         full = self._path(path)
         try:
-            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            return os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except FileNotFoundError:
             os.makedirs(os.path.dirname(full), exist_ok=True)
-            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            return os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def append(self, path: str, data: bytes, fsync: bool = False) -> None:
+        fd = self.open_append(path)
         try:
             os.write(fd, data)
             if fsync:

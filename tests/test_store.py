@@ -117,7 +117,17 @@ def test_a_document_that_looks_like_a_block_header(store):
     assert BlockHeader.parse(raw[:HEADER_SIZE]).signature == signature(fake)
 
 
-def test_corrupt_payload_is_never_returned(store):
+@pytest.fixture
+def lonely(tmp_path):
+    """A one-disk archive: no parity, so damage cannot be repaired."""
+    make_archive(tmp_path, disks=1)
+    s = Store.open(str(tmp_path / "disk0"))
+    yield s
+    s.close()
+
+
+def test_corrupt_payload_is_never_returned(lonely):
+    store = lonely
     row = store.store(b"some page " * 300)
     vol = store.archive.volumes[row.disk]
     path = os.path.join(vol.root, vol.block_path(row.sig))
@@ -128,7 +138,20 @@ def test_corrupt_payload_is_never_returned(store):
         store.read(row)
 
 
-def test_payload_shorter_than_stored_is_corrupt(store):
+def test_corrupt_payload_is_read_from_parity(store):
+    doc = b"some page " * 300
+    row = store.store(doc)
+    store.commit()
+    vol = store.archive.volumes[row.disk]
+    path = os.path.join(vol.root, vol.block_path(row.sig))
+    raw = bytearray(open(path, "rb").read())
+    raw[-20] ^= 0xFF
+    open(path, "wb").write(raw)
+    assert store.read(row) == doc
+
+
+def test_payload_shorter_than_stored_is_corrupt(lonely):
+    store = lonely
     row = store.store(b"some page " * 300)
     vol = store.archive.volumes[row.disk]
     path = os.path.join(vol.root, vol.block_path(row.sig))
@@ -139,7 +162,8 @@ def test_payload_shorter_than_stored_is_corrupt(store):
         store.read(row)
 
 
-def test_unknown_codec_in_header(store):
+def test_unknown_codec_in_header(lonely):
+    store = lonely
     row = store.store(b"page " * 300)
     vol = store.archive.volumes[row.disk]
     path = os.path.join(vol.root, vol.block_path(row.sig))

@@ -81,9 +81,8 @@ class BlockHeader:
     def encode(self) -> bytes:
         if not 0 <= self.refs <= MAX_REFS:
             raise ValueError(f"refs out of range: {self.refs}")
-        head = (f"WEBFS-BLOCK 1\nSignature: xxh128:{self.signature}\n"
-                f"Size: {self.size}\nStored: {self.stored}\nCodec: {self.codec}\n"
-                f"Refs: {self.refs:0{REFS_WIDTH}d}\nCreated: {self.created}\nName: ")
+        head = (_head_to_refs(self.signature, self.size, self.stored, self.codec) +
+                f"{self.refs:0{REFS_WIDTH}d}\nCreated: {self.created}\nName: ")
         name = fit_encoded(self.name, HEADER_SIZE - len(head) - 2)
         text = (head + name + "\n").encode("ascii")
         return text + b" " * (HEADER_SIZE - 1 - len(text)) + b"\n"
@@ -117,6 +116,17 @@ class BlockHeader:
             raise CorruptBlock(f"{where}: bad Signature, Size, Stored or Refs value")
         return cls(sig, size, stored, fields["Codec"], refs, fields["Created"],
                    fields.get("Name", ""))
+
+
+def _head_to_refs(sig: str, size: int, stored: int, codec: str) -> str:
+    return (f"WEBFS-BLOCK 1\nSignature: xxh128:{sig}\n"
+            f"Size: {size}\nStored: {stored}\nCodec: {codec}\nRefs: ")
+
+
+def refs_offset_of(sig: str, size: int, stored: int, codec: str) -> int:
+    """Where the Refs digits are in the header of a block with these fields,
+    so a reference count is rewritten without reading the header first."""
+    return len(_head_to_refs(sig, size, stored, codec))
 
 
 def refs_offset(raw_header: bytes) -> int:

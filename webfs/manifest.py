@@ -15,6 +15,7 @@ rebuild the tree without webfs.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING, Optional
 
@@ -67,6 +68,7 @@ class Journal:
         self.lines: list[bytes] = []
         self.lock = threading.Lock()
         self.namespace: Optional["Namespace"] = None
+        self._fds: dict[int, int] = {}          # disk -> open JOURNAL (appends stay cheap)
 
     def record(self, op: str, node: Optional["Inode"], path: bytes, new_path: bytes = b"") -> None:
         if op == "+":
@@ -85,9 +87,19 @@ class Journal:
             return
         for vol in self.archive.volumes.values():
             try:
-                vol.backend.append(JOURNAL, data, fsync=fsync)
+                fd = self._fds.get(vol.index)
+                if fd is None:
+                    fd = self._fds[vol.index] = vol.backend.open_append(JOURNAL)
+                os.write(fd, data)
+                if fsync:
+                    os.fsync(fd)
             except OSError as exc:
                 log.warning("disk %d: cannot append to %s: %s", vol.index, JOURNAL, exc)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
 
     def checkpoint(self, namespace: "Namespace") -> int:
         """Write a new MANIFEST on every disk and start an empty JOURNAL.
@@ -98,6 +110,7 @@ class Journal:
         data = b"".join(lines)
         with self.lock:
             self.lines = []
+        self.close()
         for vol in self.archive.volumes.values():
             try:
                 vol.backend.write_atomic(MANIFEST, data, fsync=True)

@@ -61,6 +61,7 @@ class Namespace:
         self.store = store
         self.cat = store.catalog
         self.journal = journal or (lambda *args: None)
+        self._dir_paths: dict[int, bytes] = {}     # directory paths; renames clear it
 
     # -- reading ---------------------------------------------------------------
 
@@ -95,14 +96,22 @@ class Namespace:
 
     def path_of(self, ino: int) -> bytes:
         """The path of an inode from the root (one of its names, for hints and journals)."""
-        parts = []
-        while ino != ROOT_INODE:
-            row = self.cat.query("SELECT parent, name FROM dentries WHERE inode=? LIMIT 1", (ino,))
-            if not row:
-                return b"/" + b"/".join(reversed(parts)) if parts else b""
-            ino, name = row[0]
-            parts.append(name)
-        return b"/" + b"/".join(reversed(parts))
+        if ino == ROOT_INODE:
+            return b""
+        cached = self._dir_paths.get(ino)
+        if cached is not None:
+            return cached
+        row = self.cat.query("SELECT parent, name, (SELECT mode FROM inodes WHERE id=inode) "
+                             "FROM dentries WHERE inode=? LIMIT 1", (ino,))
+        if not row:
+            return b""
+        parent, name, mode = row[0]
+        path = self.path_of(parent) + b"/" + name
+        if mode is not None and stat.S_ISDIR(mode):
+            if len(self._dir_paths) > 100_000:
+                self._dir_paths.clear()
+            self._dir_paths[ino] = path
+        return path
 
     def contents(self, ino: int) -> list[BlockRow]:
         cols = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))
@@ -180,8 +189,7 @@ class Namespace:
             return node
 
     def _join(self, parent: int, name: bytes) -> bytes:
-        base = self.path_of(parent)
-        return (base.rstrip(b"/") + b"/" + name) if base else b"/" + name
+        return self.path_of(parent) + b"/" + name
 
     # -- removing names --------------------------------------------------------
 
@@ -210,6 +218,7 @@ class Namespace:
 
     def _drop_name(self, parent: int, name: bytes, node: Inode) -> None:
         self.cat.execute("DELETE FROM dentries WHERE parent=? AND name=?", (parent, name))
+        self._dir_paths.pop(node.id, None)
         if node.is_dir:
             self.cat.execute("UPDATE inodes SET nlink=0, ctime_ns=? WHERE id=?", (now_ns(), node.id))
             self._touch_dir(parent, -1)
@@ -266,6 +275,7 @@ class Namespace:
                                  (target.id, old_parent, old_name))
                 self.cat.execute("UPDATE dentries SET inode=? WHERE parent=? AND name=?",
                                  (node.id, new_parent, new_name))
+                self._dir_paths.clear()
                 if node.is_dir != target.is_dir and old_parent != new_parent:
                     delta = 1 if node.is_dir else -1
                     self._touch_dir(new_parent, delta)
@@ -287,6 +297,7 @@ class Namespace:
                 replaced = self.get(target.id)
             self.cat.execute("UPDATE dentries SET parent=?, name=? WHERE parent=? AND name=?",
                              (new_parent, new_name, old_parent, old_name))
+            self._dir_paths.clear()
             delta = 1 if node.is_dir else 0
             self._touch_dir(old_parent, -delta)
             self._touch_dir(new_parent, delta)

@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 from . import codecs
 from . import signature as sigmod
 from .archive import STORE_MODES, Archive
-from .block import BlockHeader, percent_encode, utc_timestamp
+from .block import BlockHeader, percent_encode, refs_offset_of, utc_timestamp
 from .catalog import BlockRow, Catalog, catalog_path
 from .errors import (ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock,
                      WebfsError)
@@ -405,7 +405,8 @@ class Store:
         if vol is None:
             return
         try:
-            vol.set_refs(row.sig, row.overflow, row.refs, fsync=self.fsync)
+            vol.set_refs(row.sig, row.overflow, row.refs, fsync=self.fsync,
+                         offset=refs_offset_of(row.sig, row.size, row.stored, row.codec))
         except (OSError, CorruptBlock) as exc:
             # The catalog is the truth; fsck mends the header.
             log.warning("cannot update Refs in block %s on disk %d: %s", row.block_name, row.disk, exc)

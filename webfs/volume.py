@@ -8,7 +8,7 @@ well-formed block and that what it writes lands whole.
 from __future__ import annotations
 
 import logging
-from typing import Iterator
+from typing import Iterator, Optional
 
 from .backends import Backend
 
@@ -79,11 +79,13 @@ class Volume:
     def read_raw(self, sig: str, overflow: int = 0) -> bytes:
         return self.backend.read(self.block_path(sig, overflow))
 
-    def set_refs(self, sig: str, overflow: int, refs: int, fsync: bool = False) -> None:
-        """Rewrite the fixed-width Refs field in place."""
+    def set_refs(self, sig: str, overflow: int, refs: int, fsync: bool = False,
+                 offset: Optional[int] = None) -> None:
+        """Rewrite the fixed-width Refs field in place (at offset, if the caller knows it)."""
         path = self.block_path(sig, overflow)
-        raw = self.backend.read(path, 0, HEADER_SIZE)
-        self.backend.write_at(path, refs_offset(raw), encode_refs(refs), fsync=fsync)
+        if offset is None:
+            offset = refs_offset(self.backend.read(path, 0, HEADER_SIZE))
+        self.backend.write_at(path, offset, encode_refs(refs), fsync=fsync)
 
     def remove_block(self, sig: str, overflow: int = 0) -> None:
         self.backend.remove(self.block_path(sig, overflow))
