@@ -844,3 +844,25 @@ def test_format_man_page(tmp_path):
                  "max_block", "group_size", "~1", "dd if=", "gunzip", "webfs\\-recover",
                  "webfs\\-unparity", "<>"):
         assert word in text, word
+
+
+def test_unparity_verify_all_replaces_a_rotten_block(tmp_path_factory, tools, restricted_bin,
+                                                    tmp_path):
+    """A gzip block whose payload rotted on its disk: unparity --verify-all rebuilds it, and
+    webfs-recover falls back to that copy when the first one does not decode."""
+    b = build_archive(tmp_path_factory.mktemp("rot"), history(10))
+    key, (disk, data, hint, created) = next(
+        (k, v) for k, v in b.blocks.items() if v[2].endswith(b"/index.html"))
+    f = b.disks[disk] / "blocks" / sig_path(key, b.depth)
+    raw = bytearray(f.read_bytes())
+    raw[600] ^= 0xFF
+    f.write_bytes(bytes(raw))
+    # without --verify-all nothing is missing, so nothing is rebuilt
+    unparity(tools, restricted_bin, "--out", tmp_path / "u0", *b.disks, with_xxhash=True)
+    assert not (tmp_path / "u0" / "blocks").exists()
+    unparity(tools, restricted_bin, "--verify-all", "--out", tmp_path / "u", *b.disks,
+             with_xxhash=True)
+    assert (tmp_path / "u" / "blocks" / sig_path(key, b.depth)).is_file()
+    recover(tools, restricted_bin, tmp_path, *b.disks, tmp_path / "out0", expect=1)
+    recover(tools, restricted_bin, tmp_path, *b.disks, tmp_path / "u", tmp_path / "out")
+    assert_same_tree(b.orig, tmp_path / "out")
