@@ -1,42 +1,61 @@
 #!/bin/sh
-# make demo: a 4-disk archive under ./demo, a small sample crawl stored in it,
-# and a look at what webfs made of it. Run from the repository root.
+# make demo: a 4-disk archive under ./demo, a sample crawl copied in through
+# the mount, and a look at what webfs made of it. Run from the repository root.
 set -eu
 top=${1:-demo}
+here=$(pwd)
+mnt="$top/mnt"
+if mountpoint -q "$mnt" 2>/dev/null; then webfs umount "$mnt"; fi
 rm -rf "$top"
-mkdir -p "$top"
-echo "== webfs mkfs: 4 disks under $top/"
+mkdir -p "$mnt"
+
+echo "== webfs mkfs: 4 disks under $top/, parity groups of 4"
 webfs mkfs --label demo "$top/disk0" "$top/disk1" "$top/disk2" "$top/disk3"
 
-echo "== a sample crawl: pages, an image, and the same page under two names"
-crawl="$top/sample-crawl"
-mkdir -p "$crawl/example.org/news" "$crawl/example.net"
-i=0
-while [ $i -lt 12 ]; do
-    { echo "<html><head><title>Story $i</title></head><body>"
-      seq -f "<p>paragraph %g of story $i: the archive keeps every distinct page once.</p>" 1 80
-      echo "</body></html>"; } > "$crawl/example.org/news/story-$i.html"
-    i=$((i + 1))
+echo "== a sample crawl (tools/make-corpus): two crawls of the same sites"
+python3 tools/make-corpus --seed 1 --pages 400 --crawls 2 "$top/crawls"
+
+echo "== webfs mount $top/disk0 $mnt"
+webfs mount "$top/disk0" "$mnt"
+trap 'webfs umount "$mnt" 2>/dev/null || true' EXIT
+
+echo "== cp -r the first crawl, rsync -a the second (mostly duplicates)"
+cp -r "$top/crawls/crawl-001" "$mnt/"
+rsync -a "$top/crawls/crawl-002/" "$mnt/crawl-002/"
+
+echo "== ls $mnt; ls of one site"
+ls "$mnt"
+site=$(ls "$mnt/crawl-001" | head -n 1)
+ls -l "$mnt/crawl-001/$site" | head -n 6
+
+echo "== grep -rl zyzzogeton (a rare word)"
+(cd "$mnt" && grep -rl zyzzogeton .)
+
+echo "== diff -r against the source"
+diff -r "$top/crawls/crawl-001" "$mnt/crawl-001" && diff -r "$top/crawls/crawl-002" "$mnt/crawl-002" && echo "identical"
+
+echo "== du -sh --apparent-size (what users see) vs du -sh of the disks (what is stored)"
+du -sh --apparent-size "$mnt"
+du -shc "$top"/disk? | tail -n 1
+
+page=$(cd "$mnt" && find crawl-001 -name '*.html' | head -n 1)
+echo "== the blocks of $page (virtual xattrs)"
+for attr in signature disk refs codec; do
+    printf '%-22s %s\n' "user.webfs.$attr" "$(getfattr --absolute-names --only-values -n user.webfs.$attr "$mnt/$page")"
 done
-cp "$crawl/example.org/news/story-3.html" "$crawl/example.net/mirror-of-story-3.html"
-printf '\211PNG\r\n\032\n' > "$crawl/example.org/logo.png"
-head -c 20000 /dev/urandom >> "$crawl/example.org/logo.png"
-
-echo "== webfs put: one contentkey per document (note the duplicate)"
-webfs put "$top/disk0" $(find "$crawl" -type f | sort) | tee "$top/keys.txt"
-
-key=$(head -n 1 "$top/keys.txt" | cut -f1)
-echo "== webfs get $key | head -n 3"
-webfs get "$top/disk2" "$key" | head -n 3
-
-sig=${key%@*}; disk=${key#*@}
-block="$top/disk$disk/blocks/$(echo "$sig" | cut -c1-2)/$(echo "$sig" | cut -c3-4)/$(echo "$sig" | cut -c5-)"
-echo "== the block on disk: an ASCII header, then gzip"
-head -c 512 "$block" | head -n 8
-echo "== without webfs: dd if=BLOCK bs=512 skip=1 | gunzip | head -n 3"
-dd if="$block" bs=512 skip=1 2>/dev/null | gunzip | head -n 3
 
 echo "== webfs status"
-webfs status "$top/disk0"
+webfs status "$mnt"
+
+sig=$(getfattr --absolute-names --only-values -n user.webfs.signature "$mnt/$page")
+disk=$(getfattr --absolute-names --only-values -n user.webfs.disk "$mnt/$page")
+block="$top/disk$disk/blocks/$(echo "$sig" | cut -c1-2)/$(echo "$sig" | cut -c3-4)/$(echo "$sig" | cut -c5-)"
+echo "== unmount; the block on disk is an ASCII header, then gzip"
+webfs umount "$mnt"
+trap - EXIT
+head -c 512 "$block" | head -n 8
+echo "== without webfs: dd if=BLOCK bs=512 skip=1 | gunzip | head -c 300"
+dd if="$block" bs=512 skip=1 2>/dev/null | gunzip | head -c 300; echo
 echo "== webfs fsck"
 webfs fsck "$top/disk0"
+echo "== done: mount it again with  webfs mount $top/disk0 $mnt  (cd $here first)"
