@@ -9,7 +9,7 @@ STAMP     := $(VENV)/.installed
 PREFIX    ?= /usr/local
 MANDIR    ?= $(PREFIX)/share/man
 
-.PHONY: all deps apt test test-long demo bench bench-full install clean distclean
+.PHONY: all deps apt test test-long demo bench bench-full install uninstall clean distclean
 
 all: deps
 
@@ -54,8 +54,15 @@ install: deps
 	install -m 644 man/webfs.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 man/webfs-format.5 $(DESTDIR)$(MANDIR)/man5/
 	install -m 644 man/mount.webfs.8 $(DESTDIR)$(MANDIR)/man8/
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/sbin
 	ln -sf $(CURDIR)/$(BIN)/webfs $(DESTDIR)$(PREFIX)/bin/webfs
-	ln -sf $(CURDIR)/$(BIN)/mount.webfs $(DESTDIR)/sbin/mount.webfs 2>/dev/null || ln -sf $(CURDIR)/$(BIN)/mount.webfs $(DESTDIR)$(PREFIX)/sbin/mount.webfs
+	# mount -t webfs runs mount.webfs; mount -t fuse.webfs (and fstab) runs mount.fuse.webfs
+	ln -sf $(CURDIR)/$(BIN)/mount.webfs $(DESTDIR)/sbin/mount.webfs
+	ln -sf $(CURDIR)/$(BIN)/mount.webfs $(DESTDIR)/sbin/mount.fuse.webfs
+
+uninstall:
+	rm -f $(DESTDIR)$(MANDIR)/man1/webfs.1 $(DESTDIR)$(MANDIR)/man5/webfs-format.5 $(DESTDIR)$(MANDIR)/man8/mount.webfs.8
+	rm -f $(DESTDIR)$(PREFIX)/bin/webfs $(DESTDIR)/sbin/mount.webfs $(DESTDIR)/sbin/mount.fuse.webfs
 
 clean:
 	rm -rf demo bench-results .pytest_cache .hypothesis build *.egg-info

@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -344,3 +345,40 @@ def test_a_full_disk_gives_enospc_and_corrupts_nothing(tiny):
     webfs("mount", disks[0], mnt)
     for name, data in kept.items():
         assert (mnt / name).read_bytes() == data
+
+
+@pytest.fixture
+def mount_helpers():
+    """mount.webfs and mount.fuse.webfs where mount(8) looks for them, as `make install` puts them."""
+    made = []
+    for name in ("mount.webfs", "mount.fuse.webfs"):
+        path = Path("/sbin") / name
+        if not path.exists():
+            path.symlink_to(Path(sys.executable).parent / "mount.webfs")
+            made.append(path)
+    yield
+    for path in made:
+        path.unlink()
+
+
+@pytest.mark.parametrize("fstype", ["webfs", "fuse.webfs"])
+def test_mount_t_and_fstab(tmp_path, mount_helpers, fstype):
+    disks = [tmp_path / f"d{i}" for i in range(3)]
+    webfs("mkfs", *disks)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    sh(f"mount -t {fstype} -o store_mode=regular '{disks[1]}' '{mnt}'")
+    try:
+        (mnt / "page.html").write_text("<html>mounted by mount(8)</html>")
+    finally:
+        unmount(mnt)
+    fstab = tmp_path / "fstab"
+    fstab.write_text(f"{disks[0]} {mnt} {fstype} defaults,noauto,ro 0 0\n")
+    sh(f"mount -T '{fstab}' '{mnt}'")
+    try:
+        assert (mnt / "page.html").read_text() == "<html>mounted by mount(8)</html>"
+        assert b"ro," in sh(f"grep ' {mnt} ' /proc/mounts").stdout
+    finally:
+        unmount(mnt)
+    proc = sh(f"mount -t {fstype} -o nonsense=1 '{disks[0]}' '{mnt}'", check=False)
+    assert proc.returncode != 0 and b"unknown mount option" in proc.stderr

@@ -16,6 +16,7 @@ import click
 
 from . import __version__, archive as archmod
 from . import daemon, fsck as fsckmod
+from . import rebuild as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
 from .catalog import Catalog, catalog_path
 from .errors import WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
@@ -160,6 +161,40 @@ def format_status(st: dict) -> list[str]:
               f"  logical {human(st['logical_bytes'])}, distinct {human(st['distinct_bytes'])}, "
               f"stored {human(st['block_bytes'])} (payload {human(st['payload_bytes'])})",
               f"  dedup ratio {st['dedup_ratio'] or '-'}, compression ratio {st['compression_ratio'] or '-'}"]
+    return lines + protection_lines(st)
+
+
+def protection_lines(st: dict) -> list[str]:
+    """What status says about parity: overhead, balance, and what is missing, lost or damaged."""
+    p = st.get("protection", {})
+    if p.get("kind") != "parity":
+        return ["  no parity"]
+    lines = [f"  parity: {p['stripes']} stripes ({p['open_stripes']} open, {p['dirty_stripes']} dirty), "
+             f"{human(p['parity_bytes'])} = {p['parity_overhead'] or 0:.3f} of the protected payload "
+             f"(1/(G-1) = {p['expected_overhead'] or 0:.3f}), pair balance {p['pair_balance'] or '-'}",
+             "  parity files: " + ", ".join(f"disk {d} {v['parity_files']} ({human(v['parity_bytes'])})"
+                                            for d, v in sorted(p["parity_per_disk"].items()))]
+    if p["unprotected_blocks"]:
+        lines.append(f"  {p['unprotected_blocks']} block(s) in no parity stripe"
+                     + ("; 'webfs scrub --repair' protects them" if p["can_protect"] else ""))
+    for d in p["missing_disks"]:
+        lines.append(f"  MISSING disk {d}: its blocks are read from parity; "
+                     f"'webfs rebuild --disk {d} --to NEWDIR' replaces it")
+    if p["missing_disks"]:
+        lines.append(f"  {p['degraded_count']} block(s) readable only through parity, "
+                     f"{p['unguarded_count']} present block(s) without their parity")
+    if p["lost_count"]:
+        lines.append(f"  LOST: {p['lost_count']} block(s) on missing disks that parity cannot rebuild: "
+                     + " ".join(p["lost_blocks"]) + (" ..." if p["lost_count"] > len(p["lost_blocks"]) else ""))
+    if st.get("damaged"):
+        lines.append(f"  damaged (read through parity): {' '.join(st['damaged'])}")
+    for d in p["rebuilding"]:
+        lines.append(f"  disk {d}: rebuild not finished; run 'webfs rebuild' again")
+    if p["last_scrub"]:
+        last = json.loads(p["last_scrub"])
+        lines.append(f"  last scrub {last['finished']}: {last['blocks']} blocks, {last['problems']} problem(s), "
+                     f"{last['left']} left" + (f": {' '.join(last['damaged'])}" if last["damaged"] else "")
+                     + (" (interrupted)" if last["interrupted"] else ""))
     return lines
 
 
@@ -184,6 +219,38 @@ def fsck(repair, disk):
     click.echo(f"{report.blocks_checked} block files checked, {len(report.findings)} problem(s), "
                f"{len(report.findings) - left} repaired, {left} left")
     sys.exit(report.exit_code)
+
+
+@main.command()
+@click.option("--repair", is_flag=True, help="Rewrite damaged blocks and parity from redundancy.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+def scrub(repair, as_json, target):
+    """Read every block and parity file; check signatures and parity.
+
+    Damaged blocks are rewritten byte for byte from their stripe, wrong
+    parity is recomputed (with --repair). Exit status: 0 no damage left,
+    4 damage left (or a missing disk), 8 the scrub could not run.
+    """
+    run_operation(target, "scrub", as_json=as_json, repair=repair)
+
+
+@main.command()
+@click.option("--disk", "index", type=int, required=True, help="Index of the dead disk.")
+@click.option("--to", "new_dir", type=click.Path(file_okay=False), required=True,
+              help="Empty directory for the replacement (or one whose rebuild was interrupted).")
+@click.option("--max-rate", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MB/S",
+              help="Write at most this many MB per second (leave the other disks room).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+def rebuild(index, new_dir, max_rate, as_json, target):
+    """Rebuild disk N's blocks and parity files from the others into NEWDIR.
+
+    Resumable: run it again after an interruption. Exit status: 0 all
+    rebuilt, 4 something could not be rebuilt (or interrupted).
+    """
+    run_operation(target, "rebuild", as_json=as_json, disk=index, to=os.path.abspath(new_dir),
+                  max_rate=max_rate)
 
 
 @main.command()
@@ -280,13 +347,15 @@ def sync(target):
 
 
 def mount_helper() -> None:
-    """mount.webfs DISK MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s] [-v]: what mount(8) and fstab call."""
+    """mount.webfs DISK MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s] [-v]: what mount(8) calls
+    for 'mount -t webfs', 'mount -t fuse.webfs' and fstab lines (see mount.webfs(8))."""
     args = sys.argv[1:]
-    if "-h" in args or "--help" in args or len([a for a in args if not a.startswith("-")]) < 2:
-        click.echo("usage: mount.webfs DISK MOUNTPOINT [-o OPTIONS] [-f]\n"
-                   "Mounts a webfs archive; see mount.webfs(8).", err="-h" not in args and "--help" not in args)
-        sys.exit(0 if ("-h" in args or "--help" in args) else 2)
-    positional, options, foreground = [], "", False
+    if "-h" in args or "--help" in args:
+        click.echo("usage: mount.webfs DISK MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s] [-v]\n"
+                   "Mounts a webfs archive for mount(8) and fstab; see mount.webfs(8).\n"
+                   "-f: fake (check the arguments, mount nothing); -n, -s, -v: accepted, ignored.")
+        sys.exit(0)
+    positional, options, fake = [], "", False
     it = iter(args)
     for a in it:
         if a == "-o":
@@ -294,16 +363,24 @@ def mount_helper() -> None:
         elif a.startswith("-o"):
             options = ",".join(filter(None, [options, a[2:]]))
         elif a == "-f":
-            foreground = True
+            fake = True
         elif a in ("-n", "-s", "-v"):
             pass                        # mount(8)'s: no mtab, sloppy, verbose
-        elif a.startswith("-t"):
-            next(it, None) if a == "-t" else None
+        elif a in ("-t", "-N"):
+            next(it, None)
+        elif a.startswith("-"):
+            click.echo(f"mount.webfs: unknown option {a}", err=True)
+            sys.exit(1)                 # mount(8): incorrect invocation
         else:
             positional.append(a)
+    if len(positional) != 2:
+        click.echo("usage: mount.webfs DISK MOUNTPOINT [-o OPTIONS]", err=True)
+        sys.exit(1)
     _setup_logging(0)
     try:
-        daemon.mount(positional[0], positional[1], daemon.MountOptions.parse(options), foreground)
+        opts = daemon.MountOptions.parse(options)
+        if not fake:
+            daemon.mount(positional[0], positional[1], opts)
     except WebfsError as exc:
         click.echo(f"mount.webfs: {exc}", err=True)
         sys.exit(32)                     # mount(8): mount failure
