@@ -9,6 +9,10 @@ the real webfs instead, replace build_archive() by one that plays the same
 operations through a mount (sync at the checkpoint, then stop the daemon
 without a final checkpoint) and returns the same `Built`.
 
+build_archive_real() does that already with the webfs command, for the
+test_real_webfs_* tests (skipped without FUSE); its original is the tree the
+remounted archive shows.
+
 The tools are copied into an empty directory and run with a PATH that holds
 only coreutils, find, gzip, gunzip and sh (webfs-recover), and with a Python
 that cannot import webfs (webfs-unparity).
@@ -16,6 +20,7 @@ that cannot import webfs (webfs-unparity).
 from __future__ import annotations
 
 import ast
+import ctypes
 import gzip
 import os
 import random
@@ -99,6 +104,18 @@ def mtime_text(ns: int) -> str:
 # --------------------------------------------------------------- history --
 # Operations on a tree; paths are bytes, absolute in the archive.
 
+def exchange(a: bytes, b: bytes) -> None:
+    """renameat2(RENAME_EXCHANGE), or three renames where it is missing."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    if fn is not None and fn(-100, a, -100, b, 2) == 0:        # AT_FDCWD, RENAME_EXCHANGE
+        return
+    tmp = os.path.dirname(a) + b"/.exchange-tmp"
+    os.rename(a, tmp)
+    os.rename(b, a)
+    os.rename(tmp, b)
+
+
 def apply_op(root: Path, op) -> None:
     r = os.fsencode(root)
     kind, path = op[0], r + op[1] if len(op) > 1 else None
@@ -115,11 +132,8 @@ def apply_op(root: Path, op) -> None:
         os.link(r + op[2], path)
     elif kind == "rename":
         os.rename(path, r + op[2])
-    elif kind == "exchange":         # renameat2(RENAME_EXCHANGE), by three renames
-        tmp = os.path.dirname(path) + b"/.exchange-tmp"
-        os.rename(path, tmp)
-        os.rename(r + op[2], path)
-        os.rename(tmp, r + op[2])
+    elif kind == "exchange":
+        exchange(path, r + op[2])
     elif kind == "unlink":
         os.unlink(path)
     elif kind == "rmtree":
@@ -243,6 +257,25 @@ class Built:
     orig: Path                       # the tree the archive must give back
     depth: int
     blocks: dict = field(default_factory=dict)   # key -> (disk, data, name hint, created)
+    snapshot: list = field(default_factory=list)  # disks copied with a live JOURNAL
+
+
+def blocks_on_disks(disks: list[Path], depth: int) -> dict:
+    """Built.blocks read back from the disks' block files (any writer)."""
+    out = {}
+    for i, d in enumerate(disks):
+        top = d / "blocks"
+        for f in top.rglob("*") if top.is_dir() else ():
+            rel = f.relative_to(top).as_posix()
+            if not f.is_file() or f.name.startswith("."):
+                continue
+            raw = f.read_bytes()
+            head = dict(l.split(": ", 1) for l in raw[:512].decode().split("\n")[1:]
+                        if ": " in l)
+            payload = raw[512:]
+            data = gzip.decompress(payload) if head["Codec"] == "gzip" else payload
+            out[rel.replace("/", "")] = (i, data, unpct(head.get("Name", "")), head["Created"])
+    return out
 
 
 def build_archive(root: Path, ops, *, ndisks=4, depth=3, group_size=4, max_block=65536,
@@ -481,11 +514,13 @@ def tree(root: Path) -> dict:
     return out
 
 
-def assert_same_tree(orig: Path, got: Path) -> None:
+def assert_same_tree(orig: Path, got: Path, root_attrs=True) -> None:
     proc = subprocess.run(["diff", "-r", "--no-dereference", str(orig), str(got)],
                           capture_output=True)
     assert proc.returncode == 0, proc.stdout.decode(errors="replace")[-3000:]
     a, b = tree(orig), tree(got)
+    if not root_attrs:                 # a MANIFEST need not list "/"
+        del a[b"/"], b[b"/"]
     assert sorted(a) == sorted(b)
     for path in a:
         assert a[path] == b[path], (path, a[path][:3], b[path][:3])
@@ -866,3 +901,93 @@ def test_unparity_verify_all_replaces_a_rotten_block(tmp_path_factory, tools, re
     recover(tools, restricted_bin, tmp_path, *b.disks, tmp_path / "out0", expect=1)
     recover(tools, restricted_bin, tmp_path, *b.disks, tmp_path / "u", tmp_path / "out")
     assert_same_tree(b.orig, tmp_path / "out")
+
+
+# ------------------------------------------------- the real webfs, if any --
+
+WEBFS = shutil.which("webfs", path=str(Path(sys.executable).parent))
+needs_mount = pytest.mark.skipif(
+    not (WEBFS and os.path.exists("/dev/fuse") and os.geteuid() == 0),
+    reason="needs the webfs command, /dev/fuse and root")
+
+
+def build_archive_real(root: Path, ops) -> Built:
+    """build_archive() through a real webfs mount: the history is played on the
+    mount, 'webfs sync' at the checkpoint; the disks are copied while still
+    mounted (a live JOURNAL), then unmounted (a final MANIFEST). The original is
+    the tree the remounted archive shows."""
+    run = lambda *a: subprocess.run([WEBFS, *map(str, a)], check=True, capture_output=True,
+                                    timeout=120)
+    disks = [root / f"disk{i}" for i in range(4)]
+    mnt = root / "mnt"
+    mnt.mkdir()
+    run("mkfs", *disks)
+    run("mount", disks[0], mnt)
+    try:
+        for op in ops:
+            if op[0] == "checkpoint":
+                run("sync", mnt)
+            else:
+                apply_op(mnt, op)
+        journal, size, still = disks[0] / "meta" / "JOURNAL", -1, 0
+        for _ in range(100):                    # until the journal stops growing
+            time.sleep(0.1)
+            now = journal.stat().st_size
+            still, size = (still + 1, size) if now == size else (0, now)
+            if still >= 10:
+                break
+        snapshot = []
+        for d in disks:
+            shutil.copytree(d, root / ("snap-" + d.name), symlinks=True,
+                            ignore=shutil.ignore_patterns("lock"))
+            snapshot.append(root / ("snap-" + d.name))
+    finally:
+        run("umount", mnt)
+    run("mount", disks[0], mnt)
+    try:
+        orig = root / "view"
+        subprocess.run(["cp", "-a", f"{mnt}/.", str(orig)], check=True)
+    finally:
+        run("umount", mnt)
+    return Built(disks, orig, 3, blocks_on_disks(disks, 3), snapshot)
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory) -> Built:
+    return build_archive_real(tmp_path_factory.mktemp("real"), history(11))
+
+
+@needs_mount
+def test_real_webfs_recover_lose_a_disk_and_no_manifest(real, tools, restricted_bin, tmp_path):
+    disks = []
+    for d in real.disks:
+        shutil.copytree(d, tmp_path / d.name, symlinks=True)
+        disks.append(tmp_path / d.name)
+    recover(tools, restricted_bin, tmp_path, *disks, tmp_path / "out")
+    assert_same_tree(real.orig, tmp_path / "out", root_attrs=False)
+    shutil.rmtree(disks[1])
+    alive = disks[:1] + disks[2:]
+    unparity(tools, restricted_bin, "--out", tmp_path / "u", *alive)
+    recover(tools, restricted_bin, tmp_path, *alive, tmp_path / "u", tmp_path / "out2")
+    assert_same_tree(real.orig, tmp_path / "out2", root_attrs=False)
+    for d in alive:
+        shutil.rmtree(d / "meta")
+    recover(tools, restricted_bin, tmp_path, *alive, tmp_path / "u", tmp_path / "out3")
+    got = {p: v[3] for p, v in tree(tmp_path / "out3").items() if v[0] != "dir"}
+    assert got == expected_without_manifest(real.blocks)
+
+
+@needs_mount
+def test_real_webfs_journal_replay(real, tools, restricted_bin, tmp_path):
+    """Disks copied while mounted: MANIFEST at the checkpoint plus a live JOURNAL."""
+    assert (real.snapshot[0] / "meta" / "JOURNAL").stat().st_size > 0
+    out = tmp_path / "out"
+    recover(tools, restricted_bin, tmp_path, *real.snapshot, out)
+    a, b = tree(real.orig), tree(out)
+    del a[b"/"], b[b"/"]
+    assert sorted(a) == sorted(b)
+    dirs = [p for p in a if a[p] != b[p] and a[p][0] == "dir" and a[p][:2] == b[p][:2]]
+    assert {p: a[p] for p in a if p not in dirs} == {p: b[p] for p in b if p not in dirs}
+    if dirs:
+        pytest.xfail(f"the JOURNAL lacks the new mtimes of {len(dirs)} directories "
+                     "(entries created, removed or renamed in them): " + repr(dirs[:3]))
