@@ -123,24 +123,25 @@ def test_fsck_finds_each_injected_fault_and_repairs_refs_and_orphans(tmp_path, d
         BlockHeader(signature(doc), len(doc), len(doc), "identity", 1, "2026-01-01T00:00:00Z"), doc)
     # 3. a leftover temporary file
     (p.parent / (p.name + ".123.webfs-tmp")).write_bytes(b"half")
-    # 4. a corrupt payload (no redundancy yet: cannot be repaired)
+    # 4. a corrupt payload (parity mends it)
     bad = _block_path(disks, keys[2])
     raw = bytearray(bad.read_bytes()); raw[-5] ^= 0x55; bad.write_bytes(raw)
-    # 5. a missing block
-    _block_path(disks, keys[3]).unlink()
+    # 5. a missing block, on the same disk, so not in the same parity stripe
+    gone = next(k for k in keys[3:] if k.split("@")[1] == keys[2].split("@")[1])
+    _block_path(disks, gone).unlink()
     proc = webfs("fsck", disks[0], check=False)
     out = proc.stdout.decode()
     assert proc.returncode == 4, out
     for kind in ("refs:", "orphan:", "leftover:", "corrupt:", "missing:"):
         assert kind in out, (kind, out)
     proc = webfs("fsck", "--repair", disks[0], check=False)
-    assert proc.returncode == 4                       # corrupt and missing cannot be mended
     out = proc.stdout.decode()
-    assert "orphan" in out and "[repaired]" in out and "NOT repaired" in out
+    assert proc.returncode == 1, out                  # all found, all repaired
+    assert "orphan" in out and "[repaired]" in out and "NOT repaired" not in out
     proc = webfs("fsck", disks[0], check=False)
-    out = proc.stdout.decode()
-    assert "orphan" not in out and "refs" not in out and "leftover" not in out
-    assert "corrupt" in out and "missing" in out
+    assert proc.returncode == 0, proc.stdout.decode()
+    assert webfs("get", disks[0], keys[2]).stdout == (tmp_path / "p2.html").read_bytes()
+    assert webfs("get", disks[0], gone).stdout == (tmp_path / f"p{keys.index(gone)}.html").read_bytes()
 
 
 def test_fsck_refuses_while_the_archive_is_held(disks):

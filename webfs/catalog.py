@@ -55,7 +55,30 @@ CREATE TABLE IF NOT EXISTS stripes (
     parity_disk INTEGER NOT NULL,
     size_class  INTEGER NOT NULL,
     length      INTEGER NOT NULL DEFAULT 0,
-    state       TEXT NOT NULL DEFAULT 'ok');
+    state       TEXT NOT NULL DEFAULT 'ok',    -- 'dirty': the parity file may disagree with the blocks
+    members     INTEGER NOT NULL DEFAULT 0,
+    disks       INTEGER NOT NULL DEFAULT 0);   -- bit i: disk i holds a member or the parity
+CREATE INDEX IF NOT EXISTS stripes_open ON stripes (size_class, members);
+CREATE INDEX IF NOT EXISTS stripes_dirty ON stripes (state) WHERE state != 'ok';
+-- A block that leaves a stripe (or moves) marks it dirty in the same transaction,
+-- so a crash before its parity is updated is found at the next open (webfs.parity).
+CREATE TRIGGER IF NOT EXISTS blocks_leave_stripe AFTER DELETE ON blocks WHEN OLD.stripe IS NOT NULL
+BEGIN
+    UPDATE stripes SET state='dirty', members=members-1, disks=disks & ~(1 << OLD.disk)
+    WHERE id=OLD.stripe;
+END;
+CREATE TRIGGER IF NOT EXISTS blocks_move_in_stripe AFTER UPDATE OF disk ON blocks
+WHEN OLD.stripe IS NOT NULL AND NEW.stripe IS OLD.stripe AND OLD.disk != NEW.disk
+BEGIN
+    UPDATE stripes SET state='dirty', disks=(disks & ~(1 << OLD.disk)) | (1 << NEW.disk)
+    WHERE id=OLD.stripe;
+END;
+CREATE TRIGGER IF NOT EXISTS blocks_change_stripe AFTER UPDATE OF stripe ON blocks
+WHEN OLD.stripe IS NOT NULL AND NEW.stripe IS NOT OLD.stripe
+BEGIN
+    UPDATE stripes SET state='dirty', members=members-1, disks=disks & ~(1 << OLD.disk)
+    WHERE id=OLD.stripe;
+END;
 CREATE TABLE IF NOT EXISTS inodes (
     id       INTEGER PRIMARY KEY,
     mode     INTEGER NOT NULL,

@@ -25,6 +25,10 @@ class NoSuchBlock(WebfsError):
     """No block with that contentkey is in the archive."""
 
 
+class CorruptParity(WebfsError):
+    """A parity file whose header or length is not what it must be."""
+
+
 class DataLost(WebfsError):
     """A block can be read neither from its disk nor from its stripe."""
 

@@ -5,9 +5,12 @@ row, and reports each problem as a ``Finding``: a header that does not
 parse, content that does not match its signature, a catalog row whose
 block is missing, a block no row knows (an orphan), reference counts that
 disagree (catalog against namespace and pins, header against catalog),
-and leftovers of interrupted writes. With ``repair`` it fixes what it can
-(refs, orphans, leftovers, blocks found on another disk; damaged blocks
-through the store's protection) and says what it could not.
+and leftovers of interrupted writes; and (``webfs.scrub.check_parity``)
+parity files that do not parse or list other blocks than the catalog,
+stripes left dirty by an interrupted update, and orphan parity files. With
+``repair`` it fixes what it can (refs, orphans, leftovers, blocks found on
+another disk, parity brought up to date; damaged blocks through the store's
+protection) and says what it could not.
 
 Exit codes follow e2fsck: 0 clean, 1 problems found and all repaired,
 4 problems left, 8 could not check.
@@ -62,7 +65,9 @@ class Report:
 
 def check(store: Store, repair: bool = False,
           progress: Optional[Callable[[int], None]] = None) -> Report:
+    from .scrub import check_parity     # scrub builds on this module's Report
     report = Report()
+    check_parity(store, report, repair)
     seen = _check_files(store, repair, report, progress)
     _check_rows(store, repair, report, seen)
     if repair:
@@ -118,15 +123,21 @@ def _check_files(store: Store, repair: bool, report: Report,
 def _rewrite_from_redundancy(store: Store, row: BlockRow) -> bool:
     """Put a good copy of a damaged block back on its disk, if redundancy has one."""
     try:
-        payload = store.protection.reconstruct(row)
-        data = codecs.get(row.codec).decode(payload)
-        if store.signature_fn(data) != row.sig:
-            return False
+        restore_block(store, row)
     except WebfsError:
         return False
-    header = BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created, row.name)
-    store.archive.volumes[row.disk].write_block(header, payload, row.overflow)
     return True
+
+
+def restore_block(store: Store, row: BlockRow) -> None:
+    """Write a damaged or lost block back on its disk from redundancy, byte for
+    byte as it was (its header from the catalog row); raise why if it cannot be."""
+    payload = store.protection.reconstruct(row)
+    data = codecs.get(row.codec).decode(payload)
+    if len(data) != row.size or store.signature_fn(data) != row.sig:
+        raise CorruptBlock(f"block {row.block_name}: what its stripe gives does not match its signature")
+    header = BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created, row.name)
+    store.archive.volumes[row.disk].write_block(header, payload, row.overflow, fsync=store.fsync)
 
 
 def _check_rows(store: Store, repair: bool, report: Report,

@@ -62,6 +62,15 @@ class Protection:
         """The payload of a block that its disk cannot give, or DataLost."""
         raise DataLost(f"block {row.block_name} on disk {row.disk} cannot be read and has no parity")
 
+    def committed(self) -> None:
+        """The catalog's changes so far are durable."""
+
+    def close(self) -> None:
+        pass
+
+    def status(self) -> dict:
+        return {"kind": "none"}
+
 
 class KeyedLocks:
     """One lock per key, made on demand and dropped when nobody holds it."""
@@ -123,12 +132,17 @@ class Store:
                 raise ArchiveError(f"disk {archive.conf.disks[0].index}, which holds the catalog, "
                                    "is missing; see 'webfs fsck'")
             catalog = Catalog(catalog_path(primary.root))
+            if "protection" not in kwargs:
+                from .parity import Parity          # parity builds on this module
+                kwargs["protection"] = Parity(archive, catalog, kwargs.get("signature_fn", sigmod.signature),
+                                              kwargs.get("fsync", False), recover=lock)
         except BaseException:
             archive.unlock()
             raise
         return cls(archive, catalog, **kwargs)
 
     def close(self) -> None:
+        self.protection.close()
         self.catalog.close()
         if self._intents_fd is not None:
             os.close(self._intents_fd)
@@ -147,6 +161,7 @@ class Store:
                 raise
             finally:
                 self._pending_new, self._pending_refs, self._pending_removals = [], set(), []
+            self.protection.committed()
             if removals:
                 self._remove_blocks(removals)
                 self.catalog.commit()
@@ -439,6 +454,8 @@ class Store:
             "payload_bytes": totals["stored_bytes"], "block_bytes": stored_total,
             "dedup_ratio": _ratio(totals["logical_bytes"], totals["distinct_bytes"]),
             "compression_ratio": _ratio(totals["distinct_bytes"], totals["stored_bytes"]),
+            "damaged": sorted(str(ContentKey(sig, overflow)) for sig, overflow in self._reported),
+            "protection": self.protection.status(),
         }
 
 
