@@ -40,7 +40,9 @@ def collect(ctx, opts, started, sections, repo, fmt):
         "subject": subject,
         "corpus": {"path": ctx.corpus, "crawls": ctx.crawl_stats, "files": files,
                    "bytes": nbytes, "ingested": ctx.ingest_crawls, "info": ctx.info},
+        "workdir": ctx.workdir,
         "figures": ctx.figures,
+        "figure_order": list(ctx.figures),
         "measurements": ctx.measurements,
         "failures": ctx.failures,
         "extra": ctx.extra,
@@ -59,7 +61,9 @@ def summarize(result):
     names = [t["name"] for t in result["targets"]]
     subject = result["subject"]
     rows = []
-    for key, fig in result["figures"].items():
+    order = result.get("figure_order") or list(result["figures"])
+    for key in order:
+        fig = result["figures"][key]
         row = {"key": key, **fig, "targets": {}, "ratios": {}}
         for n in names:
             ms = [m for m in result["measurements"] if m["figure"] == key and m["target"] == n]
@@ -158,6 +162,60 @@ def machine_line(m):
         "" if m.get("drop_caches") else " (not root: caches not dropped)")
 
 
+def goals(result):
+    """Where the subject stands against the aims of issue 7: [(aim, measured,
+    met or None)].  Only when the subject is webfs."""
+    if result["subject"] != "webfs":
+        return []
+    rows = {r["key"]: r for r in result["summary"]}
+    out = []
+
+    def ratio(key, peer):
+        r = rows.get(key)
+        return r["ratios"].get(peer) if r else None
+
+    def rate(key):
+        r = rows.get(key)
+        c = r["targets"].get("webfs", {}) if r else {}
+        return c.get("rate")
+
+    for key, label, floor in (("ingest.cp.1", "ingest cp -r crawl 1", 0.7),
+                              ("ingest.rsync.1", "ingest rsync -a crawl 1", 0.7),
+                              ("read.cat.cold", "cat all, cold", 0.7),
+                              ("read.tar.cold", "tar, cold", 0.7),
+                              ("read.grep.cold", "grep -r, cold", 0.7),
+                              ("read.cat.warm", "cat all, warm", 1.0),
+                              ("read.tar.warm", "tar, warm", 1.0),
+                              ("read.grep.warm", "grep -r, warm", 1.0)):
+        x = ratio(key, "bindfs")
+        if x is not None:
+            out.append(("%s ≥ %.1f× bindfs" % (label, floor), "%.2f×" % x, x >= floor))
+    for tool in ("cp", "rsync"):
+        a, b = rate("ingest.%s.1" % tool), rate("ingest.%s.2" % tool)
+        if a and b:
+            out.append(("%s of crawl 2 ≥ 2× as fast as crawl 1" % tool, "%.2f×" % (b / a),
+                        b / a >= 2.0))
+    ref = (result.get("extra") or {}).get("reference")
+    r = rows.get("space.alloc")
+    alloc = r["targets"].get("webfs", {}).get("value") if r else None
+    if ref and alloc:
+        st = (result.get("extra") or {}).get("webfs_status") or {}
+        parity = sum(v for k, v in st.items() if "parity" in k and k.endswith("bytes")
+                     and isinstance(v, (int, float)))
+        ideal = ref["distinct_compressed_bytes"] + parity
+        x = alloc / ideal
+        out.append(("bytes on disks within 5 %% of distinct compressed content + parity%s"
+                    % ("" if parity else " (no parity figure in webfs status)"),
+                    "%.2f×" % x, x <= 1.05 if parity else None))
+    r = rows.get("daemon.hwm")
+    hwm = r["targets"].get("webfs", {}).get("value") if r else None
+    if hwm:
+        files = result["corpus"]["files"]
+        out.append(("daemon memory does not grow with files (compare bench and bench-full)",
+                    "peak %.0f MiB at %s files" % (hwm / 1048576, "{:,}".format(files)), None))
+    return out
+
+
 def markdown(result):
     names = [t["name"] for t in result["targets"]]
     subject = result["subject"]
@@ -177,8 +235,13 @@ def markdown(result):
     out.append("- Corpus: %s — %d crawls, %s files, %s (%s ingested, all read)" % (
         desc, len(corp["crawls"]), "{:,}".format(corp["files"]), _bytes(corp["bytes"]),
         " + ".join(corp["ingested"])))
+    wd = result.get("workdir")
+    if wd:
+        out.append("- Work directory `%s` (below: `$W`), removed after the run" % wd)
     for t in result["targets"]:
         cmd = t.get("mount") or ""
+        if wd:
+            cmd = cmd.replace(wd, "$W")
         out.append("- `%s`: %s%s" % (t["name"], t.get("description", ""),
                                      (" — `%s`" % cmd) if cmd else ""))
     out.append("- Method: median of %s run(s) per figure, targets interleaved (A B C D, "
@@ -187,6 +250,16 @@ def markdown(result):
                "(the better direction is in the second column). git %s." % (
                    opts.get("repeat"), subject, result.get("git") or "?"))
     out.append("")
+    g = goals(result)
+    if g:
+        out.append("## Where webfs stands (issue 7 aims)")
+        out.append("")
+        out.append("| aim | measured | met |")
+        out.append("|---|--:|:-:|")
+        for aim, measured, met in g:
+            out.append("| %s | %s | %s |" % (aim, measured,
+                                             "–" if met is None else ("yes" if met else "**no**")))
+        out.append("")
     rows = result["summary"]
     for section in result["sections"] + [s for s in SECTION_TITLES if s not in result["sections"]]:
         srows = [r for r in rows if r["section"] == section and r["targets"]]

@@ -16,12 +16,11 @@ Interleave targets (ctx.order(rep) rotates them) and repeat ctx.repeat
 times; the report shows medians.
 """
 
-import json
 import os
 import shlex
 import sys
 
-from bench_lib import BenchError, du_bytes, log, rmtree, sh
+from bench_lib import BenchError
 
 RARE_WORD = "zyzzogeton"
 
