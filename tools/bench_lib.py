@@ -339,7 +339,16 @@ def machine_info(workdir):
             first = (p.stdout or p.stderr).strip().splitlines()
             versions[name] = first[0] if first else ""
     info["versions"] = versions
+    info["loadavg_start"] = loadavg()
     return info
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(x) for x in f.read().split()[:3]]
+    except (OSError, ValueError):
+        return None
 
 
 def git_describe(repo):

@@ -13,7 +13,7 @@ import shutil
 import statistics
 import sys
 
-from bench_lib import git_describe, write_json
+from bench_lib import git_describe, loadavg, write_json
 
 SECTION_TITLES = {
     "ingest": "Ingest",
@@ -26,6 +26,7 @@ SECTION_TITLES = {
 
 
 def collect(ctx, opts, started, sections, repo, fmt):
+    ctx.machine["loadavg_end"] = loadavg()
     names = [t.name for t in ctx.targets]
     subject = opts.subject or ("webfs" if "webfs" in names else names[-1])
     files, nbytes = ctx.size_of(ctx.crawls)
@@ -155,11 +156,14 @@ def cell_text(row, cell):
 def machine_line(m):
     fs = m.get("workdir_fs") or {}
     mem = m.get("mem_bytes")
-    return "%s, %s CPUs (nproc), %s RAM, Linux %s, work filesystem %s on %s%s" % (
+    la = [m.get("loadavg_start"), m.get("loadavg_end")]
+    load = "; load average %s at the start, %s at the end" % tuple(
+        ("%.2f" % x[0]) if x else "?" for x in la)
+    return "%s, %s CPUs (nproc), %s RAM, Linux %s, work filesystem %s on %s%s%s" % (
         m.get("cpu", "?"), m.get("nproc", "?"),
         ("%.0f GiB" % (mem / 2**30)) if mem else "?", m.get("kernel", "?"),
         fs.get("fstype", "?"), fs.get("source", "?"),
-        "" if m.get("drop_caches") else " (not root: caches not dropped)")
+        "" if m.get("drop_caches") else " (not root: caches not dropped)", load)
 
 
 def goals(result):
