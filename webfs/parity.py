@@ -408,12 +408,10 @@ class Parity(Protection):
                 "WHERE id=?", (1 << d, row.stored, stripe_id))
             new = False
         else:
-            # When stripes span every disk (G = C) each full one covers every pair,
-            # so only filling fast counts: parity where blocks are scarce, that is,
-            # on the disk that shares fewest stripes with this one.
-            spread = 0 if self.width >= len(self.archive.conf.disks) - 1 else 1
-            candidates = sorted((pairs[_pair(d, p)] + spread * parities[p], parities[p],
-                                 self._pair_bytes[_pair(d, p)] + spread * self._parity_bytes[p],
+            # Fewest stripes shared with this disk first: that puts parity where
+            # blocks are scarce, so every disk ends up in as many stripes (blocks
+            # plus parity files) as another; fewest parity files breaks ties.
+            candidates = sorted((pairs[_pair(d, p)], parities[p], self._pair_bytes[_pair(d, p)],
                                  self._parity_bytes[p], p)
                                 for p in volumes if p != d and p not in draining)
             parity_disk = next((c[-1] for c in candidates if _has_room(volumes[c[-1]], row.stored)), None)

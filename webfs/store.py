@@ -347,7 +347,11 @@ class Store:
             return self._decode_checked(row, self.read_payload(row))
         except CorruptBlock as exc:
             self._report(row, str(exc))
+        try:
             return self._decode_checked(row, self.protection.reconstruct(row))
+        except CorruptBlock as exc:
+            raise DataLost(f"block {row.block_name} on disk {row.disk} is damaged, and what its "
+                           f"parity stripe gives is not it either ({exc})") from None
 
     def read_payload(self, row: BlockRow) -> bytes:
         """The payload of a block as its disk holds it, or from the other disks
