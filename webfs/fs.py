@@ -564,7 +564,10 @@ class Operations(pyfuse3.Operations):
             self.cache.put(row.id, data)
             return data
         finally:
-            del self.cache.inflight[row.id]
+            # Two readers that waited for an uncached piece (larger than the
+            # cache, or evicted) each fetch it; only the owner's entry goes.
+            if self.cache.inflight.get(row.id) is event:
+                del self.cache.inflight[row.id]
             event.set()
 
     @translate_errors
