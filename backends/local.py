@@ -3,12 +3,14 @@
 Writes that replace a file go to a temporary file in the same directory
 and are renamed over the real name, so a crash never leaves half a file
 under a real name. ``delay`` adds a fixed service time to every I/O, to
-simulate a slow or busy disk in benchmarks (disk cooling).
+simulate a slow or busy disk in benchmarks (disk cooling); like a disk arm,
+the disk serves one such I/O at a time, so requests to a busy disk queue.
 """
 from __future__ import annotations
 
 import errno
 import os
+import threading
 import time
 from typing import Iterator
 
@@ -21,6 +23,7 @@ class LocalBackend(Backend):
     def __init__(self, root: str, delay: float = 0.0):
         self.root = root
         self.delay = delay
+        self._arm = threading.Lock()            # one simulated I/O at a time
 
     def __repr__(self) -> str:
         return f"LocalBackend({self.root!r})"
@@ -30,7 +33,8 @@ class LocalBackend(Backend):
 
     def _wait(self) -> None:
         if self.delay:
-            time.sleep(self.delay)
+            with self._arm:
+                time.sleep(self.delay)
 
     def local_path(self, path: str) -> str:
         return self._path(path)
