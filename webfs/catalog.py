@@ -48,7 +48,7 @@ CREATE INDEX IF NOT EXISTS blocks_stripe ON blocks (stripe);
 CREATE TABLE IF NOT EXISTS groups (
     grp      TEXT PRIMARY KEY,
     disk     INTEGER NOT NULL,
-    heat     REAL NOT NULL DEFAULT 0,
+    heat     REAL NOT NULL DEFAULT 0,      -- reads per second when last written (webfs.heat)
     accesses TEXT NOT NULL DEFAULT '');    -- times of the last k accesses, for the heat estimate
 CREATE TABLE IF NOT EXISTS stripes (
     id          TEXT PRIMARY KEY,
@@ -259,6 +259,15 @@ class Catalog:
     def set_group_disk(self, grp: str, disk: int) -> None:
         self.execute("INSERT INTO groups (grp, disk) VALUES (?, ?) "
                      "ON CONFLICT (grp) DO UPDATE SET disk=excluded.disk", (grp, disk))
+
+    def set_group_heats(self, rows: list[tuple[str, float, str]]) -> None:
+        """(group, heat, access times) of groups that hold a block; a group
+        not yet mapped is mapped to the disk of one of its blocks."""
+        with self.lock, _full_is_nospace():
+            self.db.executemany(
+                "INSERT INTO groups (grp, disk, heat, accesses) "
+                "SELECT ?1, disk, ?2, ?3 FROM blocks WHERE grp=?1 LIMIT 1 "
+                "ON CONFLICT (grp) DO UPDATE SET heat=excluded.heat, accesses=excluded.accesses", rows)
 
     # -- figures -------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from .block import BlockHeader, percent_encode, refs_offset_of, utc_timestamp
 from .catalog import BlockRow, Catalog, catalog_path
 from .errors import (ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock,
                      WebfsError)
+from .heat import DEFAULT_K, HeatTracker
 from .placement import ranked_disks
 from .signature import ContentKey, SignatureFn
 
@@ -100,7 +101,8 @@ class Store:
 
     def __init__(self, archive: Archive, catalog: Catalog,
                  signature_fn: SignatureFn = sigmod.signature,
-                 protection: Optional[Protection] = None, fsync: bool = False):
+                 protection: Optional[Protection] = None, fsync: bool = False,
+                 heat_k: int = DEFAULT_K):
         self.archive = archive
         self.conf = archive.conf
         self.catalog = catalog
@@ -108,6 +110,7 @@ class Store:
         self.protection = protection or Protection()
         self.fsync = fsync
         self._sig_locks = KeyedLocks()
+        self.heat = HeatTracker(catalog, heat_k)        # reads that reach the disks, per group
         self._reported: set[tuple[str, int]] = set()
         # What the open catalog transaction changed on the disks, to undo if it fails.
         self._pending_new: list[BlockRow] = []
@@ -153,6 +156,7 @@ class Store:
         undo them on the disks too, so the archive stays as it was at the last commit."""
         with self.catalog.lock:
             removals = self._pending_removals
+            self.heat.save_if_due()
             try:
                 self.catalog.commit()
             except BaseException:
@@ -170,6 +174,7 @@ class Store:
 
     def sync(self) -> None:
         """Make everything committed durable on the disks (fsync, checkpoint the WAL)."""
+        self.heat.save()
         self.commit()
         with self.catalog.lock:
             self.catalog.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -371,6 +376,7 @@ class Store:
             if header.codec == row.codec and header.stored == row.stored:
                 if disk != row.disk:
                     log.info("block %s found on disk %d, not %d", row.block_name, disk, row.disk)
+                self.heat.record(row.grp)
                 return payload
             self._report(row, f"disk {disk}: header disagrees with the catalog")
         if row.disk in self.archive.missing:
