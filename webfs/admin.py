@@ -72,6 +72,17 @@ class Progress:
         return self.stop_requested.is_set()
 
 
+def human(n: Optional[float]) -> str:
+    """A byte count as people read it: 512 B, 3.4 MiB."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
 @operation("status")
 def status(store, progress: Progress) -> Result:
     """The archive's figures (what `webfs status` prints), from inside a daemon."""

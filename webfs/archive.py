@@ -191,6 +191,7 @@ class Archive:
         self.missing = missing
         self.opened_from = opened_from
         self._lock_fds: list[int] = []
+        self._holder = ""
 
     @classmethod
     def open(cls, path: str, delays: Optional[dict[int, float]] = None) -> "Archive":
@@ -249,25 +250,37 @@ class Archive:
         taken = []
         try:
             for vol in self.volumes.values():
-                path = os.path.join(vol.root, LOCK_FILE)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    who = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
-                    os.close(fd)
-                    raise ArchiveBusy(f"the archive is in use ({who}); "
-                                      "give its mount point instead, or unmount it first") from None
-                taken.append(fd)
+                taken.append(_flock(vol.root))
             for fd in taken:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{holder}, pid {os.getpid()}\n".encode(), 0)
+                _say_holder(fd, holder)
         except BaseException:
             for fd in taken:
                 os.close(fd)
             raise
         self._lock_fds = taken
+        self._holder = holder
+
+    def attach(self, disk: DiskInfo) -> Volume:
+        """Bring a new disk into the open archive (``webfs add-disk``): its
+        volume, and the archive lock on it if the archive is locked. The
+        caller writes the configuration (``save_config``)."""
+        vol = Volume(open_backend(disk.path), disk.index, disk.uuid, self.conf.depth)
+        if self._lock_fds:
+            fd = _flock(disk.path)
+            _say_holder(fd, self._holder)
+            self._lock_fds.append(fd)
+        # Replace the lists whole: readers in other threads iterate them.
+        self.conf.disks = sorted([*self.conf.disks, disk], key=lambda d: d.index)
+        self.volumes = {**self.volumes, disk.index: vol}
+        return vol
+
+    def detach(self, index: int) -> None:
+        """Forget a disk (``webfs remove-disk``, once nothing is left on it).
+        The caller writes the configuration. Its lock is let go at unlock."""
+        self.conf.disks = [d for d in self.conf.disks if d.index != index]
+        self.volumes = {i: v for i, v in self.volumes.items() if i != index}
+        self.missing = {i: why for i, why in self.missing.items() if i != index}
+
 
     def unlock(self) -> None:
         for fd in self._lock_fds:
@@ -290,6 +303,26 @@ class Archive:
             finally:
                 os.close(fd)
         return None
+
+
+def _flock(root: str) -> int:
+    """The archive lock file of one disk, locked, or ArchiveBusy."""
+    path = os.path.join(root, LOCK_FILE)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        who = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+        os.close(fd)
+        raise ArchiveBusy(f"the archive is in use ({who}); "
+                          "give its mount point instead, or unmount it first") from None
+    return fd
+
+
+def _say_holder(fd: int, holder: str) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{holder}, pid {os.getpid()}\n".encode(), 0)
 
 
 def _find_disk(conf: Config, disk: DiskInfo, given: str) -> Optional[str]:

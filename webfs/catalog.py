@@ -48,8 +48,10 @@ CREATE INDEX IF NOT EXISTS blocks_stripe ON blocks (stripe);
 CREATE TABLE IF NOT EXISTS groups (
     grp      TEXT PRIMARY KEY,
     disk     INTEGER NOT NULL,
+    home     INTEGER,                      -- rendezvous home when placed (NULL: disk); cooling moves away from it
     heat     REAL NOT NULL DEFAULT 0,      -- reads per second when last written (webfs.heat)
     accesses TEXT NOT NULL DEFAULT '');    -- times of the last k accesses, for the heat estimate
+CREATE INDEX IF NOT EXISTS groups_disk ON groups (disk);
 CREATE TABLE IF NOT EXISTS stripes (
     id          TEXT PRIMARY KEY,
     parity_disk INTEGER NOT NULL,
@@ -242,6 +244,15 @@ class Catalog:
     def set_block_disk(self, block_id: int, disk: int) -> None:
         self.execute("UPDATE blocks SET disk=? WHERE id=?", (disk, block_id))
 
+    def move_block(self, block_id: int, disk: int) -> None:
+        """Record a block on another disk and out of its parity stripe. The stripe
+        is marked dirty in the same transaction, so if its parity is not brought
+        up to date (the mover does that next) the next open reconciles it."""
+        self.execute("UPDATE stripes SET state='dirty' WHERE id=(SELECT stripe FROM blocks WHERE id=?)",
+                     (block_id,))
+        self.execute("UPDATE blocks SET stripe=NULL WHERE id=?", (block_id,))
+        self.execute("UPDATE blocks SET disk=? WHERE id=?", (disk, block_id))
+
     def delete_block(self, block_id: int) -> None:
         self.execute("DELETE FROM blocks WHERE id=?", (block_id,))
 
@@ -256,9 +267,21 @@ class Catalog:
     def group_disk(self, grp: str) -> Optional[int]:
         return self.scalar("SELECT disk FROM groups WHERE grp=?", (grp,))
 
-    def set_group_disk(self, grp: str, disk: int) -> None:
-        self.execute("INSERT INTO groups (grp, disk) VALUES (?, ?) "
-                     "ON CONFLICT (grp) DO UPDATE SET disk=excluded.disk", (grp, disk))
+    def set_group_disk(self, grp: str, disk: int, home: Optional[int] = None) -> None:
+        """Map a group to a disk. With a home, that is its new rendezvous home
+        (a rebalance); without, it keeps the home it had (cooling moves it away)."""
+        self.execute("INSERT INTO groups (grp, disk, home) VALUES (?, ?, ?) "
+                     "ON CONFLICT (grp) DO UPDATE SET disk=excluded.disk, "
+                     "home=COALESCE(excluded.home, groups.home, groups.disk)", (grp, disk, home))
+
+    def group_homes(self) -> dict[str, tuple[int, int]]:
+        """group -> (disk, rendezvous home when placed) of every mapped group."""
+        return {g: (d, d if h is None else h)
+                for g, d, h in self.query("SELECT grp, disk, home FROM groups")}
+
+    def forget_groups_on(self, disk: int) -> None:
+        """Drop the map entries of a disk that leaves the archive."""
+        self.execute("DELETE FROM groups WHERE disk=?", (disk,))
 
     def set_group_heats(self, rows: list[tuple[str, float, str]]) -> None:
         """(group, heat, access times) of groups that hold a block; a group

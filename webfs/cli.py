@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 from typing import Optional
 
@@ -16,7 +17,9 @@ import click
 
 from . import __version__, archive as archmod
 from . import daemon, fsck as fsckmod
+from .admin import human
 from . import rebuild as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
+from . import rebalance as _rebalance    # noqa: F401  (registers its operations)
 from .catalog import Catalog, catalog_path
 from .errors import WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
@@ -28,16 +31,6 @@ log = logging.getLogger("webfs")
 def _setup_logging(verbose: int) -> None:
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=level, format="webfs: %(message)s", stream=sys.stderr)
-
-
-def human(n: Optional[float]) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def progress_bar(total: Optional[int], desc: str):
@@ -111,12 +104,22 @@ def run_operation(target: str, name: str, as_json: bool = False, **options) -> N
             result = daemon.call(target, name, options, listener)
         else:
             store = open_store(target, name)
+            previous = signal.getsignal(signal.SIGINT)
+
+            def stop(signum, frame):
+                # The first Ctrl-C asks the operation to stop at a safe point; a second interrupts.
+                progress.stop_requested.set()
+                progress.note("stopping at the next safe point (Ctrl-C again to interrupt)")
+                signal.signal(signal.SIGINT, previous)
+
+            signal.signal(signal.SIGINT, stop)
             try:
                 result = admin.OPERATIONS[name](store, progress, **options)
             except KeyboardInterrupt:
                 progress.stop_requested.set()
                 raise
             finally:
+                signal.signal(signal.SIGINT, previous)
                 store.close()
     finally:
         if bar is not None:
@@ -344,6 +347,43 @@ def sync(target):
     finally:
         store.close()
     click.echo(f"wrote a MANIFEST of {n} names on {len(store.archive.volumes)} disk(s)")
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Say how many groups would move; move nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+def rebalance(dry_run, as_json, target):
+    """Move the placement groups whose home disk changed (after add-disk).
+
+    Resumable: run it again after an interruption. Exit status: 0 done,
+    4 stopped early or some blocks could not be moved.
+    """
+    run_operation(target, "rebalance", as_json=as_json, dry_run=dry_run)
+
+
+@main.command("add-disk")
+@click.option("--weight", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+              help="Share of new placement groups, relative to the other disks (e.g. its size).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("new_dir", metavar="NEWDIR", type=click.Path(file_okay=False))
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+def add_disk(weight, as_json, new_dir, target):
+    """Add the empty directory NEWDIR to the archive as a new disk."""
+    run_operation(target, "add-disk", as_json=as_json, path=os.path.abspath(new_dir), weight=weight)
+
+
+@main.command("remove-disk")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("index", metavar="N", type=click.IntRange(0))
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+def remove_disk(as_json, index, target):
+    """Move everything off disk N onto the others, then forget disk N.
+
+    Resumable: run it again after an interruption. Exit status: 0 done,
+    4 stopped early or something is left on the disk.
+    """
+    run_operation(target, "remove-disk", as_json=as_json, disk=index)
 
 
 def mount_helper() -> None:

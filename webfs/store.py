@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 from . import codecs
 from . import signature as sigmod
 from .archive import STORE_MODES, Archive
-from .block import BlockHeader, percent_encode, refs_offset_of, utc_timestamp
+from .block import HEADER_SIZE, BlockHeader, percent_encode, refs_offset_of, utc_timestamp
 from .catalog import BlockRow, Catalog, catalog_path
 from .errors import (ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock,
                      WebfsError)
@@ -124,9 +124,11 @@ class Store:
         self._inflight = 0
 
     @classmethod
-    def open(cls, path: str, holder: str = "webfs", lock: bool = True, **kwargs) -> "Store":
-        """Open the archive that a disk belongs to, lock it and open its catalog."""
-        archive = Archive.open(path)
+    def open(cls, path: str, holder: str = "webfs", lock: bool = True,
+             delays: Optional[dict[int, float]] = None, **kwargs) -> "Store":
+        """Open the archive that a disk belongs to, lock it and open its catalog.
+        ``delays`` gives disks a simulated service time per I/O (benchmarks)."""
+        archive = Archive.open(path, delays=delays)
         if lock:
             archive.lock(holder)
         try:
@@ -282,16 +284,20 @@ class Store:
         order = ([mapped] if mapped is not None else []) + [d for d in ranked if d != mapped]
         return [d for d in order if d in self.archive.volumes]
 
+    def has_room(self, disk: int, needed: int) -> bool:
+        """Can a disk take this many more bytes of blocks? Room is left for
+        metadata: more on the disk that holds the catalog."""
+        free, total = self.archive.volumes[disk].backend.free_space()
+        reserve = min(256 << 20, total // 16) if disk == self.conf.disks[0].index \
+            else min(64 << 20, total // 50)
+        return free >= needed + reserve
+
     def _write_new(self, header: BlockHeader, payload: bytes, overflow: int, grp: str) -> int:
-        needed = len(payload) + 512
+        needed = len(payload) + HEADER_SIZE
         for disk in self.home_disks(grp):
             self._intend(f"{header.signature}~{overflow} {disk}\n")
             vol = self.archive.volumes[disk]
-            free, total = vol.backend.free_space()
-            # Leave room for metadata: more on the disk that holds the catalog.
-            reserve = min(256 << 20, total // 16) if disk == self.conf.disks[0].index \
-                else min(64 << 20, total // 50)
-            if free < needed + reserve:
+            if not self.has_room(disk, needed):
                 continue
             try:
                 vol.write_block(header, payload, overflow, fsync=self.fsync)
@@ -382,6 +388,36 @@ class Store:
         if row.disk in self.archive.missing:
             self._report(row, f"disk {row.disk} is missing")
         return self.protection.reconstruct(row)
+
+    def copy_of(self, row: BlockRow) -> bytes:
+        """The whole block file (header and payload) of a block, byte for byte as
+        a disk holds it and checked against its signature: from its disk, else
+        another (an interrupted move); else rebuilt from the catalog row and the
+        protection. For moving a block; not counted as a read."""
+        for disk in [row.disk] + [d for d in self.archive.volumes if d != row.disk]:
+            vol = self.archive.volumes.get(disk)
+            if vol is None:
+                continue
+            try:
+                raw = vol.read_raw(row.sig, row.overflow)
+                header = BlockHeader.parse(raw[:HEADER_SIZE], f"disk {disk}")
+                if (header.codec, header.stored, len(raw) - HEADER_SIZE) != (row.codec, row.stored, row.stored):
+                    raise CorruptBlock("header disagrees with the catalog")
+                self._decode_checked(row, raw[HEADER_SIZE:])
+                return raw
+            except FileNotFoundError:
+                continue
+            except (OSError, WebfsError) as exc:
+                self._report(row, f"disk {disk}: {exc}")
+        payload = self.protection.reconstruct(row)
+        self._decode_checked(row, payload)
+        return BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created,
+                           row.name).encode() + payload
+
+    def block_lock(self, sig: str):
+        """The lock that serialises everything done to one signature: storing,
+        adding and dropping references, moving its blocks."""
+        return self._sig_locks(sig)
 
     def _decode_checked(self, row: BlockRow, payload: bytes) -> bytes:
         data = codecs.get(row.codec).decode(payload)

@@ -1,0 +1,390 @@
+"""Moving placement groups between disks, and changing the set of disks.
+
+This module owns the one way a block changes disk, ``move_group``, which
+cooling, ``webfs rebalance`` and ``webfs remove-disk`` all use, and the
+operations that change an archive's disks: ``add-disk`` (a new, empty
+disk), ``rebalance`` (move exactly the groups whose rendezvous home
+changed: about 1/(C+1) of them when one disk joins; SWAP's rebalancing
+without the doubling) and ``remove-disk`` (drain a disk onto the others,
+then forget it).
+
+**A move**, group by group: the group is first written to ``meta/moves``
+and mapped to the target (so new blocks of it go there), then each block,
+under its signature lock (storing, linking and releasing wait):
+
+1. its file is copied byte for byte to the target (atomic write, fsync),
+   after checking it against its signature;
+2. one catalog commit records it on the target and out of its parity
+   stripe, marking that stripe dirty;
+3. the old stripe's parity drops it and the protection puts it in a
+   stripe again (so members and parity stay on distinct disks), commit;
+4. the source copy is removed.
+
+Readers never miss a block: ``Store.read_payload`` tries the catalog's
+disk and then every other, and the source copy goes only after the target
+copy is whole. **Killed at any point**, every block still has a whole copy
+where the catalog says, or on the source: an extra copy (before 2 or
+before 4) is removed by the next run, which reads ``meta/moves`` and moves
+the group again (each step is skipped when already done), or by ``webfs
+fsck --repair`` (its ``duplicate`` finding); a stripe left dirty is
+reconciled when the archive is next opened; a block left out of any
+stripe is put back in one by the next run.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid as uuidmod
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Iterable, Optional
+
+from . import admin
+from .admin import Progress, Result, human
+from .archive import DiskInfo, disk_id_text, read_disk_id
+from .backends import open_backend
+from .backends.local import TMP_SUFFIX
+from .block import HEADER_SIZE
+from .catalog import BlockRow
+from .errors import ArchiveError, NoSpace, WebfsError
+from .placement import home_disk
+from .signature import group_dir
+from .store import Store
+from .volume import BLOCKS, CONF_FILE, DISK_ID_FILE, META, PARITY
+
+log = logging.getLogger(__name__)
+
+MOVES_FILE = f"{META}/moves"       # on the catalog's disk: "<group> <target disk>" of a move under way
+REMOVED_FILE = "WEBFS-DISK.removed"
+MOVER = threading.Lock()           # one mover at a time in a process (the archive lock covers processes)
+
+
+# -- moving ----------------------------------------------------------------------
+
+@dataclass
+class Moved:
+    blocks: int = 0
+    bytes: int = 0
+    failed: int = 0                 # blocks that could not be read anywhere; left where they are
+
+
+def move_group(store: Store, grp: str, target: int, home: Optional[int] = None) -> Moved:
+    """Move every block of a placement group to disk ``target`` and map the
+    group there (with ``home``, its new rendezvous home; without, it keeps
+    the one it had). Safe while the mount serves readers and writers, and
+    against a kill at any point (see the module's docstring)."""
+    if target not in store.archive.volumes:
+        raise ArchiveError(f"cannot move group {grp} to disk {target}: the disk is not present")
+    rows = list(store.catalog.blocks("grp=?", (grp,)))
+    needed = sum(HEADER_SIZE + r.stored for r in rows if r.disk != target)
+    if needed and not store.has_room(target, needed):
+        raise NoSpace(f"disk {target} has no room for group {grp} ({human(needed)})")
+    journal = store.archive.first_volume.backend
+    journal.write_atomic(MOVES_FILE, f"{grp} {target}\n".encode(), fsync=True)
+    with store.catalog.lock:
+        store.catalog.set_group_disk(grp, target, home)
+        store.commit()
+    done = Moved()
+    failed: set[int] = set()
+    # A second pass catches a block that a writer put on the old disk while
+    # the first ran (it chose the disk before the group's map changed).
+    for _ in range(2):
+        for row in rows:
+            try:
+                n = move_block(store, row, target)
+            except (WebfsError, OSError) as exc:
+                log.error("block %s of group %s stays on disk %d: %s", row.block_name, grp, row.disk, exc)
+                failed.add(row.id)
+                continue
+            if n:
+                done.blocks += 1
+                done.bytes += n
+        rows = [r for r in store.catalog.blocks("grp=?", (grp,)) if r.disk != target and r.id not in failed]
+        if not rows:
+            break
+    done.failed = len(failed)
+    journal.remove(MOVES_FILE)
+    return done
+
+
+def move_block(store: Store, row: BlockRow, target: int, restripe: bool = False) -> int:
+    """Put one block on disk ``target`` (steps 1-4 of the module's docstring);
+    finish what an interrupted move left (a stray copy, a block out of any
+    stripe). With ``restripe``, a block already there changes stripe too
+    (its stripe's parity is on a disk being removed). Returns the bytes copied."""
+    cat = store.catalog
+    vol = store.archive.volumes[target]
+    with store.block_lock(row.sig):
+        fresh = cat.block_by_id(row.id)
+        if fresh is None:
+            return 0                                    # released meanwhile
+        copied = b""
+        if fresh.disk != target or not vol.has_block(fresh.sig, fresh.overflow):
+            copied = store.copy_of(fresh)
+            vol.write_raw(fresh.sig, fresh.overflow, copied, fsync=True)
+        payload = copied[HEADER_SIZE:] if copied else None
+        if fresh.disk != target or (restripe and fresh.stripe is not None):
+            payload = payload or vol.read_block(fresh.sig, fresh.overflow)[1]
+            with cat.lock:
+                cat.move_block(fresh.id, target)
+                store.commit()
+            store.protection.block_removed(fresh, payload)
+            fresh = replace(fresh, disk=target, stripe=None)
+        if fresh.stripe is None:
+            payload = payload or vol.read_block(fresh.sig, fresh.overflow)[1]
+            store.protection.block_added(fresh, payload)
+            store.commit()
+        for disk, other in store.archive.volumes.items():
+            if disk != target and other.has_block(fresh.sig, fresh.overflow):
+                other.remove_block(fresh.sig, fresh.overflow)
+        return len(copied)
+
+
+def finish_interrupted(store: Store) -> list[str]:
+    """Finish the group move a killed run left in ``meta/moves``."""
+    backend = store.archive.first_volume.backend
+    try:
+        line = backend.read(MOVES_FILE).decode("ascii", "replace").strip()
+    except FileNotFoundError:
+        return []
+    grp, _, target = line.partition(" ")
+    # The copy the killed process was writing (its temporary file; not ours).
+    for vol in store.archive.volumes.values():
+        for rel in list(vol.backend.list(f"{BLOCKS}/{group_dir(grp)}")):
+            if rel.endswith(TMP_SUFFIX) and not rel.endswith(f".{os.getpid()}{TMP_SUFFIX}"):
+                vol.backend.remove(rel)
+    if not target.isdigit() or int(target) not in store.archive.volumes:
+        backend.remove(MOVES_FILE)
+        return [f"forgot an interrupted move of group {grp!r} to disk {target!r}, which is not present"]
+    done = move_group(store, grp, int(target))
+    return [f"finished an interrupted move of group {grp} to disk {target} "
+            f"({done.blocks} block(s) copied)"]
+
+
+def run_moves(store: Store, progress: Progress, moves: list[tuple[str, int, int]],
+              what: str) -> tuple[Counter, Counter, int, bool]:
+    """Move (group, from disk, to disk) in order, each to its new home.
+    Returns groups and bytes per (from, to), blocks that failed, and whether
+    it was stopped before the end."""
+    groups: Counter = Counter()
+    nbytes: Counter = Counter()
+    failed = 0
+    progress.set_total(len(moves), what)
+    for grp, src, dst in moves:
+        if progress.stopping:
+            return groups, nbytes, failed, True
+        try:
+            done = move_group(store, grp, dst, home=dst)
+        except NoSpace as exc:
+            log.warning("%s", exc)
+            failed += store.catalog.scalar("SELECT COUNT(*) FROM blocks WHERE grp=?", (grp,))
+            progress.advance(1)
+            continue
+        groups[src, dst] += 1
+        nbytes[src, dst] += done.bytes
+        failed += done.failed
+        progress.advance(1)
+    return groups, nbytes, failed, False
+
+
+def _moves_lines(groups: Counter, nbytes: Counter, verb: str) -> list[str]:
+    return [f"  disk {src} -> disk {dst}: {n} group(s), {human(nbytes[src, dst])} {verb}"
+            for (src, dst), n in sorted(groups.items())]
+
+
+# -- where groups are, and where they belong ---------------------------------------
+
+def group_locations(store: Store) -> dict[str, Counter]:
+    """group -> blocks per disk, for every group that holds a block."""
+    out: dict[str, Counter] = {}
+    for grp, disk, n in store.catalog.query("SELECT grp, disk, COUNT(*) FROM blocks GROUP BY grp, disk"):
+        out.setdefault(grp, Counter())[disk] = n
+    return out
+
+
+def placement_disks(store: Store, without: Iterable[int] = ()) -> list[tuple[int, str, float]]:
+    """(index, uuid, weight) of the disks rendezvous hashing may choose."""
+    skip = set(without)
+    return [(d.index, d.uuid, d.weight) for d in store.conf.disks if d.index not in skip]
+
+
+def plan_rebalance(store: Store) -> tuple[list[tuple[str, int, int]], int]:
+    """The groups whose rendezvous home is not the one they were placed for
+    (a disk joined, left or changed weight), or whose blocks are not all on
+    their mapped disk (an interrupted move): (group, disk now, new disk).
+    Also returns how many groups hold blocks."""
+    disks = placement_disks(store)
+    mapped = store.catalog.group_homes()
+    located = group_locations(store)
+    moves = []
+    for grp in sorted(located):
+        where = located[grp]
+        disk, home = mapped.get(grp) or (where.most_common(1)[0][0],) * 2
+        new = home_disk(grp, disks)
+        if new != home:
+            moves.append((grp, disk, new))
+        elif set(where) != {disk}:
+            moves.append((grp, disk, disk))
+    return moves, len(located)
+
+
+# -- operations --------------------------------------------------------------------
+
+@admin.operation("rebalance")
+def rebalance(store: Store, progress: Progress, dry_run: bool = False) -> Result:
+    """Move the groups whose home changed to their new home."""
+    res = Result()
+    with MOVER:
+        if not dry_run:
+            res.lines += finish_interrupted(store)
+        moves, total = plan_rebalance(store)
+        absent = sorted({dst for _, _, dst in moves if dst not in store.archive.volumes})
+        if absent:
+            raise ArchiveError(f"disk(s) {', '.join(map(str, absent))} are missing; "
+                               "the groups whose home they are cannot be moved there")
+        if dry_run:
+            sizes = dict(store.catalog.query("SELECT grp, SUM(stored) + 512 * COUNT(*) FROM blocks GROUP BY grp"))
+            groups = Counter((src, dst) for _, src, dst in moves)
+            nbytes = Counter()
+            for grp, src, dst in moves:
+                nbytes[src, dst] += sizes.get(grp, 0)
+            stopped, failed = False, 0
+        else:
+            groups, nbytes, failed, stopped = run_moves(store, progress, moves, "rebalance")
+    n = sum(groups.values())
+    verb = "to move" if dry_run else "moved"
+    res.say(f"{n} of {total} groups {verb} ({100 * n / total if total else 0:.1f}%), "
+            f"{human(sum(nbytes.values()))}")
+    res.lines += _moves_lines(groups, nbytes, verb)
+    if stopped:
+        res.say("stopped before the end; run 'webfs rebalance' again to finish")
+    if failed:
+        res.say(f"{failed} block(s) could not be read and stay where they are; see 'webfs scrub'")
+    res.exit_code = 4 if (stopped or failed) else 0
+    res.figures = {"groups_total": total, "groups_moved": n, "fraction": n / total if total else 0.0,
+                   "bytes_moved": sum(nbytes.values()), "failed_blocks": failed, "stopped": stopped,
+                   "dry_run": dry_run,
+                   "moves": [{"from": s, "to": d, "groups": g, "bytes": nbytes[s, d]}
+                             for (s, d), g in sorted(groups.items())]}
+    return res
+
+
+@admin.operation("add-disk")
+def add_disk(store: Store, progress: Progress, path: str, weight: float = 1.0) -> Result:
+    """Make the directory ``path`` a new disk of the archive."""
+    if weight <= 0:
+        raise ArchiveError(f"a new disk needs a weight above 0, not {weight}")
+    archive = store.archive
+    path = os.path.abspath(path)
+    for d in archive.conf.disks:
+        if d.index in archive.volumes and os.path.realpath(archive.volumes[d.index].root) == os.path.realpath(path):
+            raise ArchiveError(f"{path} is disk {d.index} of this archive already")
+    _check_new_disk(path, archive.conf.uuid)
+    with MOVER:
+        os.makedirs(os.path.join(path, META), exist_ok=True)
+        info = DiskInfo(max(archive.disk_indexes + [-1]) + 1, uuidmod.uuid4().hex, weight, path)
+        open_backend(path).write_atomic(DISK_ID_FILE, disk_id_text(archive.conf, info).encode(), fsync=True)
+        archive.attach(info)
+        archive.save_config()
+    res = Result([f"added disk {info.index} at {path} (weight {weight:g}); "
+                  "'webfs rebalance' moves the groups whose home it now is"])
+    res.figures = {"index": info.index, "uuid": info.uuid, "path": path, "weight": weight}
+    return res
+
+
+def _check_new_disk(path: str, archive_uuid: str) -> None:
+    """A new disk must be an empty directory, or what an interrupted add-disk
+    or a remove-disk of this archive left: its identity and metadata files,
+    no block and no parity file."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ArchiveError(f"{path}: exists and is not a directory")
+    if not os.path.isdir(path):
+        return
+    ours = {META, DISK_ID_FILE, REMOVED_FILE, CONF_FILE, BLOCKS, PARITY}
+    strangers = sorted(set(os.listdir(path)) - ours)
+    if strangers:
+        raise ArchiveError(f"{path}: not empty ({strangers[0]}, ...); a new disk must be an empty directory")
+    if any(files for sub in (BLOCKS, PARITY) for _, _, files in os.walk(os.path.join(path, sub))):
+        raise ArchiveError(f"{path}: holds blocks or parity files; a new disk must be an empty directory")
+    if os.path.exists(os.path.join(path, DISK_ID_FILE)) and \
+            read_disk_id(path).get("Archive") != archive_uuid:
+        raise ArchiveError(f"{path}: a disk of another webfs archive")
+
+
+@admin.operation("remove-disk")
+def remove_disk(store: Store, progress: Progress, disk: int) -> Result:
+    """Drain disk ``disk`` onto the others (each group to its rendezvous home
+    among them), then forget it."""
+    archive = store.archive
+    info = archive.conf.disk(disk)
+    if disk == archive.first_volume.index:
+        raise ArchiveError(f"disk {disk} holds the catalog and cannot be removed")
+    if len(archive.conf.disks) < 2:
+        raise ArchiveError("the archive's only disk cannot be removed")
+    res = Result()
+    with MOVER:
+        res.lines += finish_interrupted(store)
+        if info.weight:
+            info.weight = 0.0                        # new groups no longer choose it
+            archive.save_config()
+        disks = placement_disks(store, without=[disk])
+        on_disk = {g for g, where in group_locations(store).items() if disk in where}
+        on_disk |= {g for g, (d, _) in store.catalog.group_homes().items() if d == disk}
+        moves = [(g, disk, home_disk(g, disks)) for g in sorted(on_disk)]
+        groups, nbytes, failed, stopped = run_moves(store, progress, moves, f"draining disk {disk}")
+        if not stopped:
+            stopped = _move_parity_off(store, progress, disk)
+        left = store.catalog.scalar("SELECT COUNT(*) FROM blocks WHERE disk=?", (disk,)) + \
+            store.catalog.scalar("SELECT COUNT(*) FROM stripes WHERE parity_disk=?", (disk,))
+        res.say(f"moved {sum(groups.values())} group(s), {human(sum(nbytes.values()))}, off disk {disk}")
+        res.lines += _moves_lines(groups, nbytes, "moved")
+        if stopped or left:
+            why = "stopped before the end" if stopped else f"{left} block(s) could not be moved"
+            res.say(f"{why}; disk {disk} takes no new blocks; run 'webfs remove-disk {disk}' again to finish")
+            res.exit_code = 4
+        else:
+            _forget(store, disk)
+            res.say(f"disk {disk} is no longer part of the archive; its directory {info.path} "
+                    f"holds no blocks (its identity is kept in {REMOVED_FILE})")
+    res.figures = {"disk": disk, "groups_moved": sum(groups.values()), "bytes_moved": sum(nbytes.values()),
+                   "blocks_left": left, "failed_blocks": failed, "stopped": stopped}
+    return res
+
+
+def _move_parity_off(store: Store, progress: Progress, disk: int) -> bool:
+    """Put the members of every stripe whose parity is on ``disk`` (which takes
+    no new parity: its weight is 0) in other stripes; the emptied stripes'
+    parity files go. Returns whether it was stopped before the end."""
+    rows = list(store.catalog.blocks("stripe IN (SELECT id FROM stripes WHERE parity_disk=?)", (disk,)))
+    progress.set_total(len(rows), f"moving parity off disk {disk}")
+    for row in rows:
+        if progress.stopping:
+            return True
+        try:
+            move_block(store, row, row.disk, restripe=True)
+        except (WebfsError, OSError) as exc:
+            log.error("block %s keeps its stripe with parity on disk %d: %s", row.block_name, disk, exc)
+        progress.advance(1)
+    return False
+
+
+def _forget(store: Store, disk: int) -> None:
+    archive = store.archive
+    vol = archive.volumes.get(disk)
+    with store.catalog.lock:
+        store.catalog.forget_groups_on(disk)
+        store.commit()
+    archive.detach(disk)
+    archive.save_config()
+    if vol is not None:
+        try:
+            ident = vol.backend.read(DISK_ID_FILE)
+            vol.backend.write_atomic(REMOVED_FILE, ident + b"Removed: from the archive by webfs remove-disk\n")
+            vol.backend.remove(DISK_ID_FILE)
+            vol.backend.remove(CONF_FILE)
+        except OSError as exc:
+            log.warning("disk %d is forgotten, but its identity files could not be changed: %s", disk, exc)
+
+
+__all__ = ["move_group", "move_block", "finish_interrupted", "plan_rebalance", "Moved", "MOVER"]
