@@ -29,7 +29,7 @@ from webfs import admin
 from webfs.backends.local import TMP_SUFFIX
 from webfs.catalog import BlockRow
 from webfs.cli import protection_lines
-from webfs.errors import ArchiveError, CorruptParity, DataLost
+from webfs.errors import ArchiveError, CorruptParity, DataLost, NoSpace
 from webfs.parity import (Member, Parity, ParityHeader, size_class, xor_payloads)
 from webfs.rebuild import Pace, measure
 from webfs.signature import ContentKey
@@ -472,6 +472,28 @@ def test_a_crash_between_a_block_and_its_parity_is_repaired_at_the_next_open(tmp
     store.close()
 
 
+def test_a_failed_commit_takes_its_blocks_out_of_the_parity_again(tmp_path, monkeypatch):
+    disks = make_archive(tmp_path / "a", disks=4, group_size=3)
+    store = open_store(disks)
+    stored = fill(store, documents(30, seed=17))
+
+    def full():
+        raise NoSpace("the disk that holds the catalog is full")
+    real = store.catalog.commit
+    monkeypatch.setattr(store.catalog, "commit", full)
+    for doc in documents(12, seed=18):
+        store.store(doc, pin=True)
+    with pytest.raises(NoSpace):
+        store.commit()
+    monkeypatch.setattr(store.catalog, "commit", real)
+    assert_parity_consistent(store)
+    store.commit()
+    for row, doc in stored:
+        assert store.read(row) == doc
+    store.close()
+    assert webfs("fsck", disks[0]).returncode == 0
+
+
 def test_stale_parity_is_found_by_fsck_and_repaired(tmp_path):
     disks = make_archive(tmp_path / "a", disks=4, group_size=4)
     store = open_store(disks)
@@ -636,7 +658,7 @@ class ParityModel(RuleBasedStateMachine):
     def release(self, data, file_gone):
         block_id, doc = self.live.pop(data.draw(st.integers(0, len(self.live) - 1)))
         row = self.store.catalog.block_by_id(block_id)
-        if file_gone:           # its payload cannot be XOR-ed out: recomputed from the others
+        if file_gone and row.refs == 1:     # its payload cannot be XOR-ed out: recomputed from the others
             self.store.archive.volumes[row.disk].remove_block(row.sig, row.overflow)
         self.store.release(row, pin=True)
         self.store.commit()
@@ -650,6 +672,6 @@ class ParityModel(RuleBasedStateMachine):
 
 
 TestParityModel = ParityModel.TestCase
-TestParityModel.settings = settings(max_examples=25, stateful_step_count=30, deadline=None,
+TestParityModel.settings = settings(max_examples=50, stateful_step_count=30, deadline=None,
                                     suppress_health_check=[HealthCheck.too_slow])
 

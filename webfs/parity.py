@@ -58,7 +58,7 @@ from .catalog import BLOCK_COLUMNS, BlockRow, Catalog
 from .errors import CorruptBlock, CorruptParity, DataLost, WebfsError
 from .signature import ContentKey, SignatureFn
 from .store import KeyedLocks, Protection
-from .volume import META, PARITY, Volume
+from .volume import META, PARITY, Volume, search_order
 
 log = logging.getLogger(__name__)
 
@@ -620,10 +620,8 @@ class Parity(Protection):
 
     def read_member(self, m: Member, verify: bool = False) -> bytes:
         """A member's payload from its disk (or another, after an interrupted move)."""
-        for disk in [m.disk, *(d for d in self.archive.volumes if d != m.disk)]:
-            vol = self.archive.volumes.get(disk)
-            if vol is None:
-                continue
+        for vol in search_order(self.archive.volumes, m.disk):
+            disk = vol.index
             try:
                 header, payload = vol.read_block(m.sig, m.overflow)
             except FileNotFoundError:

@@ -25,6 +25,13 @@ DISK_ID_FILE = "WEBFS-DISK"
 CONF_FILE = "webfs.conf"
 
 
+def search_order(volumes: dict[int, "Volume"], disk: int) -> list["Volume"]:
+    """Where a block of a disk may be: that disk's volume, then every other
+    present one (an interrupted move leaves a block on its old disk)."""
+    first = volumes.get(disk)
+    return ([first] if first is not None else []) + [v for d, v in volumes.items() if d != disk]
+
+
 class Volume:
     """The blocks of one disk of an archive."""
 
