@@ -554,25 +554,23 @@ class Parity(Protection):
         self._parity_bytes[stripe.parity_disk] -= stripe.length
         return "removed the parity file of an empty stripe"
 
-    def _reconcile_or_mark(self, stripe_id: str, known: Optional[dict[Key, bytes]] = None) -> None:
+    def _reconcile_or_mark(self, stripe_id: str, known: Optional[dict[Key, bytes]] = None) -> Optional[str]:
+        """Reconcile a stripe; if it cannot be done now, leave it marked dirty."""
         try:
-            self.reconcile(stripe_id, known)
+            return self.reconcile(stripe_id, known)
         except (OSError, WebfsError) as exc:
             log.warning("stripe %s: parity cannot be brought up to date now (%s); "
                         "marked dirty for 'webfs fsck --repair' or 'webfs scrub --repair'", stripe_id, exc)
             with self.catalog.lock:
                 self.catalog.execute("UPDATE stripes SET state='dirty' WHERE id=?", (stripe_id,))
+            return None
 
     def _recover(self) -> None:
         """Reconcile the stripes an interrupted process may have left behind."""
         with self.catalog.lock:
             stale = self._intents.listed() | set(self.stripe_ids("state != 'ok'"))
             for stripe_id in sorted(stale):
-                try:
-                    done = self.reconcile(stripe_id)
-                except (OSError, WebfsError) as exc:
-                    done = f"parity may be stale and cannot be recomputed now: {exc}"
-                    self.catalog.execute("UPDATE stripes SET state='dirty' WHERE id=?", (stripe_id,))
+                done = self._reconcile_or_mark(stripe_id)
                 if done:
                     log.warning("stripe %s: %s (an interrupted update)", stripe_id, done)
                     self.recovered.append((stripe_id, done))
