@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from webfs import archive as archmod
-from webfs.catalog import Catalog, catalog_path
 from webfs.store import Store
 
 BIN = Path(sys.executable).parent
@@ -18,8 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def make_archive(root: Path, disks: int = 4, **kwargs) -> list[Path]:
     paths = [root / f"disk{i}" for i in range(disks)]
-    conf = archmod.mkfs([str(p) for p in paths], **kwargs)
-    Catalog(catalog_path(conf.disks[0].path)).close()
+    archmod.mkfs([str(p) for p in paths], **kwargs)
     return paths
 
 

@@ -161,6 +161,11 @@ def test_overwrite_append_and_random_writes(mounted):
     assert p.read_bytes() == bytes(expect[:100])
     sh(f"truncate -s 0 '{p}'")
     assert p.read_bytes() == b""
+    # A shorter rewrite through open(O_TRUNC) leaves nothing of the longer one.
+    sh(f"printf 'first version, the longer\\n' > '{p}' && printf 'second\\n' > '{p}'")
+    assert p.read_bytes() == b"second\n"
+    mounted.remount()
+    assert p.read_bytes() == b"second\n"
 
 
 def test_posix_details(mounted):

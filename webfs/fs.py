@@ -446,7 +446,15 @@ class Operations(pyfuse3.Operations):
         node = self.ns.get(inode)
         if not stat.S_ISREG(node.mode):
             raise FsError(errno.EINVAL)
-        self._open_file(inode)
+        of = self._open_file(inode)
+        if flags & os.O_TRUNC:
+            # libfuse asks the kernel for atomic O_TRUNC: the truncation is ours to do.
+            async with of.lock:
+                if of.buffer is None:
+                    of.buffer = FileBuffer(self.spill_dir, self.buffer_bound, self.max_block)
+                of.buffer.truncate(0)
+                of.dirty = True
+                of.mtime_ns = now_ns()
         # A file's blocks never change in place, and every write comes through
         # this kernel, so its page cache stays true across opens.
         return pyfuse3.FileInfo(fh=self._new_handle(inode), keep_cache=True)
@@ -634,8 +642,8 @@ class Operations(pyfuse3.Operations):
         value = self._virtual_xattr(inode, name)
         if value is not None:
             return value
-        if inode >= VIRTUAL_BASE:
-            raise FsError(errno.ENODATA)
+        if inode >= VIRTUAL_BASE or name.startswith(b"system."):
+            raise FsError(errno.ENODATA)        # ls -l asks every file for ACLs; we keep none
         return self.ns.getxattr(inode, name)
 
     @translate_errors

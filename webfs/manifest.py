@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 from typing import TYPE_CHECKING, Optional
 
 from .catalog import BlockRow
+from .namespace import ROOT_INODE
 
 if TYPE_CHECKING:
     from .archive import Archive
@@ -72,7 +74,8 @@ class Journal:
 
     def record(self, op: str, node: Optional["Inode"], path: bytes, new_path: bytes = b"") -> None:
         if op == "+":
-            line = b"+\t" + entry(self.namespace.contents(node.id), node, path)
+            rows = [] if stat.S_ISDIR(node.mode) else self.namespace.contents(node.id)
+            line = b"+\t" + entry(rows, node, path)
         elif op in (">", "<>"):
             line = op.encode() + b"\t" + escape_path(path) + b"\t" + escape_path(new_path)
         else:
@@ -104,7 +107,7 @@ class Journal:
     def checkpoint(self, namespace: "Namespace") -> int:
         """Write a new MANIFEST on every disk and start an empty JOURNAL.
         The caller holds the catalog lock, so no change slips between the two."""
-        lines = []
+        lines = [entry([], namespace.get(ROOT_INODE), b"/") + b"\n"]
         for path, node in namespace.walk():
             lines.append(entry(namespace.contents(node.id), node, path) + b"\n")
         data = b"".join(lines)

@@ -122,7 +122,12 @@ class Namespace:
     def readlink(self, ino: int) -> bytes:
         target = self.cat.scalar("SELECT target FROM symlinks WHERE inode=?", (ino,))
         if target is None:
-            raise FsError(errno.EINVAL, "not a symlink")
+            if not stat.S_ISLNK(self.get(ino).mode):
+                raise FsError(errno.EINVAL, "not a symlink")
+            # A rebuilt catalog knows a symlink only by its block: read the target once.
+            rows = self.contents(ino)
+            target = self.store.read(rows[0]) if rows else b""
+            self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
         return target
 
     def count_inodes(self) -> int:
@@ -140,6 +145,7 @@ class Namespace:
         t = now_ns()
         self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=?, nlink=nlink+? WHERE id=?",
                          (t, t, nlink_delta, parent))
+        self.journal("+", self.get(parent), self.path_of(parent) or b"/")
 
     def create(self, parent: int, name: bytes, mode: int, uid: int, gid: int,
                rdev: int = 0, target: Optional[bytes] = None) -> Inode:

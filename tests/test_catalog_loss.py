@@ -1,0 +1,78 @@
+"""Losing the catalog (or the disk that holds it) loses no file that was closed."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+
+import pytest
+
+from conftest import Mounted, sh, unmount, webfs
+
+
+def _fill(m: Mounted, src) -> None:
+    sh(f"cp -a '{src}' '{m.mnt}/site'")
+    sh(f"ln '{m.mnt}/site/index.html' '{m.mnt}/hard' && ln -s site/index.html '{m.mnt}/soft'")
+    sh(f"mkdir '{m.mnt}/renamed-later' && cp '{m.mnt}/hard' '{m.mnt}/renamed-later/x'")
+    sh(f"mv '{m.mnt}/renamed-later' '{m.mnt}/renamed' && rm '{m.mnt}/renamed/x' && echo new > '{m.mnt}/renamed/y'")
+
+
+def _check(m: Mounted, src) -> None:
+    sh(f"diff -r '{src}' '{m.mnt}/site'")
+    assert (m.mnt / "hard").read_bytes() == (src / "index.html").read_bytes()
+    assert os.readlink(m.mnt / "soft") == "site/index.html"
+    assert sorted(os.listdir(m.mnt / "renamed")) == ["y"]
+    assert (m.mnt / "renamed" / "y").read_text() == "new\n"
+
+
+@pytest.fixture
+def site(corpus):
+    first = sorted((corpus / "crawl-001").iterdir())[0]
+    return first
+
+
+@pytest.mark.parametrize("how", ["catalog file", "whole disk"])
+def test_catalog_lost_after_a_kill(tmp_path, site, how):
+    m = Mounted(tmp_path)
+    try:
+        _fill(m, site)
+        os.kill(m.pid(), signal.SIGKILL)        # no unmount, no MANIFEST: the JOURNAL has it all
+        time.sleep(0.3)
+    finally:
+        unmount(m.mnt)
+    if how == "whole disk":
+        shutil.rmtree(m.disks[0])
+    else:
+        for f in (m.disks[0] / "meta").glob("catalog.db*"):
+            f.unlink()
+    proc = webfs("status", m.disks[1], check=False)
+    assert proc.returncode == 1 and b"--rebuild-catalog" in proc.stderr
+    proc = webfs("fsck", "--rebuild-catalog", m.disks[1], check=False)
+    out = proc.stdout.decode()
+    assert "rebuilt the catalog" in out, out
+    assert proc.returncode == (4 if how == "whole disk" else 0), out   # blocks of the lost disk stay unavailable
+    m.disks_for_mount = m.disks[1]
+    webfs("mount", m.disks[1], m.mnt)
+    try:
+        _check(m, site)
+    finally:
+        unmount(m.mnt)
+
+
+def test_catalog_rebuild_without_any_journal_or_manifest_keeps_every_block(tmp_path, site):
+    m = Mounted(tmp_path)
+    try:
+        _fill(m, site)
+    finally:
+        m.umount()
+    for d in m.disks:
+        for name in ("MANIFEST", "JOURNAL", "catalog.db"):
+            p = d / "meta" / name
+            if p.exists():
+                p.unlink()
+    proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
+    assert proc.returncode == 0, proc.stdout.decode()
+    st = __import__("json").loads(webfs("status", "--json", m.disks[0]).stdout)
+    distinct = {p.read_bytes() for p in site.rglob("*") if p.is_file()} | {b"site/index.html", b"new\n"}
+    assert st["blocks"] == len(distinct)         # every document kept, none lost

@@ -1,0 +1,226 @@
+"""Rebuilding the catalog from what the disks hold, when the catalog is lost.
+
+The catalog is an index. Every block's header says what it is; every parity
+file lists its stripe's members (so blocks of a lost disk are known too);
+the MANIFEST and JOURNAL on every disk name every file (a symlink's target
+is its block: the namespace reads it on first use). ``rebuild_catalog``
+reads them all and writes a new catalog on a surviving disk, so losing any
+one disk, the catalog's included, loses no file that was closed before.
+
+What the plain-text records do not keep is lost with the catalog and said
+so: owners (files come back owned by the user running the rebuild), xattrs,
+and which names were hard links of one inode (they come back as separate
+files with the same blocks). A block that no name uses is kept, pinned,
+rather than thrown away.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections import Counter, defaultdict
+from typing import Optional
+
+from . import signature as sigmod
+from .archive import Archive
+from .catalog import Catalog, catalog_path
+from .errors import ArchiveError, CorruptBlock, WebfsError
+from .manifest import JOURNAL, MANIFEST, unescape_path
+from .namespace import ROOT_INODE
+from .volume import PARITY
+
+log = logging.getLogger(__name__)
+
+
+def read_namespace(archive: Archive) -> tuple[dict[bytes, tuple], list[str]]:
+    """path -> (sigs, size, mode, mtime_ns) from the newest MANIFEST plus its JOURNAL."""
+    said = []
+    best: Optional[tuple[float, object]] = None
+    for vol in archive.volumes.values():
+        try:
+            mtime = os.stat(os.path.join(vol.root, MANIFEST)).st_mtime
+        except FileNotFoundError:
+            continue
+        if best is None or mtime > best[0]:
+            best = (mtime, vol)
+    entries: dict[bytes, tuple] = {}
+    if best is None:
+        said.append("no MANIFEST on any disk: names come from the journal alone")
+        vols = list(archive.volumes.values())
+        source = vols[0] if vols else None
+    else:
+        source = best[1]
+        for line in source.backend.read(MANIFEST).split(b"\n"):
+            _apply(entries, b"+\t" + line)
+    if source is not None:
+        try:
+            journal = source.backend.read(JOURNAL)
+        except FileNotFoundError:
+            journal = b""
+        for line in journal.split(b"\n"):
+            _apply(entries, line)
+        said.append(f"names from disk {source.index}: {len(entries)} entries")
+    return entries, said
+
+
+def _apply(entries: dict[bytes, tuple], line: bytes) -> None:
+    fields = line.split(b"\t")
+    op = fields[0]
+    try:
+        if op == b"+" and len(fields) == 6:
+            sigs = [] if fields[1] == b"-" else fields[1].decode().split(",")
+            secs, _, frac = fields[4].decode().partition(".")
+            mtime = int(secs) * 10**9 + int((frac + "000000000")[:9])
+            entries[unescape_path(fields[5])] = (sigs, int(fields[2]), int(fields[3], 8), mtime)
+        elif op == b"-" and len(fields) == 2:
+            gone = unescape_path(fields[1])
+            for p in [p for p in entries if p == gone or p.startswith(gone + b"/")]:
+                del entries[p]
+        elif op in (b">", b"<>") and len(fields) == 3:
+            old, new = unescape_path(fields[1]), unescape_path(fields[2])
+            moved = {p: v for p, v in entries.items() if p == old or p.startswith(old + b"/")}
+            if op == b"<>":
+                other = {p: v for p, v in entries.items() if p == new or p.startswith(new + b"/")}
+                for p in list(moved) + list(other):
+                    del entries[p]
+                for p, v in other.items():
+                    entries[old + p[len(new):]] = v
+            else:
+                for p in [p for p in entries if p == new or p.startswith(new + b"/")]:
+                    del entries[p]
+                for p in moved:
+                    del entries[p]
+            for p, v in moved.items():
+                entries[new + p[len(old):]] = v
+    except (ValueError, UnicodeDecodeError):
+        log.warning("skipping a line that does not parse: %r", line[:120])
+
+
+def rebuild_catalog(archive: Archive, progress=None) -> list[str]:
+    """Write a new catalog on the lowest present disk; return what it did and lost."""
+    from .parity import ParityHeader, size_class, CorruptParity
+    if not archive.volumes:
+        raise ArchiveError("no disk of the archive is present")
+    target = archive.volumes[min(archive.volumes)]
+    path = catalog_path(target.root)
+    tmp = path + ".rebuild"
+    for p in (tmp, tmp + "-wal", tmp + "-shm"):
+        if os.path.exists(p):
+            os.unlink(p)
+    cat = Catalog(tmp)
+    said = []
+    depth = archive.conf.depth
+    blocks: dict[tuple[str, int], list] = {}
+    header_refs: dict[tuple[str, int], int] = {}
+    # 1. blocks from their headers
+    for disk, vol in sorted(archive.volumes.items()):
+        for sig, overflow, rel in vol.iter_blocks():
+            if progress:
+                progress(1)
+            if (sig, overflow) in blocks:
+                continue
+            try:
+                h = vol.read_header(sig, overflow)
+            except (CorruptBlock, OSError) as exc:
+                said.append(f"disk {disk}: {rel}: header unreadable ({exc}); left for scrub")
+                continue
+            blocks[(sig, overflow)] = [sig, overflow, disk, h.size, h.stored, h.codec, h.created, h.name, None]
+            header_refs[(sig, overflow)] = h.refs
+    # 2. stripes from parity headers; members of lost disks become rows too
+    stripes = []
+    for disk, vol in sorted(archive.volumes.items()):
+        for rel in vol.backend.list(PARITY):
+            try:
+                raw = vol.backend.read(rel, 0, 1 << 20)
+                header, _ = ParityHeader.parse(raw, f"disk {disk}: {rel}")
+            except (CorruptParity, OSError) as exc:
+                said.append(f"{exc}; that stripe is not protected until scrub")
+                continue
+            disks_mask = 1 << disk
+            for m in header.members:
+                row = blocks.setdefault(m.key, [m.sig, m.overflow, m.disk, m.size, m.stored, m.codec,
+                                                m.created, m.name, None])
+                row[8] = header.stripe
+                disks_mask |= 1 << row[2]
+            stripes.append((header.stripe, disk, size_class(header.length), header.length,
+                            len(header.members), disks_mask))
+    for s in stripes:
+        cat.execute("INSERT OR REPLACE INTO stripes (id, parity_disk, size_class, length, state, members, disks)"
+                    " VALUES (?,?,?,?, 'ok', ?,?)", s)
+    ids = {}
+    for key, (sig, overflow, disk, size, stored, codec, created, name, stripe) in blocks.items():
+        cur = cat.execute(
+            "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe)"
+            " VALUES (?,?,?,?,?,?,0,0,?,?,?,?)",
+            (sig, overflow, disk, size, stored, codec, created, name, sigmod.group_of(sig, depth), stripe))
+        ids[key] = cur.lastrowid
+    # 3. the namespace
+    entries, notes = read_namespace(archive)
+    said += notes
+    root = entries.pop(b"/", None)
+    root_mode, t_root = (root[2], root[3]) if root else \
+        (stat.S_IFDIR | 0o755, max((v[3] for v in entries.values()), default=0))
+    uid, gid = os.getuid(), os.getgid()
+    cat.execute("INSERT INTO inodes (id, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns)"
+                " VALUES (?,?,?,?,0,2,?,?,?)", (ROOT_INODE, root_mode, uid, gid, t_root, t_root, t_root))
+    inode_of = {b"": ROOT_INODE}
+    missing_blocks = 0
+    for p in sorted(entries, key=lambda p: (p.count(b"/"), p)):
+        sigs, size, mode, mtime = entries[p]
+        parent_path, _, name = p.rpartition(b"/")
+        parent = inode_of.get(parent_path)
+        if parent is None:
+            said.append(f"{p!r}: its directory is not listed; skipped")
+            continue
+        cur = cat.execute("INSERT INTO inodes (mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns)"
+                          " VALUES (?,?,?,?,?,?,?,?)",
+                          (mode, uid, gid, size, 2 if stat.S_ISDIR(mode) else 1, mtime, mtime, mtime))
+        ino = inode_of[p] = cur.lastrowid
+        cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
+        if stat.S_ISDIR(mode):
+            cat.execute("UPDATE inodes SET nlink=nlink+1 WHERE id=?", (parent,))
+            continue
+        for piece, text in enumerate(sigs):
+            key = sigmod.ContentKey.parse(text)
+            block_id = ids.get((key.sig, key.overflow))
+            if block_id is None:
+                missing_blocks += 1
+                said.append(f"{p!r}: block {text} is on no disk and in no stripe: the file is lost")
+                continue
+            cat.execute("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)", (ino, piece, block_id))
+    # 4. references: what the names use; a block nobody names is kept, pinned
+    #    with the count its header had; headers are made to agree.
+    used = cat.namespace_refs()
+    unnamed = 0
+    for key, block_id in ids.items():
+        refs, pins = used.get(block_id, 0), 0
+        if not refs:
+            unnamed += 1
+            refs = pins = max(header_refs.get(key, 1), 1)
+        cat.execute("UPDATE blocks SET refs=?, pins=? WHERE id=?", (refs, pins, block_id))
+        if key in header_refs and header_refs[key] != refs:
+            archive.volumes[blocks[key][2]].set_refs(key[0], key[1], refs)
+    # 5. the group map: where most of each group's blocks are
+    where = defaultdict(Counter)
+    for sig, overflow, disk, *_ in blocks.values():
+        where[sigmod.group_of(sig, depth)][disk] += 1
+    for grp, counts in where.items():
+        cat.execute("INSERT INTO groups (grp, disk) VALUES (?,?)", (grp, counts.most_common(1)[0][0]))
+    cat.set_meta("clean", "1")
+    cat.commit()
+    cat.close()
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.unlink(path + suffix)
+    os.replace(tmp, path)
+    archive.conf.catalog = target.index
+    archive.save_config()
+    said.insert(0, f"rebuilt the catalog on disk {target.index}: {len(blocks)} blocks, "
+                   f"{len(stripes)} stripes, {len(entries)} names")
+    said.append("owners, xattrs and hard-link identity are not in the plain-text records: "
+                "files belong to the rebuilding user, hard links come back as copies")
+    if unnamed:
+        said.append(f"{unnamed} block(s) named by no file kept as pinned ('webfs delete' drops them)")
+    if missing_blocks:
+        said.append(f"{missing_blocks} block(s) lost")
+    return said
