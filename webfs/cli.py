@@ -19,7 +19,7 @@ from . import __version__, archive as archmod
 from . import daemon, fsck as fsckmod
 from .admin import human
 from . import rebuild as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
-from . import rebalance as _rebalance    # noqa: F401  (registers its operations)
+from . import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (register their operations)
 from .catalog import Catalog, catalog_path
 from .errors import WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
@@ -312,7 +312,9 @@ def delete(disk, keys):
 @main.command()
 @click.option("-o", "options", default="", metavar="OPTIONS",
               help="Comma-separated mount options: ro, allow_other, sync, "
-                   "store_mode=force-new|regular|compare, manifest_interval=SECONDS, debug.")
+                   "store_mode=force-new|regular|compare, manifest_interval=SECONDS, "
+                   "cool_interval=SECONDS, heat_k=N, piece_cache=BYTES, "
+                   "disk_delay=INDEX:SECONDS[,INDEX:SECONDS...], debug.")
 @click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground (log to stderr).")
 @click.argument("disk", type=click.Path(exists=True, file_okay=False))
 @click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
@@ -347,6 +349,34 @@ def sync(target):
     finally:
         store.close()
     click.echo(f"wrote a MANIFEST of {n} names on {len(store.archive.volumes)} disk(s)")
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Say which groups would move; move nothing.")
+@click.option("--max-moves", type=click.IntRange(0), default=None, metavar="N", help="Move at most N groups.")
+@click.option("--delta", type=click.FloatRange(0), default=None, metavar="D",
+              help="Cool only while the hottest disk's heat exceeds the mean by more than D "
+                   "(a fraction; default 0.2).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+def cool(dry_run, max_moves, delta, as_json, target):
+    """Move the hottest placement groups off the hottest disk (disk cooling).
+
+    Prints each move and why it stopped. Exit status 0.
+    """
+    options = {"dry_run": dry_run, "max_moves": max_moves}
+    if delta is not None:
+        options["delta"] = delta
+    run_operation(target, "cool", as_json=as_json, **options)
+
+
+@main.command()
+@click.option("--top", type=click.IntRange(0), default=10, show_default=True, help="Hottest groups to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+def heat(top, as_json, target):
+    """Show each disk's heat and the hottest groups and their pages."""
+    run_operation(target, "heat", as_json=as_json, top=top)
 
 
 @main.command()

@@ -26,6 +26,7 @@ import trio
 from . import admin
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
+from .heat import DEFAULT_K
 from .manifest import Journal
 from .namespace import Namespace
 from .store import Store
@@ -45,6 +46,9 @@ class MountOptions:
     max_block: Optional[int] = None
     manifest_interval: float = 300.0
     cool_interval: float = 0.0
+    piece_cache: int = 128 << 20                 # bytes of decoded pieces kept for readers
+    heat_k: int = DEFAULT_K                      # reads per group in the heat estimate
+    disk_delay: dict[int, float] = field(default_factory=dict)   # simulated service time per I/O
     fuse_debug: bool = False
     extra: list[str] = field(default_factory=list)
 
@@ -53,8 +57,12 @@ class MountOptions:
         """Options as mount(8) gives them: comma-separated, key or key=value."""
         from .archive import STORE_MODES
         opts = cls()
+        last = ""
         for item in filter(None, (text or "").split(",")):
-            key, _, value = item.partition("=")
+            key, sep, value = item.partition("=")
+            if last == "disk_delay" and not sep and ":" in key:
+                key, value = "disk_delay", item          # disk_delay=0:0.01,1:0.01 goes on
+            last = key
             if key == "ro":
                 opts.read_only = True
             elif key == "rw":
@@ -72,6 +80,19 @@ class MountOptions:
                     setattr(opts, key, float(value))
                 except ValueError:
                     raise ArchiveError(f"{key} takes a number of seconds, not {value!r}") from None
+            elif key in ("piece_cache", "heat_k"):
+                try:
+                    setattr(opts, key, int(value))
+                except ValueError:
+                    raise ArchiveError(f"{key} takes a whole number, not {value!r}") from None
+                if opts.heat_k < 2 or opts.piece_cache < 0:
+                    raise ArchiveError("heat_k must be 2 or more, and piece_cache 0 or more")
+            elif key == "disk_delay":
+                try:
+                    index, seconds = value.split(":")
+                    opts.disk_delay[int(index)] = float(seconds)
+                except ValueError:
+                    raise ArchiveError(f"disk_delay takes INDEX:SECONDS[,INDEX:SECONDS...], not {value!r}") from None
             elif key == "debug":
                 opts.fuse_debug = True
             elif key in ("defaults", "auto", "noauto", "user", "nouser", "nofail", "_netdev",
@@ -129,7 +150,8 @@ class Daemon:
         self.trio_token = None
 
     def open(self) -> None:
-        store = Store.open(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync)
+        store = Store.open(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync,
+                           delays=self.opts.disk_delay, heat_k=self.opts.heat_k)
         self.store = store
         journal = Journal(store.archive)
         ns = Namespace(store, journal=journal.record)
@@ -144,7 +166,8 @@ class Daemon:
         store.catalog.set_meta("clean", "0")
         store.commit()
         self.ns = ns
-        self.ops = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode)
+        self.ops = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode,
+                              cache_bytes=self.opts.piece_cache)
 
     def fuse_options(self) -> set[str]:
         opts = set(pyfuse3.default_options)
@@ -228,9 +251,20 @@ class Daemon:
             nursery.start_soon(self._signals, nursery)
             if self.opts.manifest_interval > 0:
                 nursery.start_soon(self._every, self.opts.manifest_interval, self.checkpoint)
+            if self.opts.cool_interval > 0 and not self.opts.read_only:
+                nursery.start_soon(self._every, self.opts.cool_interval, self.cool)
             ready()
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
+
+    def cool(self) -> None:
+        """One step of disk cooling (the cool_interval option); a failure is
+        logged, and the mount goes on."""
+        from .cooling import background_step
+        try:
+            background_step(self.store)
+        except Exception:
+            log.exception("background cooling failed")
 
     async def _signals(self, nursery) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
