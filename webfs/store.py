@@ -38,6 +38,7 @@ from .errors import (ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock,
 from .heat import DEFAULT_K, HeatTracker
 from .placement import ranked_disks
 from .signature import ContentKey, SignatureFn
+from .volume import search_order
 
 log = logging.getLogger(__name__)
 
@@ -368,10 +369,8 @@ class Store:
         """The payload of a block as its disk holds it, or from the other disks
         (an interrupted move), or from its stripe. Raises CorruptBlock when the
         payload that was found does not decode to the signed document."""
-        for disk in [row.disk] + [d for d in self.archive.volumes if d != row.disk]:
-            vol = self.archive.volumes.get(disk)
-            if vol is None:
-                continue
+        for vol in search_order(self.archive.volumes, row.disk):
+            disk = vol.index
             try:
                 header, payload = vol.read_block(row.sig, row.overflow)
             except FileNotFoundError:
@@ -394,10 +393,8 @@ class Store:
         a disk holds it and checked against its signature: from its disk, else
         another (an interrupted move); else rebuilt from the catalog row and the
         protection. For moving a block; not counted as a read."""
-        for disk in [row.disk] + [d for d in self.archive.volumes if d != row.disk]:
-            vol = self.archive.volumes.get(disk)
-            if vol is None:
-                continue
+        for vol in search_order(self.archive.volumes, row.disk):
+            disk = vol.index
             try:
                 raw = vol.read_raw(row.sig, row.overflow)
                 header = BlockHeader.parse(raw[:HEADER_SIZE], f"disk {disk}")
