@@ -72,9 +72,11 @@ class Journal:
         self.namespace: Optional["Namespace"] = None
         self._fds: dict[int, int] = {}          # disk -> open JOURNAL (appends stay cheap)
 
-    def record(self, op: str, node: Optional["Inode"], path: bytes, new_path: bytes = b"") -> None:
+    def record(self, op: str, node: Optional["Inode"], path: bytes, new_path: bytes = b"",
+               rows: Optional[list[BlockRow]] = None) -> None:
         if op == "+":
-            rows = [] if stat.S_ISDIR(node.mode) else self.namespace.contents(node.id)
+            if rows is None:
+                rows = [] if stat.S_ISDIR(node.mode) else self.namespace.contents(node.id)
             line = b"+\t" + entry(rows, node, path)
         elif op in (">", "<>"):
             line = op.encode() + b"\t" + escape_path(path) + b"\t" + escape_path(new_path)

@@ -60,7 +60,7 @@ class Namespace:
     def __init__(self, store: Store, journal: Optional[Callable[..., None]] = None):
         self.store = store
         self.cat = store.catalog
-        self.journal = journal or (lambda *args: None)
+        self.journal = journal or (lambda *args, **kwargs: None)
         self._dir_paths: dict[int, bytes] = {}     # directory paths; renames clear it
 
     # -- reading ---------------------------------------------------------------
@@ -165,14 +165,15 @@ class Namespace:
             self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
                              (parent, name, ino))
             self._touch_dir(parent, 1 if is_dir else 0)
-            path = self.path_of(ino)
+            path = self._join(parent, name)
+            rows = []
             if target is not None:
                 self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
-                row = self.store.store(target, name=path)
+                rows = [self.store.store(target, name=path)]
                 self.cat.execute("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
-                                 (ino, 0, row.id))
-            node = self.get(ino)
-            self.journal("+", node, path)
+                                 (ino, 0, rows[0].id))
+            node = Inode(ino, mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev)
+            self.journal("+", node, path, rows=rows)
             return node
 
     def link(self, ino: int, parent: int, name: bytes) -> Inode:
@@ -323,8 +324,9 @@ class Namespace:
 
     # -- attributes and content -----------------------------------------------
 
-    def set_attrs(self, ino: int, **attrs) -> Inode:
-        """Set mode, uid, gid, size, atime_ns, mtime_ns (ctime follows)."""
+    def set_attrs(self, ino: int, rows: Optional[list[BlockRow]] = None, **attrs) -> Inode:
+        """Set mode, uid, gid, size, atime_ns, mtime_ns (ctime follows); rows, if
+        given, are the file's blocks (so the journal need not look them up)."""
         allowed = {"mode", "uid", "gid", "size", "atime_ns", "mtime_ns", "ctime_ns"}
         attrs = {k: v for k, v in attrs.items() if k in allowed and v is not None}
         attrs.setdefault("ctime_ns", now_ns())
@@ -333,7 +335,8 @@ class Namespace:
                              (*attrs.values(), ino))
             node = self.get(ino)
             if set(attrs) - {"atime_ns", "ctime_ns"}:
-                self._journal_inode(node)
+                for (parent, name) in self.cat.query("SELECT parent, name FROM dentries WHERE inode=?", (ino,)):
+                    self.journal("+", node, self._join(parent, name), rows=rows)
             return node
 
     def set_contents(self, ino: int, rows: list[BlockRow], size: int, mtime_ns: int) -> Inode:
@@ -353,12 +356,7 @@ class Namespace:
             for _ in range(max(node.nlink, 1)):
                 for row in old:
                     self.store.release(row)
-            node = self.set_attrs(ino, size=size, mtime_ns=mtime_ns, ctime_ns=now_ns())
-            return node
-
-    def _journal_inode(self, node: Inode) -> None:
-        for (parent, name) in self.cat.query("SELECT parent, name FROM dentries WHERE inode=?", (node.id,)):
-            self.journal("+", node, self._join(parent, name))
+            return self.set_attrs(ino, rows=rows, size=size, mtime_ns=mtime_ns, ctime_ns=now_ns())
 
     # -- xattrs ----------------------------------------------------------------
 
