@@ -1,6 +1,7 @@
 """Losing the catalog (or the disk that holds it) loses no file that was closed."""
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -37,6 +38,7 @@ def test_catalog_lost_after_a_kill(tmp_path, site, how):
     m = Mounted(tmp_path)
     try:
         _fill(m, site)
+        time.sleep(2)                           # parity is written behind, within a second
         os.kill(m.pid(), signal.SIGKILL)        # no unmount, no MANIFEST: the JOURNAL has it all
         time.sleep(0.3)
     finally:
@@ -76,3 +78,33 @@ def test_catalog_rebuild_without_any_journal_or_manifest_keeps_every_block(tmp_p
     st = __import__("json").loads(webfs("status", "--json", m.disks[0]).stdout)
     distinct = {p.read_bytes() for p in site.rglob("*") if p.is_file()} | {b"site/index.html", b"new\n"}
     assert st["blocks"] == len(distinct)         # every document kept, none lost
+
+
+def test_a_file_whose_block_is_gone_everywhere_reads_eio_after_a_rebuild(tmp_path):
+    m = Mounted(tmp_path, options="sync")
+    try:
+        (m.mnt / "doomed.html").write_bytes(b"<html>only copy</html>" * 100)
+        (m.mnt / "fine.html").write_bytes(b"<html>kept</html>" * 100)
+        disk = int(os.getxattr(m.mnt / "doomed.html", "user.webfs.disk"))
+        sig = os.getxattr(m.mnt / "doomed.html", "user.webfs.signature").decode()
+    finally:
+        m.umount()
+    # The block and its stripe's parity are both gone; so is the catalog.
+    (m.disks[disk] / "blocks" / sig[:2] / sig[2:4] / sig[4:]).unlink()
+    for d in m.disks:
+        for p in (d / "parity").rglob("*"):
+            if p.is_file():
+                p.unlink()
+        for p in (d / "meta").glob("catalog.db*"):
+            p.unlink()
+    proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
+    assert "the file is lost" in proc.stdout.decode()
+    assert proc.returncode == 4
+    webfs("mount", m.disks[0], m.mnt)
+    try:
+        with pytest.raises(OSError) as exc:
+            (m.mnt / "doomed.html").read_bytes()
+        assert exc.value.errno == errno.EIO
+        assert (m.mnt / "fine.html").read_bytes() == b"<html>kept</html>" * 100
+    finally:
+        unmount(m.mnt)

@@ -54,6 +54,8 @@ class Config:
     store_mode: str = "compare"
     max_block: int = DEFAULT_MAX_BLOCK
     created: str = ""
+    catalog: int = 0            # the disk whose meta/catalog.db is the catalog
+    generation: int = 0         # bumped at each save: the newest copy on the disks wins
     disks: list[DiskInfo] = field(default_factory=list)
 
     def disk(self, index: int) -> DiskInfo:
@@ -69,7 +71,8 @@ class Config:
             "created": self.created, "depth": str(self.depth),
             "group_size": str(self.group_size), "codec": self.codec,
             "level": str(self.level), "store_mode": self.store_mode,
-            "max_block": str(self.max_block)}
+            "max_block": str(self.max_block), "catalog": str(self.catalog),
+            "generation": str(self.generation)}
         for d in sorted(self.disks, key=lambda d: d.index):
             cp[f"disk {d.index}"] = {"uuid": d.uuid, "weight": repr(d.weight), "path": d.path}
         out = io.StringIO()
@@ -91,7 +94,8 @@ class Config:
                        level=a.getint("level", DEFAULT_LEVEL),
                        store_mode=a.get("store_mode", "compare"),
                        max_block=a.getint("max_block", DEFAULT_MAX_BLOCK),
-                       created=a.get("created", ""))
+                       created=a.get("created", ""), catalog=a.getint("catalog", 0),
+                       generation=a.getint("generation", 0))
             for sect in cp.sections():
                 if sect.startswith("disk "):
                     s = cp[sect]
@@ -167,6 +171,8 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
         be = open_backend(d.path)
         be.write_atomic(DISK_ID_FILE, disk_id_text(conf, d).encode(), fsync=True)
         be.write_atomic(CONF_FILE, conf.to_ini().encode(), fsync=True)
+    from .catalog import Catalog, catalog_path
+    Catalog(catalog_path(conf.disks[conf.catalog].path)).close()
     return conf
 
 
@@ -196,14 +202,18 @@ class Archive:
     @classmethod
     def open(cls, path: str, delays: Optional[dict[int, float]] = None) -> "Archive":
         root = os.path.abspath(path)
-        ident = read_disk_id(root)
-        try:
-            with open(os.path.join(root, CONF_FILE), "rb") as f:
-                conf = Config.from_ini(f.read().decode("utf-8", "replace"), os.path.join(root, CONF_FILE))
-        except FileNotFoundError:
-            raise ArchiveError(f"{root}: has {DISK_ID_FILE} but no {CONF_FILE}") from None
-        if ident.get("Archive") != conf.uuid:
-            raise ArchiveError(f"{root}: {DISK_ID_FILE} and {CONF_FILE} name different archives")
+        conf = _read_conf(root)
+        # A disk that was away while the archive changed has an older webfs.conf:
+        # the newest one among the disks found is the archive's.
+        for d in conf.disks:
+            found = _find_disk(conf, d, root)
+            if found is not None and found != root:
+                try:
+                    other = _read_conf(found)
+                except ArchiveError:
+                    continue
+                if other.generation > conf.generation:
+                    conf = other
         delays = delays or {}
         volumes, missing = {}, {}
         for d in conf.disks:
@@ -221,6 +231,7 @@ class Archive:
 
     def save_config(self) -> None:
         """Write webfs.conf to every present disk (after adding or removing one)."""
+        self.conf.generation += 1
         text = self.conf.to_ini().encode()
         for vol in self.volumes.values():
             vol.backend.write_atomic(CONF_FILE, text, fsync=True)
@@ -234,10 +245,10 @@ class Archive:
 
     @property
     def first_volume(self) -> Volume:
-        """The present disk with the lowest index: it holds the primary catalog."""
+        """The disk that holds the catalog, or else the present disk with the lowest index."""
         if not self.volumes:
             raise ArchiveError("no disk of the archive is present")
-        return self.volumes[min(self.volumes)]
+        return self.volumes.get(self.conf.catalog) or self.volumes[min(self.volumes)]
 
     # -- the lock ------------------------------------------------------------
 
@@ -281,7 +292,6 @@ class Archive:
         self.volumes = {i: v for i, v in self.volumes.items() if i != index}
         self.missing = {i: why for i, why in self.missing.items() if i != index}
 
-
     def unlock(self) -> None:
         for fd in self._lock_fds:
             os.close(fd)
@@ -323,6 +333,18 @@ def _flock(root: str) -> int:
 def _say_holder(fd: int, holder: str) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{holder}, pid {os.getpid()}\n".encode(), 0)
+
+
+def _read_conf(root: str) -> Config:
+    ident = read_disk_id(root)
+    try:
+        with open(os.path.join(root, CONF_FILE), "rb") as f:
+            conf = Config.from_ini(f.read().decode("utf-8", "replace"), os.path.join(root, CONF_FILE))
+    except FileNotFoundError:
+        raise ArchiveError(f"{root}: has {DISK_ID_FILE} but no {CONF_FILE}") from None
+    if ident.get("Archive") != conf.uuid:
+        raise ArchiveError(f"{root}: {DISK_ID_FILE} and {CONF_FILE} name different archives")
+    return conf
 
 
 def _find_disk(conf: Config, disk: DiskInfo, given: str) -> Optional[str]:

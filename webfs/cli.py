@@ -20,7 +20,6 @@ from . import daemon, fsck as fsckmod
 from .admin import human
 from . import rebuild as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
 from . import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (register their operations)
-from .catalog import Catalog, catalog_path
 from .errors import WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 from .store import Store, key_of
@@ -71,7 +70,6 @@ def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
     """Make a new archive on the DISKS (empty directories)."""
     conf = archmod.mkfs(list(disks), depth=depth, group_size=group_size, label=label,
                         codec=codec, level=level, store_mode=store_mode, force=force)
-    Catalog(catalog_path(conf.disks[0].path)).close()
     click.echo(f"made archive {conf.uuid} on {len(conf.disks)} disk(s), depth {conf.depth}, "
                f"parity group size {conf.group_size}")
 
@@ -203,13 +201,27 @@ def protection_lines(st: dict) -> list[str]:
 
 @main.command()
 @click.option("--repair", is_flag=True, help="Fix what can be fixed.")
+@click.option("--rebuild-catalog", "rebuild", is_flag=True,
+              help="Rebuild a lost catalog from block headers, parity headers and the MANIFEST and "
+                   "JOURNAL on the disks, then check.")
 @click.argument("disk", type=click.Path(exists=True, file_okay=False))
-def fsck(repair, disk):
-    """Check an unmounted archive: headers, signatures, references, orphans.
+def fsck(repair, rebuild, disk):
+    """Check an unmounted archive: headers, signatures, references, orphans, parity.
 
     Exit status: 0 clean, 1 problems found and all repaired, 4 problems
     left, 8 the check could not run.
     """
+    if rebuild:
+        from .archive import Archive
+        from .recover import rebuild_catalog
+        archive = Archive.open(disk)
+        archive.lock("webfs fsck --rebuild-catalog")
+        try:
+            with progress_bar(None, "reading headers") as bar:
+                for line in rebuild_catalog(archive, progress=bar.update):
+                    click.echo(line)
+        finally:
+            archive.unlock()
     store = open_store(disk, "fsck")
     try:
         with progress_bar(None, "checking") as bar:

@@ -132,6 +132,15 @@ def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
                 store.catalog.set_refs(row.id, 1, row.pins)
                 store.release(row)
     said += store.forget_unfinished_writes()
+    # Blocks whose parity was still in memory (written behind) when the daemon died.
+    protect = getattr(store.protection, "protect", None)
+    if protect is not None:
+        for row in list(store.catalog.blocks("stripe IS NULL")):
+            try:
+                if protect(row, store.read_payload(row)):
+                    said.append(f"block {row.block_name}: put into a parity stripe")
+            except WebfsError as exc:
+                said.append(f"block {row.block_name}: cannot be protected now ({exc})")
     store.commit()
     return said
 
@@ -237,6 +246,12 @@ class Daemon:
                 await self.ops._commit(of)
         await trio.to_thread.run_sync(self.checkpoint)
 
+    def _flush_parity(self) -> None:
+        from .parity import WRITE_BEHIND
+        flush = getattr(self.store.protection, "flush", None)
+        if flush is not None:
+            flush(older_than=WRITE_BEHIND)
+
     def checkpoint(self) -> None:
         with self.store.catalog.lock:
             self.store.commit()
@@ -249,6 +264,8 @@ class Daemon:
         async with trio.open_nursery() as nursery:
             self.ops.nursery = nursery
             nursery.start_soon(self._signals, nursery)
+            # Parity of open stripes waits in memory at most about a second.
+            nursery.start_soon(self._every, 0.5, self._flush_parity)
             if self.opts.manifest_interval > 0:
                 nursery.start_soon(self._every, self.opts.manifest_interval, self.checkpoint)
             if self.opts.cool_interval > 0 and not self.opts.read_only:

@@ -67,6 +67,7 @@ def check(store: Store, repair: bool = False,
           progress: Optional[Callable[[int], None]] = None) -> Report:
     from .scrub import check_parity     # scrub builds on this module's Report
     report = Report()
+    store.protection.flush()
     check_parity(store, report, repair)
     seen = _check_files(store, repair, report, progress)
     _check_rows(store, repair, report, seen)

@@ -45,6 +45,7 @@ import logging
 import os
 import re
 import threading
+import time
 import uuid as uuidmod
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -64,6 +65,11 @@ log = logging.getLogger(__name__)
 
 MAGIC = "WEBFS-PARITY 1"
 INTENT_FILE = f"{META}/parity-intent"
+# Parity of a stripe that is not yet full is written behind, at most this many
+# seconds after its last change (or when this much waits in memory): a stripe
+# of G-1 small blocks costs one parity file write instead of G-1.
+WRITE_BEHIND = 1.0
+WRITE_BEHIND_BYTES = 64 << 20
 REBUILD_MARKER = f"{META}/REBUILDING"       # on a disk whose rebuild has not finished
 _HEADER_BYTES = re.compile(rb"WEBFS-PARITY 1\nHeader-Bytes: ([0-9]{1,9})\n")
 
@@ -302,6 +308,13 @@ class Parity(Protection):
         self.reads: Counter[int] = Counter()
         self.recovered: list[tuple[str, str]] = []      # (stripe id, what was done)
         self._locks = KeyedLocks()
+        # Parity of open stripes, written behind: stripe -> (volume, header,
+        # payload, intents it holds, since when). A stripe's file is written when
+        # it fills, when it has waited WRITE_BEHIND seconds, or at sync and close;
+        # until then its intent stays listed, so a crash recomputes it at open.
+        self._unwritten: dict[str, tuple[Volume, ParityHeader, bytes, int, float]] = {}
+        self._unwritten_bytes = 0
+        self._unwritten_lock = threading.Lock()
         self._intents = IntentLog(os.path.join(os.path.dirname(catalog.path),
                                                os.path.basename(INTENT_FILE)), fsync)
         # Stripes per pair of disks and parity files per disk, by size class (so
@@ -368,15 +381,17 @@ class Parity(Protection):
                 return
             stripe_id, parity_disk, new = placed
             self._intents.begin(stripe_id)
+        held = False
         try:
             with self._locks(stripe_id):
-                self._xor_in(stripe_id, parity_disk, Member.of(row), payload, new)
+                held = self._xor_in(stripe_id, parity_disk, Member.of(row), payload, new)
         except (OSError, WebfsError) as exc:
             log.warning("stripe %s: cannot add block %s to its parity on disk %d (%s); recomputing it",
                         stripe_id, row.block_name, parity_disk, exc)
             self._reconcile_or_mark(stripe_id)
         finally:
-            self._intents.done(stripe_id)
+            if not held:
+                self._intents.done(stripe_id)
 
     def _place(self, row: BlockRow) -> Optional[tuple[str, int, bool]]:
         """Choose the stripe a new block joins (or start one) and record it in
@@ -432,13 +447,63 @@ class Parity(Protection):
         return stripe_id, parity_disk, new
 
     def _xor_in(self, stripe_id: str, parity_disk: int, member: Member, payload: bytes,
-                new: bool) -> None:
+                new: bool) -> bool:
+        """XOR a member into its stripe's parity; True if the parity waits in
+        memory (written behind) and holds the member's intent until written."""
         vol = self._parity_volume(stripe_id, parity_disk)
         header, parity = (ParityHeader(stripe_id, 0), b"") if new else self._read_parity(vol, stripe_id)
         if member.key in header.keys():
-            return                  # a reconcile got here first
+            return False            # a reconcile got here first
         header = ParityHeader(stripe_id, max(header.length, member.stored), header.members + (member,))
-        self._write_parity(vol, header, xor_payloads((parity, payload), header.length))
+        payload = xor_payloads((parity, payload), header.length)
+        if len(header.members) >= self.width or self.fsync:     # -o sync: no write-behind
+            self._write_parity(vol, header, payload)
+            return False
+        with self._unwritten_lock:
+            held, since = 0, time.monotonic()
+            old = self._unwritten.pop(stripe_id, None)
+            if old is not None:
+                held, since = old[3], old[4]
+                self._unwritten_bytes -= len(old[2])
+            self._unwritten[stripe_id] = (vol, header, payload, held + 1, since)
+            self._unwritten_bytes += len(payload)
+        return True
+
+    def flush(self, older_than: float = 0.0) -> None:
+        """Write the parity files waiting in memory (those older than some seconds)."""
+        now = time.monotonic()
+        with self._unwritten_lock:
+            due = [sid for sid, entry in self._unwritten.items()
+                   if now - entry[4] >= older_than or self._unwritten_bytes > WRITE_BEHIND_BYTES]
+        for stripe_id in due:
+            with self._locks(stripe_id):
+                entry = self._unwritten.get(stripe_id)
+                if entry is None:
+                    continue
+                vol, header, payload = entry[:3]
+                try:
+                    self._write_parity(vol, header, payload)
+                except OSError as exc:
+                    log.warning("stripe %s: cannot write its parity on disk %d (%s); marked dirty",
+                                stripe_id, vol.index, exc)
+                    self._forget_unwritten(stripe_id)
+                    with self.catalog.lock:
+                        self.catalog.execute("UPDATE stripes SET state='dirty' WHERE id=?", (stripe_id,))
+
+    def _forget_unwritten(self, stripe_id: str) -> None:
+        """The parity in memory is on its disk now (or given up): release its intents."""
+        with self._unwritten_lock:
+            entry = self._unwritten.pop(stripe_id, None)
+            if entry is not None:
+                self._unwritten_bytes -= len(entry[2])
+        for _ in range(entry[3] if entry else 0):
+            self._intents.done(stripe_id)
+
+    @property
+    def unwritten_blocks(self) -> int:
+        """Blocks whose parity is still only in memory."""
+        with self._unwritten_lock:
+            return sum(len(e[1].members) for e in self._unwritten.values())
 
     def protect(self, row: BlockRow, payload: bytes) -> bool:
         """Put an unprotected block (one stored while no other disk could take
@@ -471,9 +536,12 @@ class Parity(Protection):
             self._count_layout()
 
     def committed(self) -> None:
+        self.flush(older_than=WRITE_BEHIND)
         self._intents.committed()
 
     def close(self) -> None:
+        self.flush()
+        self._intents.committed()
         self._intents.close()
 
     # -- making a parity file agree with the catalog ---------------------------
@@ -542,6 +610,7 @@ class Parity(Protection):
 
     def _drop(self, stripe_id: str, stripe: Optional[Stripe]) -> str:
         """Remove the parity of a stripe that has no member (or no catalog row)."""
+        self._forget_unwritten(stripe_id)
         disks = [stripe.parity_disk] if stripe is not None else list(self.archive.volumes)
         for d in disks:
             vol = self.archive.volumes.get(d)
@@ -650,6 +719,9 @@ class Parity(Protection):
         return self._read_parity(self._parity_volume(stripe_id, parity_disk), stripe_id)
 
     def _read_parity(self, vol: Volume, stripe_id: str) -> tuple[ParityHeader, bytes]:
+        entry = self._unwritten.get(stripe_id)
+        if entry is not None:
+            return entry[1], entry[2]
         path = vol.parity_path(stripe_id)
         where = f"disk {vol.index}: {path}"
         raw = vol.backend.read(path)
@@ -664,6 +736,8 @@ class Parity(Protection):
     def _write_parity(self, vol: Volume, header: ParityHeader, payload: bytes) -> None:
         vol.backend.write_atomic(vol.parity_path(header.stripe), header.encode() + payload,
                                  fsync=self.fsync)
+        if header.stripe in self._unwritten:
+            self._forget_unwritten(header.stripe)
 
     def locked(self, stripe_id: str):
         """Hold a stripe still (no parity rewrite) while it is looked at."""
@@ -692,6 +766,7 @@ class Parity(Protection):
             "kind": "parity", "group_size": self.archive.conf.group_size,
             "stripes": stripes, "open_stripes": open_, "dirty_stripes": dirty,
             "protected_blocks": protected, "unprotected_blocks": unprotected,
+            "written_behind_blocks": self.unwritten_blocks,
             "can_protect": bool(unprotected and self.width >= 1 and len(self.archive.volumes) >= 2),
             "parity_bytes": parity_bytes,
             "parity_overhead": round(parity_bytes / protected_bytes, 4) if protected_bytes else None,

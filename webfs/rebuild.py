@@ -103,6 +103,7 @@ def rebuild(store: Store, progress: admin.Progress, disk: int, to: str,
     parity = store.protection
     if not isinstance(parity, Parity):
         raise WebfsError("this archive is opened without parity; nothing to rebuild from")
+    parity.flush()
     vol = replacement(store, disk, to)
     block_ids = [r[0] for r in store.catalog.query("SELECT id FROM blocks WHERE disk=? ORDER BY id", (disk,))]
     stripe_ids = parity.stripe_ids("parity_disk=?", (disk,))

@@ -28,6 +28,7 @@ from .errors import ArchiveError, CorruptBlock, WebfsError
 from .manifest import JOURNAL, MANIFEST, unescape_path
 from .namespace import ROOT_INODE
 from .volume import PARITY
+from .parity import INTENT_FILE as PARITY_INTENTS
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def _apply(entries: dict[bytes, tuple], line: bytes) -> None:
 
 def rebuild_catalog(archive: Archive, progress=None) -> list[str]:
     """Write a new catalog on the lowest present disk; return what it did and lost."""
-    from .parity import ParityHeader, size_class, CorruptParity
+    from .parity import CorruptParity, ParityHeader, size_class
     if not archive.volumes:
         raise ArchiveError("no disk of the archive is present")
     target = archive.volumes[min(archive.volumes)]
@@ -110,6 +111,7 @@ def rebuild_catalog(archive: Archive, progress=None) -> list[str]:
     cat = Catalog(tmp)
     said = []
     depth = archive.conf.depth
+    max_block = archive.conf.max_block
     blocks: dict[tuple[str, int], list] = {}
     header_refs: dict[tuple[str, int], int] = {}
     # 1. blocks from their headers
@@ -184,9 +186,16 @@ def rebuild_catalog(archive: Archive, progress=None) -> list[str]:
             key = sigmod.ContentKey.parse(text)
             block_id = ids.get((key.sig, key.overflow))
             if block_id is None:
+                # Keep the file, but reading the lost piece gives EIO, never wrong bytes.
                 missing_blocks += 1
                 said.append(f"{p!r}: block {text} is on no disk and in no stripe: the file is lost")
-                continue
+                piece_size = min(max_block, size - piece * max_block)
+                cur = cat.execute(
+                    "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp)"
+                    " VALUES (?,?,-1,?,0,'identity',0,0,'',?,?)",
+                    (key.sig, key.overflow, piece_size, p.decode("utf-8", "replace")[:400],
+                     sigmod.group_of(key.sig, depth)))
+                block_id = ids[(key.sig, key.overflow)] = cur.lastrowid
             cat.execute("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)", (ino, piece, block_id))
     # 4. references: what the names use; a block nobody names is kept, pinned
     #    with the count its header had; headers are made to agree.
@@ -206,13 +215,18 @@ def rebuild_catalog(archive: Archive, progress=None) -> list[str]:
         where[sigmod.group_of(sig, depth)][disk] += 1
     for grp, counts in where.items():
         cat.execute("INSERT INTO groups (grp, disk) VALUES (?,?)", (grp, counts.most_common(1)[0][0]))
-    cat.set_meta("clean", "1")
+    cat.set_meta("clean", "0")         # the next mount recounts and protects what it must
     cat.commit()
     cat.close()
     for suffix in ("-wal", "-shm"):
         if os.path.exists(path + suffix):
             os.unlink(path + suffix)
     os.replace(tmp, path)
+    # The stripes are what the parity files say: intents of the old catalog are void.
+    for vol in archive.volumes.values():
+        intents = os.path.join(vol.root, PARITY_INTENTS)
+        if os.path.exists(intents):
+            os.unlink(intents)
     archive.conf.catalog = target.index
     archive.save_config()
     said.insert(0, f"rebuilt the catalog on disk {target.index}: {len(blocks)} blocks, "

@@ -188,6 +188,7 @@ def scrub(store: Store, progress: admin.Progress, repair: bool = False) -> admin
     parity = store.protection
     if not isinstance(parity, Parity):
         raise WebfsError("this archive is opened without parity; nothing to scrub against")
+    parity.flush()                  # parity written behind is checked as it is on the disks
     started = time.monotonic()
     reads_before = Counter(parity.reads)
     report = Report()

@@ -64,6 +64,9 @@ class Protection:
         """The payload of a block that its disk cannot give, or DataLost."""
         raise DataLost(f"block {row.block_name} on disk {row.disk} cannot be read and has no parity")
 
+    def flush(self) -> None:
+        """Write whatever redundancy still waits in memory."""
+
     def committed(self) -> None:
         """The catalog's changes so far are durable."""
 
@@ -133,10 +136,11 @@ class Store:
         if lock:
             archive.lock(holder)
         try:
-            primary = archive.first_volume
-            if primary.index != archive.conf.disks[0].index:
-                raise ArchiveError(f"disk {archive.conf.disks[0].index}, which holds the catalog, "
-                                   "is missing; see 'webfs fsck'")
+            primary = archive.volumes.get(archive.conf.catalog)
+            if primary is None or not os.path.exists(catalog_path(primary.root)):
+                raise ArchiveError(
+                    f"disk {archive.conf.catalog}, which holds the catalog, is missing or has lost it; "
+                    f"'webfs fsck --rebuild-catalog {path}' rebuilds it from the other disks")
             catalog = Catalog(catalog_path(primary.root))
             if "protection" not in kwargs:
                 from .parity import Parity          # parity builds on this module
@@ -178,6 +182,7 @@ class Store:
     def sync(self) -> None:
         """Make everything committed durable on the disks (fsync, checkpoint the WAL)."""
         self.heat.save()
+        self.protection.flush()
         self.commit()
         with self.catalog.lock:
             self.catalog.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -289,7 +294,7 @@ class Store:
         """Can a disk take this many more bytes of blocks? Room is left for
         metadata: more on the disk that holds the catalog."""
         free, total = self.archive.volumes[disk].backend.free_space()
-        reserve = min(256 << 20, total // 16) if disk == self.conf.disks[0].index \
+        reserve = min(256 << 20, total // 16) if disk == self.conf.catalog \
             else min(64 << 20, total // 50)
         return free >= needed + reserve
 
