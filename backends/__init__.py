@@ -56,6 +56,10 @@ class Backend(abc.ABC):
         """Every file below a directory, recursively, as relative paths."""
 
     @abc.abstractmethod
+    def remove_leftovers(self, path: str) -> list[str]:
+        """Remove what an interrupted write_atomic of this path left; say what."""
+
+    @abc.abstractmethod
     def free_space(self) -> tuple[int, int]:
         """(bytes free for us, bytes in all) on the device."""
 

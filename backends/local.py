@@ -9,6 +9,7 @@ the disk serves one such I/O at a time, so requests to a busy disk queue.
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import threading
 import time
@@ -130,6 +131,14 @@ class LocalBackend(Backend):
             rel = os.path.relpath(dirpath, self.root)
             for name in sorted(filenames):
                 yield name if rel == "." else f"{rel}/{name}"
+
+    def remove_leftovers(self, path: str) -> list[str]:
+        full = self._path(path)
+        gone = []
+        for leftover in glob.glob(glob.escape(full) + ".*" + TMP_SUFFIX):
+            _unlink_quietly(leftover)
+            gone.append(os.path.relpath(leftover, self.root))
+        return gone
 
     def free_space(self) -> tuple[int, int]:
         st = os.statvfs(self.root)

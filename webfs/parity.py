@@ -639,6 +639,8 @@ class Parity(Protection):
         with self.catalog.lock:
             stale = self._intents.listed() | set(self.stripe_ids("state != 'ok'"))
             for stripe_id in sorted(stale):
+                for vol in self.archive.volumes.values():
+                    vol.backend.remove_leftovers(vol.parity_path(stripe_id))
                 done = self._reconcile_or_mark(stripe_id)
                 if done:
                     log.warning("stripe %s: %s (an interrupted update)", stripe_id, done)

@@ -335,6 +335,9 @@ class Store:
             ck = ContentKey.parse(key)
             row = self.catalog.block(ck.sig, ck.overflow)
             vol = self.archive.volumes.get(int(disk))
+            if vol is not None:
+                for leftover in vol.backend.remove_leftovers(vol.block_path(ck.sig, ck.overflow)):
+                    said.append(f"removed {leftover} on disk {disk}, left by an interrupted write")
             if vol is not None and (row is None or row.disk != int(disk)) and vol.has_block(ck.sig, ck.overflow):
                 vol.remove_block(ck.sig, ck.overflow)
                 said.append(f"removed unfinished block {ck.block_name} on disk {disk}")
