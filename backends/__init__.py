@@ -67,6 +67,10 @@ class Backend(abc.ABC):
     def sync(self) -> None:
         """Make everything written so far durable."""
 
+    @abc.abstractmethod
+    def present(self) -> bool:
+        """Is the disk still there (its root reachable)?"""
+
     def local_path(self, path: str) -> str | None:
         """A path the OS can open for this file, if the disk is local."""
         return None

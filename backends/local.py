@@ -29,6 +29,16 @@ class LocalBackend(Backend):
     def __repr__(self) -> str:
         return f"LocalBackend({self.root!r})"
 
+    def _makedirs(self, path: str) -> None:
+        """Make directories below the root, never the root itself: a disk whose
+        root vanished must fail, not be quietly made again as an empty directory."""
+        if not os.path.isdir(self.root):
+            raise FileNotFoundError(errno.ENOENT, "the disk's root directory is gone", self.root)
+        os.makedirs(path, exist_ok=True)
+
+    def present(self) -> bool:
+        return os.path.isdir(self.root)
+
     def _path(self, path: str) -> str:
         return os.path.join(self.root, path)
 
@@ -54,7 +64,7 @@ class LocalBackend(Backend):
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         except FileNotFoundError:
-            os.makedirs(os.path.dirname(full), exist_ok=True)
+            self._makedirs(os.path.dirname(full))
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             view = memoryview(data)
@@ -90,7 +100,7 @@ class LocalBackend(Backend):
         try:
             return os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except FileNotFoundError:
-            os.makedirs(os.path.dirname(full), exist_ok=True)
+            self._makedirs(os.path.dirname(full))
             return os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def append(self, path: str, data: bytes, fsync: bool = False) -> None:
@@ -109,7 +119,7 @@ class LocalBackend(Backend):
             os.rename(self._path(src), full)
         except FileNotFoundError:
             if os.path.exists(self._path(src)):
-                os.makedirs(os.path.dirname(full), exist_ok=True)
+                self._makedirs(os.path.dirname(full))
                 os.rename(self._path(src), full)
             else:
                 raise
@@ -141,7 +151,10 @@ class LocalBackend(Backend):
         return gone
 
     def free_space(self) -> tuple[int, int]:
-        st = os.statvfs(self.root)
+        try:
+            st = os.statvfs(self.root)
+        except FileNotFoundError:
+            return 0, 0             # a vanished disk has no room; the store notices it is gone
         return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
 
     def sync(self) -> None:

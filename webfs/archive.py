@@ -292,6 +292,14 @@ class Archive:
         self.volumes = {i: v for i, v in self.volumes.items() if i != index}
         self.missing = {i: why for i, why in self.missing.items() if i != index}
 
+    def lose(self, index: int, why: str) -> None:
+        """A disk vanished while in use (unplugged, its directory removed): from
+        now on it is missing, and its blocks are read through parity."""
+        if index in self.volumes:
+            log.error("disk %d is gone (%s); treating it as missing", index, why)
+            self.volumes = {i: v for i, v in self.volumes.items() if i != index}
+            self.missing = {**self.missing, index: why}
+
     def unlock(self) -> None:
         for fd in self._lock_fds:
             os.close(fd)

@@ -248,6 +248,7 @@ class Daemon:
 
     def _flush_parity(self) -> None:
         from .parity import WRITE_BEHIND
+        self.store.check_disks()
         flush = getattr(self.store.protection, "flush", None)
         if flush is not None:
             flush(older_than=WRITE_BEHIND)

@@ -301,14 +301,17 @@ class Store:
     def _write_new(self, header: BlockHeader, payload: bytes, overflow: int, grp: str) -> int:
         needed = len(payload) + HEADER_SIZE
         for disk in self.home_disks(grp):
+            vol = self.archive.volumes.get(disk)
+            if vol is None or not self.has_room(disk, needed):
+                continue                # gone since, or full (a vanished disk has no room)
             self._intend(f"{header.signature}~{overflow} {disk}\n")
-            vol = self.archive.volumes[disk]
-            if not self.has_room(disk, needed):
-                continue
             try:
                 vol.write_block(header, payload, overflow, fsync=self.fsync)
                 return disk
             except OSError as exc:
+                if not vol.backend.present():
+                    self.archive.lose(disk, f"{exc.strerror or exc} while writing")
+                    continue
                 if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
                 log.warning("disk %d is full; trying the next disk", disk)
@@ -382,6 +385,8 @@ class Store:
             try:
                 header, payload = vol.read_block(row.sig, row.overflow)
             except FileNotFoundError:
+                if not vol.backend.present():
+                    self.archive.lose(disk, "its root directory is gone")
                 continue
             except (OSError, CorruptBlock) as exc:
                 self._report(row, f"disk {disk}: {exc}")
@@ -479,7 +484,14 @@ class Store:
 
     # -- figures -------------------------------------------------------------
 
+    def check_disks(self) -> None:
+        """Notice disks that vanished (unplugged, their directory removed)."""
+        for index, vol in list(self.archive.volumes.items()):
+            if not vol.backend.present():
+                self.archive.lose(index, "its root directory is gone")
+
     def status(self) -> dict:
+        self.check_disks()
         cat = self.catalog
         totals = cat.block_totals()
         per_disk = cat.disk_totals()
