@@ -387,3 +387,44 @@ def test_mount_t_and_fstab(tmp_path, mount_helpers, fstype):
         unmount(mnt)
     proc = sh(f"mount -t {fstype} -o nonsense=1 '{disks[0]}' '{mnt}'", check=False)
     assert proc.returncode != 0 and b"unknown mount option" in proc.stderr
+
+
+def test_many_readers_at_once(mounted, corpus):
+    src = corpus / "crawl-001"
+    sh(f"cp -r '{src}' '{mounted.mnt}/c'")
+    files = sorted(p.relative_to(src) for p in src.rglob("*") if p.is_file())
+    mounted.remount()                                  # cold: nothing in the kernel's cache
+    errors = []
+
+    def reader(seed):
+        rng = random.Random(seed)
+        for rel in rng.sample(files, 150):
+            with open(mounted.mnt / "c" / rel, "rb") as f:
+                if f.read() != (src / rel).read_bytes():
+                    errors.append(rel)
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors
+
+
+def test_allow_other(tmp_path):
+    import tempfile
+    m = Mounted(tmp_path, disks=2)
+    m.umount()
+    m.mnt = Path(tempfile.mkdtemp(prefix="webfs-allow-other-"))   # pytest's tmp is root-only
+    os.chmod(m.mnt, 0o755)
+    m.mount()
+    try:
+        (m.mnt / "page.html").write_text("for everyone")
+        os.chmod(m.mnt / "page.html", 0o644)
+        proc = sh(f"runuser -u nobody -- cat '{m.mnt}/page.html'", check=False)
+        assert proc.returncode != 0                     # FUSE keeps other users out by default
+        m.remount("allow_other")
+        assert sh(f"runuser -u nobody -- cat '{m.mnt}/page.html'").stdout == b"for everyone"
+        proc = sh(f"runuser -u nobody -- sh -c 'echo x > {m.mnt}/mine'", check=False)
+        assert proc.returncode != 0                     # permissions still apply (default_permissions)
+    finally:
+        m.umount()
+        m.mnt.rmdir()
