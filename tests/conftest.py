@@ -1,6 +1,7 @@
 """Shared fixtures: archives on temporary directories, and the webfs command."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -102,3 +103,20 @@ def corpus(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, str(REPO / "tools" / "make-corpus"), "--seed", "7",
                     "--pages", "1500", "--crawls", "2", str(out)], check=True, capture_output=True)
     return out
+
+
+@contextlib.contextmanager
+def tmpfs_disks(root: Path, count: int, size: str):
+    """Directories on small tmpfs mounts, made into an archive: a real full disk (ENOSPC)."""
+    disks = []
+    try:
+        for i in range(count):
+            d = root / f"disk{i}"
+            d.mkdir()
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], check=True)
+            disks.append(d)
+        webfs("mkfs", "--force", *disks)
+        yield disks
+    finally:
+        for d in disks:
+            subprocess.run(["umount", "-l", str(d)], check=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Mounted, sh, unmount, webfs
+from conftest import Mounted, sh, tmpfs_disks, unmount, webfs
 
 
 def tree_listing(root: Path) -> list[tuple]:
@@ -316,20 +316,14 @@ with open(log, 'w') as out:
 @pytest.fixture
 def tiny(tmp_path):
     """An archive on two 40 MiB tmpfs disks, mounted."""
-    disks = []
-    for i in range(2):
-        d = tmp_path / f"disk{i}"
-        d.mkdir()
-        sh(f"mount -t tmpfs -o size=40m tmpfs '{d}'")
-        disks.append(d)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    webfs("mkfs", "--force", *disks)
-    webfs("mount", disks[0], mnt)
-    yield disks, mnt
-    unmount(mnt)
-    for d in disks:
-        sh(f"umount -l '{d}'", check=False)
+    with tmpfs_disks(tmp_path, 2, "40m") as disks:
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        webfs("mount", disks[0], mnt)
+        try:
+            yield disks, mnt
+        finally:
+            unmount(mnt)
 
 
 def test_a_full_disk_gives_enospc_and_corrupts_nothing(tiny):

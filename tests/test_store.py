@@ -16,7 +16,7 @@ from webfs.errors import ArchiveBusy, ArchiveError, CorruptBlock, DataLost, NoSp
 from webfs.signature import signature
 from webfs.store import Store
 
-from conftest import make_archive
+from conftest import make_archive, tmpfs_disks
 
 
 def weak_signature(data: bytes) -> str:
@@ -221,18 +221,8 @@ def test_no_such_block(store):
 @pytest.fixture
 def small_disks(tmp_path):
     """Two disks on 3 MiB tmpfs mounts: real ENOSPC."""
-    paths = []
-    for i in range(2):
-        p = tmp_path / f"disk{i}"
-        p.mkdir()
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(p)], check=True)
-        paths.append(p)
-    make_archive_in = [str(p) for p in paths]
-    from webfs import archive as archmod
-    archmod.mkfs(make_archive_in, force=True)
-    yield paths
-    for p in paths:
-        subprocess.run(["umount", "-l", str(p)], check=False)
+    with tmpfs_disks(tmp_path, 2, "3m") as disks:
+        yield disks
 
 
 def test_full_disks_raise_nospace_and_keep_what_was_stored(small_disks):
