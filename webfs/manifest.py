@@ -56,8 +56,11 @@ def format_mtime(ns: int) -> str:
 
 def entry(rows: list[BlockRow], node: "Inode", path: bytes) -> bytes:
     """One MANIFEST line (without the newline)."""
-    sigs = ",".join(r.block_name for r in rows) or "-"
-    return b"\t".join([sigs.encode(), str(node.size).encode(), f"{node.mode:o}".encode(),
+    return entry_of(",".join(r.block_name for r in rows), node, path)
+
+
+def entry_of(sigs: str, node: "Inode", path: bytes) -> bytes:
+    return b"\t".join([(sigs or "-").encode(), str(node.size).encode(), f"{node.mode:o}".encode(),
                        format_mtime(node.mtime_ns).encode(), escape_path(path)])
 
 
@@ -110,8 +113,17 @@ class Journal:
         """Write a new MANIFEST on every disk and start an empty JOURNAL.
         The caller holds the catalog lock, so no change slips between the two."""
         lines = [entry([], namespace.get(ROOT_INODE), b"/") + b"\n"]
-        for path, node in namespace.walk():
-            lines.append(entry(namespace.contents(node.id), node, path) + b"\n")
+        chunk: list = []
+
+        def emit():
+            sigs = namespace.block_names([node.id for _, node in chunk if not stat.S_ISDIR(node.mode)])
+            lines.extend(entry_of(sigs.get(node.id, ""), node, path) + b"\n" for path, node in chunk)
+            chunk.clear()
+        for item in namespace.walk():
+            chunk.append(item)
+            if len(chunk) >= 1000:
+                emit()
+        emit()
         data = b"".join(lines)
         with self.lock:
             self.lines = []

@@ -119,6 +119,17 @@ class Namespace:
             f"SELECT {cols} FROM contents c JOIN blocks b ON b.id = c.block "
             "WHERE c.inode=? ORDER BY c.piece", (ino,))]
 
+    def block_names(self, inodes: list[int]) -> dict[int, str]:
+        """inode -> its blocks as a MANIFEST lists them ('sig[~n],...'), for many files at once."""
+        names: dict[int, list[str]] = {}
+        for i in range(0, len(inodes), 500):
+            part = inodes[i:i + 500]
+            for ino, sig, overflow in self.cat.query(
+                    "SELECT c.inode, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
+                    f"WHERE c.inode IN ({','.join('?' * len(part))}) ORDER BY c.inode, c.piece", part):
+                names.setdefault(ino, []).append(sig + (f"~{overflow}" if overflow else ""))
+        return {ino: ",".join(v) for ino, v in names.items()}
+
     def readlink(self, ino: int) -> bytes:
         target = self.cat.scalar("SELECT target FROM symlinks WHERE inode=?", (ino,))
         if target is None:

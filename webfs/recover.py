@@ -80,6 +80,8 @@ def _apply(entries: dict[bytes, tuple], line: bytes) -> None:
         elif op in (b">", b"<>") and len(fields) == 3:
             old, new = unescape_path(fields[1]), unescape_path(fields[2])
             moved = {p: v for p, v in entries.items() if p == old or p.startswith(old + b"/")}
+            if not moved:
+                return          # already applied (a journal replayed over a newer MANIFEST)
             if op == b"<>":
                 other = {p: v for p, v in entries.items() if p == new or p.startswith(new + b"/")}
                 for p in list(moved) + list(other):
