@@ -25,7 +25,7 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from .catalog import BlockRow
+from .catalog import BLOCK_COLUMNS, BlockRow
 from .errors import CorruptBlock, DataLost, FsError, NoSpace, WebfsError
 from .namespace import ROOT_INODE, Inode, Namespace, now_ns
 from .signature import new_hasher
@@ -37,6 +37,8 @@ CONTROL_DIR = b".webfs"
 VIRTUAL_BASE = 1 << 60          # inode numbers of the .webfs tree start here
 ENTRY_TIMEOUT = 300.0           # every change goes through this mount, so the kernel may cache long
 XATTR_PREFIX = b"user.webfs."
+READ_AHEAD_FILES = 8            # files of a directory read in order are fetched this far ahead
+READ_AHEAD_BYTES = 1 << 20      # ... when they are no larger than this
 
 
 class FileBuffer:
@@ -226,6 +228,7 @@ class Operations(pyfuse3.Operations):
         self.vnodes: dict[int, VirtualNode] = {}
         self.vnode_by_key: dict[tuple[str, str, int], int] = {}
         self.root_xattrs: dict[bytes, bytes] = {}
+        self._last_open: dict[int, int] = {}             # directory -> position of its last opened file
         self.nursery: Optional[trio.Nursery] = None
 
     # -- helpers -------------------------------------------------------------------
@@ -462,9 +465,37 @@ class Operations(pyfuse3.Operations):
                 of.buffer.truncate(0)
                 of.dirty = True
                 of.mtime_ns = now_ns()
+        elif not flags & os.O_WRONLY:
+            self._read_ahead(inode)
         # A file's blocks never change in place, and every write comes through
         # this kernel, so its page cache stays true across opens.
         return pyfuse3.FileInfo(fh=self._new_handle(inode), keep_cache=True)
+
+    def _read_ahead(self, ino: int) -> None:
+        """A reader that opens a directory's files in order (cat of a find, tar,
+        grep -r) gets the next files' blocks fetched in parallel while it reads
+        this one: they are on other disks, and one file at a time leaves them idle."""
+        if self.nursery is None:
+            return
+        cat = self.store.catalog
+        found = cat.query("SELECT parent, rowid FROM dentries WHERE inode=? LIMIT 1", (ino,))
+        if not found:
+            return
+        parent, pos = found[0]
+        last = self._last_open.get(parent)
+        if len(self._last_open) > 10_000:
+            self._last_open.clear()
+        self._last_open[parent] = pos
+        if last is None or last >= pos:
+            return                          # not in order: a random reader gains nothing
+        cols = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))
+        for r in cat.query(
+                f"SELECT {cols} FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
+                "JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? AND b.size<=? "
+                "ORDER BY d.rowid LIMIT ?", (parent, pos, READ_AHEAD_BYTES, READ_AHEAD_FILES)):
+            row = BlockRow(*r)
+            if self.cache.get(row.id) is None and row.id not in self.cache.inflight:
+                self.nursery.start_soon(self._quiet_piece, row)
 
     @translate_errors
     async def create(self, parent_inode, name, mode, flags, ctx):
