@@ -58,4 +58,21 @@ echo "== without webfs: dd if=BLOCK bs=512 skip=1 | gunzip | head -c 300"
 dd if="$block" bs=512 skip=1 2>/dev/null | gunzip | head -c 300; echo
 echo "== webfs fsck"
 webfs fsck "$top/disk0"
+
+echo "== without webfs at all: tools/webfs-recover (sh, coreutils, find, gzip) rebuilds the tree"
+sh tools/webfs-recover "$top"/disk0 "$top"/disk1 "$top"/disk2 "$top"/disk3 "$top/recovered" 2>&1 | tail -n 2
+diff -r "$top/crawls/crawl-001" "$top/recovered/crawl-001" && echo "recovered crawl-001 is identical"
+
+echo "== a disk dies: disk2 goes away; the mount reads its blocks through parity"
+mkdir -p "$top/graveyard"                   # not beside the others, where webfs would find it
+mv "$top/disk2" "$top/graveyard/disk2"
+webfs mount "$top/disk0" "$mnt"
+trap 'webfs umount "$mnt" 2>/dev/null || true' EXIT
+diff -r "$top/crawls/crawl-002" "$mnt/crawl-002" && echo "crawl-002 reads back identical with disk 2 gone"
+webfs status "$mnt" | grep -E "missing|LOST|protected" || true
+echo "== webfs rebuild --disk 2 --to $top/disk2, online"
+webfs rebuild --disk 2 --to "$top/disk2" "$mnt" | tail -n 3
+webfs umount "$mnt"
+trap - EXIT
+webfs fsck "$top/disk0"
 echo "== done: mount it again with  webfs mount $top/disk0 $mnt  (cd $here first)"
