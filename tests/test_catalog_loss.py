@@ -12,8 +12,10 @@ import pytest
 from conftest import Mounted, sh, unmount, webfs
 
 
-def _fill(m: Mounted, src) -> None:
+def _fill(m: Mounted, src, sync_midway: bool = False) -> None:
     sh(f"cp -a '{src}' '{m.mnt}/site'")
+    if sync_midway:             # a MANIFEST now; what follows is only in the JOURNAL
+        webfs("sync", m.mnt)
     sh(f"ln '{m.mnt}/site/index.html' '{m.mnt}/hard' && ln -s site/index.html '{m.mnt}/soft'")
     sh(f"mkdir '{m.mnt}/renamed-later' && cp '{m.mnt}/hard' '{m.mnt}/renamed-later/x'")
     sh(f"mv '{m.mnt}/renamed-later' '{m.mnt}/renamed' && rm '{m.mnt}/renamed/x' && echo new > '{m.mnt}/renamed/y'")
@@ -33,11 +35,12 @@ def site(corpus):
     return first
 
 
-@pytest.mark.parametrize("how", ["catalog file", "whole disk"])
-def test_catalog_lost_after_a_kill(tmp_path, site, how):
+@pytest.mark.parametrize("how,sync_midway", [("catalog file", False), ("whole disk", False),
+                                              ("whole disk", True)])
+def test_catalog_lost_after_a_kill(tmp_path, site, how, sync_midway):
     m = Mounted(tmp_path)
     try:
-        _fill(m, site)
+        _fill(m, site, sync_midway)
         time.sleep(2)                           # parity is written behind, within a second
         os.kill(m.pid(), signal.SIGKILL)        # no unmount, no MANIFEST: the JOURNAL has it all
         time.sleep(0.3)

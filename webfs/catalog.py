@@ -161,6 +161,18 @@ class Catalog:
             self.db.commit()
             self.db.close()
 
+    def snapshot(self) -> "Catalog":
+        """A read-only view of the catalog as it is now (a WAL read transaction),
+        for long reads such as writing the MANIFEST while the mount goes on.
+        Take it under the lock, right after a commit; close it when done."""
+        view = Catalog.__new__(Catalog)
+        view.path = self.path
+        view.lock = threading.RLock()
+        view.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        view.db.execute("BEGIN")
+        view.db.execute("SELECT COUNT(*) FROM inodes").fetchone()     # the snapshot starts here
+        return view
+
     def commit(self) -> None:
         with self.lock, _full_is_nospace():
             self.db.commit()

@@ -27,7 +27,7 @@ from . import admin
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
 from .heat import DEFAULT_K
-from .manifest import Journal
+from .manifest import Journal, manifest_of
 from .namespace import Namespace
 from .store import Store
 
@@ -254,10 +254,21 @@ class Daemon:
             flush(older_than=WRITE_BEHIND)
 
     def checkpoint(self) -> None:
-        with self.store.catalog.lock:
-            self.store.commit()
-            self.journal.checkpoint(self.ns)
+        """Write the MANIFEST on every disk without stopping the mount: the names
+        are read from a snapshot of the catalog, and each JOURNAL keeps only the
+        changes made after that snapshot."""
+        cat = self.store.catalog
+        with cat.lock:
+            self.store.commit()                 # also appends the journal's lines
+            covered = self.journal.sizes()
+            snapshot = cat.snapshot()
             self.store.trim_intents()
+        try:
+            data = manifest_of(Namespace(self.store, catalog=snapshot))
+        finally:
+            snapshot.db.close()
+        with cat.lock:
+            self.journal.replace(data, covered)
         self.store.sync()
 
     async def main(self, ready) -> None:

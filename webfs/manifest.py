@@ -112,26 +112,51 @@ class Journal:
     def checkpoint(self, namespace: "Namespace") -> int:
         """Write a new MANIFEST on every disk and start an empty JOURNAL.
         The caller holds the catalog lock, so no change slips between the two."""
-        lines = [entry([], namespace.get(ROOT_INODE), b"/") + b"\n"]
-        chunk: list = []
+        data = manifest_of(namespace)
+        self.replace(data, {})
+        return data.count(b"\n")
 
-        def emit():
-            sigs = namespace.block_names([node.id for _, node in chunk if not stat.S_ISDIR(node.mode)])
-            lines.extend(entry_of(sigs.get(node.id, ""), node, path) + b"\n" for path, node in chunk)
-            chunk.clear()
-        for item in namespace.walk():
-            chunk.append(item)
-            if len(chunk) >= 1000:
-                emit()
-        emit()
-        data = b"".join(lines)
-        with self.lock:
-            self.lines = []
-        self.close()
+    def sizes(self) -> dict[int, int]:
+        """Bytes in JOURNAL on each disk now (the caller has flushed, under the catalog lock)."""
+        sizes = {}
         for vol in self.archive.volumes.values():
             try:
-                vol.backend.write_atomic(MANIFEST, data, fsync=True)
-                vol.backend.write_atomic(JOURNAL, b"", fsync=True)
+                sizes[vol.index] = vol.backend.size(JOURNAL)
+            except OSError:
+                sizes[vol.index] = 0
+        return sizes
+
+    def replace(self, manifest: bytes, covered: dict[int, int]) -> None:
+        """Write the MANIFEST on every disk, and keep of each JOURNAL only what
+        came after the first ``covered`` bytes (changes the MANIFEST does not hold)."""
+        self.flush()
+        self.close()            # the JOURNAL files are replaced: appends reopen them
+        for vol in self.archive.volumes.values():
+            try:
+                tail = b""
+                if covered.get(vol.index) is not None:
+                    try:
+                        tail = vol.backend.read(JOURNAL, covered[vol.index])
+                    except FileNotFoundError:
+                        pass
+                vol.backend.write_atomic(MANIFEST, manifest, fsync=True)
+                vol.backend.write_atomic(JOURNAL, tail, fsync=True)
             except OSError as exc:
                 log.warning("disk %d: cannot write %s: %s", vol.index, MANIFEST, exc)
-        return len(lines)
+
+
+def manifest_of(namespace: "Namespace") -> bytes:
+    """Every name of the namespace as MANIFEST lines, the root first, parents before children."""
+    lines = [entry([], namespace.get(ROOT_INODE), b"/") + b"\n"]
+    chunk: list = []
+
+    def emit():
+        sigs = namespace.block_names([node.id for _, node in chunk if not stat.S_ISDIR(node.mode)])
+        lines.extend(entry_of(sigs.get(node.id, ""), node, path) + b"\n" for path, node in chunk)
+        chunk.clear()
+    for item in namespace.walk():
+        chunk.append(item)
+        if len(chunk) >= 1000:
+            emit()
+    emit()
+    return b"".join(lines)

@@ -57,9 +57,10 @@ def check_name(name: bytes) -> None:
 class Namespace:
     """The directory tree of one archive, over its catalog and store."""
 
-    def __init__(self, store: Store, journal: Optional[Callable[..., None]] = None):
+    def __init__(self, store: Store, journal: Optional[Callable[..., None]] = None,
+                 catalog=None):
         self.store = store
-        self.cat = store.catalog
+        self.cat = catalog or store.catalog      # or a read-only snapshot of it
         self.journal = journal or (lambda *args, **kwargs: None)
         self._dir_paths: dict[int, bytes] = {}     # directory paths; renames clear it
 
