@@ -306,6 +306,29 @@ def du_bytes(paths):
     return int(alloc.split()[0]), int(appar.split()[0])
 
 
+def disk_breakdown(roots):
+    """What webfs disk directories hold, by kind: {kind: {files, apparent,
+    alloc}} for kind in blocks (blocks/), parity (parity/), meta (meta/:
+    catalog, journal, MANIFEST), other (WEBFS-DISK, webfs.conf, ...).
+    apparent = st_size, alloc = st_blocks * 512 (what du counts)."""
+    out = {k: {"files": 0, "apparent": 0, "alloc": 0} for k in ("blocks", "parity", "meta", "other")}
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            rel = os.path.relpath(dirpath, root)
+            top = rel.split(os.sep, 1)[0]
+            kind = top if top in ("blocks", "parity", "meta") else "other"
+            for f in filenames:
+                try:
+                    st = os.lstat(os.path.join(dirpath, f))
+                except OSError:
+                    continue
+                c = out[kind]
+                c["files"] += 1
+                c["apparent"] += st.st_size
+                c["alloc"] += st.st_blocks * 512
+    return out
+
+
 # -------------------------------------------------------------- machine
 
 def machine_info(workdir):

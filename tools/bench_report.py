@@ -22,6 +22,9 @@ SECTION_TITLES = {
     "metadata": "Metadata",
     "random": "Random page reads",
     "daemon": "Daemon CPU and memory",
+    "rebuild": "Rebuild of a lost disk (webfs only)",
+    "cooling": "Disk cooling (webfs only)",
+    "memory": "Daemon memory against archive size (webfs only)",
 }
 
 
@@ -199,25 +202,84 @@ def goals(result):
         if a and b:
             out.append(("%s of crawl 2 ≥ 2× as fast as crawl 1" % tool, "%.2f×" % (b / a),
                         b / a >= 2.0))
-    ref = (result.get("extra") or {}).get("reference")
-    r = rows.get("space.alloc")
-    alloc = r["targets"].get("webfs", {}).get("value") if r else None
-    if ref and alloc:
-        st = (result.get("extra") or {}).get("webfs_status") or {}
-        parity = sum(v for k, v in st.items() if "parity" in k and k.endswith("bytes")
-                     and isinstance(v, (int, float)))
-        ideal = ref["distinct_compressed_bytes"] + parity
-        x = alloc / ideal
-        out.append(("bytes on disks within 5 %% of distinct compressed content + parity%s"
-                    % ("" if parity else " (no parity figure in webfs status)"),
-                    "%.2f×" % x, x <= 1.05 if parity else None))
-    r = rows.get("daemon.hwm")
-    hwm = r["targets"].get("webfs", {}).get("value") if r else None
-    if hwm:
-        files = result["corpus"]["files"]
-        out.append(("daemon memory does not grow with files (compare bench and bench-full)",
-                    "peak %.0f MiB at %s files" % (hwm / 1048576, "{:,}".format(files)), None))
+    sp = space_figures(result)
+    if sp:
+        out.append(("stored bytes (block + parity files) within 5 % of distinct compressed "
+                    "content + parity", "%.3f×" % sp["aim"], sp["aim"] <= 1.05))
+    mem = memory_figures(result)
+    if mem and mem.get("aim") is not None:
+        out.append(("daemon memory does not grow with the number of files: peak RSS with %d× "
+                    "the files ≤ 1.05× (cp -r; find, ls, du; cat without the piece cache)"
+                    % mem["scale"], "%.2f× (%s → %s files)" % (
+                        mem["aim"], "{:,}".format(mem["files"][0]), "{:,}".format(mem["files"][1])),
+                    mem["aim"] <= 1.05))
+    else:
+        r = rows.get("daemon.hwm")
+        hwm = r["targets"].get("webfs", {}).get("value") if r else None
+        if hwm:
+            files = result["corpus"]["files"]
+            out.append(("daemon memory does not grow with files (run the memory section)",
+                        "peak %.0f MiB at %s files" % (hwm / 1048576, "{:,}".format(files)), None))
+    rb = (result.get("extra") or {}).get("rebuild")
+    for cfg in (rb or {}).get("configs", []):
+        m = cfg.get("median") or {}
+        if m.get("share_max") is not None:
+            out.append(("rebuild, C=%d G=%d: bytes read per survivor per byte rebuilt vs "
+                        "(G−1)/(C−1) = %.2f (issue 4)" % (rb["disks"], cfg["group_size"],
+                                                         cfg["predicted_share"]),
+                        "%.2f–%.2f, %s MB/s" % (m["share_min"], m["share_max"], _num(m["mb_per_s"])),
+                        None))
+    co = (result.get("extra") or {}).get("cooling")
+    for sc in (co or {}).get("scenarios", []):
+        if sc.get("before") and sc.get("after"):
+            out.append(("cooling (%s): mean response time falls several-fold (issue 5)"
+                        % sc["scenario"], "%.2f× (%s → %s ms)" % (
+                            sc["before"]["mean_ms"] / sc["after"]["mean_ms"],
+                            _num(sc["before"]["mean_ms"]), _num(sc["after"]["mean_ms"])), None))
     return out
+
+
+def space_figures(result):
+    """The webfs space breakdown against the reference (issue 7's space aim)."""
+    extra = result.get("extra") or {}
+    ref = extra.get("reference")
+    st = extra.get("webfs_status")
+    sp = None
+    for m in result["measurements"]:
+        if m["target"] == "webfs" and m["figure"] == "space.breakdown":
+            sp = m.get("breakdown") if m.get("crawls") == (ref or {}).get("crawls") else None
+    if not (ref and st and sp):
+        return None
+    prot = st.get("protection") or {}
+    parity_payload = prot.get("parity_bytes") or 0
+    blocks = st.get("blocks") or 0
+    stored = sp["blocks"]["apparent"] + sp["parity"]["apparent"]
+    comp = ref["distinct_compressed_bytes"]
+    g = st.get("group_size") or prot.get("group_size")
+    return {
+        "breakdown": sp, "status": st, "protection": prot, "reference": ref,
+        "stored": stored, "parity_payload": parity_payload,
+        "block_headers": 512 * blocks, "blocks": blocks,
+        "parity_headers": sp["parity"]["apparent"] - parity_payload,
+        "aim": stored / (comp + parity_payload) if comp + parity_payload else None,
+        "aim_ideal_parity": (stored / (comp * (1 + 1 / (g - 1)))) if g and g > 1 and comp else None,
+        "alloc_total": sum(v["alloc"] for v in sp.values()),
+        "apparent_total": sum(v["apparent"] for v in sp.values()),
+        "group_size": g,
+    }
+
+
+def memory_figures(result):
+    mem = (result.get("extra") or {}).get("memory")
+    scales = [x for x in (mem or {}).get("scales", []) if x.get("files")]
+    if len(scales) < 2:
+        return None
+    a, b = scales[0], scales[-1]
+    keys = ("hwm_ingest", "hwm_meta", "hwm_read_nocache")
+    pa = max(a.get(k) or 0 for k in keys)
+    pb = max(b.get(k) or 0 for k in keys)
+    return {"scale": b["scale"] // max(a["scale"], 1), "files": (a["files"], b["files"]),
+            "aim": pb / pa if pa and pb else None, "a": a, "b": b}
 
 
 def markdown(result):
@@ -256,7 +318,7 @@ def markdown(result):
     out.append("")
     g = goals(result)
     if g:
-        out.append("## Where webfs stands (issue 7 aims)")
+        out.append("## Where webfs stands (the aims of issue 7; rebuild and cooling: issues 4 and 5)")
         out.append("")
         out.append("| aim | measured | met |")
         out.append("|---|--:|:-:|")
@@ -266,6 +328,13 @@ def markdown(result):
         out.append("")
     rows = result["summary"]
     for section in result["sections"] + [s for s in SECTION_TITLES if s not in result["sections"]]:
+        if section in RENDERERS:
+            lines = RENDERERS[section](result)
+            if lines:
+                out.append("## %s" % SECTION_TITLES.get(section, section.capitalize()))
+                out.append("")
+                out += lines
+            continue
         srows = [r for r in rows if r["section"] == section and r["targets"]]
         if not srows:
             continue
@@ -284,19 +353,14 @@ def markdown(result):
             ref = (result.get("extra") or {}).get("reference")
             if ref:
                 out.append("Corpus %s: %s in %s files; distinct documents %s (%s); distinct, "
-                           "each gzip -6 or stored: %s. Ratios in brackets: to the corpus."
+                           "each %s or stored: %s. Ratios in brackets: to the corpus."
                            % (" + ".join(ref["crawls"]), _bytes(ref["bytes"]),
                               "{:,}".format(ref["files"]), _bytes(ref["distinct_bytes"]),
                               "{:,}".format(ref["distinct_documents"]),
+                              ref.get("compressed_with", "gzip -6"),
                               _bytes(ref["distinct_compressed_bytes"])))
                 out.append("")
-            st = (result.get("extra") or {}).get("webfs_status")
-            if isinstance(st, dict):
-                items = ["%s %s" % (k, ("{:,}".format(v) if isinstance(v, int) else v))
-                         for k, v in sorted(st.items())
-                         if isinstance(v, (int, float, str)) and k not in ("archive", "label")]
-                out.append("`webfs status` after ingest: " + ", ".join(items) + ".")
-                out.append("")
+            out += space_table(result)
     fails = result.get("failures") or []
     bad = [m for m in result["measurements"] if not m.get("ok", True)]
     if fails or bad:
@@ -312,6 +376,218 @@ def markdown(result):
         out.append("**The run did not complete** (interrupted or failed); figures are partial.")
         out.append("")
     return "\n".join(out)
+
+
+# ------------------------------------------------------ webfs-only tables
+
+def _mb(n):
+    return "–" if n is None else "%.1f MB" % (n / 1e6)
+
+
+def _mib(n):
+    return "–" if not n else "%.1f MiB" % (n / 1048576)
+
+
+def space_table(result):
+    sp = space_figures(result)
+    if not sp:
+        return []
+    b = sp["breakdown"]
+    st, prot, ref = sp["status"], sp["protection"], sp["reference"]
+    comp = ref["distinct_compressed_bytes"]
+    g = sp["group_size"]
+    out = ["What the webfs disks hold after the last ingest run (`webfs sync` first; apparent = "
+           "file sizes, allocated = what `du` counts, 4 KiB per small file):", "",
+           "| on the disks | files | apparent | allocated (du) |", "|---|--:|--:|--:|"]
+    row = lambda label, files, app, alloc: out.append("| %s | %s | %s | %s |" % (
+        label, "" if files is None else "{:,}".format(files), _bytes(app) if app is not None else "",
+        _bytes(alloc) if alloc is not None else ""))
+    row("block files (`blocks/`)", b["blocks"]["files"], b["blocks"]["apparent"], b["blocks"]["alloc"])
+    row("… of which headers, 512 × %s blocks" % "{:,}".format(sp["blocks"]), None,
+        sp["block_headers"], None)
+    row("… of which payloads (`webfs status` payload_bytes)", None, st.get("payload_bytes"), None)
+    row("parity files (`parity/`)", b["parity"]["files"], b["parity"]["apparent"], b["parity"]["alloc"])
+    row("… of which parity payload (`webfs status` parity_bytes)", None, sp["parity_payload"], None)
+    row("… of which parity headers", None, sp["parity_headers"], None)
+    row("meta (`meta/`: catalog, journal, MANIFEST)", b["meta"]["files"], b["meta"]["apparent"],
+        b["meta"]["alloc"])
+    row("other (WEBFS-DISK, webfs.conf)", b["other"]["files"], b["other"]["apparent"], b["other"]["alloc"])
+    row("**total**", sum(v["files"] for v in b.values()), sp["apparent_total"], sp["alloc_total"])
+    out.append("")
+    out += ["| ratio | value |", "|---|--:|"]
+    out.append("| **stored (block + parity files) / (distinct compressed content + parity payload)**"
+               " — %s + %s | **%.3f×** |" % (_bytes(comp), _bytes(sp["parity_payload"]), sp["aim"]))
+    if sp.get("aim_ideal_parity"):
+        out.append("| stored / (distinct compressed content × (1 + 1/(G−1))), G = %d: parity as "
+                   "full stripes would cost | %.3f× |" % (g, sp["aim_ideal_parity"]))
+    out.append("| headers (block + parity) / stored | %.1f %% |" % (
+        100.0 * (sp["block_headers"] + sp["parity_headers"]) / sp["stored"]))
+    if st.get("payload_bytes"):
+        out.append("| webfs payloads / distinct compressed content (same codec and level) | %.3f× |"
+                   % (st["payload_bytes"] / comp))
+    out.append("| parity overhead, `webfs status` (parity payload / protected payload; "
+               "1/(G−1) = %.3f) | %s |" % (1 / (g - 1) if g and g > 1 else float("nan"),
+                                           prot.get("parity_overhead")))
+    out.append("| stripes: all / open (fewer than G−1 members) | %s / %s |" % (
+        prot.get("stripes"), prot.get("open_stripes")))
+    out.append("| allocated (du) of the disks / (distinct compressed content + parity payload) | "
+               "%.3f× |" % (sp["alloc_total"] / (comp + sp["parity_payload"])))
+    out.append("| allocated / apparent, whole disks | %.3f× |" % (sp["alloc_total"] / sp["apparent_total"]))
+    out.append("")
+    return out
+
+
+def render_rebuild(result):
+    rb = (result.get("extra") or {}).get("rebuild")
+    cfgs = [c for c in (rb or {}).get("configs", []) if c.get("median")]
+    if not cfgs:
+        return []
+    c = rb["disks"]
+    n = max(len(x["runs"]) for x in cfgs)
+    out = ["C = %d disks; disk %d deleted, then rebuilt into an empty directory (`%s`; caches "
+           "dropped before each run), %d run(s) per configuration, interleaved, medians. The "
+           "archive: %s, copied in with `cp -r`. *Share* = bytes read from a surviving disk / "
+           "bytes written to the new one (headers and parity files included); declustered "
+           "parity (Golubchik & Muntz) predicts (G−1)/(C−1)." % (
+               c, rb["lost_disk"], rb.get("how", "webfs rebuild"), n, " + ".join(rb["crawls"])),
+           "",
+           "| | " + " | ".join("G = %d" % x["group_size"] for x in cfgs) + " |",
+           "|---|" + "--:|" * len(cfgs)]
+
+    def line(label, f):
+        out.append("| %s | %s |" % (label, " | ".join(f(x) for x in cfgs)))
+    m = lambda x: x["median"]
+    line("rebuilt: blocks + parity files", lambda x: "%d + %d" % (
+        m(x)["blocks_rebuilt"] or 0, m(x)["parity_rebuilt"] or 0))
+    line("bytes written", lambda x: _mb(m(x)["bytes_written"]))
+    line("**throughput, MB/s written** (webfs's clock; whole process)", lambda x: "**%s** (%s)" % (
+        _num(m(x)["mb_per_s"]),
+        _num(m(x)["bytes_written"] / m(x)["wall_seconds"] / 1e6) if m(x)["wall_seconds"] else "–"))
+    line("predicted share per survivor, (G−1)/(C−1)", lambda x: "%.2f" % x["predicted_share"])
+    line("**measured share per survivor: min – max**", lambda x: "**%.2f – %.2f**" % (
+        m(x)["share_min"], m(x)["share_max"]) if m(x)["share_min"] is not None else "–")
+    line("mean share; max/min", lambda x: "%.2f; %.2f" % (
+        m(x)["share_mean"], m(x)["share_max"] / m(x)["share_min"]) if m(x)["share_min"] else "–")
+    line("bytes read from survivors (webfs's count)", lambda x: _mb(m(x)["survivor_bytes"]))
+    line("bytes its read calls returned (/proc/self/io rchar: + catalog)", lambda x: _mb(m(x)["rchar"]))
+    line("device reads, whole process (+ ext4 metadata, Python)", lambda x: _mb(m(x)["device_read_bytes"]))
+    line("parity overhead, `webfs status` (1/(G−1))", lambda x: "%s (%.3f)" % (
+        x.get("parity_overhead"), 1 / (x["group_size"] - 1)))
+    line("stripes: all / open", lambda x: "%s / %s" % (x.get("stripes"), x.get("open_stripes")))
+    line("`webfs fsck` after the last rebuild", lambda x: "clean" if x.get("fsck_rc") == 0
+         else "**exit %s**" % x.get("fsck_rc"))
+    out.append("")
+    return out
+
+
+def render_cooling(result):
+    co = (result.get("extra") or {}).get("cooling")
+    scs = [x for x in (co or {}).get("scenarios", []) if x.get("before")]
+    if not scs:
+        errs = [x for x in (co or {}).get("scenarios", []) if x.get("error")]
+        return ["Failed: " + "; ".join("%s: %s" % (x["scenario"], x["error"][:200]) for x in errs), ""] if errs else []
+    out = ["%d disks, each serving one I/O at a time in %g ms (mount option `disk_delay`), "
+           "`piece_cache=0`; pages of one crawl up to 128 KiB (one read, one block). Open "
+           "workload through the mount: Poisson arrivals of whole-page reads, Zipf (s = 1) "
+           "popularity, each read past the page cache (`posix_fadvise DONTNEED`) and checked "
+           "against the corpus, %s readers at once (a later arrival waits, and the wait "
+           "counts); the rate keeps the busiest disk *busy* before cooling "
+           "(`bench_zipf.py --busy`). Then `webfs cool --delta %s`, then the same arrivals "
+           "again. *spread*: popularity ranks shuffled over the pages (the skew hashing "
+           "leaves); *hot*: the pages of one disk take the top ranks (a hot collection). "
+           "*M/D/1 model*: the mean if every disk were an independent queue with these "
+           "arrivals (what the disks alone explain). One run each." % (
+               co["disks"], co["delay_s"] * 1e3, co.get("threads", "?"), co["delta"]), "",
+           "| | " + " | ".join("%s: before | %s: after" % (x["scenario"], x["scenario"]) for x in scs) + " |",
+           "|---|" + "--:|" * (2 * len(scs))]
+
+    def line(label, f):
+        cells = []
+        for x in scs:
+            for when in ("before", "after"):
+                try:
+                    cells.append(f(x, when))
+                except (KeyError, TypeError, ZeroDivisionError):
+                    cells.append("–")
+        out.append("| %s | %s |" % (label, " | ".join(cells)))
+    line("pages; reads (rate /s); busy", lambda x, w: "%s; %s (%s); %s" % (
+        _num(x["pages"]), _num(x[w]["reads"]), _num(x[w]["rate_per_s"]), x.get("busy")))
+    line("**mean response time**", lambda x, w: "**%s ms**" % _num(x[w]["mean_ms"]))
+    line("p50 / p90 / p99", lambda x, w: "%s / %s / %s ms" % (
+        _num(x[w]["p50_ms"]), _num(x[w]["p90_ms"]), _num(x[w]["p99_ms"])))
+    line("M/D/1 model mean", lambda x, w: ("%s ms" % _num(x[w]["model_mean_ms"]))
+         if x[w].get("model_mean_ms") else "overloaded")
+    line("reads per disk", lambda x, w: " ".join(str(v) for _, v in sorted(x[w]["reads_per_disk"].items())))
+    line("reads: busiest disk / mean", lambda x, w: "%.2f" % x[w]["disk_max_over_mean"])
+    line("disk heat max/mean (`webfs cool`: measured → its plan)", lambda x, w: "%.2f" % (
+        x["cool"]["ratio_before"] if w == "before" else x["cool"]["ratio_after"]))
+    line("disk heat max/mean (`webfs heat` after the run)", lambda x, w: "%.2f" % x["heat_" + w]["ratio"])
+    line("groups moved; bytes moved; cool took", lambda x, w: "" if w == "before" else "%d; %s; %.1f s" % (
+        x["cool"]["moves"], _bytes(x["cool"]["bytes_moved"] or 0), x["cool"]["seconds"]))
+    line("**mean response: before / after**", lambda x, w: "" if w == "before" else "**%.2f×**" % (
+        x["before"]["mean_ms"] / x["after"]["mean_ms"]))
+    line("M/D/1 model: before / after", lambda x, w: "" if w == "before" else "%.2f×" % (
+        x["before"]["model_mean_ms"] / x["after"]["model_mean_ms"]))
+    out.append("")
+    for x in scs:
+        if x.get("cool", {}).get("reason"):
+            out.append("- %s: `webfs cool` stopped: %s" % (x["scenario"], x["cool"]["reason"]))
+    out.append("")
+    closed = [(x["scenario"], c) for x in scs for c in x.get("closed") or []]
+    if closed:
+        d = co["delay_s"]
+        out.append("Throughput on the same slow disks against concurrent readers (each reads "
+                   "whole pages one after the other for 2 s, pages uniform; %s archive after "
+                   "its runs). %d disks of %g ms could serve %.0f reads/s." % (
+                       closed[0][0], co["disks"], d * 1e3, co["disks"] / d))
+        out.append("")
+        out.append("| readers | " + " | ".join(str(c["readers"]) for _, c in closed) + " |")
+        out.append("|---|" + "--:|" * len(closed))
+        out.append("| reads/s | " + " | ".join(_num(c["reads_per_s"]) for _, c in closed) + " |")
+        out.append("| mean / p90 read time | " + " | ".join(
+            "%s / %s ms" % (_num(c["mean_ms"]), _num(c["p90_ms"])) for _, c in closed) + " |")
+        out.append("")
+    return out
+
+
+def render_memory(result):
+    mf = memory_figures(result)
+    if not mf:
+        mem = (result.get("extra") or {}).get("memory")
+        errs = [x for x in (mem or {}).get("scales", []) if x.get("error")]
+        return ["Failed: " + "; ".join("%d×: %s" % (x["scale"], x["error"][:200]) for x in errs), ""] if errs else []
+    a, b = mf["a"], mf["b"]
+    out = ["Two archives made the same way (`tools/make-corpus --pages N --crawls 1`, %s and "
+           "%s pages), each: mkfs + mount, `cp -r`, `webfs sync`, remount, `find`/`ls -lR`/`du` "
+           "of every file, `cat` of every file, then remount with `piece_cache=0` and `cat` + "
+           "`ls -lR` again. RSS of the daemon process (VmRSS; peak = VmHWM since its mount)." % (
+               "{:,}".format(a["pages"]), "{:,}".format(b["pages"])), "",
+           "| daemon memory | %d× | %d× | ratio | per 1,000 more files |" % (a["scale"], b["scale"]),
+           "|---|--:|--:|--:|--:|"]
+    df = (b["files"] - a["files"]) / 1000.0
+
+    def line(label, key, bold=False):
+        x, y = a.get(key), b.get(key)
+        if x is None or y is None:
+            return
+        f = "**%s**" if bold else "%s"
+        out.append("| %s | %s | %s | %s | %s |" % (
+            label, _mib(x), _mib(y), f % ("%.2f×" % (y / x)),
+            "%+.2f MiB" % ((y - x) / 1048576 / df) if df else "–"))
+    out.append("| files (blocks) | %s (%s) | %s (%s) | %.2f× | |" % (
+        "{:,}".format(a["files"]), "{:,}".format(a.get("blocks") or 0), "{:,}".format(b["files"]),
+        "{:,}".format(b.get("blocks") or 0), b["files"] / a["files"]))
+    line("RSS after mounting an empty archive", "rss_empty")
+    line("peak RSS during `cp -r`", "hwm_ingest", True)
+    line("RSS after mounting the full archive", "rss_mounted")
+    line("peak RSS during find, ls -lR, du", "hwm_meta", True)
+    line("peak RSS during cat of every file (piece cache, 128 MiB at most)", "hwm_read")
+    line("peak RSS during cat + ls -lR, `piece_cache=0`", "hwm_read_nocache", True)
+    out.append("")
+    return out
+
+
+RENDERERS = {"rebuild": render_rebuild, "cooling": render_cooling, "memory": render_memory}
 
 
 # ----------------------------------------------------------------- chart

@@ -76,8 +76,8 @@ def space(ctx):
             ctx.snapshot_space(t, ctx.state_crawls(t))
     ref = ctx.reference()
     ideal = ref["distinct_compressed_bytes"]
-    ctx.figure("space", "space.ideal", "du bytes / (distinct documents, each gzip -6 or "
-               "stored; no parity, no headers)", "ratio", better="lower")
+    ctx.figure("space", "space.ideal", "du bytes / (distinct documents, each %s or "
+               "stored; no parity, no headers)" % ref["compressed_with"], "ratio", better="lower")
     for name, s in ctx.space.items():
         t = ctx.target(name)
         for key in ("alloc", "apparent"):
@@ -85,6 +85,10 @@ def space(ctx):
                        crawls=s["crawls"])
         if ideal and s["crawls"] == ref["crawls"]:
             ctx.record(t, "space.ideal", 0, value=s["alloc"] / ideal)
+        if s.get("breakdown"):
+            # block files, parity files, meta (the report's webfs table and the aim)
+            ctx.measurements.append({"target": name, "figure": "space.breakdown", "rep": 0,
+                                     "ok": True, "breakdown": s["breakdown"], "crawls": s["crawls"]})
 
 
 # ----------------------------------------------------------------- read
@@ -209,6 +213,8 @@ def daemon(ctx):
                 ctx.record(t, key, m["rep"], value=m["daemon_cpu"])
 
 
+import bench_webfs  # noqa: E402
+
 SECTIONS = {
     "ingest": (ingest, "cp -r and rsync -a of crawl 1 into an empty target, then crawl 2"),
     "space": (space, "bytes on the backing directories vs the corpus"),
@@ -216,4 +222,5 @@ SECTIONS = {
     "metadata": (metadata, "find, ls -lR, du, cold and warm"),
     "random": (random_reads, "Zipf mix of whole-page reads, latency percentiles"),
     "daemon": (daemon, "FUSE daemon CPU time and peak memory"),
+    **bench_webfs.SECTIONS,
 }

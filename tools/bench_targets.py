@@ -325,12 +325,21 @@ class Webfs(Target):
     keep_ingest = True          # the read sections use the archive ingest made
     description = "webfs over K disk directories"
 
+    def __init__(self, name, root, opts, disks=None, mkfs_opts=None, mount_opts=None):
+        """disks, mkfs_opts, mount_opts: this archive's own, instead of the
+        run's --disks, --webfs-mkfs-opts and --webfs-mount-opts (the rebuild,
+        cooling and memory sections make archives of their own)."""
+        super().__init__(name, root, opts)
+        self.disks = disks or opts.disks
+        self.mkfs_opts = opts.webfs_mkfs_opts if mkfs_opts is None else mkfs_opts
+        self.mount_opts = opts.webfs_mount_opts if mount_opts is None else mount_opts
+
     @property
     def path(self):
         return os.path.join(self.root, "mnt")
 
     def backing(self):
-        return [os.path.join(self.root, "d%d" % (i + 1)) for i in range(self.opts.disks)]
+        return [os.path.join(self.root, "d%d" % (i + 1)) for i in range(self.disks)]
 
     def cmd(self):
         return self.opts.webfs_cmd
@@ -345,12 +354,12 @@ class Webfs(Target):
         return None
 
     def mount_argv(self):
-        o = self.opts.webfs_mount_opts
+        o = self.mount_opts
         return [self.cmd(), "mount"] + (["-o", o] if o else []) + [self.backing()[0], self.path]
 
     def describe(self):
         d = super().describe()
-        d["mkfs"] = " ".join([self.cmd(), "mkfs"] + shlex.split(self.opts.webfs_mkfs_opts or "")
+        d["mkfs"] = " ".join([self.cmd(), "mkfs"] + shlex.split(self.mkfs_opts or "")
                              + self.backing())
         d["mount"] = " ".join(self.mount_argv())
         p = run([self.cmd(), "--version"], check=False)
@@ -359,7 +368,7 @@ class Webfs(Target):
         return d
 
     def mkfs(self):
-        run([self.cmd(), "mkfs"] + shlex.split(self.opts.webfs_mkfs_opts or "") + self.backing(),
+        run([self.cmd(), "mkfs"] + shlex.split(self.mkfs_opts or "") + self.backing(),
             timeout=600)
 
     def mount(self):
@@ -368,9 +377,14 @@ class Webfs(Target):
     def umount(self):
         self.stop_daemon(self.path, [self.cmd(), "umount", self.path])
 
-    def status(self):
-        """`webfs status --json` of the mounted archive, or None."""
-        p = run([self.cmd(), "status", "--json", self.path], check=False, timeout=600)
+    def sync(self):
+        """`webfs sync`: open stripes' parity, catalog and journal on the disks."""
+        run([self.cmd(), "sync", self.path], check=False, timeout=600)
+
+    def status(self, where=None):
+        """`webfs status --json` of the mounted archive (or of the disk
+        `where` when unmounted), or None."""
+        p = run([self.cmd(), "status", "--json", where or self.path], check=False, timeout=600)
         if p.returncode != 0:
             return None
         try:
