@@ -37,6 +37,7 @@ CONTROL_DIR = b".webfs"
 VIRTUAL_BASE = 1 << 60          # inode numbers of the .webfs tree start here
 ENTRY_TIMEOUT = 300.0           # every change goes through this mount, so the kernel may cache long
 XATTR_PREFIX = b"user.webfs."
+READ_THREADS_PER_DISK = 4      # reads in flight per disk
 READ_AHEAD_FILES = 8            # files of a directory read in order are fetched this far ahead
 READ_AHEAD_BYTES = 1 << 20      # ... when they are no larger than this
 
@@ -224,7 +225,12 @@ class Operations(pyfuse3.Operations):
         self.handles: dict[int, int] = {}                 # fh -> inode
         self.next_fh = 1
         self.cache = PieceCache(cache_bytes)
+        # Storing is CPU work (hashing, compression): a few threads for two cores.
+        # Reading waits on disks: each disk gets its own threads, so a slow or
+        # busy disk does not hold up reads from the others.
         self.limiter = trio.CapacityLimiter(threads)
+        self.read_threads_per_disk = READ_THREADS_PER_DISK
+        self.disk_limiters: dict[int, trio.CapacityLimiter] = {}
         self.vnodes: dict[int, VirtualNode] = {}
         self.vnode_by_key: dict[tuple[str, str, int], int] = {}
         self.root_xattrs: dict[bytes, bytes] = {}
@@ -233,8 +239,15 @@ class Operations(pyfuse3.Operations):
 
     # -- helpers -------------------------------------------------------------------
 
-    async def _thread(self, fn, *args, **kwargs):
-        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self.limiter)
+    async def _thread(self, fn, *args, limiter: Optional[trio.CapacityLimiter] = None, **kwargs):
+        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs),
+                                             limiter=limiter or self.limiter)
+
+    def _disk_limiter(self, disk: int) -> trio.CapacityLimiter:
+        limiter = self.disk_limiters.get(disk)
+        if limiter is None:
+            limiter = self.disk_limiters[disk] = trio.CapacityLimiter(self.read_threads_per_disk)
+        return limiter
 
     def _attrs(self, node: Inode) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
@@ -606,7 +619,7 @@ class Operations(pyfuse3.Operations):
                 return data
         event = self.cache.inflight[row.id] = trio.Event()
         try:
-            data = await self._thread(self.store.read, row)
+            data = await self._thread(self.store.read, row, limiter=self._disk_limiter(row.disk))
             self.cache.put(row.id, data)
             return data
         finally:
