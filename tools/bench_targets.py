@@ -201,7 +201,22 @@ class Plain(Target):
 
 # --------------------------------------------------------------- bindfs
 
-class Bindfs(Target):
+class CFuseTarget(Target):
+    """A C FUSE daemon started with argv() and stopped by unmounting."""
+
+    def describe(self):
+        d = super().describe()
+        d["mount"] = " ".join(self.argv())
+        return d
+
+    def mount(self):
+        self.start_daemon(self.argv(), self.path)
+
+    def umount(self):
+        self.stop_daemon(self.path)
+
+
+class Bindfs(CFuseTarget):
     fuse = True
     description = "bindfs over a plain directory (a C FUSE passthrough)"
     extra = []
@@ -223,17 +238,6 @@ class Bindfs(Target):
     def argv(self):
         return ["bindfs"] + self.extra + shlex.split(self.opts.bindfs_opts or "") + [self.data, self.path]
 
-    def describe(self):
-        d = super().describe()
-        d["mount"] = " ".join(self.argv())
-        return d
-
-    def mount(self):
-        self.start_daemon(self.argv(), self.path)
-
-    def umount(self):
-        self.stop_daemon(self.path)
-
     def populate(self, corpus, crawls, mode):
         if mode != "link":
             return super().populate(corpus, crawls, mode)
@@ -252,7 +256,7 @@ class BindfsMT(Bindfs):
 
 # ------------------------------------------------------------- mergerfs
 
-class Mergerfs(Target):
+class Mergerfs(CFuseTarget):
     fuse = True
     description = "mergerfs pooling K plain directories"
 
@@ -272,17 +276,6 @@ class Mergerfs(Target):
     def argv(self):
         o = self.mount_opts()
         return ["mergerfs"] + (["-o", o] if o else []) + [":".join(self.backing()), self.path]
-
-    def describe(self):
-        d = super().describe()
-        d["mount"] = " ".join(self.argv())
-        return d
-
-    def mount(self):
-        self.start_daemon(self.argv(), self.path)
-
-    def umount(self):
-        self.stop_daemon(self.path)
 
     def populate(self, corpus, crawls, mode):
         if mode != "link":
