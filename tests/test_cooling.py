@@ -21,12 +21,15 @@ from webfs.store import Store
 
 # -- the estimator -----------------------------------------------------------------
 
-def test_heat_is_k_over_the_span_of_the_last_k_reads():
+def test_heat_is_the_read_rate_over_the_last_k_reads():
     times = [10.0 + 0.5 * i for i in range(30)]            # 2 reads per second
     k = 20
-    assert estimate(times[-k:], k, now=times[-1]) == pytest.approx(k / (0.5 * (k - 1)))
-    # Fewer reads than k: the ones there are; a single read gives no rate.
-    assert estimate(times[:5], k, now=times[4]) == pytest.approx(5 / 2.0)
+    assert estimate(times[-k:], k, now=times[-1]) == pytest.approx(2.0)
+    # Fewer reads than k: the same rate from the ones there are (a group read
+    # five times is not hotter than one read twenty times at the same pace);
+    # a single read gives no rate.
+    assert estimate(times[:5], k, now=times[4]) == pytest.approx(2.0)
+    assert estimate(times[:2], k, now=times[1]) == pytest.approx(2.0)
     assert estimate(times[:1], k, now=100.0) == 0.0
 
 
