@@ -261,7 +261,8 @@ def test_rebuild_resumes_after_an_interruption_and_can_be_paced(tmp_path):
     proc = webfs("rebuild", "--disk", 1, "--to", tmp_path / "other", disks[0], check=False)
     assert proc.returncode == 1 and b"is present at" in proc.stderr
     out = json.loads(webfs("rebuild", "--disk", 1, "--to", new, "--json", disks[0]).stdout)
-    assert out["exit_code"] == 0 and out["figures"]["blocks_present"] == 25
+    # What the first run wrote is kept (blocks in flight when it stopped included).
+    assert out["exit_code"] == 0 and out["figures"]["blocks_present"] == result.figures["blocks_rebuilt"] >= 25
     assert (tree(new, "blocks"), tree(new, "parity")) == before
     assert not (new / "meta" / "REBUILDING").exists()
 

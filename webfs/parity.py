@@ -306,6 +306,7 @@ class Parity(Protection):
         self.signature_fn = signature_fn
         self.fsync = fsync
         self.reads: Counter[int] = Counter()
+        self._reads_lock = threading.Lock()
         self.recovered: list[tuple[str, str]] = []      # (stripe id, what was done)
         self._locks = KeyedLocks()
         # Parity of open stripes, written behind: stripe -> (volume, header,
@@ -695,7 +696,7 @@ class Parity(Protection):
                 header, payload = vol.read_block(m.sig, m.overflow)
             except FileNotFoundError:
                 continue
-            self.reads[disk] += HEADER_SIZE + len(payload)
+            self._count_read(disk, HEADER_SIZE + len(payload))
             if header.stored != m.stored or header.codec != m.codec:
                 raise CorruptBlock(f"disk {disk}: block {m.block_name}: header disagrees with its stripe")
             if verify and not self.verified(m, payload):
@@ -703,6 +704,10 @@ class Parity(Protection):
             return payload
         state = "missing" if m.disk not in self.archive.volumes else "present"
         raise DataLost(f"block {m.block_name} is on no disk (its disk {m.disk} is {state})")
+
+    def _count_read(self, disk: int, n: int) -> None:
+        with self._reads_lock:          # rebuild reads from several threads
+            self.reads[disk] += n
 
     def verified(self, m: Member, payload: bytes) -> bool:
         try:
@@ -727,7 +732,7 @@ class Parity(Protection):
         path = vol.parity_path(stripe_id)
         where = f"disk {vol.index}: {path}"
         raw = vol.backend.read(path)
-        self.reads[vol.index] += len(raw)
+        self._count_read(vol.index, len(raw))
         header, n = ParityHeader.parse(raw, where)
         if header.stripe != stripe_id:
             raise CorruptParity(f"{where}: header names stripe {header.stripe}")

@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from . import admin
@@ -32,6 +33,8 @@ from .fsck import EXIT_CLEAN, EXIT_LEFT, restore_block
 from .parity import REBUILD_MARKER, Member, Parity
 from .store import Store
 from .volume import DISK_ID_FILE, META, Volume
+
+REBUILD_THREADS = 4             # blocks rebuilt at once
 
 log = logging.getLogger(__name__)
 
@@ -113,23 +116,40 @@ def rebuild(store: Store, progress: admin.Progress, disk: int, to: str,
     pace = Pace(max_rate)
     counts: Counter = Counter()
     lost: list[str] = []
-    for block_id in block_ids:
-        if progress.stopping:
-            break
+    def restore(block_id: int) -> tuple[str, str, int]:
         row = store.catalog.block_by_id(block_id)
-        if row is not None and row.disk == disk:
-            if _present(parity, vol, row):
-                counts["blocks_present"] += 1
-            else:
-                try:
-                    restore_block(store, row)
-                except (OSError, WebfsError) as exc:
-                    lost.append(f"block {row.block_name}: {exc}")
-                else:
-                    counts["blocks_rebuilt"] += 1
-                    counts["bytes_written"] += HEADER_SIZE + row.stored
-                    pace.wrote(HEADER_SIZE + row.stored)
-        progress.advance(1)
+        if row is None or row.disk != disk:
+            return "gone", "", 0
+        if _present(parity, vol, row):
+            return "blocks_present", "", 0
+        try:
+            restore_block(store, row)
+        except (OSError, WebfsError) as exc:
+            return "lost", f"block {row.block_name}: {exc}", 0
+        return "blocks_rebuilt", "", HEADER_SIZE + row.stored
+
+    # Each block waits on reads from the other members' disks: several at once
+    # keep the survivors busy. Results are taken in order, here, for the pace.
+    with ThreadPoolExecutor(REBUILD_THREADS) as pool:
+        pending: deque = deque()
+
+        def take() -> None:
+            what, why, written = pending.popleft().result()
+            if what == "lost":
+                lost.append(why)
+            elif what != "gone":
+                counts[what] += 1
+            counts["bytes_written"] += written
+            pace.wrote(written)
+            progress.advance(1)
+        for block_id in block_ids:
+            if progress.stopping:
+                break
+            pending.append(pool.submit(restore, block_id))
+            if len(pending) >= 2 * REBUILD_THREADS:
+                take()
+        while pending:
+            take()
     for stripe_id in stripe_ids:
         if progress.stopping:
             break
