@@ -108,17 +108,24 @@ def read(ctx):
     ]
     labels = {"cat": "cat every file (find -exec cat)", "tar": "tar -cf - . | wc -c",
               "grep": "grep -r %s" % RARE_WORD}
-    for name, cmd, check, expect in tests:
-        for temp in ("cold", "warm"):
-            ctx.figure("read", "read.%s.%s" % (name, temp), "%s, %s" % (labels[name], temp), "time")
     ctx.figure("read", "mount.cold", "mount time, cold (s)", "seconds", better="lower")
+    cold_and_warm(ctx, "read", "read", tests, labels, files, nbytes)
+
+
+def cold_and_warm(ctx, section, prefix, tests, labels, files, nbytes):
+    """Each command run cold (after remount and dropped caches), then warm, on every
+    target in turn: figures '<prefix>.<name>.cold' and '.warm'."""
+    for name, _, _, _ in tests:
+        for temp in ("cold", "warm"):
+            ctx.figure(section, "%s.%s.%s" % (prefix, name, temp), "%s, %s" % (labels[name], temp),
+                       "time")
     for name, cmd, check, expect in tests:
         for rep in range(ctx.repeat):
             for t in ctx.order(rep):
                 if not ctx.cold(t, rep):
                     continue
                 for temp in ("cold", "warm"):
-                    ctx.measure(t, "read.%s.%s" % (name, temp), rep, cmd, cwd=t.path,
+                    ctx.measure(t, "%s.%s.%s" % (prefix, name, temp), rep, cmd, cwd=t.path,
                                 files=files, nbytes=nbytes, check=check, expect=expect)
 
 
@@ -134,18 +141,7 @@ def metadata(ctx):
         ("du", "du -s .", None, None),
     ]
     labels = {"find": "find -type f | wc -l", "ls": "ls -lR > /dev/null", "du": "du -s"}
-    for name, _, _, _ in tests:
-        for temp in ("cold", "warm"):
-            ctx.figure("metadata", "meta.%s.%s" % (name, temp), "%s, %s" % (labels[name], temp),
-                       "time")
-    for name, cmd, check, expect in tests:
-        for rep in range(ctx.repeat):
-            for t in ctx.order(rep):
-                if not ctx.cold(t, rep):
-                    continue
-                for temp in ("cold", "warm"):
-                    ctx.measure(t, "meta.%s.%s" % (name, temp), rep, cmd, cwd=t.path,
-                                files=files, nbytes=None, check=check, expect=expect)
+    cold_and_warm(ctx, "metadata", "meta", tests, labels, files, None)
 
 
 # --------------------------------------------------------------- random
