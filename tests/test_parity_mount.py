@@ -23,13 +23,24 @@ def _site(corpus):
     return sorted((corpus / "crawl-001").iterdir())[1]
 
 
-@pytest.mark.parametrize("disks,group", [(4, 4), (5, 3)])
-def test_a_disk_removed_while_mounted_is_read_through_and_rebuilt_online(tmp_path, corpus, disks, group):
-    src = _site(corpus)
+def _mount_with_site(tmp_path, src, disks: int, group: int) -> Mounted:
+    """An archive of `disks` disks and parity groups of `group`, mounted, with one
+    site copied in and synced (parity on the disks)."""
     m = Mounted(tmp_path, disks=disks, mkfs_args=("--group-size", str(group)))
     try:
         sh(f"cp -a '{src}' '{m.mnt}/site'")
         webfs("sync", m.mnt)
+    except BaseException:
+        m.umount()
+        raise
+    return m
+
+
+@pytest.mark.parametrize("disks,group", [(4, 4), (5, 3)])
+def test_a_disk_removed_while_mounted_is_read_through_and_rebuilt_online(tmp_path, corpus, disks, group):
+    src = _site(corpus)
+    m = _mount_with_site(tmp_path, src, disks, group)
+    try:
         lost = m.disks[2]
         before = tmp_path / "before"
         shutil.copytree(lost / "blocks", before)
@@ -56,10 +67,8 @@ def test_a_disk_removed_while_mounted_is_read_through_and_rebuilt_online(tmp_pat
 
 def test_bit_rot_reads_right_and_scrub_repairs_it_online(tmp_path, corpus):
     src = _site(corpus)
-    m = Mounted(tmp_path, disks=5, mkfs_args=("--group-size", "3"))
+    m = _mount_with_site(tmp_path, src, 5, 3)
     try:
-        sh(f"cp -a '{src}' '{m.mnt}/site'")
-        webfs("sync", m.mnt)
         rnd = random.Random(3)
         blocks = sorted(p for d in m.disks for p in (d / "blocks").rglob("*") if p.is_file())
         parities = sorted(p for d in m.disks for p in (d / "parity").rglob("*") if p.is_file())
@@ -80,10 +89,8 @@ def test_bit_rot_reads_right_and_scrub_repairs_it_online(tmp_path, corpus):
 
 def test_two_lost_disks_give_eio_never_wrong_bytes(tmp_path, corpus):
     src = _site(corpus)
-    m = Mounted(tmp_path, disks=4, mkfs_args=("--group-size", "4"))
+    m = _mount_with_site(tmp_path, src, 4, 4)
     try:
-        sh(f"cp -a '{src}' '{m.mnt}/site'")
-        webfs("sync", m.mnt)
         shutil.rmtree(m.disks[1])
         shutil.rmtree(m.disks[3])
         sh("sync; echo 3 > /proc/sys/vm/drop_caches")
