@@ -124,13 +124,7 @@ def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
         expected = row.pins + used.get(row.id, 0)
         if expected != row.refs:
             said.append(f"block {row.block_name}: refs {row.refs} -> {expected}")
-            if expected:
-                store.catalog.set_refs(row.id, expected, row.pins)
-                row.refs = expected
-                store._mirror_refs(row)
-            else:
-                store.catalog.set_refs(row.id, 1, row.pins)
-                store.release(row)
+            store.correct_refs(row, expected)
     said += store.forget_unfinished_writes()
     # Blocks whose parity was still in memory (written behind) when the daemon died.
     protect = getattr(store.protection, "protect", None)

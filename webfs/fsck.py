@@ -166,15 +166,9 @@ def _check_rows(store: Store, repair: bool, report: Report,
                 report.add("duplicate", where, f"second copy on disk {extra}", repair)
         expected = row.pins + used.get(row.id, 0)
         if row.refs != expected:
+            counted = row.refs
             if repair:
-                if expected:
-                    cat.set_refs(row.id, expected, row.pins)
-                    row.refs = expected
-                    if row.disk in store.archive.volumes and row.disk in holders:
-                        store.archive.volumes[row.disk].set_refs(row.sig, row.overflow, expected)
-                else:
-                    cat.set_refs(row.id, 1, 0)
-                    store.release(row)
-            report.add("refs", where, f"catalog counts {row.refs} references, "
+                store.correct_refs(row, expected, mirror=row.disk in holders)
+            report.add("refs", where, f"catalog counts {counted} references, "
                        f"{expected} exist", repair)
 

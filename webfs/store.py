@@ -465,6 +465,18 @@ class Store:
                 self._pending_removals.append(fresh)
             return 0
 
+    def correct_refs(self, row: BlockRow, refs: int, mirror: bool = True) -> None:
+        """Make a block's count what really exists (fsck, crash recovery): the
+        catalog and, with ``mirror``, its header; none left releases the block."""
+        if refs:
+            self.catalog.set_refs(row.id, refs, row.pins)
+            row.refs = refs
+            if mirror:
+                self._mirror_refs(row)
+        else:
+            self.catalog.set_refs(row.id, 1, row.pins)
+            self.release(row)
+
     def _payload_or_none(self, row: BlockRow) -> Optional[bytes]:
         try:
             return self.read_payload(row)
