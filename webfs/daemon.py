@@ -148,6 +148,7 @@ class Daemon:
         self.opts = opts
         self.store: Optional[Store] = None
         self.ops: Optional[Operations] = None
+        self.ns: Optional[Namespace] = None
         self.server: Optional[socketserver.UnixStreamServer] = None
         self.socket_path = ""
         self.trio_token = None
@@ -314,6 +315,11 @@ class Daemon:
                 pass
         if self.store is not None:
             try:
+                # Inodes with no name that the kernel knew until the unmount
+                # (and so were kept) go now; they are no one's any more.
+                if self.ns is not None and not self.opts.read_only:
+                    for ino in self.ns.orphans():
+                        self.ns.free(ino)
                 self.checkpoint()
                 self.store.catalog.set_meta("clean", "1")
                 self.store.commit()

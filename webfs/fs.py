@@ -223,6 +223,10 @@ class Operations(pyfuse3.Operations):
         self.spill_dir = os.path.join(store.archive.first_volume.root, "meta", "spill")
         self.open_files: dict[int, OpenFile] = {}
         self.handles: dict[int, int] = {}                 # fh -> inode
+        # The kernel's lookup count per inode: an inode it still knows (a path
+        # walk that has not reached open yet, a cached dentry) stays in the
+        # catalog after its last name goes, until the kernel forgets it.
+        self.lookups: dict[int, int] = {}
         self.next_fh = 1
         self.cache = PieceCache(cache_bytes)
         # Storing is CPU work (hashing, compression): a few threads for two cores.
@@ -264,6 +268,12 @@ class Operations(pyfuse3.Operations):
         a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns = node.atime_ns, node.mtime_ns, node.ctime_ns
         return a
 
+    def _entry(self, node: Inode) -> pyfuse3.EntryAttributes:
+        """Attributes for a reply that makes the kernel know the inode (lookup count + 1)."""
+        a = self._attrs(node)
+        self.lookups[node.id] = self.lookups.get(node.id, 0) + 1
+        return a
+
     def _check_writable(self, parent: int = 0, name: bytes = b"") -> None:
         if self.read_only:
             raise FsError(errno.EROFS)
@@ -279,12 +289,12 @@ class Operations(pyfuse3.Operations):
         if parent_inode >= VIRTUAL_BASE or (parent_inode == ROOT_INODE and name == CONTROL_DIR):
             return self._virtual_attrs(self._virtual_lookup(parent_inode, name))
         if name == b".":
-            return self._attrs(self.ns.get(parent_inode))
+            return self._entry(self.ns.get(parent_inode))
         if name == b"..":
             parent = self.store.catalog.scalar(
                 "SELECT parent FROM dentries WHERE inode=? LIMIT 1", (parent_inode,)) or ROOT_INODE
-            return self._attrs(self.ns.get(parent))
-        return self._attrs(self.ns.lookup(parent_inode, name))
+            return self._entry(self.ns.get(parent))
+        return self._entry(self.ns.lookup(parent_inode, name))
 
     @translate_errors
     async def getattr(self, inode, ctx=None):
@@ -359,14 +369,14 @@ class Operations(pyfuse3.Operations):
         self._check_writable(parent_inode, name)
         node = self.ns.create(parent_inode, name, mode, ctx.uid, ctx.gid, rdev)
         self.store.commit()
-        return self._attrs(node)
+        return self._entry(node)
 
     @translate_errors
     async def mkdir(self, parent_inode, name, mode, ctx):
         self._check_writable(parent_inode, name)
         node = self.ns.create(parent_inode, name, stat.S_IFDIR | (mode & 0o7777), ctx.uid, ctx.gid)
         self.store.commit()
-        return self._attrs(node)
+        return self._entry(node)
 
     @translate_errors
     async def symlink(self, parent_inode, name, target, ctx):
@@ -374,7 +384,7 @@ class Operations(pyfuse3.Operations):
         node = await self._thread(self.ns.create, parent_inode, name, stat.S_IFLNK | 0o777,
                                   ctx.uid, ctx.gid, 0, target)
         self.store.commit()
-        return self._attrs(node)
+        return self._entry(node)
 
     @translate_errors
     async def link(self, inode, new_parent_inode, new_name, ctx):
@@ -385,7 +395,7 @@ class Operations(pyfuse3.Operations):
                 await self._commit(of)
         node = self.ns.link(inode, new_parent_inode, new_name)
         self.store.commit()
-        return self._attrs(node)
+        return self._entry(node)
 
     @translate_errors
     async def unlink(self, parent_inode, name, ctx):
@@ -413,8 +423,8 @@ class Operations(pyfuse3.Operations):
         self.store.commit()
 
     def _maybe_free(self, node: Inode) -> None:
-        """An inode with no name goes now, or at its last close if it is open."""
-        if node.nlink <= 0 and node.id not in self.open_files:
+        """An inode with no name goes now, or when it is neither open nor known to the kernel."""
+        if node.nlink <= 0 and node.id not in self.open_files and not self.lookups.get(node.id):
             self.ns.free(node.id)
 
     # -- directories --------------------------------------------------------------
@@ -437,6 +447,7 @@ class Operations(pyfuse3.Operations):
             for off, name, node in batch:
                 if not pyfuse3.readdir_reply(token, name, self._attrs(node), off):
                     return
+                self.lookups[node.id] = self.lookups.get(node.id, 0) + 1
             after = batch[-1][0]
 
     async def releasedir(self, fh):
@@ -517,7 +528,7 @@ class Operations(pyfuse3.Operations):
         of = self._open_file(node.id)
         of.buffer = FileBuffer(self.spill_dir, self.buffer_bound, self.max_block)
         of.dirty = True
-        return pyfuse3.FileInfo(fh=self._new_handle(node.id), keep_cache=True), self._attrs(node)
+        return pyfuse3.FileInfo(fh=self._new_handle(node.id), keep_cache=True), self._entry(node)
 
     async def _load(self, of: OpenFile) -> None:
         """Give an open file a write buffer holding its current content (copy on write)."""
@@ -601,7 +612,7 @@ class Operations(pyfuse3.Operations):
             node = self.ns.get(of.ino)
         except FsError:
             return
-        if node.nlink <= 0:
+        if node.nlink <= 0 and not self.lookups.get(of.ino):
             self.ns.free(of.ino)
             self.store.commit()
 
@@ -741,10 +752,28 @@ class Operations(pyfuse3.Operations):
         return s
 
     async def forget(self, inode_list):
-        for ino, _ in inode_list:
-            if ino >= VIRTUAL_BASE and ino in self.vnodes:
-                node = self.vnodes.pop(ino)
-                self.vnode_by_key.pop((node.kind, node.key, node.overflow), None)
+        for ino, nlookup in inode_list:
+            if ino >= VIRTUAL_BASE:
+                if ino in self.vnodes:
+                    node = self.vnodes.pop(ino)
+                    self.vnode_by_key.pop((node.kind, node.key, node.overflow), None)
+                continue
+            left = self.lookups.get(ino, 0) - nlookup
+            if left > 0:
+                self.lookups[ino] = left
+                continue
+            self.lookups.pop(ino, None)
+            if ino in self.open_files:
+                continue                    # freed at its last close
+            try:
+                node = self.ns.get(ino)
+                if node.nlink <= 0:
+                    self.ns.free(ino)
+                    self.store.commit()
+            except FsError:
+                pass                        # already gone
+            except Exception:               # forget answers no request: it must not raise
+                log.exception("freeing inode %d after the kernel forgot it", ino)
 
     # -- the .webfs tree --------------------------------------------------------------
 
