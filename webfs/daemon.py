@@ -360,6 +360,9 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = Fal
         _run(disk, mnt, opts, ready)
     except BaseException as exc:     # tell the parent, whatever it was
         status = 1
+        # After ready() nobody reads the pipe and stderr is /dev/null: the log
+        # is the only place a dying daemon can say why.
+        log.critical("the daemon stopped: %s", exc, exc_info=True)
         try:
             os.write(wfd, str(exc).encode() or type(exc).__name__.encode())
             os.close(wfd)
