@@ -183,8 +183,11 @@ class Store:
         """Make everything committed durable on the disks (fsync, checkpoint the WAL)."""
         self.heat.save()
         self.protection.flush()
-        self.commit()
+        # One hold of the lock for both: between a commit and the checkpoint
+        # another thread could open a transaction on the shared connection,
+        # and a checkpoint inside a transaction fails ("database table is locked").
         with self.catalog.lock:
+            self.commit()
             self.catalog.execute("PRAGMA wal_checkpoint(PASSIVE)")
         for vol in self.archive.volumes.values():
             vol.backend.sync()
