@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import errno
 import stat
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
@@ -63,6 +65,30 @@ class Namespace:
         self.cat = catalog or store.catalog      # or a read-only snapshot of it
         self.journal = journal or (lambda *args, **kwargs: None)
         self._dir_paths: dict[int, bytes] = {}     # directory paths; renames clear it
+        self._deferred = threading.local()
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The catalog lock, with the reference changes made under it (``_later``)
+        done once it is let go: they take a signature lock, and the lock order is
+        signature lock, then catalog lock (a store in a worker thread holds its
+        signature lock while it waits for the catalog lock)."""
+        outer = getattr(self._deferred, "ops", None)
+        if outer is not None:
+            with self.cat.lock:
+                yield
+            return
+        ops = self._deferred.ops = []
+        try:
+            with self.cat.lock:
+                yield
+        finally:
+            self._deferred.ops = None
+            for fn, row in ops:
+                fn(row)
+
+    def _later(self, fn, row: BlockRow) -> None:
+        self._deferred.ops.append((fn, row))
 
     # -- reading ---------------------------------------------------------------
 
@@ -190,7 +216,7 @@ class Namespace:
 
     def link(self, ino: int, parent: int, name: bytes) -> Inode:
         check_name(name)
-        with self.cat.lock:
+        with self._locked():
             node = self.get(ino)
             if node.is_dir:
                 raise FsError(errno.EPERM, "hard links to directories are not allowed")
@@ -202,7 +228,7 @@ class Namespace:
             self.cat.execute("UPDATE inodes SET nlink=nlink+1, ctime_ns=? WHERE id=?", (now_ns(), ino))
             self._touch_dir(parent)
             for row in self.contents(ino):
-                self.store.add_ref(row)
+                self._later(self.store.add_ref, row)
             node = self.get(ino)
             self.journal("+", node, self._join(parent, name))
             return node
@@ -214,7 +240,7 @@ class Namespace:
 
     def unlink(self, parent: int, name: bytes) -> Inode:
         """Remove a non-directory name; returns the inode (nlink 0: free it when unused)."""
-        with self.cat.lock:
+        with self._locked():
             node = self.lookup(parent, name)
             if node.is_dir:
                 raise FsError(errno.EISDIR)
@@ -224,7 +250,7 @@ class Namespace:
             return self.get(node.id)
 
     def rmdir(self, parent: int, name: bytes) -> Inode:
-        with self.cat.lock:
+        with self._locked():
             node = self.lookup(parent, name)
             if not node.is_dir:
                 raise FsError(errno.ENOTDIR)
@@ -248,16 +274,16 @@ class Namespace:
             # content stays readable through open handles until it is freed.
             if node.nlink > 1:
                 for row in self.contents(node.id):
-                    self.store.release(row)
+                    self._later(self.store.release, row)
 
     def free(self, ino: int) -> None:
         """Forget an inode that has no name left: its blocks lose their references."""
-        with self.cat.lock:
+        with self._locked():
             node = self.get(ino)
             if node.nlink > 0:
                 return
             for row in self.contents(ino):
-                self.store.release(row)
+                self._later(self.store.release, row)
             for table, col in (("contents", "inode"), ("symlinks", "inode"),
                                ("xattrs", "inode"), ("inodes", "id")):
                 self.cat.execute(f"DELETE FROM {table} WHERE {col}=?", (ino,))
@@ -273,7 +299,7 @@ class Namespace:
                noreplace: bool = False, exchange: bool = False) -> Optional[Inode]:
         """Rename; returns the inode that lost its name to the target, if any."""
         check_name(new_name)
-        with self.cat.lock:
+        with self._locked():
             node = self.lookup(old_parent, old_name)
             self._parent_dir(new_parent)
             try:
@@ -354,7 +380,7 @@ class Namespace:
     def set_contents(self, ino: int, rows: list[BlockRow], size: int, mtime_ns: int) -> Inode:
         """Make a file's content these blocks (references already taken);
         the old blocks lose the references this file held (once per name)."""
-        with self.cat.lock:
+        with self._locked():
             node = self.get(ino)
             old = self.contents(ino)
             self.cat.execute("DELETE FROM contents WHERE inode=?", (ino,))
@@ -364,10 +390,10 @@ class Namespace:
             # A file with n names holds n references to each of its blocks.
             for _ in range(max(node.nlink, 1) - 1):
                 for row in rows:
-                    self.store.add_ref(row)
+                    self._later(self.store.add_ref, row)
             for _ in range(max(node.nlink, 1)):
                 for row in old:
-                    self.store.release(row)
+                    self._later(self.store.release, row)
             return self.set_attrs(ino, rows=rows, size=size, mtime_ns=mtime_ns, ctime_ns=now_ns())
 
     # -- xattrs ----------------------------------------------------------------
