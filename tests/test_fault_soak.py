@@ -416,7 +416,7 @@ def soak_mount(tmp_path):
 
 def test_concurrent_writers_readers_renamers_appenders_deleters_match_the_model(soak_mount):
     m = soak_mount
-    seed = int(os.environ.get("WEBFS_SOAK_SEED", random.randrange(1 << 30)))
+    seed = int(os.environ.get("WEBFS_SOAK_SEED") or random.randrange(1 << 30))
     print(f"soak seed {seed} (replay the same schedule of choices with WEBFS_SOAK_SEED={seed}), "
           f"{DURATION:.0f} s")
     for d in DIRS:
