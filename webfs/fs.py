@@ -340,25 +340,22 @@ class Operations(pyfuse3.Operations):
         node = self.ns.get(ino)
         if not stat.S_ISREG(node.mode):
             raise FsError(errno.EINVAL)
-        of = self.open_files.get(ino)
-        if of is None:
-            # Truncate by path with nobody holding the file open: store it at once.
-            of = self._open_file(ino)
-            try:
-                async with of.lock:
-                    await self._load(of)
-                    of.buffer.truncate(size)
-                    of.dirty = True
-                    of.mtime_ns = now_ns()
+        # A reference of our own while we wait for the lock: without it, the
+        # last release can close the buffer and drop the open file under us
+        # (a closed buffer, or a truncation nobody ever stores).
+        of = self._open_file(ino)
+        try:
+            async with of.lock:
+                await self._load(of)
+                of.buffer.truncate(size)
+                of.dirty = True
+                of.mtime_ns = now_ns()
+                if of.handles == 1:
+                    # Truncate by path with nobody holding the file open: store it at once
+                    # (otherwise the holders' close stores it).
                     await self._commit(of)
-            finally:
-                await self._close_file(of)
-            return
-        async with of.lock:
-            await self._load(of)
-            of.buffer.truncate(size)
-            of.dirty = True
-            of.mtime_ns = now_ns()
+        finally:
+            await self._close_file(of)
 
     @translate_errors
     async def readlink(self, inode, ctx):
