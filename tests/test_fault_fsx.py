@@ -208,6 +208,7 @@ class Fsx:
         self.pair.close()
 
 
+@pytest.mark.timeout(3600 if LONG else 300)
 def test_fsx_random_operations_with_mmap_match_a_reference_file(tmp_path):
     seed = int(os.environ.get("WEBFS_FSX_SEED") or random.randrange(1 << 30))
     print(f"fsx seed {seed}, {OPS} operations (replay: WEBFS_FSX_SEED={seed} WEBFS_FSX_OPS={OPS})")
@@ -271,6 +272,7 @@ FUSE_ALSO = {
 }
 
 
+@pytest.mark.timeout(600)
 def test_huge_truncate_and_seek_answer_as_a_local_file_does(tmp_path):
     ref_dir = tmp_path / "reference"
     ref_dir.mkdir()
