@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -327,3 +330,51 @@ def test_stamp_counts_from_one():
     assert up.stamp("20240101120000", 1) == "20240101120000"
     with pytest.raises(ValueError):
         up.stamp("20240101120000", 0)
+
+
+# ---------------------------------------------------------------- the man page says the same
+
+MAN5 = Path(__file__).resolve().parent.parent / "man" / "webfs-format.5"
+
+
+def _deroff(line: str) -> str:
+    return (line.replace("\\-", "-").replace("\\e", "\\").replace("\\&", "")
+            .replace("\\[u00FC]", "\u00fc"))
+
+
+def _man_block(begin: str, end: str) -> list[str]:
+    text = MAN5.read_text()
+    block = text[text.index(begin):]
+    block = block[:block.index(end, len(begin))]
+    return [_deroff(line) for line in block.splitlines()[1:] if not line.startswith(".")]
+
+
+def test_the_examples_in_webfs_format_5_are_what_the_code_does():
+    rows = [re.split(r" {2,}", line) for line in _man_block(".SS Examples", ".PP") if "..." not in line]
+    assert len(rows) > 15
+    for url, path in rows:
+        assert up.url_to_path(url) == path, url
+
+
+def _url_of_script() -> str:
+    return "\n".join(_man_block('.\\" url_of begin', '.\\" url_of end'))
+
+
+def url_of(paths: list[str]) -> list[bytes]:
+    """Run the man page's sh + awk url_of on each path (dash, the system awk)."""
+    script = _url_of_script() + '\nfor p in "$@"; do url_of "$p"; printf "\\036"; done\n'
+    out = subprocess.run(["dash", "-c", script, "url_of"] + paths, capture_output=True,
+                         check=True, env={"PATH": "/usr/bin:/bin"}).stdout
+    return [chunk[:-1] for chunk in out.split(b"\x1e")[:-1]]     # each ends in awk's newline
+
+
+def test_the_sh_awk_inverse_in_the_man_page_reads_the_examples():
+    paths = [p + "20240101120000~2" for _, p in READABLE]
+    assert url_of(paths) == [u.encode() for u, _ in READABLE]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(urls.filter(lambda u: "\x1e" not in u), min_size=1, max_size=20))
+def test_the_sh_awk_inverse_in_the_man_page_is_exact(batch):
+    paths = [up.capture_path(u, "20240101120000", 3) for u in batch]
+    assert url_of(paths) == [u.encode("utf-8", SE) for u in batch]
