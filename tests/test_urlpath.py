@@ -378,3 +378,16 @@ def test_the_sh_awk_inverse_in_the_man_page_reads_the_examples():
 def test_the_sh_awk_inverse_in_the_man_page_is_exact(batch):
     paths = [up.capture_path(u, "20240101120000", 3) for u in batch]
     assert url_of(paths) == [u.encode("utf-8", SE) for u in batch]
+
+
+def test_the_escaped_characters_in_webfs_format_5_are_the_code_s():
+    text = " ".join(_man_block(".SS Names", "Nothing else"))
+    listed = set()
+    for a, b in re.findall(r"U\+([0-9A-F]{4})(?: to U\+([0-9A-F]{4}))?", text):
+        listed |= set(range(int(a, 16), int(b or a, 16) + 1))
+    escaped = {c for c in range(0x80, 0x10000)
+               if not 0xD800 <= c <= 0xDFFF and up._ESCAPE_RE.match(chr(c))}
+    assert listed == escaped
+    assert "0x00 to 0x20" in text and "0x7F" in text
+    assert {c for c in range(0x80) if up._ESCAPE_RE.match(chr(c))} == \
+        set(range(0x21)) | {0x7F, ord("^"), ord("@"), ord("/")}

@@ -117,7 +117,7 @@ def _escape_char(m: re.Match) -> str:
 
 def _chunks(seg: str) -> list[str]:
     """One segment as the contents of one or more names (without CONT)."""
-    if seg.isascii() and len(seg) <= CHUNK_BYTES and not _ESCAPE_RE.search(seg):
+    if not _ESCAPE_RE.search(seg) and len(seg.encode("utf-8")) <= CHUNK_BYTES:
         chunks = [seg]                               # the common case, fast
     else:
         chunks, cur, size = [], [], 0
