@@ -23,7 +23,7 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from . import admin
+from . import admin, testkill
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
 from .heat import DEFAULT_K
@@ -153,6 +153,7 @@ class Daemon:
         self.trio_token = None
 
     def open(self) -> None:
+        testkill.arm()
         store = Store.open(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync,
                            delays=self.opts.disk_delay, heat_k=self.opts.heat_k)
         self.store = store

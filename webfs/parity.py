@@ -51,7 +51,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
-from . import codecs
+from . import codecs, testkill
 from . import signature as sigmod
 from .archive import Archive
 from .block import HEADER_SIZE
@@ -483,7 +483,9 @@ class Parity(Protection):
                     continue
                 vol, header, payload = entry[:3]
                 try:
+                    testkill.point("parity-before-write")
                     self._write_parity(vol, header, payload)
+                    testkill.point("parity-after-write")
                 except OSError as exc:
                     log.warning("stripe %s: cannot write its parity on disk %d (%s); marked dirty",
                                 stripe_id, vol.index, exc)

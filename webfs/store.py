@@ -28,7 +28,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-from . import codecs
+from . import codecs, testkill
 from . import signature as sigmod
 from .archive import STORE_MODES, Archive
 from .block import HEADER_SIZE, BlockHeader, percent_encode, refs_offset_of, utc_timestamp
@@ -191,12 +191,14 @@ class Store:
                 raise
             finally:
                 self._pending_new, self._pending_refs, self._pending_removals = [], set(), []
+            testkill.point("commit-after-catalog")
             self.protection.committed()
             if removals:
                 self._remove_blocks(removals)
                 self.catalog.commit()
             for hook in self.after_commit:
                 hook()
+            testkill.point("commit-after-journal")
 
     def sync(self) -> None:
         """Make everything committed durable on the disks (fsync, checkpoint the WAL)."""
