@@ -254,8 +254,9 @@ class Daemon:
         changes made after that snapshot."""
         cat = self.store.catalog
         with cat.lock:
+            n = self.journal.next_checkpoint(cat)
             self.store.commit()                 # also appends the journal's lines
-            covered = self.journal.sizes()
+            covered = self.journal.mark(n)      # what the snapshot holds ends at the marker
             snapshot = cat.snapshot()
             self.store.trim_intents()
         try:
@@ -263,7 +264,7 @@ class Daemon:
         finally:
             snapshot.db.close()
         with cat.lock:
-            self.journal.replace(data, covered)
+            self.journal.replace(data, covered, n)
         self.store.sync()
 
     async def main(self, ready) -> None:
