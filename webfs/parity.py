@@ -646,8 +646,12 @@ class Parity(Protection):
                     vol.backend.remove_leftovers(vol.parity_path(stripe_id))
                 done = self._reconcile_or_mark(stripe_id)
                 if done:
-                    log.warning("stripe %s: %s (an interrupted update)", stripe_id, done)
+                    # One line per stripe is for the log; the caller sums them up.
+                    log.info("stripe %s: %s (an interrupted update)", stripe_id, done)
                     self.recovered.append((stripe_id, done))
+            if self.recovered:
+                log.warning("%d parity stripe(s) left by an interrupted update made to agree with "
+                            "their blocks", len(self.recovered))
             self.catalog.commit()
             self._intents.clear()
             if stale:
