@@ -198,3 +198,17 @@ def test_mkfs_of_one_disk_warns_that_there_is_no_parity(tmp_path):
     assert "no parity" in err and "add-disk" in err, err
     proc = webfs("mkfs", tmp_path / "a", tmp_path / "b")
     assert b"parity" not in proc.stderr
+
+
+def test_every_conf_key_and_range_is_in_webfs_format_5():
+    """One source of truth: the table in archive.py; the man page must agree."""
+    text = (Path(__file__).resolve().parent.parent / "man" / "webfs-format.5").read_text()
+    text = text.replace("\\-", "-")
+    for key in [*archmod.ARCHIVE_KEYS.values(), *archmod.DISK_KEYS.values(), archmod.DISK_INDEX]:
+        assert key.name.split()[0] in text, key.name
+        if key.kind == "int" and key.low != key.high:
+            assert f"{key.low} to {key.high}" in text, key
+        if key.kind == "float":
+            assert f"{key.low:g} to {key.high:g}" in text, key
+        for choice in key.choices:
+            assert choice in text, (key.name, choice)
