@@ -403,7 +403,8 @@ class Archive:
             if found is not None and found != root:
                 try:
                     other = _read_conf(found)
-                except ArchiveError:
+                except ArchiveError as exc:
+                    log.warning("%s; using %s", exc, os.path.join(root, CONF_FILE))
                     continue
                 if other.generation > conf.generation:
                     conf = other
