@@ -212,3 +212,15 @@ def test_every_conf_key_and_range_is_in_webfs_format_5():
             assert f"{key.low:g} to {key.high:g}" in text, key
         for choice in key.choices:
             assert choice in text, (key.name, choice)
+
+
+@pytest.mark.parametrize("text,says", [
+    ("this is not a configuration\n", "no [archive] header at line 1"),
+    ("[archive]\nuuid = 1\n  indented junk\nnot a key\n", "line 4"),
+    ("[archive]\ndepth = 3\ndepth = 4\n", "a key given twice at line 3"),
+])
+def test_text_that_is_not_a_webfs_conf_says_where(tmp_path, text, says):
+    disks = make_archive(tmp_path, disks=2)
+    (disks[0] / "webfs.conf").write_text(text)
+    line = _one_line_error(webfs("status", disks[0], check=False), str(disks[0] / "webfs.conf"), says)
+    assert f"cp {disks[1] / 'webfs.conf'}" in line, line

@@ -207,9 +207,12 @@ class Config:
         try:
             cp.read_string(text)
         except configparser.Error as exc:
-            line = getattr(exc, "lineno", None) or getattr(exc, "errors", [(None,)])[0][0]
-            what = type(exc).__name__.replace("Error", "").replace("Missing", "missing ")
-            raise ConfigError(f"{where}: not a webfs configuration ({what.strip().lower() or 'unreadable'}"
+            line = getattr(exc, "lineno", None) or (getattr(exc, "errors", None) or [(None,)])[0][0]
+            what = {configparser.MissingSectionHeaderError: "no [archive] header",
+                    configparser.ParsingError: "a line that is not 'key = value'",
+                    configparser.DuplicateSectionError: "a section given twice",
+                    configparser.DuplicateOptionError: "a key given twice"}.get(type(exc), "unreadable")
+            raise ConfigError(f"{where}: not a webfs configuration ({what}"
                               + (f" at line {line}" if line else "") + "); " + _copy_advice(where)) from None
         if not cp.has_section("archive"):
             raise ConfigError(f"{where}: has no [archive] section; " + _copy_advice(where))
