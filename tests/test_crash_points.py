@@ -5,7 +5,6 @@ MANIFEST + JOURNAL, and fsck is clean (issue 11, item 10)."""
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import subprocess
 import time
@@ -16,8 +15,8 @@ import pytest
 from conftest import REPO, Mounted, webfs
 from webfs import testkill
 from webfs.archive import Archive
-from webfs.manifest import (JOURNAL, MANIFEST, checkpoint_line, checkpoint_of,
-                            journal_after_checkpoint)
+from webfs.recover import read_namespace
+from webfs.manifest import checkpoint_line, checkpoint_of, journal_after_checkpoint
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -98,10 +97,6 @@ def test_kill_inside_commit_and_parity_write_behind(tmp_path, monkeypatch, point
     fsck_clean(m)
 
 
-def _names(entries: dict, path: bytes):
-    return entries.get(path)
-
-
 @pytest.mark.parametrize("point", ["checkpoint-after-marker:2", "checkpoint-after-manifest:5",
                                    "checkpoint-after-journal:5"])
 def test_kill_inside_checkpoint_never_replays_an_exchange_twice(tmp_path, monkeypatch, point):
@@ -120,7 +115,6 @@ def test_kill_inside_checkpoint_never_replays_an_exchange_twice(tmp_path, monkey
         webfs("sync", m.mnt, check=False)          # checkpoint 2; the daemon dies in it
         after_kill(m, pid)
         # Every reader of the disks as the crash left them sees the exchange once.
-        from webfs.recover import read_namespace
         entries, _ = read_namespace(Archive.open(str(m.disks[0])))
         assert b"/a/y" in entries and b"/b/x" in entries, sorted(entries)
         assert b"/a/x" not in entries and b"/b/y" not in entries, sorted(entries)
