@@ -119,7 +119,7 @@ RECOVERY_KINDS = (("freed nameless inode", "nameless inode(s) freed"),
                   ("cannot be protected", "block(s) left without parity"))
 
 
-def recovery_summary(said: list[str], stripes: list, log_path: str) -> str:
+def recovery_summary(said: list[str], stripes: list, log_path: str, rewrote: bool = True) -> str:
     """One line for the mount's recovery after an unclean stop: counts by kind;
     the details (one line each) are in webfs.log."""
     counts = [f"{len(stripes)} stripe(s) reconciled"] if stripes else []
@@ -131,7 +131,7 @@ def recovery_summary(said: list[str], stripes: list, log_path: str) -> str:
     if other:
         counts.append(f"{other} other repair(s)")
     return ("recovered from an unclean stop: " + (", ".join(counts) or "nothing to mend")
-            + f"; MANIFEST rewritten; details in {log_path}")
+            + ("; MANIFEST rewritten" if rewrote else "") + f"; details in {log_path}")
 
 
 def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
@@ -199,7 +199,7 @@ class Daemon:
             self.checkpoint()
             log.warning("%s", recovery_summary(said, stripes, log_path))
         elif stripes:
-            log.warning("%s", recovery_summary([], stripes, log_path))
+            log.warning("%s", recovery_summary([], stripes, log_path, rewrote=False))
         store.catalog.set_meta("clean", "0")
         store.commit()
         self.ops = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode,
