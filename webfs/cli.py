@@ -72,6 +72,11 @@ def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
                         codec=codec, level=level, store_mode=store_mode, force=force)
     click.echo(f"made archive {conf.uuid} on {len(conf.disks)} disk(s), depth {conf.depth}, "
                f"parity group size {conf.group_size}")
+    if len(conf.disks) == 1:
+        click.echo(f"webfs: warning: one disk, so no parity: losing {conf.disks[0].path} loses the "
+                   "archive; to add parity later, 'webfs add-disk NEWDIR DISK' then "
+                   "'webfs scrub --repair DISK'" + ("" if conf.group_size > 1 else
+                                                     " (and group_size = 2 in webfs.conf)"), err=True)
 
 
 def open_store(disk: str, holder: str) -> Store:

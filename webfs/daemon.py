@@ -23,7 +23,7 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from . import admin
+from . import admin, testkill
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
 from .heat import DEFAULT_K
@@ -112,6 +112,28 @@ def control_socket_path(archive_uuid: str) -> str:
     return os.path.join(base, f"{archive_uuid}.sock")
 
 
+RECOVERY_KINDS = (("freed nameless inode", "nameless inode(s) freed"),
+                  ("refs", "reference count(s) corrected"),
+                  ("removed", "unfinished write(s) removed"),
+                  ("put into a parity stripe", "block(s) put into parity"),
+                  ("cannot be protected", "block(s) left without parity"))
+
+
+def recovery_summary(said: list[str], stripes: list, log_path: str, rewrote: bool = True) -> str:
+    """One line for the mount's recovery after an unclean stop: counts by kind;
+    the details (one line each) are in webfs.log."""
+    counts = [f"{len(stripes)} stripe(s) reconciled"] if stripes else []
+    for needle, what in RECOVERY_KINDS:
+        n = sum(needle in line for line in said)
+        if n:
+            counts.append(f"{n} {what}")
+    other = len(said) - sum(any(k in line for k, _ in RECOVERY_KINDS) for line in said)
+    if other:
+        counts.append(f"{other} other repair(s)")
+    return ("recovered from an unclean stop: " + (", ".join(counts) or "nothing to mend")
+            + ("; MANIFEST rewritten" if rewrote else "") + f"; details in {log_path}")
+
+
 def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
     """Mend what an unclean stop can leave: nameless inodes, reference counts
     that committed halfway, blocks written but never committed."""
@@ -153,22 +175,33 @@ class Daemon:
         self.trio_token = None
 
     def open(self) -> None:
+        testkill.arm()
         store = Store.open(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync,
                            delays=self.opts.disk_delay, heat_k=self.opts.heat_k)
         self.store = store
+        log_path = _log_to_disk(store)
         journal = Journal(store.archive)
         ns = Namespace(store, journal=journal.record)
         journal.namespace = ns
         self.journal = journal
+        self.ns = ns
         store.after_commit.append(journal.flush)
         ns.ensure_root(os.getuid(), os.getgid())
+        stripes = list(getattr(store.protection, "recovered", []))
+        for stripe_id, done in stripes:
+            log.info("recovery: stripe %s: %s (an interrupted update)", stripe_id, done)
         if store.catalog.get_meta("clean") == "0":
-            log.warning("the archive was not unmounted cleanly; recovering")
-            for line in recover_after_crash(store, ns):
+            said = recover_after_crash(store, ns)
+            for line in said:
                 log.info("recovery: %s", line)
+            # The catalog is the truth now; a new MANIFEST on every disk also holds
+            # what a commit made just before the crash but did not journal.
+            self.checkpoint()
+            log.warning("%s", recovery_summary(said, stripes, log_path))
+        elif stripes:
+            log.warning("%s", recovery_summary([], stripes, log_path, rewrote=False))
         store.catalog.set_meta("clean", "0")
         store.commit()
-        self.ns = ns
         self.ops = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode,
                               cache_bytes=self.opts.piece_cache)
 
@@ -253,8 +286,9 @@ class Daemon:
         changes made after that snapshot."""
         cat = self.store.catalog
         with cat.lock:
+            n = self.journal.next_checkpoint(cat)
             self.store.commit()                 # also appends the journal's lines
-            covered = self.journal.sizes()
+            covered = self.journal.mark(n)      # what the snapshot holds ends at the marker
             snapshot = cat.snapshot()
             self.store.trim_intents()
         try:
@@ -262,7 +296,7 @@ class Daemon:
         finally:
             snapshot.db.close()
         with cat.lock:
-            self.journal.replace(data, covered)
+            self.journal.replace(data, covered, n)
         self.store.sync()
 
     async def main(self, ready) -> None:
@@ -367,7 +401,6 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = Fal
 def _run(disk: str, mnt: str, opts: MountOptions, ready) -> None:
     daemon = Daemon(disk, mnt, opts)
     daemon.open()
-    _log_to_disk(daemon.store)
     try:
         pyfuse3.init(daemon.ops, mnt, daemon.fuse_options())
     except RuntimeError as exc:
@@ -383,14 +416,20 @@ def _run(disk: str, mnt: str, opts: MountOptions, ready) -> None:
             daemon.close()
 
 
-def _log_to_disk(store: Store) -> None:
-    """The daemon's log goes to meta/webfs.log on the first disk (and stderr in the foreground)."""
-    handler = logging.FileHandler(os.path.join(store.archive.first_volume.root, "meta", "webfs.log"))
+def _log_to_disk(store: Store) -> str:
+    """The daemon's log goes to meta/webfs.log on the first disk (and stderr in the
+    foreground, at the level the command was given: details stay in the file)."""
+    path = os.path.join(store.archive.first_volume.root, "meta", "webfs.log")
+    handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
+    for h in root.handlers:
+        if h.level == logging.NOTSET:
+            h.setLevel(root.level or logging.WARNING)
     root.addHandler(handler)
     if root.level > logging.INFO or root.level == logging.NOTSET:
         root.setLevel(logging.INFO)
+    return path
 
 
 def umount(mountpoint: str, timeout: float = 600.0) -> None:

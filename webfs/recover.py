@@ -25,7 +25,7 @@ from . import signature as sigmod
 from .archive import Archive
 from .catalog import Catalog, catalog_path
 from .errors import ArchiveError, CorruptBlock, WebfsError
-from .manifest import JOURNAL, MANIFEST, unescape_path
+from .manifest import JOURNAL, MANIFEST, journal_after_checkpoint, unescape_path
 from .namespace import ROOT_INODE
 from .volume import PARITY
 from .parity import INTENT_FILE as PARITY_INTENTS
@@ -51,13 +51,16 @@ def read_namespace(archive: Archive) -> tuple[dict[bytes, tuple], list[str]]:
         source = vols[0] if vols else None
     else:
         source = best[1]
-        for line in source.backend.read(MANIFEST).split(b"\n"):
+        manifest = source.backend.read(MANIFEST)
+        for line in manifest.split(b"\n"):
             _apply(entries, b"+\t" + line)
     if source is not None:
         try:
             journal = source.backend.read(JOURNAL)
         except FileNotFoundError:
             journal = b""
+        if best is not None:        # only what the MANIFEST does not hold yet
+            journal = journal_after_checkpoint(manifest, journal)
         for line in journal.split(b"\n"):
             _apply(entries, line)
         said.append(f"names from disk {source.index}: {len(entries)} entries")
