@@ -174,6 +174,12 @@ def check_parity(store: Store, report: Report, repair: bool) -> None:
         return
     for stripe_id, done in parity.recovered:
         report.add("parity", f"stripe {stripe_id}", f"{done} (found at open: an interrupted update)", True)
+    if not repair:
+        # A read-only open does not reconcile what an interrupted process left: say it.
+        dirty = set(parity.stripe_ids("state != 'ok'"))
+        for stripe_id in sorted(parity._intents.listed() - dirty):
+            report.add("parity", f"stripe {stripe_id}", "listed in meta/parity-intent: an update was "
+                       "interrupted, its parity may not match; --repair (or a mount) recomputes it")
     for stripe_id in parity.stripe_ids():
         check_stripe(store, parity, stripe_id, report, repair, deep=False)
     check_parity_files(store, parity, report, repair, temporaries=True)
