@@ -25,7 +25,7 @@ from . import signature as sigmod
 from .archive import Archive
 from .catalog import Catalog, catalog_path
 from .errors import ArchiveError, CorruptBlock, WebfsError
-from .manifest import JOURNAL, MANIFEST, unescape_path
+from .manifest import JOURNAL, MANIFEST, escape_path, unescape_path
 from .namespace import ROOT_INODE, name_problem
 from .volume import PARITY
 from .parity import INTENT_FILE as PARITY_INTENTS
@@ -51,6 +51,15 @@ def path_problem(path: bytes) -> Optional[str]:
         if why is not None:
             return why
     return None
+
+
+def _unescape(text: bytes) -> bytes:
+    """A record's path, unescaped; ValueError for an escape the writer never makes
+    (webfs-recover refuses the same ones)."""
+    path = unescape_path(text)
+    if escape_path(path) != text:
+        raise ValueError(f"bad escape in path {text[:60]!r}")
+    return path
 
 
 def _show(path: bytes) -> str:
@@ -124,7 +133,7 @@ def _apply_or_why(entries: dict[bytes, tuple], line: bytes, where: str) -> Optio
     op = fields[0]
     try:
         if op == b"+" and len(fields) == 6:
-            path = unescape_path(fields[5])
+            path = _unescape(fields[5])
             why = path_problem(path)
             if why:
                 return f"path {_show(path)}: {why}"
@@ -151,7 +160,7 @@ def _apply_or_why(entries: dict[bytes, tuple], line: bytes, where: str) -> Optio
                     del entries[p]      # a directory replaced by a file: what was in it is gone
             entries[path] = (sigs, size, mode, mtime, where)
         elif op == b"-" and len(fields) == 2:
-            gone = unescape_path(fields[1])
+            gone = _unescape(fields[1])
             why = path_problem(gone)
             if why:
                 return f"path {_show(gone)}: {why}"
@@ -160,7 +169,7 @@ def _apply_or_why(entries: dict[bytes, tuple], line: bytes, where: str) -> Optio
             for p in [p for p in entries if p == gone or p.startswith(gone + b"/")]:
                 del entries[p]
         elif op in (b">", b"<>") and len(fields) == 3:
-            old, new = unescape_path(fields[1]), unescape_path(fields[2])
+            old, new = _unescape(fields[1]), _unescape(fields[2])
             for p in (old, new):
                 why = path_problem(p)
                 if why:
