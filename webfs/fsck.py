@@ -67,6 +67,7 @@ class Report:
     blocks_checked: int = 0
     read_only: bool = False
     degraded: dict[int, int] = field(default_factory=dict)     # missing disk -> blocks read through parity
+    damaged: set[tuple[str, int, int]] = field(default_factory=set)   # (sig, overflow, disk) reported corrupt
 
     def add(self, kind: str, where: str, what: str, repaired: bool = False,
             fixable: bool = True) -> Finding:
@@ -174,14 +175,45 @@ def check(store: Store, repair: bool = False,
                    f"{why}; {n} block(s) on it read back through parity (degraded, not lost) "
                    f"until 'webfs rebuild --disk {disk} --to NEWDIR'", fixable=False)
     if repair:
+        _prune_last_scrub(store)
         store.commit()
     return report
+
+
+def _prune_last_scrub(store: Store) -> None:
+    """Blocks the last scrub left damaged that read back good now (this repair
+    mended them) are taken off the list status shows."""
+    from .parity import Member, Parity
+    import json
+    text = store.catalog.get_meta("last_scrub")
+    if not text or not isinstance(store.protection, Parity):
+        return
+    last = json.loads(text)
+    keep = []
+    for where in last.get("damaged", []):
+        parts = where.split()            # "block SIG[~N] on disk D"
+        row = None
+        if len(parts) == 5 and parts[0] == "block":
+            sig, _, n = parts[1].partition("~")
+            row = store.catalog.block(sig, int(n or 0))
+        try:
+            if row is not None and row.disk in store.archive.volumes:
+                store.protection.read_member(Member.of(row), verify=True)
+                continue
+        except (OSError, WebfsError):
+            pass
+        keep.append(where)
+    if keep != last.get("damaged", []):
+        last["left"] = max(0, last.get("left", 0) - (len(last["damaged"]) - len(keep)))
+        last["damaged"] = keep
+        store.catalog.set_meta("last_scrub", json.dumps(last))
 
 
 def _check_files(store: Store, repair: bool, report: Report,
                  progress: Optional[Callable[[int], None]]) -> dict[tuple[str, int], list[int]]:
     """Read every block file; return (sig, overflow) -> disks holding a good copy."""
     seen: dict[tuple[str, int], list[int]] = {}
+    damaged = report.damaged
     for disk, vol in sorted(store.archive.volumes.items()):
         for rel in list(vol.stray_files()):
             where = f"disk {disk}: {rel}"
@@ -199,6 +231,11 @@ def _check_files(store: Store, repair: bool, report: Report,
             row = store.catalog.block(sig, overflow)
             try:
                 header, payload = vol.read_block(sig, overflow)
+                if row is not None and (header.size, header.stored, header.codec) != \
+                        (row.size, row.stored, row.codec):
+                    raise CorruptBlock(f"header says Size {header.size}, Stored {header.stored}, "
+                                       f"Codec {header.codec}; the catalog {row.size}, {row.stored}, "
+                                       f"{row.codec}")
                 data = codecs.get(header.codec).decode(payload)
                 if len(data) != header.size or store.signature_fn(data) != sig:
                     raise CorruptBlock("content does not match its signature")
@@ -207,6 +244,8 @@ def _check_files(store: Store, repair: bool, report: Report,
                 report.add("corrupt", where, str(exc).removeprefix(where + ": "), fixed)
                 if fixed:
                     seen.setdefault((sig, overflow), []).append(disk)
+                else:
+                    damaged.add((sig, overflow, disk))
                 continue
             seen.setdefault((sig, overflow), []).append(disk)
             if row is None:
@@ -253,6 +292,7 @@ def restore_block(store: Store, row: BlockRow) -> None:
         raise CorruptBlock(f"block {row.block_name}: what its stripe gives does not match its signature")
     header = BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created, row.name)
     store.archive.volumes[row.disk].write_block(header, payload, row.overflow, fsync=store.fsync)
+    store.forget_damage(row)
 
 
 def _check_rows(store: Store, repair: bool, report: Report,
@@ -276,6 +316,8 @@ def _check_rows(store: Store, repair: bool, report: Report,
                     report.degraded[row.disk] = report.degraded.get(row.disk, 0) + 1
                 else:
                     report.add("lost", where, f"on missing disk {row.disk}, and {why}", fixable=False)
+            elif (row.sig, row.overflow, row.disk) in report.damaged:
+                pass            # its file is there but damaged: reported once, as corrupt
             else:
                 fixed = repair and _rewrite_from_redundancy(store, row)
                 report.add("missing", where, f"not on disk {row.disk}", fixed)
