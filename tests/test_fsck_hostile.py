@@ -166,3 +166,63 @@ def test_lost_catalog_disk_blocks_are_degraded_not_lost(tmp_path):
     assert "degraded (read back through parity), none of them lost" in out, out
     assert "1 problem(s), 0 repaired, 1 left" in out, out       # the missing disk, once
     assert proc.returncode == 4, out
+
+
+def _block_file(m: Mounted, name: str) -> Path:
+    disk = int(os.getxattr(m.mnt / name, "user.webfs.disk"))
+    sig = os.getxattr(m.mnt / name, "user.webfs.signature").decode()
+    return m.disks[disk] / "blocks" / sig[:2] / sig[2:4] / sig[4:]
+
+
+def test_edited_size_line_is_found_by_scrub_and_reported_once_by_fsck(tmp_path):
+    m = Mounted(tmp_path)
+    try:
+        (m.mnt / "f").write_bytes(b"<p>some page</p>\n" * 700)
+        (m.mnt / "g").write_bytes(b"<p>another page</p>\n" * 500)
+        webfs("sync", m.mnt)
+        block = _block_file(m, "f")
+    finally:
+        m.umount()
+    raw = block.read_bytes()
+    size = str(len(b"<p>some page</p>\n" * 700)).encode()
+    block.write_bytes(raw.replace(b"Size: " + size, b"Size: " + str(int(size) + 1).encode(), 1))
+    proc = webfs("scrub", m.disks[0], check=False)
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 4 and "Size " in out, out
+    proc = webfs("fsck", m.disks[0], check=False)
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 4 and "1 problem(s)" in out and "Size" in out, out
+    proc = webfs("fsck", "--repair", m.disks[0], check=False)
+    assert proc.returncode == 1, proc.stdout.decode(errors="replace")
+    assert block.read_bytes() == raw
+    assert webfs("scrub", m.disks[0], check=False).returncode == 0
+
+
+def test_status_forgets_damage_once_a_block_is_proven_good(tmp_path):
+    m = Mounted(tmp_path)
+    try:
+        data = os.urandom(20000)
+        (m.mnt / "f").write_bytes(data)
+        webfs("sync", m.mnt)
+        block = _block_file(m, "f")
+        m.remount()
+        raw = block.read_bytes()
+        block.write_bytes(raw[:600] + bytes(b ^ 0xFF for b in raw[600:700]) + raw[700:])
+        assert (m.mnt / "f").read_bytes() == data           # read through parity
+        st = __import__("json").loads(webfs("status", "--json", m.mnt).stdout)
+        assert st["damaged"], st
+        webfs("scrub", "--repair", m.mnt, check=False)
+        assert block.read_bytes() == raw
+        st = __import__("json").loads(webfs("status", "--json", m.mnt).stdout)
+        assert not st["damaged"], st
+        # and a clean scrub clears what an earlier read found
+        block.write_bytes(raw[:600] + bytes(b ^ 0xFF for b in raw[600:700]) + raw[700:])
+        m.remount()
+        assert (m.mnt / "f").read_bytes() == data
+        assert __import__("json").loads(webfs("status", "--json", m.mnt).stdout)["damaged"]
+        block.write_bytes(raw)                               # put right by hand
+        assert webfs("scrub", m.mnt, check=False).returncode == 0
+        st = __import__("json").loads(webfs("status", "--json", m.mnt).stdout)
+        assert not st["damaged"], st
+    finally:
+        m.umount()
