@@ -226,3 +226,35 @@ def test_status_forgets_damage_once_a_block_is_proven_good(tmp_path):
         assert not st["damaged"], st
     finally:
         m.umount()
+
+
+def test_rebuild_catalog_with_a_hostile_parity_header(tmp_path):
+    """A Member line naming a disk the archive does not have (and whose block
+    is gone) made --rebuild-catalog die of an OverflowError."""
+    import re
+    m = _archive_with_a_tree(tmp_path)
+    parity = sorted(p for d in m.disks for p in (d / "parity").rglob("*") if p.is_file())[0]
+    raw = parity.read_bytes()
+    n = int(re.search(rb"Header-Bytes: (\d+)", raw).group(1))
+    lines = raw[:n].decode().split("\n")
+    i = next(i for i, l in enumerate(lines) if l.startswith("Member: "))
+    fields = lines[i].split(" ")
+    sig, fields[2] = fields[1], str(10**30)
+    lines[i] = " ".join(fields)
+    head = "\n".join(lines).rstrip(" \n") + "\n"
+    parity.write_bytes((head + " " * (n - 1 - len(head)) + "\n").encode() + raw[n:])
+    for d in m.disks:
+        block = d / "blocks" / sig[:2] / sig[2:4] / sig[4:]
+        if block.exists():
+            block.unlink()
+        for p in (d / "meta").glob("catalog.db*"):
+            p.unlink()
+    proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
+    out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
+    assert "Traceback" not in out and proc.returncode == 4, out
+    assert "not a disk of the archive" in out, out
+    webfs("mount", m.disks[0], m.mnt)
+    try:
+        assert sorted(os.listdir(m.mnt)) == ["a", "d", "s"]
+    finally:
+        unmount(m.mnt)

@@ -226,6 +226,8 @@ def rebuild_catalog(archive: Archive, progress=None,
     max_block = archive.conf.max_block
     blocks: dict[tuple[str, int], list] = {}
     header_refs: dict[tuple[str, int], int] = {}
+    skipped: list[Problem] = []
+    disk_indexes = set(archive.disk_indexes)
     # 1. blocks from their headers
     for disk, vol in sorted(archive.volumes.items()):
         for sig, overflow, rel in vol.iter_blocks():
@@ -250,6 +252,11 @@ def rebuild_catalog(archive: Archive, progress=None,
             except (CorruptParity, OSError) as exc:
                 said.append(f"{exc}; that stripe is not protected until scrub")
                 continue
+            strange = sorted({m.disk for m in header.members} - disk_indexes)
+            if strange:
+                skipped.append((f"disk {disk}: {rel}", f"a member on disk {strange[0]}, which is not "
+                                "a disk of the archive: skipped; that stripe is not protected until scrub"))
+                continue
             disks_mask = 1 << disk
             for m in header.members:
                 row = blocks.setdefault(m.key, [m.sig, m.overflow, m.disk, m.size, m.stored, m.codec,
@@ -269,7 +276,6 @@ def rebuild_catalog(archive: Archive, progress=None,
             (sig, overflow, disk, size, stored, codec, created, name, sigmod.group_of(sig, depth), stripe))
         ids[key] = cur.lastrowid
     # 3. the namespace
-    skipped: list[Problem] = []
     entries, notes = read_namespace(archive, skipped)
     said += notes
     root = entries.pop(b"/", None)
