@@ -1038,7 +1038,8 @@ def add_hostile_journal(disks: list[Path], lines=HOSTILE_JOURNAL) -> int:
     return first
 
 
-def test_recover_ignores_hostile_journal_names(built, tools, restricted_bin, tmp_path):
+@pytest.mark.parametrize("shell", SHELLS)
+def test_recover_ignores_hostile_journal_names(built, tools, restricted_bin, tmp_path, shell):
     """'.', '..', 5,000-byte names, children of a symlink, renames out of the
     tree, NUL bytes, bad escapes: each line is reported with its number and
     skipped; the tree is exactly the original, nothing lands outside OUTDIR."""
@@ -1047,7 +1048,8 @@ def test_recover_ignores_hostile_journal_names(built, tools, restricted_bin, tmp
     out = tmp_path / "w" / "out"
     (tmp_path / "w").mkdir()
     before = sorted(os.listdir(tmp_path))
-    proc = recover(tools, restricted_bin, tmp_path, *built.disks, out)
+    sh = [shutil.which(shell)] + (["--posix"] if shell == "bash" else [])
+    proc = recover(tools, restricted_bin, tmp_path, *built.disks, out, shell=sh)
     assert_same_tree(built.orig, out)
     assert sorted(os.listdir(tmp_path)) == before          # nothing beside OUTDIR
     assert sorted(os.listdir(tmp_path / "w")) == ["out"]
