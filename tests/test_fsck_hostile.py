@@ -35,7 +35,8 @@ HOSTILE_JOURNAL = [
     b"-\t/",
     b"-\t/d/../a",
 ]
-HOSTILE_MANIFEST = [b"-\t0\t100644\t1.000000000\t/..", b"-\t0\t100644\t1.000000000\t/d/./f2"]
+HOSTILE_MANIFEST = [b"-\t0\t100644\t1.000000000\t/..", b"-\t0\t100644\t1.000000000\t/d/./f2",
+                    b"-\t0\t100644\t1.000000000\t/a/unlisted/below-a-file"]
 
 
 def _archive_with_a_tree(tmp_path) -> Mounted:

@@ -234,6 +234,8 @@ def fsck(repair, rebuild, disk):
         finally:
             store.close()
     except sqlite3.DatabaseError as exc:
+        if type(exc) is not sqlite3.DatabaseError:
+            raise           # an integrity or operational error is not a damaged file
         from .archive import Archive
         from .catalog import CATALOG_FILE, catalog_path
         try:

@@ -291,8 +291,11 @@ def rebuild_catalog(archive: Archive, progress=None,
         parent_path, _, name = p.rpartition(b"/")
         parent = dirs.get(parent_path)
         if parent is None:
-            if parent_path in entries:
-                skipped.append((where, f"the parent of {_show(p)} is not a directory: skipped"))
+            above = [parent_path[:i] for i in range(len(parent_path), 0, -1)
+                     if parent_path[i:i + 1] in (b"/", b"")]
+            if any(q in entries and q not in dirs for q in above):
+                skipped.append((where, f"a parent of {_show(p)} is not a directory "
+                                "(or was skipped): skipped"))
                 continue
             # A directory no record lists (a damaged MANIFEST): make it, keep the file.
             parent = ROOT_INODE
