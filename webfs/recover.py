@@ -122,9 +122,12 @@ def _apply(entries: dict[bytes, tuple], line: bytes, where: str, problems: list[
 
 
 def _parent_problem(entries: dict[bytes, tuple], path: bytes) -> Optional[str]:
+    """Why ``path`` cannot be placed: an ancestor that is listed but is not a directory."""
     parent = path.rpartition(b"/")[0]
-    if parent and parent in entries and not stat.S_ISDIR(entries[parent][2]):
-        return f"the parent of {_show(path)} is not a directory"
+    while parent:
+        if parent in entries and not stat.S_ISDIR(entries[parent][2]):
+            return f"{_show(parent)}, a parent of {_show(path)}, is not a directory"
+        parent = parent.rpartition(b"/")[0]
     return None
 
 
