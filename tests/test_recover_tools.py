@@ -1156,3 +1156,14 @@ def test_unparity_out_must_be_new_and_not_a_symlink(built, tools, restricted_bin
     # a new directory works
     unparity(tools, restricted_bin, "--out", tmp_path / "new", *alive)
     assert any((tmp_path / "new" / "blocks").rglob("*"))
+    # a parity header whose member climbs out ('../..' as its signature) is refused
+    pfile = next(p for d in alive for p in sorted((d / "parity").rglob("*")) if p.is_file())
+    raw = pfile.read_bytes()
+    head = raw[:512].split(b"\n")
+    i = next(i for i, l in enumerate(head) if l.startswith(b"Member: "))
+    head[i] = b"Member: ../../../../escaped 0 1 1 identity 2026-01-01T00:00:00Z x"
+    text = b"\n".join(head)[:511].ljust(511, b" ") + b"\n"
+    pfile.write_bytes(text + raw[512:])
+    proc = unparity(tools, restricted_bin, "--out", tmp_path / "new2", *alive, expect=1)
+    assert b"bad signature in Member line" in proc.stderr
+    assert not any(p.name == "escaped" for p in tmp_path.rglob("escaped"))
