@@ -8,7 +8,7 @@ import stat
 from hypothesis import given, settings, strategies as st
 
 from webfs.namespace import NAME_MAX, name_problem
-from webfs.recover import _apply, path_problem
+from webfs.recover import Entries, _apply, path_problem
 
 PARTS = [b"a", b"b", b"c"] * 6 + [b".", b"..", b"", b"n" * 300, b"x\0y", b"sp ace", b"\xe9"]
 paths = st.lists(st.sampled_from(PARTS), min_size=0, max_size=4).map(lambda ps: b"/" + b"/".join(ps))
@@ -31,7 +31,7 @@ lines = st.one_of(
 @settings(max_examples=500, deadline=None)
 @given(st.lists(lines, max_size=30))
 def test_any_journal_leaves_only_valid_names_under_directories(journal):
-    entries: dict[bytes, tuple] = {}
+    entries = Entries()
     problems: list = []
     for n, line in enumerate(journal, 1):
         _apply(entries, line, f"JOURNAL line {n}", problems)
@@ -44,6 +44,8 @@ def test_any_journal_leaves_only_valid_names_under_directories(journal):
             parent = parent.rpartition(b"/")[0]
         if path == b"/":
             assert stat.S_ISDIR(mode)
+    for path in entries:
+        assert entries.has_below(path) == any(p.startswith(path + b"/") for p in entries)
     for where, what in problems:
         assert where.startswith("JOURNAL line ") and what.endswith("skipped")
 

@@ -39,6 +39,44 @@ FILE_TYPES = (stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK, stat.S_IFIFO, stat.S_IFS
               stat.S_IFCHR, stat.S_IFBLK)
 
 
+class Entries(dict):
+    """path -> (sigs, size, mode, mtime_ns, where), counting for every path how
+    many listed paths lie below it, so 'is anything listed below P' is one
+    lookup, not a scan (a MANIFEST has millions of lines)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.below: Counter[bytes] = Counter()
+
+    @staticmethod
+    def _ancestors(path: bytes):
+        parent = path.rpartition(b"/")[0]
+        while parent:
+            yield parent
+            parent = parent.rpartition(b"/")[0]
+
+    def __setitem__(self, path: bytes, value: tuple) -> None:
+        if path not in self:
+            for a in self._ancestors(path):
+                self.below[a] += 1
+        super().__setitem__(path, value)
+
+    def __delitem__(self, path: bytes) -> None:
+        super().__delitem__(path)
+        for a in self._ancestors(path):
+            self.below[a] -= 1
+
+    def pop(self, path: bytes, *default):
+        if path in self:
+            value = self[path]
+            del self[path]
+            return value
+        return super().pop(path, *default)
+
+    def has_below(self, path: bytes) -> bool:
+        return self.below[path] > 0
+
+
 def path_problem(path: bytes) -> Optional[str]:
     """Why a path from a plain-text record cannot name an entry, or None.
     Every component must pass the namespace's own rule (``name_problem``)."""
@@ -83,7 +121,7 @@ def read_namespace(archive: Archive, problems: Optional[list[Problem]] = None
             continue
         if best is None or mtime > best[0]:
             best = (mtime, vol)
-    entries: dict[bytes, tuple] = {}
+    entries = Entries()
     if best is None:
         said.append("no MANIFEST on any disk: names come from the journal alone")
         vols = list(archive.volumes.values())
@@ -113,7 +151,7 @@ def read_namespace(archive: Archive, problems: Optional[list[Problem]] = None
     return entries, said
 
 
-def _apply(entries: dict[bytes, tuple], line: bytes, where: str, problems: list[Problem]) -> None:
+def _apply(entries: Entries, line: bytes, where: str, problems: list[Problem]) -> None:
     """Apply one MANIFEST entry or JOURNAL line to ``entries``, or say why not."""
     why = _apply_or_why(entries, line, where)
     if why:
@@ -131,7 +169,7 @@ def _parent_problem(entries: dict[bytes, tuple], path: bytes) -> Optional[str]:
     return None
 
 
-def _apply_or_why(entries: dict[bytes, tuple], line: bytes, where: str) -> Optional[str]:
+def _apply_or_why(entries: Entries, line: bytes, where: str) -> Optional[str]:
     fields = line.split(b"\t")
     op = fields[0]
     try:
@@ -157,10 +195,9 @@ def _apply_or_why(entries: dict[bytes, tuple], line: bytes, where: str) -> Optio
             if not frac.isdigit() and frac:
                 return f"bad mtime {fields[4][:40]!r}"
             mtime = int(secs) * 10**9 + int((frac + "000000000")[:9])
-            old = entries.get(path)
-            if old is not None and stat.S_ISDIR(old[2]) and not stat.S_ISDIR(mode):
-                for p in [p for p in entries if p.startswith(path + b"/")]:
-                    del entries[p]      # a directory replaced by a file: what was in it is gone
+            if not stat.S_ISDIR(mode) and entries.has_below(path):
+                # names are listed below it: keep them rather than the contradiction
+                return f"{_show(path)} is not a directory, but names below it are listed"
             entries[path] = (sigs, size, mode, mtime, where)
         elif op == b"-" and len(fields) == 2:
             gone = _unescape(fields[1])
