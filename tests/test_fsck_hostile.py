@@ -34,6 +34,7 @@ HOSTILE_JOURNAL = [
     b"+\txyz\t3\t100644\t1.000000000\t/bad-sig",
     b"-\t/",
     b"-\t/d/../a",
+    b"+\t-\t0\t100644\t1.000000000\t/d",
 ]
 HOSTILE_MANIFEST = [b"-\t0\t100644\t1.000000000\t/..", b"-\t0\t100644\t1.000000000\t/d/./f2",
                     b"-\t0\t100644\t1.000000000\t/a/unlisted/below-a-file"]

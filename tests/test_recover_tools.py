@@ -1024,6 +1024,7 @@ HOSTILE_JOURNAL = [
     b"+\t-\t0\t100644\t1.000000000\t/bad\\qescape",
     b"+\t-\t0\t100644\t1.000000000\trelative/x",
     b"-\t/..",
+    b"+\t-\t0\t100644\t1.000000000\t/crawl-2024",
 ]
 
 
