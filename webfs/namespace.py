@@ -47,11 +47,28 @@ def now_ns() -> int:
     return time.time_ns()
 
 
-def check_name(name: bytes) -> None:
+def name_problem(name: bytes) -> Optional[str]:
+    """Why ``name`` cannot be one entry of a directory, or None if it can.
+    The one rule for every name, whether it comes through FUSE or from a
+    plain-text record on the disks (MANIFEST, JOURNAL: ``webfs.recover``)."""
     if len(name) > NAME_MAX:
-        raise FsError(errno.ENAMETOOLONG, f"name longer than {NAME_MAX} bytes")
-    if not name or b"/" in name or b"\0" in name or name in (b".", b".."):
-        raise FsError(errno.EINVAL, f"invalid name {name!r}")
+        return f"name longer than {NAME_MAX} bytes"
+    if not name:
+        return "empty name"
+    if name in (b".", b".."):
+        return f"name {name.decode()!r} is reserved"
+    if b"/" in name:
+        return "name holds '/'"
+    if b"\0" in name:
+        return "name holds a NUL byte"
+    return None
+
+
+def check_name(name: bytes) -> None:
+    why = name_problem(name)
+    if why is not None:
+        raise FsError(errno.ENAMETOOLONG if len(name) > NAME_MAX else errno.EINVAL,
+                      why if len(name) > NAME_MAX else f"invalid name {name[:80]!r}: {why}")
 
 
 class Namespace:

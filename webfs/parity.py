@@ -703,8 +703,10 @@ class Parity(Protection):
             except FileNotFoundError:
                 continue
             self._count_read(disk, HEADER_SIZE + len(payload))
-            if header.stored != m.stored or header.codec != m.codec:
-                raise CorruptBlock(f"disk {disk}: block {m.block_name}: header disagrees with its stripe")
+            if header.stored != m.stored or header.codec != m.codec or header.size != m.size:
+                raise CorruptBlock(f"disk {disk}: block {m.block_name}: header disagrees with its stripe "
+                                   f"(Size {header.size}, Stored {header.stored}, Codec {header.codec}; "
+                                   f"the stripe says {m.size}, {m.stored}, {m.codec})")
             if verify and not self.verified(m, payload):
                 raise CorruptBlock(f"disk {disk}: block {m.block_name}: content does not match its signature")
             return payload

@@ -463,6 +463,11 @@ class Store:
             self._reported.add((row.sig, row.overflow))
             log.warning("block %s: %s; reading it from redundancy", row.block_name, why)
 
+    def forget_damage(self, row: BlockRow) -> None:
+        """A block just proven good (restored, rebuilt, or read back clean by a
+        scrub): status no longer lists it as damaged."""
+        self._reported.discard((row.sig, row.overflow))
+
     # -- delete --------------------------------------------------------------
 
     def release(self, row: BlockRow, pin: bool = False) -> int:
