@@ -20,7 +20,7 @@ from . import daemon, fsck as fsckmod
 from .admin import human
 from . import rebuild as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
 from . import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (register their operations)
-from .errors import WebfsError
+from .errors import CatalogUnreadable, WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 from .store import Store, key_of
 
@@ -238,7 +238,10 @@ def fsck(repair, rebuild, disk):
                 report = fsckmod.check(store, repair=repair, progress=bar.update)
         finally:
             store.close()
-    except sqlite3.DatabaseError as exc:
+    except CatalogUnreadable as exc:        # found by the check at open (--repair)
+        click.echo(f"webfs fsck: {exc}", err=True)
+        sys.exit(fsckmod.EXIT_FAILED)
+    except sqlite3.DatabaseError as exc:    # found in the private copy (read-only check)
         if type(exc) is not sqlite3.DatabaseError:
             raise           # an integrity or operational error is not a damaged file
         from .archive import Archive
