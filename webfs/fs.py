@@ -140,30 +140,50 @@ class OpenFile:
         self.pieces: Optional[list[BlockRow]] = None      # cached contents for readers
 
 
+PieceKey = tuple[str, int, int]          # (signature, overflow, size): what a piece is, not where
+
+
+def piece_key(row: BlockRow) -> PieceKey:
+    return (row.sig, row.overflow, row.size)
+
+
 class PieceCache:
-    """Decoded pieces by block id, least recently used out, bounded in bytes;
-    concurrent readers of one piece share one fetch."""
+    """Decoded pieces by what they are (signature, overflow number, size), never
+    by catalog row id (SQLite reuses those); least recently used out, bounded
+    in bytes; concurrent readers of one piece share one fetch. Every hit is
+    checked against the row the caller expects, so a stale entry can only miss."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.used = 0
-        self.items: OrderedDict[int, bytes] = OrderedDict()
-        self.inflight: dict[int, trio.Event] = {}
+        self.items: OrderedDict[PieceKey, bytes] = OrderedDict()
+        self.inflight: dict[PieceKey, trio.Event] = {}
 
-    def get(self, block_id: int) -> Optional[bytes]:
-        data = self.items.get(block_id)
-        if data is not None:
-            self.items.move_to_end(block_id)
+    def get(self, row: BlockRow) -> Optional[bytes]:
+        key = piece_key(row)
+        data = self.items.get(key)
+        if data is None:
+            return None
+        if len(data) != row.size:           # cannot happen by construction; never serve it
+            self.used -= len(self.items.pop(key))
+            return None
+        self.items.move_to_end(key)
         return data
 
-    def put(self, block_id: int, data: bytes) -> None:
-        if block_id in self.items or len(data) > self.limit:
+    def put(self, row: BlockRow, data: bytes) -> None:
+        key = piece_key(row)
+        if key in self.items or len(data) > self.limit or len(data) != row.size:
             return
-        self.items[block_id] = data
+        self.items[key] = data
         self.used += len(data)
         while self.used > self.limit:
             _, old = self.items.popitem(last=False)
             self.used -= len(old)
+
+    def wanted(self, row: BlockRow) -> bool:
+        """Neither cached nor being fetched (for read-ahead and prefetch)."""
+        key = piece_key(row)
+        return key not in self.items and key not in self.inflight
 
 
 class VirtualNode:
@@ -507,7 +527,7 @@ class Operations(pyfuse3.Operations):
                 "JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? AND b.size<=? "
                 "ORDER BY d.rowid LIMIT ?", (parent, pos, READ_AHEAD_BYTES, READ_AHEAD_FILES)):
             row = BlockRow(*r)
-            if self.cache.get(row.id) is None and row.id not in self.cache.inflight:
+            if self.cache.wanted(row):
                 self.nursery.start_soon(self._quiet_piece, row)
 
     @translate_errors
@@ -608,25 +628,27 @@ class Operations(pyfuse3.Operations):
     # -- reading ------------------------------------------------------------------
 
     async def _piece(self, row: BlockRow) -> bytes:
-        data = self.cache.get(row.id)
+        data = self.cache.get(row)
         if data is not None:
             return data
-        event = self.cache.inflight.get(row.id)
+        key = piece_key(row)
+        event = self.cache.inflight.get(key)
         if event is not None:
             await event.wait()
-            data = self.cache.get(row.id)
+            data = self.cache.get(row)
             if data is not None:
                 return data
-        event = self.cache.inflight[row.id] = trio.Event()
+        event = self.cache.inflight[key] = trio.Event()
         try:
+            # store.read checks the bytes against row.sig: what goes in the cache is that piece.
             data = await self._thread(self.store.read, row, limiter=self._disk_limiter(row.disk))
-            self.cache.put(row.id, data)
+            self.cache.put(row, data)
             return data
         finally:
             # Two readers that waited for an uncached piece (larger than the
             # cache, or evicted) each fetch it; only the owner's entry goes.
-            if self.cache.inflight.get(row.id) is event:
-                del self.cache.inflight[row.id]
+            if self.cache.inflight.get(key) is event:
+                del self.cache.inflight[key]
             event.set()
 
     @translate_errors
@@ -643,6 +665,19 @@ class Operations(pyfuse3.Operations):
         if of.pieces is None:
             of.pieces = self.ns.contents(of.ino)
         pieces = of.pieces
+        try:
+            return await self._read_pieces(pieces, off, size)
+        except WebfsError:
+            # The file was stored anew while this read waited (its old blocks
+            # may be gone): read it again as it is now, once.
+            if of.pieces is pieces and pieces == self.ns.contents(of.ino):
+                raise
+            if of.buffer is not None:
+                return of.buffer.read(off, size)
+            of.pieces = self.ns.contents(of.ino)
+            return await self._read_pieces(of.pieces, off, size)
+
+    async def _read_pieces(self, pieces: list[BlockRow], off: int, size: int) -> bytes:
         out = []
         first = off // self.max_block
         for index in range(first, len(pieces)):
@@ -660,7 +695,7 @@ class Operations(pyfuse3.Operations):
         if self.nursery is None:
             return
         for row in pieces[index:index + ahead]:
-            if self.cache.get(row.id) is None and row.id not in self.cache.inflight:
+            if self.cache.wanted(row):
                 self.nursery.start_soon(self._quiet_piece, row)
 
     async def _quiet_piece(self, row: BlockRow) -> None:
