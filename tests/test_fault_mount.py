@@ -24,6 +24,12 @@ def alive(m: Mounted) -> bool:
     return os.path.ismount(m.mnt) and sh(f"ls {m.mnt}", check=False).returncode == 0
 
 
+def peak_kb(m: Mounted) -> int:
+    """The daemon's peak resident memory (VmHWM), in kB."""
+    with open(f"/proc/{m.pid()}/status") as f:
+        return int(next(line for line in f if line.startswith("VmHWM")).split()[1])
+
+
 DROP = "python3 -c \"import os,sys;fd=os.open(sys.argv[1],0);os.posix_fadvise(fd,0,0,4)\""
 
 
@@ -53,3 +59,79 @@ def test_stale_piece_after_delete_drop_caches(m):
         sh("echo 3 > /proc/sys/vm/drop_caches")
         assert sh(f"cat {M}/b").stdout == new * 2000, f"round {i}"
         sh(f"rm {M}/b")
+
+
+# -- item 2: no request kills the daemon; huge sizes are sparse -----------------
+
+def test_huge_truncate_is_efbig_and_mount_lives(m):
+    """pjdfstest truncate/12.t: beyond the largest file, EFBIG (as ext4 says)."""
+    M = m.mnt
+    sh(f"echo hello > {M}/f")
+    proc = sh(f"truncate -s 999999999999999 {M}/f", check=False)
+    assert proc.returncode != 0 and b"too large" in proc.stderr, proc.stderr
+    proc = sh(f"python3 -c \"import os;fd=os.open('{M}/f',os.O_RDWR);os.ftruncate(fd,999999999999999)\"",
+              check=False)
+    assert b"File too large" in proc.stderr, proc.stderr
+    assert alive(m)
+    assert (M / "f").read_bytes() == b"hello\n"
+
+
+def test_huge_sparse_truncate_and_seek(m):
+    """Sizes up to the limit succeed and stay sparse: no giant buffer, reads of
+    the holes are zeros, the data past them is there, the daemon stays small."""
+    M = m.mnt
+    size = 16 << 30                                     # 16 GiB of hole
+    sh(f"echo hello > {M}/f; truncate -s {size} {M}/f")
+    assert os.stat(M / "f").st_size == size
+    sh(f"dd if=/dev/zero of={M}/g bs=1 count=0 seek={size} status=none")
+    sh(f"printf tail | dd of={M}/h bs=1 seek={size} conv=notrunc status=none")
+    assert os.stat(M / "h").st_size == size + 4
+    with open(M / "f", "rb") as f:
+        assert f.read(6) == b"hello\n"
+        f.seek(size - 100)
+        assert f.read(200) == bytes(100)
+        f.seek(size + 4096)
+        assert f.read(10) == b""
+    assert sh(f"tail -c 4 {M}/h").stdout == b"tail"
+    assert sh(f"dd if={M}/h bs=1M skip=10000 count=2 status=none | tr -d '\\0' | wc -c").stdout.strip() == b"0"
+    assert peak_kb(m) < 200 * 1024, f"daemon peak RSS {peak_kb(m)} kB"
+    # ... and the same after a remount (the holes were stored as one zeros block)
+    m.remount()
+    assert sh(f"tail -c 4 {M}/h").stdout == b"tail"
+    assert sh(f"head -c 6 {M}/f").stdout == b"hello\n"
+    # appending to the huge file copies it on write without filling the holes
+    sh(f"echo more >> {M}/f")
+    assert sh(f"tail -c 5 {M}/f").stdout == b"more\n"
+    assert peak_kb(m) < 200 * 1024, f"daemon peak RSS {peak_kb(m)} kB"
+    assert alive(m)
+
+
+def test_every_handler_turns_any_exception_into_an_errno(store, caplog, monkeypatch):
+    """The class, not the instance: whatever a handler raises, pyfuse3 gets a
+    FUSEError (EIO for the unexpected) and webfs.log one line with the traceback."""
+    import errno
+
+    import pyfuse3
+    import trio
+
+    from webfs.fs import Operations
+    from webfs.namespace import ROOT_INODE, Namespace
+
+    ns = Namespace(store)
+    ns.ensure_root()
+    ops = Operations(store, ns)
+
+    def boom(*args, **kwargs):
+        raise ZeroDivisionError("planted")
+    monkeypatch.setattr(ns, "get", boom)
+    monkeypatch.setattr(ns, "lookup", boom)
+    for call in (lambda: ops.getattr(ROOT_INODE), lambda: ops.lookup(ROOT_INODE, b"x"),
+                 lambda: ops.opendir(ROOT_INODE, None)):
+        caplog.clear()
+        with pytest.raises(pyfuse3.FUSEError) as info:
+            trio.run(call)
+        assert info.value.errno == errno.EIO
+        assert any("ZeroDivisionError" in (r.exc_text or "") for r in caplog.records), caplog.text
+    # forget has no reply: it logs and returns
+    monkeypatch.setattr(ops, "vnodes", None)
+    trio.run(ops.forget, [(1 << 60 | 5, 1)])

@@ -303,6 +303,8 @@ class Daemon:
                 await trio.to_thread.run_sync(fn)
             except WebfsError as exc:
                 log.warning("%s failed: %s", fn.__name__, exc)
+            except Exception:       # a full disk, a bug: logged, and the mount goes on
+                log.exception("%s failed", fn.__name__)
 
     def close(self) -> None:
         if self.server is not None:

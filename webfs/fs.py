@@ -40,6 +40,7 @@ XATTR_PREFIX = b"user.webfs."
 READ_THREADS_PER_DISK = 4      # reads in flight per disk
 READ_AHEAD_FILES = 8            # files of a directory read in order are fetched this far ahead
 READ_AHEAD_BYTES = 1 << 20      # ... when they are no larger than this
+MAX_PIECES = 1 << 18            # the largest file: 262,144 pieces (1 TiB at max_block 4 MiB); EFBIG beyond
 
 
 class FileBuffer:
@@ -101,6 +102,8 @@ class FileBuffer:
         return os.pread(self.fd, size, off)
 
     def truncate(self, size: int) -> None:
+        if self.mem is not None and size > self.bound:
+            self._spill()                       # a spill file stays sparse; memory would not
         if self.mem is not None:
             if size < len(self.mem):
                 del self.mem[size:]
@@ -111,6 +114,18 @@ class FileBuffer:
         if size != self.size:
             self._hashed = -1
         self.size = size
+
+    def is_hole(self, off: int, size: int) -> bool:
+        """True if [off, off+size) was never written since the spill (reads as zeros
+        without being stored anywhere): a sparse file's holes stay holes."""
+        if self.fd is None:
+            return False
+        try:
+            return os.lseek(self.fd, off, os.SEEK_DATA) >= off + size
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:        # no data at or after off
+                return True
+            return False
 
     def _spill(self) -> None:
         os.makedirs(self.spill_dir, exist_ok=True)
@@ -138,6 +153,8 @@ class OpenFile:
         self.dirty = False
         self.mtime_ns = 0            # of the last write, or as set by utimens since
         self.pieces: Optional[list[BlockRow]] = None      # cached contents for readers
+        self.error = 0               # errno of a write the buffer could not keep
+        self.dropped = False         # changes were dropped (a store failed)
 
 
 PieceKey = tuple[str, int, int]          # (signature, overflow, size): what a piece is, not where
@@ -204,7 +221,8 @@ def _errno_of(exc: BaseException) -> int:
 
 
 def translate_errors(method):
-    """Turn webfs errors into FUSEError at the edge (and log the unexpected)."""
+    """Turn webfs errors into FUSEError at the edge, and anything unexpected into
+    EIO and one log line with its traceback: the daemon never dies of a request."""
     import functools
 
     @functools.wraps(method)
@@ -221,6 +239,24 @@ def translate_errors(method):
         except (WebfsError, OSError) as exc:
             log.error("%s failed: %s", method.__name__, exc)
             raise pyfuse3.FUSEError(_errno_of(exc)) from None
+        except Exception:
+            log.exception("%s%r: unexpected error, answered EIO", method.__name__, args[1:])
+            raise pyfuse3.FUSEError(errno.EIO) from None
+    wrapper.translated = True
+    return wrapper
+
+
+def _log_errors(method):
+    """For the requests that get no reply (forget, releasedir): log and go on."""
+    import functools
+
+    @functools.wraps(method)
+    async def wrapper(*args, **kwargs):
+        try:
+            return await method(*args, **kwargs)
+        except Exception:
+            log.exception("%s: unexpected error, ignored", method.__name__)
+    wrapper.translated = True
     return wrapper
 
 
@@ -256,6 +292,8 @@ class Operations(pyfuse3.Operations):
         self.root_xattrs: dict[bytes, bytes] = {}
         self._last_open: dict[int, int] = {}             # directory -> position of its last opened file
         self.nursery: Optional[trio.Nursery] = None
+        self._zero_sigs: dict[int, str] = {}
+        self.failures: list[str] = []       # files whose changes could not be stored, for umount
 
     # -- helpers -------------------------------------------------------------------
 
@@ -347,6 +385,7 @@ class Operations(pyfuse3.Operations):
         return self._attrs(node)
 
     async def _truncate(self, ino: int, size: int) -> None:
+        self._check_size(size)
         node = self.ns.get(ino)
         if not stat.S_ISREG(node.mode):
             raise FsError(errno.EINVAL)
@@ -545,40 +584,79 @@ class Operations(pyfuse3.Operations):
             return
         buf = FileBuffer(self.spill_dir, self.buffer_bound, self.max_block)
         off = 0
-        for row in self.ns.contents(of.ino):
-            buf.write(off, await self._piece(row))
-            off += row.size
+        try:
+            for row in self.ns.contents(of.ino):
+                if row.sig != self._zero_sig(row.size):     # zeros stay a hole
+                    buf.write(off, await self._piece(row))
+                off += row.size
+            buf.truncate(off)
+        except BaseException:
+            buf.close()
+            raise
         of.buffer = buf
+
+    def _zero_sig(self, size: int) -> str:
+        sig = self._zero_sigs.get(size)
+        if sig is None:
+            if len(self._zero_sigs) > 16:
+                self._zero_sigs.clear()
+            sig = self._zero_sigs[size] = self.store.signature_fn(bytes(size))
+        return sig
+
+    def _check_size(self, size: int) -> None:
+        if size > self.max_block * MAX_PIECES:
+            raise FsError(errno.EFBIG)
 
     @translate_errors
     async def write(self, fh, off, buf):
         of = self.open_files[self.handles[fh]]
+        self._check_size(off + len(buf))
         async with of.lock:
+            if of.error:
+                raise FsError(of.error)
             await self._load(of)
-            of.buffer.write(off, buf)
+            try:
+                of.buffer.write(off, buf)
+            except OSError as exc:      # the spill file's disk is full: this content is lost
+                of.error = exc.errno or errno.EIO
+                raise
             of.dirty = True
             of.mtime_ns = now_ns()
         return len(buf)
 
     async def _commit(self, of: OpenFile) -> None:
         """Store a dirty file's buffer as blocks and make them its content (lock held)."""
+        if of.error:
+            raise FsError(of.error)
         if not of.dirty or of.buffer is None:
             return
         buf = of.buffer
         size = buf.size
         path = self.ns.path_of(of.ino)
         rows: list[BlockRow] = []
+        holes: dict[int, BlockRow] = {}     # piece length -> the zeros block (a sparse file's holes)
         try:
             for i, start in enumerate(range(0, size, self.max_block)):
+                length = min(self.max_block, size - start)
+                if length in holes and buf.is_hole(start, length):
+                    rows.append(await self._thread(self.store.add_ref, holes[length]))
+                    continue
                 data = buf.read(start, self.max_block)
-                rows.append(await self._thread(self.store.store, data, name=path,
-                                               mode=self.store_mode, sig=buf.piece_sig(i)))
+                row = await self._thread(self.store.store, data, name=path,
+                                         mode=self.store_mode, sig=buf.piece_sig(i))
+                if buf.is_hole(start, length):
+                    holes[length] = row
+                rows.append(row)
+                del data
             self.ns.set_contents(of.ino, rows, size, of.mtime_ns or now_ns())
-            self.store.commit()         # a WAL commit without fsync: cheaper than a thread hop
         except BaseException:
             for row in rows:
-                self.store.release(row)
+                try:
+                    self.store.release(row)
+                except WebfsError as exc:
+                    log.warning("%s: cannot give back block %s: %s", path, row.block_name, exc)
             raise
+        self.store.commit()     # a WAL commit without fsync; a failure rolls all of it back
         of.dirty = False
         of.pieces = None
 
@@ -588,7 +666,7 @@ class Operations(pyfuse3.Operations):
             return
         of = self.open_files[self.handles[fh]]
         async with of.lock:
-            await self._commit(of)
+            await self._commit_or_drop(of, "close")
 
     @translate_errors
     async def fsync(self, fh, datasync):
@@ -596,7 +674,7 @@ class Operations(pyfuse3.Operations):
             return
         of = self.open_files[self.handles[fh]]
         async with of.lock:
-            await self._commit(of)
+            await self._commit_or_drop(of, "fsync")
         await self._thread(self.store.sync)
 
     @translate_errors
@@ -606,9 +684,64 @@ class Operations(pyfuse3.Operations):
         of = self.open_files[self.handles.pop(fh)]
         async with of.lock:
             try:
-                await self._commit(of)
+                await self._commit_or_drop(of, "close")
             finally:
                 await self._close_file(of)
+                if of.dropped:
+                    self._forget_kernel_copy(of.ino)   # again, now the kernel has let go of it
+
+    async def _commit_or_drop(self, of: OpenFile, what: str) -> None:
+        """Store an open file's changes; if that fails (ENOSPC, EIO), drop them all:
+        the file keeps the content it had at its last successful store (none, if
+        new), the caller's errno tells the writer, the kernel forgets what it
+        cached of the file, and ``webfs umount`` reports it."""
+        try:
+            await self._commit(of)
+        except Exception as exc:
+            self._drop_changes(of, what, exc)
+            raise
+
+    def _drop_changes(self, of: OpenFile, what: str, exc: BaseException) -> None:
+        if of.buffer is not None:
+            of.buffer.close()
+        of.buffer, of.dirty, of.error, of.pieces, of.dropped = None, False, 0, None, True
+        try:
+            path = self.ns.path_of(of.ino).decode("utf-8", "replace")
+            size = self.ns.get(of.ino).size
+        except WebfsError:
+            path, size = f"inode {of.ino}", 0
+        err = errno.errorcode.get(_errno_of(exc), "EIO")
+        line = f"{path}: {what} failed ({err}: {exc}); its new content was dropped, it keeps {size} bytes"
+        log.error("%s", line)
+        if len(self.failures) < 1000:
+            self.failures.append(line)
+        self._forget_kernel_copy(of.ino)
+
+    def _forget_kernel_copy(self, ino: int) -> None:
+        """Make the kernel drop its cached pages, attributes and names of a file
+        (with the writeback cache it trusts its own size, so the inode must go)."""
+        if self.nursery is None:
+            return
+        names = self.store.catalog.query("SELECT parent, name FROM dentries WHERE inode=?", (ino,))
+
+        def work():
+            try:
+                pyfuse3.invalidate_inode(ino, attr_only=False)
+            except OSError:
+                pass
+            for parent, name in names:
+                try:
+                    pyfuse3.invalidate_entry(parent, name)
+                except OSError:
+                    pass
+
+        async def task():
+            try:
+                await trio.to_thread.run_sync(work)
+            except Exception:
+                log.exception("cannot invalidate the kernel's copy of inode %d", ino)
+        # Not inside the request: the kernel may hold the inode's lock until we answer.
+        self.nursery.start_soon(task)
 
     async def _close_file(self, of: OpenFile) -> None:
         of.handles -= 1
@@ -703,6 +836,8 @@ class Operations(pyfuse3.Operations):
             await self._piece(row)
         except WebfsError:
             pass            # the reader that needs it will see the error
+        except Exception:
+            log.exception("fetching block %s ahead failed", row.block_name)
 
     # -- xattrs ---------------------------------------------------------------------
 
@@ -869,3 +1004,19 @@ class Operations(pyfuse3.Operations):
         for i, (name, child) in enumerate(children[start_id:], start_id + 1):
             if not pyfuse3.readdir_reply(token, name, self._virtual_attrs(child), i):
                 return
+
+
+def _guard_every_handler() -> None:
+    """Every request handler pyfuse3 may call goes through translate_errors (or,
+    for the ones without a reply, _log_errors), whether or not it was decorated."""
+    no_reply = {"forget", "releasedir"}
+    for name, base in vars(pyfuse3.Operations).items():
+        mine = vars(Operations).get(name)
+        if name.startswith("_") or not callable(base) or mine is None:
+            continue
+        if getattr(mine, "translated", False):
+            continue
+        setattr(Operations, name, (_log_errors if name in no_reply else translate_errors)(mine))
+
+
+_guard_every_handler()
