@@ -135,3 +135,74 @@ def test_every_handler_turns_any_exception_into_an_errno(store, caplog, monkeypa
     # forget has no reply: it logs and returns
     monkeypatch.setattr(ops, "vnodes", None)
     trio.run(ops.forget, [(1 << 60 | 5, 1)])
+
+
+# -- item 3: .webfs/ is for the user who mounted (and root) -----------------------
+
+NOBODY = "setpriv --reuid=65534 --regid=65534 --clear-groups"
+
+
+def test_webfs_tree_closed_to_other_users():
+    import shutil
+    import tempfile
+    from pathlib import Path
+    root = Path(tempfile.mkdtemp(prefix="webfs-allow-other-"))      # pytest's tmp is 0700
+    os.chmod(root, 0o755)
+    m = Mounted(root, options="allow_other")
+    try:
+        M = m.mnt
+        sh(f"mkdir -m 0755 {M}/pub; echo public > {M}/pub/page; chmod 0644 {M}/pub/page")
+        sh(f"mkdir -m 0700 {M}/private; echo 'the secret' > {M}/private/doc; chmod 0600 {M}/private/doc")
+        sig = os.getxattr(M / "private" / "doc", "user.webfs.signature").decode()
+        block = f"{M}/.webfs/blocks/{sig[:2]}/{sig[2:4]}/{sig[4:]}"
+        # the owner (root mounted it) sees the tree
+        assert sh(f"cat {block}").stdout == b"the secret\n"
+        assert sig[4:].encode() in sh(f"ls {M}/.webfs/blocks/{sig[:2]}/{sig[2:4]}").stdout
+        # another user reads what the modes allow, and nothing through .webfs
+        assert sh(f"{NOBODY} cat {M}/pub/page").stdout == b"public\n"
+        assert sh(f"{NOBODY} cat {M}/private/doc", check=False).returncode != 0
+        for cmd in (f"ls {M}/.webfs", f"ls {M}/.webfs/blocks", f"ls {M}/.webfs/blocks/{sig[:2]}",
+                    f"cat {block}", f"stat {block}", f"getfattr -d {block}",
+                    f"find {M}/.webfs -type f"):
+            proc = sh(f"{NOBODY} {cmd}", check=False)
+            assert proc.returncode != 0 and b"the secret" not in proc.stdout, (cmd, proc.stdout)
+        # ... also right after the owner's walk filled the kernel's caches
+        sh(f"cat {block} >/dev/null; ls -R {M}/.webfs >/dev/null")
+        proc = sh(f"{NOBODY} cat {block}", check=False)
+        assert proc.returncode != 0 and b"the secret" not in proc.stdout
+        assert alive(m)
+    finally:
+        m.umount()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_webfs_tree_checked_by_uid_not_only_modes(store):
+    """The handlers refuse another uid themselves (mode bits alone would not do
+    without default_permissions, or after a chmod-happy kernel cache)."""
+    import errno
+
+    import pyfuse3
+    import trio
+
+    from webfs.fs import CONTROL_DIR, Operations
+    from webfs.namespace import ROOT_INODE, Namespace
+
+    ns = Namespace(store)
+    ns.ensure_root()
+    ops = Operations(store, ns)
+
+    class Ctx:
+        uid, gid, pid, umask = 65534, 65534, 1, 0o22
+    owner = Ctx()
+    owner.uid = os.getuid()
+    attrs = trio.run(ops.lookup, ROOT_INODE, CONTROL_DIR, owner)
+    for call in (lambda: ops.lookup(ROOT_INODE, CONTROL_DIR, Ctx()),
+                 lambda: ops.getattr(attrs.st_ino, Ctx()),
+                 lambda: ops.opendir(attrs.st_ino, Ctx()),
+                 lambda: ops.open(attrs.st_ino, os.O_RDONLY, Ctx()),
+                 lambda: ops.getxattr(attrs.st_ino, b"user.x", Ctx()),
+                 lambda: ops.listxattr(attrs.st_ino, Ctx())):
+        with pytest.raises(pyfuse3.FUSEError) as info:
+            trio.run(call)
+        assert info.value.errno == errno.EACCES
+    assert attrs.st_mode & 0o077 == 0

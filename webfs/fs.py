@@ -293,6 +293,7 @@ class Operations(pyfuse3.Operations):
         self._last_open: dict[int, int] = {}             # directory -> position of its last opened file
         self.nursery: Optional[trio.Nursery] = None
         self._zero_sigs: dict[int, str] = {}
+        self.owner = (os.getuid(), os.getgid())     # who mounted: the only user of .webfs
         self.failures: list[str] = []       # files whose changes could not be stored, for umount
 
     # -- helpers -------------------------------------------------------------------
@@ -322,6 +323,13 @@ class Operations(pyfuse3.Operations):
         a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns = node.atime_ns, node.mtime_ns, node.ctime_ns
         return a
 
+    def _check_control_access(self, ctx) -> None:
+        """The .webfs tree shows every document whatever its file's mode: only the
+        user who mounted the archive (and root) may look into it, with or without
+        allow_other. Checked here by the caller's uid, not left to mode bits."""
+        if ctx is not None and ctx.uid not in (0, self.owner[0]):
+            raise FsError(errno.EACCES)
+
     def _check_writable(self, parent: int = 0, name: bytes = b"") -> None:
         if self.read_only:
             raise FsError(errno.EROFS)
@@ -335,6 +343,7 @@ class Operations(pyfuse3.Operations):
     @translate_errors
     async def lookup(self, parent_inode, name, ctx=None):
         if parent_inode >= VIRTUAL_BASE or (parent_inode == ROOT_INODE and name == CONTROL_DIR):
+            self._check_control_access(ctx)
             return self._virtual_attrs(self._virtual_lookup(parent_inode, name))
         if name == b".":
             return self._attrs(self.ns.get(parent_inode))
@@ -347,6 +356,7 @@ class Operations(pyfuse3.Operations):
     @translate_errors
     async def getattr(self, inode, ctx=None):
         if inode >= VIRTUAL_BASE:
+            self._check_control_access(ctx)
             return self._virtual_attrs(self._vnode(inode))
         return self._attrs(self.ns.get(inode))
 
@@ -480,6 +490,8 @@ class Operations(pyfuse3.Operations):
 
     @translate_errors
     async def opendir(self, inode, ctx):
+        if inode >= VIRTUAL_BASE:
+            self._check_control_access(ctx)
         if inode < VIRTUAL_BASE and not self.ns.get(inode).is_dir:
             raise FsError(errno.ENOTDIR)
         return inode
@@ -519,6 +531,7 @@ class Operations(pyfuse3.Operations):
     @translate_errors
     async def open(self, inode, flags, ctx):
         if inode >= VIRTUAL_BASE:
+            self._check_control_access(ctx)
             if flags & (os.O_WRONLY | os.O_RDWR):
                 raise FsError(errno.EROFS)
             self._vnode(inode)
@@ -860,6 +873,8 @@ class Operations(pyfuse3.Operations):
 
     @translate_errors
     async def getxattr(self, inode, name, ctx):
+        if inode >= VIRTUAL_BASE:
+            self._check_control_access(ctx)
         value = self._virtual_xattr(inode, name)
         if value is not None:
             return value
@@ -881,6 +896,7 @@ class Operations(pyfuse3.Operations):
     @translate_errors
     async def listxattr(self, inode, ctx):
         if inode >= VIRTUAL_BASE:
+            self._check_control_access(ctx)
             return []
         return self.ns.listxattr(inode)
 
@@ -971,14 +987,14 @@ class Operations(pyfuse3.Operations):
             row = self.store.catalog.block(node.key, node.overflow)
             if row is None:
                 raise FsError(errno.ENOENT)
-            a.st_mode = stat.S_IFREG | 0o444
+            a.st_mode = stat.S_IFREG | 0o400
             a.st_size = row.size
             a.st_nlink = 1
         else:
-            a.st_mode = stat.S_IFDIR | 0o555
+            a.st_mode = stat.S_IFDIR | 0o500
             a.st_nlink = 2
         root = self.ns.get(ROOT_INODE)
-        a.st_uid, a.st_gid = root.uid, root.gid
+        a.st_uid, a.st_gid = self.owner
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = root.ctime_ns
         a.st_blksize = 128 * 1024
         a.st_blocks = (a.st_size + 511) // 512
