@@ -206,3 +206,63 @@ def test_webfs_tree_checked_by_uid_not_only_modes(store):
             trio.run(call)
         assert info.value.errno == errno.EACCES
     assert attrs.st_mode & 0o077 == 0
+
+
+# -- item 7: a close that fails with ENOSPC keeps the old content and says so ------
+
+def test_enospc_at_close_keeps_old_content_and_umount_reports(tmp_path):
+    import errno
+
+    from conftest import tmpfs_disks
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with tmpfs_disks(tmp_path, 2, "40m") as disks:
+        webfs("mount", disks[0], mnt)
+        try:
+            (mnt / "old").write_bytes(b"v1\n")
+            big = os.urandom(60 << 20)              # more than both disks hold
+            for name in ("new", "old"):
+                f = open(mnt / name, "wb")
+                with pytest.raises(OSError) as exc:
+                    try:
+                        f.write(big)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    finally:
+                        f.close()
+                assert exc.value.errno == errno.ENOSPC, exc.value
+            # while mounted: what ls, stat and cat say is what is kept
+            assert sh(f"stat -c %s {mnt}/new {mnt}/old").stdout.split() == [b"0", b"3"]
+            assert (mnt / "new").read_bytes() == b""
+            assert (mnt / "old").read_bytes() == b"v1\n"
+            # a later small write still works, and stays
+            (mnt / "later").write_bytes(b"fits\n")
+        finally:
+            proc = webfs("umount", mnt, check=False)
+        assert proc.returncode != 0
+        said = proc.stderr.decode()
+        assert "/new" in said and "/old" in said and "ENOSPC" in said, said
+        assert not os.path.ismount(mnt)
+        webfs("mount", disks[0], mnt)
+        try:
+            assert sh(f"stat -c %s {mnt}/new {mnt}/old {mnt}/later").stdout.split() == [b"0", b"3", b"5"]
+            assert (mnt / "old").read_bytes() == b"v1\n"
+        finally:
+            proc = webfs("umount", mnt, check=False)
+        assert proc.returncode == 0, proc.stderr       # nothing failed in this mount
+
+
+def test_umount_reports_stale_parity(m):
+    """Parity flagged out of date while mounted is not silently left behind."""
+    import sqlite3
+    for i in range(6):
+        (m.mnt / f"f{i}").write_bytes(os.urandom(20000))
+    webfs("sync", m.mnt)
+    db = sqlite3.connect(m.disks[0] / "meta" / "catalog.db", timeout=30)
+    with db:
+        assert db.execute("UPDATE stripes SET state='dirty' WHERE rowid IN "
+                          "(SELECT rowid FROM stripes LIMIT 1)").rowcount == 1
+    db.close()
+    proc = webfs("umount", m.mnt, check=False)
+    assert proc.returncode != 0 and b"parity stripe(s) out of date" in proc.stderr, proc.stderr
+    assert not os.path.ismount(m.mnt)

@@ -112,6 +112,11 @@ def control_socket_path(archive_uuid: str) -> str:
     return os.path.join(base, f"{archive_uuid}.sock")
 
 
+def report_path(socket_path: str) -> str:
+    """Where the daemon leaves, as it exits, what it could not finish, for ``webfs umount``."""
+    return socket_path + ".report"
+
+
 def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
     """Mend what an unclean stop can leave: nameless inodes, reference counts
     that committed halfway, blocks written but never committed."""
@@ -196,6 +201,10 @@ class Daemon:
             def handle(self):
                 daemon.serve_request(self.rfile, self.wfile)
 
+        try:
+            os.unlink(report_path(self.socket_path))
+        except FileNotFoundError:
+            pass
         self.server = socketserver.ThreadingUnixStreamServer(self.socket_path, Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, name="control", daemon=True).start()
@@ -307,6 +316,10 @@ class Daemon:
                 log.exception("%s failed", fn.__name__)
 
     def close(self) -> None:
+        """Write everything out; what could not be (files whose changes were
+        dropped during the mount, a MANIFEST, parity left out of date) goes in
+        the report that ``webfs umount`` prints before it exits non-zero."""
+        problems = list(self.ops.failures) if self.ops is not None else []
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
@@ -316,11 +329,42 @@ class Daemon:
                 pass
         if self.store is not None:
             try:
-                self.checkpoint()
+                try:
+                    self.checkpoint()
+                except Exception as exc:
+                    log.exception("cannot write the MANIFEST at unmount")
+                    problems.append(f"cannot write the MANIFEST and JOURNAL: {exc}")
+                try:
+                    self.store.protection.flush()
+                except Exception as exc:
+                    log.exception("cannot write parity at unmount")
+                    problems.append(f"cannot write parity: {exc}")
+                stale = self.store.catalog.scalar("SELECT COUNT(*) FROM stripes WHERE state != 'ok'") or 0
+                if stale:
+                    problems.append(f"{stale} parity stripe(s) out of date (the blocks are intact; "
+                                    "run 'webfs scrub --repair' or 'webfs fsck --repair')")
                 self.store.catalog.set_meta("clean", "1")
                 self.store.commit()
+            except Exception as exc:
+                log.exception("unmount did not finish")
+                problems.append(f"unmount did not finish: {exc}")
+                raise
             finally:
-                self.store.close()
+                try:
+                    self.store.close()
+                finally:
+                    self._write_report(problems)
+
+    def _write_report(self, problems: list[str]) -> None:
+        if not self.socket_path:
+            return
+        path = report_path(self.socket_path)
+        try:
+            with open(path + ".tmp", "w") as f:
+                f.write("".join(line.replace("\n", " ") + "\n" for line in problems))
+            os.rename(path + ".tmp", path)
+        except OSError as exc:
+            log.error("cannot write the unmount report %s: %s", path, exc)
 
 
 def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = False) -> None:
@@ -403,6 +447,9 @@ def umount(mountpoint: str, timeout: float = 600.0) -> None:
         raise ArchiveError(f"{mountpoint}: not mounted")
     try:
         pid = int(os.getxattr(mnt, "user.webfs.pid"))
+        report = report_path(os.getxattr(mnt, CONTROL_XATTR).decode())
+        log_file = os.path.join(os.getxattr(mnt, "user.webfs.disks").decode().split("\n")[0],
+                                "meta", "webfs.log")
     except OSError:
         raise ArchiveError(f"{mountpoint}: not a webfs mount") from None
     proc = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
@@ -413,6 +460,16 @@ def umount(mountpoint: str, timeout: float = 600.0) -> None:
         if time.monotonic() > deadline:
             raise WebfsError(f"the daemon (pid {pid}) is still writing after {timeout:.0f} s")
         time.sleep(0.05)
+    try:
+        with open(report) as f:
+            problems = f.read().splitlines()
+        os.unlink(report)
+    except FileNotFoundError:
+        raise WebfsError(f"unmounted {mountpoint}, but the daemon (pid {pid}) ended without "
+                         f"saying it finished; see {log_file}, then 'webfs fsck'") from None
+    if problems:
+        raise WebfsError(f"unmounted {mountpoint}, but not everything was kept "
+                         f"(details in {log_file}):\n  " + "\n  ".join(problems))
 
 
 def _not_zombie(pid: int) -> bool:

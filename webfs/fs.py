@@ -711,10 +711,14 @@ class Operations(pyfuse3.Operations):
         try:
             await self._commit(of)
         except Exception as exc:
-            self._drop_changes(of, what, exc)
+            done = self._drop_changes(of, what, exc)
+            # Answer after the kernel has forgotten the file, so that the writer's
+            # next stat already sees what is kept; bounded, should it wait on us.
+            with trio.move_on_after(1.0):
+                await done.wait()
             raise
 
-    def _drop_changes(self, of: OpenFile, what: str, exc: BaseException) -> None:
+    def _drop_changes(self, of: OpenFile, what: str, exc: BaseException) -> trio.Event:
         if of.buffer is not None:
             of.buffer.close()
         of.buffer, of.dirty, of.error, of.pieces, of.dropped = None, False, 0, None, True
@@ -728,13 +732,15 @@ class Operations(pyfuse3.Operations):
         log.error("%s", line)
         if len(self.failures) < 1000:
             self.failures.append(line)
-        self._forget_kernel_copy(of.ino)
+        return self._forget_kernel_copy(of.ino)
 
-    def _forget_kernel_copy(self, ino: int) -> None:
+    def _forget_kernel_copy(self, ino: int) -> trio.Event:
         """Make the kernel drop its cached pages, attributes and names of a file
         (with the writeback cache it trusts its own size, so the inode must go)."""
+        done = trio.Event()
         if self.nursery is None:
-            return
+            done.set()
+            return done
         names = self.store.catalog.query("SELECT parent, name FROM dentries WHERE inode=?", (ino,))
 
         def work():
@@ -753,8 +759,11 @@ class Operations(pyfuse3.Operations):
                 await trio.to_thread.run_sync(work)
             except Exception:
                 log.exception("cannot invalidate the kernel's copy of inode %d", ino)
+            finally:
+                done.set()
         # Not inside the request: the kernel may hold the inode's lock until we answer.
         self.nursery.start_soon(task)
+        return done
 
     async def _close_file(self, of: OpenFile) -> None:
         of.handles -= 1
