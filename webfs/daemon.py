@@ -410,7 +410,23 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = Fal
         os._exit(status)
 
 
+def _return_big_buffers_to_the_system() -> None:
+    """Make glibc give every buffer of 1 MiB or more its own mapping, returned
+    to the system when freed. By default the threshold rises to the size of the
+    largest buffer freed (4 MiB pieces), after which pieces are carved from
+    per-thread heaps that keep their pages: writing and reading back one 1 GiB
+    file left the daemon at 366 MB resident instead of 187 MB."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        M_MMAP_THRESHOLD = -3
+        libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
+    except (OSError, AttributeError):
+        pass                    # not glibc: its allocator has its own ideas
+
+
 def _run(disk: str, mnt: str, opts: MountOptions, ready) -> None:
+    _return_big_buffers_to_the_system()
     daemon = Daemon(disk, mnt, opts)
     daemon.open()
     _log_to_disk(daemon.store)
