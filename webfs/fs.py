@@ -295,6 +295,7 @@ class Operations(pyfuse3.Operations):
         self._zero_sigs: dict[int, str] = {}
         self.owner = (os.getuid(), os.getgid())     # who mounted: the only user of .webfs
         self.failures: list[str] = []       # files whose changes could not be stored, for umount
+        self.generations: dict[int, int] = {}  # inode -> generation, bumped when the kernel must forget it
 
     # -- helpers -------------------------------------------------------------------
 
@@ -311,7 +312,7 @@ class Operations(pyfuse3.Operations):
     def _attrs(self, node: Inode) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
         a.st_ino = node.id
-        a.generation = 0
+        a.generation = self.generations.get(node.id, 0)
         a.entry_timeout = a.attr_timeout = ENTRY_TIMEOUT
         a.st_mode = node.mode
         a.st_nlink = node.nlink
@@ -623,7 +624,8 @@ class Operations(pyfuse3.Operations):
     @translate_errors
     async def write(self, fh, off, buf):
         of = self.open_files[self.handles[fh]]
-        self._check_size(off + len(buf))
+        if off + len(buf) > self.max_block * MAX_PIECES:
+            await self._write_failed(of, errno.EFBIG)
         async with of.lock:
             if of.error:
                 raise FsError(of.error)
@@ -631,11 +633,20 @@ class Operations(pyfuse3.Operations):
             try:
                 of.buffer.write(off, buf)
             except OSError as exc:      # the spill file's disk is full: this content is lost
-                of.error = exc.errno or errno.EIO
-                raise
+                await self._write_failed(of, exc.errno or errno.EIO)
             of.dirty = True
             of.mtime_ns = now_ns()
         return len(buf)
+
+    async def _write_failed(self, of: OpenFile, err: int) -> None:
+        """A write the file cannot keep. With the writeback cache the kernel took
+        it long ago (and grew its idea of the size), and when writeback fails it
+        does not send FLUSH: close fails, and the file's new content is dropped
+        at release. So the kernel forgets the file now, before that close."""
+        of.error = err
+        with trio.move_on_after(1.0):
+            await self._forget_kernel_copy(of.ino).wait()
+        raise FsError(err)
 
     async def _commit(self, of: OpenFile) -> None:
         """Store a dirty file's buffer as blocks and make them its content (lock held)."""
@@ -735,24 +746,34 @@ class Operations(pyfuse3.Operations):
         return self._forget_kernel_copy(of.ino)
 
     def _forget_kernel_copy(self, ino: int) -> trio.Event:
-        """Make the kernel drop its cached pages, attributes and names of a file
-        (with the writeback cache it trusts its own size, so the inode must go)."""
-        done = trio.Event()
+        """Make the kernel drop its names, cached pages and attributes of a file.
+        With the writeback cache it trusts its own idea of the size, so the inode
+        itself must go: with its names invalidated, the last close evicts it.
+        The event is set once the names are (the pages may wait on a writeback
+        that waits on our answer, so they come after, in the same thread)."""
+        names_done = trio.Event()
         if self.nursery is None:
-            done.set()
-            return done
+            names_done.set()
+            return names_done
         names = self.store.catalog.query("SELECT parent, name FROM dentries WHERE inode=?", (ino,))
+        token = trio.lowlevel.current_trio_token()
+        # A new generation: if the kernel still holds the old inode when it next
+        # looks the name up (a RELEASE in flight keeps it), it drops it as stale.
+        self.generations[ino] = self.generations.get(ino, 0) + 1
 
         def work():
+            try:
+                for parent, name in names:
+                    try:
+                        pyfuse3.invalidate_entry(parent, name)
+                    except OSError:
+                        pass
+            finally:
+                trio.from_thread.run_sync(names_done.set, trio_token=token)
             try:
                 pyfuse3.invalidate_inode(ino, attr_only=False)
             except OSError:
                 pass
-            for parent, name in names:
-                try:
-                    pyfuse3.invalidate_entry(parent, name)
-                except OSError:
-                    pass
 
         async def task():
             try:
@@ -760,10 +781,10 @@ class Operations(pyfuse3.Operations):
             except Exception:
                 log.exception("cannot invalidate the kernel's copy of inode %d", ino)
             finally:
-                done.set()
+                names_done.set()
         # Not inside the request: the kernel may hold the inode's lock until we answer.
         self.nursery.start_soon(task)
-        return done
+        return names_done
 
     async def _close_file(self, of: OpenFile) -> None:
         of.handles -= 1
