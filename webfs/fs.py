@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import sqlite3
 import stat
 import tempfile
 from collections import OrderedDict
@@ -220,6 +221,11 @@ def _errno_of(exc: BaseException) -> int:
     return errno.EIO
 
 
+def _brief(args) -> str:
+    """A request's arguments for the log: no megabyte of written data."""
+    return ", ".join(r if len(r) <= 80 else r[:77] + "..." for r in map(repr, args))
+
+
 def translate_errors(method):
     """Turn webfs errors into FUSEError at the edge, and anything unexpected into
     EIO and one log line with its traceback: the daemon never dies of a request."""
@@ -239,8 +245,14 @@ def translate_errors(method):
         except (WebfsError, OSError) as exc:
             log.error("%s failed: %s", method.__name__, exc)
             raise pyfuse3.FUSEError(_errno_of(exc)) from None
+        except sqlite3.OperationalError as exc:
+            if "full" not in str(exc):          # "database or disk is full": ENOSPC, no traceback
+                log.exception("%s(%s): catalog error, answered EIO", method.__name__, _brief(args[1:]))
+                raise pyfuse3.FUSEError(errno.EIO) from None
+            log.error("%s failed: the catalog's disk is full (%s)", method.__name__, exc)
+            raise pyfuse3.FUSEError(errno.ENOSPC) from None
         except Exception:
-            log.exception("%s%r: unexpected error, answered EIO", method.__name__, args[1:])
+            log.exception("%s(%s): unexpected error, answered EIO", method.__name__, _brief(args[1:]))
             raise pyfuse3.FUSEError(errno.EIO) from None
     wrapper.translated = True
     return wrapper
