@@ -236,6 +236,13 @@ def test_enospc_at_close_keeps_old_content_and_umount_reports(tmp_path):
                     finally:
                         f.close()
                 assert exc.value.errno == errno.ENOSPC, exc.value
+            # the same without fsync: close itself says ENOSPC
+            f = open(mnt / "closed", "wb")
+            f.write(big)
+            with pytest.raises(OSError) as exc:
+                f.close()
+            assert exc.value.errno == errno.ENOSPC, exc.value
+            assert os.stat(mnt / "closed").st_size == 0
             # while mounted: what ls, stat and cat say is what is kept
             assert sh(f"stat -c %s {mnt}/new {mnt}/old").stdout.split() == [b"0", b"3"]
             assert (mnt / "new").read_bytes() == b""
@@ -246,7 +253,7 @@ def test_enospc_at_close_keeps_old_content_and_umount_reports(tmp_path):
             proc = webfs("umount", mnt, check=False)
         assert proc.returncode != 0
         said = proc.stderr.decode()
-        assert "/new" in said and "/old" in said and "ENOSPC" in said, said
+        assert "/new" in said and "/old" in said and "/closed" in said and "ENOSPC" in said, said
         assert not os.path.ismount(mnt)
         webfs("mount", disks[0], mnt)
         try:
