@@ -243,6 +243,16 @@ def test_enospc_at_close_keeps_old_content_and_umount_reports(tmp_path):
                 f.close()
             assert exc.value.errno == errno.ENOSPC, exc.value
             assert os.stat(mnt / "closed").st_size == 0
+            # a child forked before the close closes the same descriptor first
+            # (close_fds): that close fails, and the writer's own close still says so
+            f = open(mnt / "forked", "wb")
+            f.write(big)
+            f.flush()
+            subprocess.run(["true"], check=True)
+            with pytest.raises(OSError) as exc:
+                f.close()
+            assert exc.value.errno == errno.ENOSPC, exc.value
+            assert os.stat(mnt / "forked").st_size == 0
             # while mounted: what ls, stat and cat say is what is kept
             assert sh(f"stat -c %s {mnt}/new {mnt}/old").stdout.split() == [b"0", b"3"]
             assert (mnt / "new").read_bytes() == b""

@@ -243,11 +243,25 @@ class Daemon:
             send({"error": f"internal error: {exc}"})
 
     async def flush_all(self) -> None:
-        """Store every open file's buffer, commit, write the MANIFEST."""
+        """Store every open file's buffer, commit, write the MANIFEST. A file that
+        cannot be stored now (a full disk) does not keep the others from it: it
+        stays open and dirty for its writer, and the sync fails naming it."""
+        failed = []
         for of in list(self.ops.open_files.values()):
             async with of.lock:
-                await self.ops._commit(of)
+                try:
+                    await self.ops._commit(of)
+                except Exception as exc:
+                    try:
+                        name = self.ns.path_of(of.ino).decode("utf-8", "replace")
+                    except WebfsError:
+                        name = f"inode {of.ino}"
+                    log.error("sync: cannot store %s: %s", name, exc)
+                    failed.append(f"{name} ({exc or type(exc).__name__})")
         await trio.to_thread.run_sync(self.checkpoint)
+        if failed:
+            raise WebfsError(f"synced, except {len(failed)} open file(s) that could not be stored: "
+                             + ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else ""))
 
     def _flush_parity(self) -> None:
         from .parity import WRITE_BEHIND

@@ -156,6 +156,7 @@ class OpenFile:
         self.pieces: Optional[list[BlockRow]] = None      # cached contents for readers
         self.error = 0               # errno of a write the buffer could not keep
         self.dropped = False         # changes were dropped (a store failed)
+        self.owed: dict[int, int] = {}   # handle -> errno of a drop it has not been told of
 
 
 PieceKey = tuple[str, int, int]          # (signature, overflow, size): what a piece is, not where
@@ -702,7 +703,7 @@ class Operations(pyfuse3.Operations):
             return
         of = self.open_files[self.handles[fh]]
         async with of.lock:
-            await self._commit_or_drop(of, "close")
+            await self._commit_or_drop(of, "close", fh)
 
     @translate_errors
     async def fsync(self, fh, datasync):
@@ -710,7 +711,7 @@ class Operations(pyfuse3.Operations):
             return
         of = self.open_files[self.handles[fh]]
         async with of.lock:
-            await self._commit_or_drop(of, "fsync")
+            await self._commit_or_drop(of, "fsync", fh)
         await self._thread(self.store.sync)
 
     @translate_errors
@@ -720,13 +721,13 @@ class Operations(pyfuse3.Operations):
         of = self.open_files[self.handles.pop(fh)]
         async with of.lock:
             try:
-                await self._commit_or_drop(of, "close")
+                await self._commit_or_drop(of, "close", fh)
             finally:
                 await self._close_file(of)
                 if of.dropped:
                     self._forget_kernel_copy(of.ino)   # again, now the kernel has let go of it
 
-    async def _commit_or_drop(self, of: OpenFile, what: str) -> None:
+    async def _commit_or_drop(self, of: OpenFile, what: str, fh: int) -> None:
         """Store an open file's changes; if that fails (ENOSPC, EIO), drop them all:
         the file keeps the content it had at its last successful store (none, if
         new), the caller's errno tells the writer, the kernel forgets what it
@@ -734,16 +735,26 @@ class Operations(pyfuse3.Operations):
         try:
             await self._commit(of)
         except Exception as exc:
-            done = self._drop_changes(of, what, exc)
+            done = self._drop_changes(of, what, exc, fh)
             # Answer after the kernel has forgotten the file, so that the writer's
             # next stat already sees what is kept; bounded, should it wait on us.
             with trio.move_on_after(1.0):
                 await done.wait()
             raise
+        # Changes dropped at an earlier close or fsync (perhaps a forked child's,
+        # through the same descriptor, or another descriptor's): say so once more.
+        err = of.owed.pop(fh, 0)
+        if err:
+            raise FsError(err)
 
-    def _drop_changes(self, of: OpenFile, what: str, exc: BaseException) -> trio.Event:
+    def _drop_changes(self, of: OpenFile, what: str, exc: BaseException, fh: int) -> trio.Event:
         if of.buffer is not None:
             of.buffer.close()
+        # Every descriptor open now hears of it at its next close or fsync, this
+        # one too: a forked child shares it, and its close flushes first.
+        for other, ino in self.handles.items():
+            if ino == of.ino:
+                of.owed[other] = _errno_of(exc)
         of.buffer, of.dirty, of.error, of.pieces, of.dropped = None, False, 0, None, True
         try:
             path = self.ns.path_of(of.ino).decode("utf-8", "replace")
