@@ -134,6 +134,11 @@ def recovery_summary(said: list[str], stripes: list, log_path: str, rewrote: boo
             + ("; MANIFEST rewritten" if rewrote else "") + f"; details in {log_path}")
 
 
+def report_path(socket_path: str) -> str:
+    """Where the daemon leaves, as it exits, what it could not finish, for ``webfs umount``."""
+    return socket_path + ".report"
+
+
 def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
     """Mend what an unclean stop can leave: nameless inodes, reference counts
     that committed halfway, blocks written but never committed."""
@@ -229,6 +234,10 @@ class Daemon:
             def handle(self):
                 daemon.serve_request(self.rfile, self.wfile)
 
+        try:
+            os.unlink(report_path(self.socket_path))
+        except FileNotFoundError:
+            pass
         self.server = socketserver.ThreadingUnixStreamServer(self.socket_path, Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, name="control", daemon=True).start()
@@ -267,11 +276,25 @@ class Daemon:
             send({"error": f"internal error: {exc}"})
 
     async def flush_all(self) -> None:
-        """Store every open file's buffer, commit, write the MANIFEST."""
+        """Store every open file's buffer, commit, write the MANIFEST. A file that
+        cannot be stored now (a full disk) does not keep the others from it: it
+        stays open and dirty for its writer, and the sync fails naming it."""
+        failed = []
         for of in list(self.ops.open_files.values()):
             async with of.lock:
-                await self.ops._commit(of)
+                try:
+                    await self.ops._commit(of)
+                except Exception as exc:
+                    try:
+                        name = self.ns.path_of(of.ino).decode("utf-8", "replace")
+                    except WebfsError:
+                        name = f"inode {of.ino}"
+                    log.error("sync: cannot store %s: %s", name, exc)
+                    failed.append(f"{name} ({exc or type(exc).__name__})")
         await trio.to_thread.run_sync(self.checkpoint)
+        if failed:
+            raise WebfsError(f"synced, except {len(failed)} open file(s) that could not be stored: "
+                             + ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else ""))
 
     def _flush_parity(self) -> None:
         from .parity import WRITE_BEHIND
@@ -337,8 +360,14 @@ class Daemon:
                 await trio.to_thread.run_sync(fn)
             except WebfsError as exc:
                 log.warning("%s failed: %s", fn.__name__, exc)
+            except Exception:       # a full disk, a bug: logged, and the mount goes on
+                log.exception("%s failed", fn.__name__)
 
     def close(self) -> None:
+        """Write everything out; what could not be (files whose changes were
+        dropped during the mount, a MANIFEST, parity left out of date) goes in
+        the report that ``webfs umount`` prints before it exits non-zero."""
+        problems = list(self.ops.failures) if self.ops is not None else []
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
@@ -348,11 +377,42 @@ class Daemon:
                 pass
         if self.store is not None:
             try:
-                self.checkpoint()
+                try:
+                    self.checkpoint()
+                except Exception as exc:
+                    log.exception("cannot write the MANIFEST at unmount")
+                    problems.append(f"cannot write the MANIFEST and JOURNAL: {exc}")
+                try:
+                    self.store.protection.flush()
+                except Exception as exc:
+                    log.exception("cannot write parity at unmount")
+                    problems.append(f"cannot write parity: {exc}")
+                stale = self.store.catalog.scalar("SELECT COUNT(*) FROM stripes WHERE state != 'ok'") or 0
+                if stale:
+                    problems.append(f"{stale} parity stripe(s) out of date (the blocks are intact; "
+                                    "run 'webfs scrub --repair' or 'webfs fsck --repair')")
                 self.store.catalog.set_meta("clean", "1")
                 self.store.commit()
+            except Exception as exc:
+                log.exception("unmount did not finish")
+                problems.append(f"unmount did not finish: {exc}")
+                raise
             finally:
-                self.store.close()
+                try:
+                    self.store.close()
+                finally:
+                    self._write_report(problems)
+
+    def _write_report(self, problems: list[str]) -> None:
+        if not self.socket_path:
+            return
+        path = report_path(self.socket_path)
+        try:
+            with open(path + ".tmp", "w") as f:
+                f.write("".join(line.replace("\n", " ") + "\n" for line in problems))
+            os.rename(path + ".tmp", path)
+        except OSError as exc:
+            log.error("cannot write the unmount report %s: %s", path, exc)
 
 
 def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = False) -> None:
@@ -398,7 +458,23 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = Fal
         os._exit(status)
 
 
+def _return_big_buffers_to_the_system() -> None:
+    """Make glibc give every buffer of 1 MiB or more its own mapping, returned
+    to the system when freed. By default the threshold rises to the size of the
+    largest buffer freed (4 MiB pieces), after which pieces are carved from
+    per-thread heaps that keep their pages: writing and reading back one 1 GiB
+    file left the daemon at 366 MB resident instead of 187 MB."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        M_MMAP_THRESHOLD = -3
+        libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
+    except (OSError, AttributeError):
+        pass                    # not glibc: its allocator has its own ideas
+
+
 def _run(disk: str, mnt: str, opts: MountOptions, ready) -> None:
+    _return_big_buffers_to_the_system()
     daemon = Daemon(disk, mnt, opts)
     daemon.open()
     try:
@@ -440,6 +516,9 @@ def umount(mountpoint: str, timeout: float = 600.0) -> None:
         raise ArchiveError(f"{mountpoint}: not mounted")
     try:
         pid = int(os.getxattr(mnt, "user.webfs.pid"))
+        report = report_path(os.getxattr(mnt, CONTROL_XATTR).decode())
+        log_file = os.path.join(os.getxattr(mnt, "user.webfs.disks").decode().split("\n")[0],
+                                "meta", "webfs.log")
     except OSError:
         raise ArchiveError(f"{mountpoint}: not a webfs mount") from None
     proc = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
@@ -450,6 +529,16 @@ def umount(mountpoint: str, timeout: float = 600.0) -> None:
         if time.monotonic() > deadline:
             raise WebfsError(f"the daemon (pid {pid}) is still writing after {timeout:.0f} s")
         time.sleep(0.05)
+    try:
+        with open(report) as f:
+            problems = f.read().splitlines()
+        os.unlink(report)
+    except FileNotFoundError:
+        raise WebfsError(f"unmounted {mountpoint}, but the daemon (pid {pid}) ended without "
+                         f"saying it finished; see {log_file}, then 'webfs fsck'") from None
+    if problems:
+        raise WebfsError(f"unmounted {mountpoint}, but not everything was kept "
+                         f"(details in {log_file}):\n  " + "\n  ".join(problems))
 
 
 def _not_zombie(pid: int) -> bool:

@@ -80,6 +80,10 @@ class Namespace:
         self.cat = catalog or store.catalog      # or a read-only snapshot of it
         self.journal = journal or (lambda *args, **kwargs: None)
         self._dir_paths: dict[int, bytes] = {}     # directory paths; renames clear it
+        # Inode numbers only grow while this namespace is open: SQLite would give
+        # a freed number to the next file, and the kernel may still hold the old
+        # inode (its attributes and page cache) under that number.
+        self._last_ino = 0
 
     # -- reading ---------------------------------------------------------------
 
@@ -187,10 +191,11 @@ class Namespace:
             t = now_ns()
             is_dir = stat.S_ISDIR(mode)
             size = len(target) if target is not None else 0
-            cur = self.cat.execute(
-                f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (NULL,?,?,?,?,?,?,?,?,?)",
-                (mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev))
-            ino = cur.lastrowid
+            ino = max(self._last_ino, self.cat.scalar("SELECT max(id) FROM inodes") or 0) + 1
+            self.cat.execute(
+                f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (ino, mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev))
+            self._last_ino = ino
             self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
                              (parent, name, ino))
             self._touch_dir(parent, 1 if is_dir else 0)
