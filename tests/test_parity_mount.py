@@ -72,9 +72,15 @@ def test_bit_rot_reads_right_and_scrub_repairs_it_online(tmp_path, corpus):
         rnd = random.Random(3)
         blocks = sorted(p for d in m.disks for p in (d / "blocks").rglob("*") if p.is_file())
         parities = sorted(p for d in m.disks for p in (d / "parity").rglob("*") if p.is_file())
-        for p in rnd.sample(blocks, 3):
+        damaged = rnd.sample(blocks, 3)
+        for p in damaged:
             _flip(p, rnd.randrange(512 + 10, p.stat().st_size))
-        _flip(parities[0], parities[0].stat().st_size - 1)
+        # Damage the parity of a stripe none of those blocks is in: two
+        # damaged members of one stripe are a real loss, not a repair.
+        sigs = {"".join(p.relative_to(p.parents[2]).parts).split("~")[0] for p in damaged}
+        parity = next(p for p in parities
+                      if not any(s.encode() in p.read_bytes()[:4096] for s in sigs))
+        _flip(parity, parity.stat().st_size - 1)
         sh("sync; echo 3 > /proc/sys/vm/drop_caches")
         sh(f"diff -r '{src}' '{m.mnt}/site'")                 # damage never reaches a reader
         proc = webfs("scrub", "--repair", m.mnt, check=False)

@@ -494,14 +494,24 @@ def unparity(tools, restricted_bin, *args, with_xxhash=False, expect=0):
     return proc
 
 
+REPORT = ".webfs-recover.report"      # webfs-recover's report, inside OUTDIR
+
+
+def report_of(out: Path) -> bytes:
+    return (out / REPORT).read_bytes()
+
+
 def tree(root: Path) -> dict:
-    """Every entry below root (root included): type, mode, mtime, content."""
+    """Every entry below root (root included): type, mode, mtime, content.
+    webfs-recover's report at the root is left out."""
     rb = os.fsencode(root)
     st = os.lstat(rb)
     out = {b"/": ("dir", stat.S_IMODE(st.st_mode), st.st_mtime_ns, None)}
     for dirpath, dirnames, filenames in os.walk(rb):
         for name in dirnames + filenames:
             p = os.path.join(dirpath, name)
+            if p == os.path.join(rb, os.fsencode(REPORT)):
+                continue
             st = os.lstat(p)
             rel = p[len(rb):]
             if stat.S_ISLNK(st.st_mode):
@@ -515,7 +525,7 @@ def tree(root: Path) -> dict:
 
 
 def assert_same_tree(orig: Path, got: Path, root_attrs=True) -> None:
-    proc = subprocess.run(["diff", "-r", "--no-dereference", str(orig), str(got)],
+    proc = subprocess.run(["diff", "-r", "--no-dereference", "-x", REPORT, str(orig), str(got)],
                           capture_output=True)
     assert proc.returncode == 0, proc.stdout.decode(errors="replace")[-3000:]
     a, b = tree(orig), tree(got)
@@ -576,7 +586,7 @@ def test_recover_everything(built, tools, restricted_bin, tmp_path, shell):
     out = tmp_path / "out"
     recover(tools, restricted_bin, tmp_path, *built.disks, out, shell=sh)
     assert_same_tree(built.orig, out)
-    report = (tmp_path / "out.report").read_bytes()
+    report = report_of(out)
     assert b"\nlost\t" not in report and b"0 lost" in report
     # what the journal deleted is not there, its blocks are gone
     assert not (out / "crawl-2024" / "to-delete.html").exists()
@@ -588,7 +598,8 @@ def test_recover_is_the_default_shell_and_needs_only_the_allowed_programs(
     out = tmp_path / "out"
     recover(tools, restricted_bin, tmp_path, *built.disks, out, "--report", tmp_path / "r.txt")
     assert_same_tree(built.orig, out)
-    assert (tmp_path / "r.txt").exists() and not (tmp_path / "out.report").exists()
+    assert (tmp_path / "r.txt").exists() and not (out / REPORT).exists()
+    assert not (tmp_path / "out.report").exists()
 
 
 @pytest.mark.parametrize("lost_disk", range(4))
@@ -600,7 +611,7 @@ def test_lose_one_disk_then_unparity_then_recover(built, tools, restricted_bin, 
     assert on_lost, "the lost disk should hold blocks"
     # without the parity: files are missing, and said so
     recover(tools, restricted_bin, tmp_path, *alive, tmp_path / "partial", expect=1)
-    report = (tmp_path / "partial.report").read_bytes()
+    report = report_of(tmp_path / "partial")
     assert b"\nlost\t" in report and b"missing on every disk" in report
     # rebuild the lost blocks from parity, with a Python that has no webfs (nor xxhash)
     rebuilt = tmp_path / "rebuilt"
@@ -697,7 +708,7 @@ def test_recover_reports_missing_and_damaged_blocks(built, tools, restricted_bin
     assert b"bad header" in lost[b"/crawl-2024/big-random.bin"]
     assert b"cannot decode" in lost[E + b"/.hidden"]
     assert len(lost) == 6, lost
-    report = (tmp_path / "out.report").read_bytes()
+    report = report_of(out)
     assert all(l in report for l in lines)
     for name in (b"index.html", b"logo.png", b".hidden"):
         assert not os.path.lexists(os.fsencode(out / "crawl-2024" / "example.org") + b"/" + name)
@@ -991,3 +1002,169 @@ def test_real_webfs_journal_replay(real, tools, restricted_bin, tmp_path):
     if dirs:
         pytest.xfail(f"the JOURNAL lacks the new mtimes of {len(dirs)} directories "
                      "(entries created, removed or renamed in them): " + repr(dirs[:3]))
+
+
+# ------------------------------------------------- hostile input (issue 11) --
+# Records on the disks are input from whoever could write the disks: a name
+# from a MANIFEST, JOURNAL or header must pass the rules a name made through
+# the mount passes, and no output may leave the directory the user named.
+
+HOSTILE_JOURNAL = [
+    b"+\t-\t0\t100644\t1.000000000\t/.",
+    b"+\t-\t0\t100644\t1.000000000\t/..",
+    b"+\t-\t0\t40755\t1.000000000\t/crawl-2024/..",
+    b"+\t-\t0\t100644\t1.000000000\t/crawl-2024/" + b"n" * 5000,
+    b"+\t-\t0\t100644\t1.000000000\t/crawl-2024/example.org/link-abs/child",
+    b"+\t-\t0\t40755\t1.000000000\t/crawl-2024/example.org/link-abs/dir",
+    b">\t/crawl-2024/example.org/logo.png\t/../../x",
+    b">\t/crawl-2024/example.org/logo.png\t/crawl-2024/../../y",
+    b">\t/crawl-2024/example.org/logo.png\t/crawl-2024/example.org/link-abs/z",
+    b"<>\t/crawl-2024/example.org/logo.png\t/..",
+    b"+\t-\t0\t100644\t1.000000000\t/nul\0name",
+    b"+\t-\t0\t100644\t1.000000000\t/bad\\qescape",
+    b"+\t-\t0\t100644\t1.000000000\trelative/x",
+    b"-\t/..",
+    b"+\t-\t0\t100644\t1.000000000\t/crawl-2024",
+]
+
+
+def add_hostile_journal(disks: list[Path], lines=HOSTILE_JOURNAL) -> int:
+    """Append lines to JOURNAL on every disk; returns the number of the first."""
+    first = None
+    for d in disks:
+        j = d / "meta" / "JOURNAL"
+        old = j.read_bytes()
+        first = old.count(b"\n") + 1
+        j.write_bytes(old + b"".join(l + b"\n" for l in lines))
+    return first
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_recover_ignores_hostile_journal_names(built, tools, restricted_bin, tmp_path, shell):
+    """'.', '..', 5,000-byte names, children of a symlink, renames out of the
+    tree, NUL bytes, bad escapes: each line is reported with its number and
+    skipped; the tree is exactly the original, nothing lands outside OUTDIR."""
+    assert os.path.islink(built.orig / "crawl-2024" / "example.org" / "link-abs")
+    first = add_hostile_journal(built.disks)
+    out = tmp_path / "w" / "out"
+    (tmp_path / "w").mkdir()
+    before = sorted(os.listdir(tmp_path))
+    sh = [shutil.which(shell)] + (["--posix"] if shell == "bash" else [])
+    proc = recover(tools, restricted_bin, tmp_path, *built.disks, out, shell=sh)
+    assert_same_tree(built.orig, out)
+    assert sorted(os.listdir(tmp_path)) == before          # nothing beside OUTDIR
+    assert sorted(os.listdir(tmp_path / "w")) == ["out"]
+    err = proc.stderr
+    for n in range(first, first + len(HOSTILE_JOURNAL)):
+        if HOSTILE_JOURNAL[n - first].startswith(b"+\t-\t0\t100644\t1.000000000\t/nul"):
+            continue            # NUL lines: reported as a whole (the shell cannot number them)
+        assert b"JOURNAL line %d " % n in err, (n, err.decode(errors="replace")[-3000:])
+    assert b"NUL bytes" in err
+    assert b"longer than 255 bytes" in err
+
+
+def test_recover_report_never_leaves_outdir(built, tools, restricted_bin, tmp_path):
+    """The report was OUTDIR.report, written through a symlink planted there."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious\n")
+    os.symlink(victim, tmp_path / "out.report")
+    out = tmp_path / "out"
+    recover(tools, restricted_bin, tmp_path, *built.disks, out)
+    assert victim.read_bytes() == b"precious\n"
+    assert b"0 lost" in report_of(out)
+    assert_same_tree(built.orig, out)
+    # --report names a file: it is made new, never through a symlink
+    os.symlink(victim, tmp_path / "r.txt")
+    recover(tools, restricted_bin, tmp_path, *built.disks, tmp_path / "out2",
+            "--report", tmp_path / "r.txt", expect=2)
+    assert victim.read_bytes() == b"precious\n"
+
+
+def test_recover_refuses_symlink_or_nonempty_outdir(built, tools, restricted_bin, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    os.symlink(target, tmp_path / "out")
+    proc = recover(tools, restricted_bin, tmp_path, *built.disks, tmp_path / "out", expect=2)
+    assert b"symlink" in proc.stderr
+    assert os.listdir(target) == []
+    os.symlink(tmp_path / "victim", target / "planted")
+    proc = recover(tools, restricted_bin, tmp_path, *built.disks, target, expect=2)
+    assert b"not empty" in proc.stderr and not (tmp_path / "victim").exists()
+
+
+def test_recover_root_file_named_like_the_report(tmp_path_factory, tools, restricted_bin,
+                                                  tmp_path):
+    """An archive that holds /.webfs-recover.report itself keeps it; the
+    report moves aside."""
+    ops = [("mkdir", b"/d", 0o755), ("write", b"/" + REPORT.encode(), b"mine\n", 0o644),
+           ("write", b"/d/f", b"x" * 100, 0o600), ("checkpoint",)]
+    b = build_archive(tmp_path_factory.mktemp("named"), ops)
+    out = tmp_path / "out"
+    recover(tools, restricted_bin, tmp_path, *b.disks, out)
+    assert (out / REPORT).read_bytes() == b"mine\n"
+    assert b"0 lost" in (out / (REPORT + ".1")).read_bytes()
+    assert (out / "d" / "f").read_bytes() == b"x" * 100
+
+
+def test_recover_hostile_name_hints(built, tools, restricted_bin, tmp_path):
+    """No MANIFEST: Name: hints that climb out ('..'), are relative, hold NUL or
+    name the report go to by-signature/; nothing lands outside OUTDIR."""
+    hints = ["/%2E%2E/%2E%2E/escaped", "../../escaped", "/a/%00/b", "/" + REPORT,
+             "/crawl-2024/" + "n" * 300]
+    for d in built.disks:
+        shutil.rmtree(d / "meta")
+    changed = 0
+    for d in built.disks:
+        for f in sorted((d / "blocks").rglob("*")):
+            if f.is_file() and changed < len(hints):
+                raw = bytearray(f.read_bytes())
+                head = bytes(raw[:512]).split(b"\n")
+                head = [l for l in head if not l.startswith(b"Name: ")]
+                text = b"\n".join(head[:-1]).rstrip(b" \n") + b"\nName: " + hints[changed].encode() + b"\n"
+                text = text[:511].ljust(511, b" ") + b"\n"
+                raw[:512] = text
+                f.write_bytes(bytes(raw))
+                changed += 1
+    assert changed == len(hints)
+    (tmp_path / "w").mkdir()
+    out = tmp_path / "w" / "out"
+    recover(tools, restricted_bin, tmp_path, *built.disks, out)
+    assert sorted(os.listdir(tmp_path / "w")) == ["out"]
+    assert not (tmp_path / "escaped").exists() and not (out / "escaped").exists()
+    assert not (out / "a").exists()
+    assert len(os.listdir(out / "by-signature")) >= len(hints)
+    assert b"0 lost" in report_of(out)
+
+
+def test_unparity_out_must_be_new_and_not_a_symlink(built, tools, restricted_bin, tmp_path):
+    lost = 1
+    shutil.rmtree(built.disks[lost])
+    alive = [d for i, d in enumerate(built.disks) if i != lost]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # --out holding a planted symlink 'blocks' -> elsewhere
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    os.symlink(elsewhere, planted / "blocks")
+    proc = unparity(tools, restricted_bin, "--out", planted, *alive, expect=2)
+    assert b"not empty" in proc.stderr
+    assert os.listdir(elsewhere) == []
+    # --out itself a symlink
+    os.symlink(elsewhere, tmp_path / "link")
+    proc = unparity(tools, restricted_bin, "--out", tmp_path / "link", *alive, expect=2)
+    assert b"symlink" in proc.stderr
+    assert os.listdir(elsewhere) == []
+    # a new directory works
+    unparity(tools, restricted_bin, "--out", tmp_path / "new", *alive)
+    assert any((tmp_path / "new" / "blocks").rglob("*"))
+    # a parity header whose member climbs out ('../..' as its signature) is refused
+    pfile = next(p for d in alive for p in sorted((d / "parity").rglob("*")) if p.is_file())
+    raw = pfile.read_bytes()
+    head = raw[:512].split(b"\n")
+    i = next(i for i, l in enumerate(head) if l.startswith(b"Member: "))
+    head[i] = b"Member: ../../../../escaped 0 1 1 identity 2026-01-01T00:00:00Z x"
+    text = b"\n".join(head)[:511].ljust(511, b" ") + b"\n"
+    pfile.write_bytes(text + raw[512:])
+    proc = unparity(tools, restricted_bin, "--out", tmp_path / "new2", *alive, expect=1)
+    assert b"bad signature in Member line" in proc.stderr
+    assert not any(p.name == "escaped" for p in tmp_path.rglob("escaped"))

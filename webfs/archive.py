@@ -14,7 +14,10 @@ import configparser
 import fcntl
 import io
 import logging
+import math
 import os
+import re
+import shlex
 import uuid as uuidmod
 from dataclasses import dataclass, field
 from typing import Optional
@@ -22,8 +25,8 @@ from typing import Optional
 from . import FORMAT_VERSION
 from .backends import open_backend
 from .block import utc_timestamp
-from .errors import ArchiveBusy, ArchiveError
-from .signature import DEFAULT_DEPTH, check_depth
+from .errors import ArchiveBusy, ArchiveError, ConfigError
+from .signature import DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 from .volume import CONF_FILE, DISK_ID_FILE, META, Volume
 
 log = logging.getLogger(__name__)
@@ -32,6 +35,99 @@ STORE_MODES = ("force-new", "regular", "compare")
 DEFAULT_LEVEL = 3          # zlib-ng gzip level: see README "Compression level"
 DEFAULT_MAX_BLOCK = 4 << 20
 LOCK_FILE = f"{META}/lock"
+MAX_GROUP_SIZE = 62        # stripes keep their disks as bits of a 64-bit integer
+MAX_DISK_INDEX = 62
+
+
+# -- webfs.conf: every key, its type and allowed values, in one place ----------
+
+@dataclass(frozen=True)
+class ConfKey:
+    """One key of webfs.conf: how to read it and what it may be."""
+    name: str
+    kind: str                       # int, float, choice, uuid, text
+    low: float = 0
+    high: float = 0
+    choices: tuple = ()
+    required: bool = False
+    default: object = None
+
+    def allowed(self) -> str:
+        """The allowed values, as error messages and webfs-format(5) say them."""
+        if self.kind == "int":
+            return f"a whole number from {self.low} to {self.high}"
+        if self.kind == "float":
+            return f"a number from {self.low:g} to {self.high:g}"
+        if self.kind == "choice":
+            return " or ".join(self.choices)
+        if self.kind == "uuid":
+            return "32 lowercase hex digits"
+        return "any text on one line"
+
+    def parse(self, text: str, where: str, section: str = "archive"):
+        """The value of ``key = text``, or ConfigError naming file, key, value and range."""
+        text = text.strip()
+        try:
+            if self.kind == "int":
+                value = int(text, 10)
+            elif self.kind == "float":
+                value = float(text)
+                if not math.isfinite(value):
+                    raise ValueError
+            else:
+                value = text
+        except ValueError:
+            raise self.error(text, where, section) from None
+        self.check(value, where, section)
+        return value
+
+    def check(self, value, where: str, section: str = "archive") -> None:
+        bad = False
+        if self.kind in ("int", "float"):
+            bad = isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not self.low <= value <= self.high
+        elif self.kind == "choice":
+            bad = value not in self.choices
+        elif self.kind == "uuid":
+            bad = not isinstance(value, str) or re.fullmatch(r"[0-9a-f]{32}", value) is None
+        elif self.kind == "text":
+            bad = not isinstance(value, str) or not value.isprintable()
+        if bad:
+            raise self.error(value, where, section)
+
+    def error(self, value, where: str, section: str) -> ConfigError:
+        sect = "" if section == "archive" else f"[{section}] "
+        return ConfigError(f"{where}: {sect}{self.name} = {_shown(value)} is not allowed; "
+                           f"allowed: {self.allowed()}")
+
+
+ARCHIVE_KEYS: dict[str, ConfKey] = {k.name: k for k in (
+    ConfKey("format", "int", FORMAT_VERSION, FORMAT_VERSION, required=True),
+    ConfKey("uuid", "uuid", required=True),
+    ConfKey("label", "text", default=""),
+    ConfKey("created", "text", default=""),
+    ConfKey("depth", "int", MIN_DEPTH, MAX_DEPTH, required=True),
+    ConfKey("group_size", "int", 1, MAX_GROUP_SIZE, required=True),
+    ConfKey("codec", "choice", choices=("gzip", "identity"), default="gzip"),
+    ConfKey("level", "int", 1, 9, default=DEFAULT_LEVEL),
+    ConfKey("store_mode", "choice", choices=STORE_MODES, default="compare"),
+    ConfKey("max_block", "int", 4096, 256 << 20, default=DEFAULT_MAX_BLOCK),
+    ConfKey("catalog", "int", 0, MAX_DISK_INDEX, default=0),
+    ConfKey("generation", "int", 0, 2**63 - 1, default=0),
+)}
+DISK_KEYS: dict[str, ConfKey] = {k.name: k for k in (
+    ConfKey("uuid", "uuid", required=True),
+    ConfKey("weight", "float", 0, 1e9, default=1.0),
+    ConfKey("path", "text", default=""),
+)}
+DISK_INDEX = ConfKey("disk N", "int", 0, MAX_DISK_INDEX)
+
+
+def _shown(value) -> str:
+    """A value as an error message shows it: printable, short."""
+    text = str(value)
+    shown = text if text.isprintable() and text == text.strip() and text else repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 @dataclass
@@ -80,33 +176,105 @@ class Config:
         cp.write(out)
         return out.getvalue()
 
+    def validate(self, where: str) -> "Config":
+        """Every value against ARCHIVE_KEYS and DISK_KEYS, and what ties them
+        together (the catalog disk is a listed disk); ConfigError if not."""
+        for key in ARCHIVE_KEYS.values():
+            if key.name != "format":
+                key.check(getattr(self, key.name), where)
+        if not self.disks:
+            raise ConfigError(f"{where}: lists no disks (no [disk N] section; cut short?); "
+                              + _copy_advice(where))
+        seen = set()
+        for d in self.disks:
+            DISK_INDEX.check(d.index, where, f"disk {d.index}")
+            for key in DISK_KEYS.values():
+                key.check(getattr(d, key.name), where, f"disk {d.index}")
+            if d.index in seen:
+                raise ConfigError(f"{where}: [disk {d.index}] is listed twice")
+            seen.add(d.index)
+        if self.catalog not in seen:
+            raise ConfigError(f"{where}: catalog = {self.catalog} is not allowed; allowed: the index of "
+                              f"a listed disk ({', '.join(map(str, sorted(seen)))})")
+        return self
+
     @classmethod
     def from_ini(cls, text: str, where: str) -> "Config":
+        """Parse webfs.conf; every value is checked (ARCHIVE_KEYS, DISK_KEYS)."""
+        if "\x00" in text or "\ufffd" in text or not all(c.isprintable() or c in "\t\r\n" for c in text):
+            raise ConfigError(f"{where}: not a webfs configuration (binary data); " + _copy_advice(where))
         cp = configparser.ConfigParser(interpolation=None)
         try:
             cp.read_string(text)
-            a = cp["archive"]
-            if int(a.get("format", "0")) != FORMAT_VERSION:
-                raise ArchiveError(f"{where}: format version {a.get('format')} is not "
-                                   f"{FORMAT_VERSION}; this webfs cannot read it")
-            conf = cls(uuid=a["uuid"], label=a.get("label", ""), depth=check_depth(a.getint("depth")),
-                       group_size=a.getint("group_size"), codec=a.get("codec", "gzip"),
-                       level=a.getint("level", DEFAULT_LEVEL),
-                       store_mode=a.get("store_mode", "compare"),
-                       max_block=a.getint("max_block", DEFAULT_MAX_BLOCK),
-                       created=a.get("created", ""), catalog=a.getint("catalog", 0),
-                       generation=a.getint("generation", 0))
-            for sect in cp.sections():
-                if sect.startswith("disk "):
-                    s = cp[sect]
-                    conf.disks.append(DiskInfo(int(sect.split()[1]), s["uuid"],
-                                               s.getfloat("weight", 1.0), s.get("path", "")))
-        except ArchiveError:
-            raise
-        except (configparser.Error, KeyError, ValueError) as exc:
-            raise ArchiveError(f"{where}: unreadable configuration: {exc}") from None
+        except configparser.Error as exc:
+            line = getattr(exc, "lineno", None) or (getattr(exc, "errors", None) or [(None,)])[0][0]
+            what = {configparser.MissingSectionHeaderError: "no [archive] header",
+                    configparser.ParsingError: "a line that is not 'key = value'",
+                    configparser.DuplicateSectionError: "a section given twice",
+                    configparser.DuplicateOptionError: "a key given twice"}.get(type(exc), "unreadable")
+            raise ConfigError(f"{where}: not a webfs configuration ({what}"
+                              + (f" at line {line}" if line else "") + "); " + _copy_advice(where)) from None
+        if not cp.has_section("archive"):
+            raise ConfigError(f"{where}: has no [archive] section; " + _copy_advice(where))
+        a = cp["archive"]
+        if "format" in a and a["format"].strip() != str(FORMAT_VERSION):
+            raise ConfigError(f"{where}: format version {_shown(a['format'])} is not "
+                              f"{FORMAT_VERSION}; this webfs cannot read it")
+        values = {}
+        for key in ARCHIVE_KEYS.values():
+            if key.name not in a:
+                if key.required:
+                    raise ConfigError(f"{where}: [archive] has no {key.name} (cut short?); "
+                                      + _copy_advice(where))
+                values[key.name] = key.default
+            else:
+                values[key.name] = key.parse(a[key.name], where)
+        del values["format"]
+        conf = cls(**values)
+        for sect in cp.sections():
+            if sect.startswith("disk"):
+                index = DISK_INDEX.parse(sect[4:], where, sect)
+                s = cp[sect]
+                fields = {}
+                for key in DISK_KEYS.values():
+                    if key.name not in s:
+                        if key.required:
+                            raise ConfigError(f"{where}: [{sect}] has no {key.name} (cut short?); "
+                                              + _copy_advice(where))
+                        fields[key.name] = key.default
+                    else:
+                        fields[key.name] = key.parse(s[key.name], where, sect)
+                conf.disks.append(DiskInfo(index, fields["uuid"], fields["weight"], fields["path"]))
         conf.disks.sort(key=lambda d: d.index)
-        return conf
+        return conf.validate(where)
+
+
+def _copy_advice(where: str) -> str:
+    """The next step for a damaged webfs.conf: every disk holds a copy."""
+    root = os.path.dirname(where)
+    try:
+        archive_uuid = read_disk_id(root).get("Archive")
+    except ArchiveError:
+        archive_uuid = None
+    parent = os.path.dirname(root)
+    try:
+        siblings = sorted(os.path.join(parent, n) for n in os.listdir(parent))
+    except OSError:
+        siblings = []
+    for other in siblings:
+        if other == root or not os.path.isfile(os.path.join(other, CONF_FILE)):
+            continue
+        try:
+            if archive_uuid and read_disk_id(other).get("Archive") != archive_uuid:
+                continue
+            with open(os.path.join(other, CONF_FILE), "rb") as f:
+                Config.from_ini(f.read().decode("utf-8", "replace"), os.path.join(other, CONF_FILE))
+        except (ArchiveError, OSError):
+            continue
+        return (f"every disk holds a copy: copy webfs.conf from another disk of the archive "
+                f"(cp {shlex.quote(os.path.join(other, CONF_FILE))} {shlex.quote(where)})")
+    return ("every disk holds a copy: copy webfs.conf from another disk of the archive, "
+            "or write it again as webfs-format(5) describes")
 
 
 def read_disk_id(root: str) -> dict[str, str]:
@@ -116,7 +284,9 @@ def read_disk_id(root: str) -> dict[str, str]:
         with open(path, "rb") as f:
             lines = f.read(4096).decode("ascii", "replace").splitlines()
     except FileNotFoundError:
-        raise ArchiveError(f"{root}: not a webfs disk (no {DISK_ID_FILE}; make one with 'webfs mkfs')") from None
+        advice = disk_id_advice(root)
+        raise ArchiveError(advice or f"{root}: not a webfs disk (no {DISK_ID_FILE}; "
+                           "make one with 'webfs mkfs')") from None
     except OSError as exc:
         raise ArchiveError(f"{root}: cannot read {DISK_ID_FILE}: {exc.strerror}") from None
     if not lines or lines[0].strip() != f"WEBFS-DISK {FORMAT_VERSION}":
@@ -129,6 +299,28 @@ def read_disk_id(root: str) -> dict[str, str]:
     return fields
 
 
+def disk_id_advice(root: str) -> Optional[str]:
+    """If ``root`` is a disk of an archive that lost only its WEBFS-DISK (its
+    webfs.conf names this directory), the one-line way to put it back; else None.
+    The catalog and blocks on such a disk are intact: rebuilding is not the cure."""
+    root = os.path.abspath(root)
+    if os.path.exists(os.path.join(root, DISK_ID_FILE)):
+        return None
+    try:
+        with open(os.path.join(root, CONF_FILE), "rb") as f:
+            conf = Config.from_ini(f.read().decode("utf-8", "replace"), os.path.join(root, CONF_FILE))
+    except (OSError, ArchiveError):
+        return None
+    disk = next((d for d in conf.disks if os.path.abspath(d.path) == root), None)
+    if disk is None:
+        return None
+    what = "its catalog and blocks are intact" if disk.index == conf.catalog else "its blocks are intact"
+    text = f"WEBFS-DISK {FORMAT_VERSION}\\nArchive: {conf.uuid}\\nDisk: {disk.uuid}\\nIndex: {disk.index}\\n"
+    return (f"{root}: {DISK_ID_FILE} is missing, but its webfs.conf names it disk {disk.index} of "
+            f"archive {conf.uuid} and {what}; put the file back (do not rebuild anything): "
+            f"printf '{text}' > {shlex.quote(os.path.join(root, DISK_ID_FILE))}")
+
+
 def disk_id_text(conf: Config, disk: DiskInfo) -> str:
     return (f"WEBFS-DISK {FORMAT_VERSION}\nArchive: {conf.uuid}\nDisk: {disk.uuid}\n"
             f"Index: {disk.index}\nLabel: {conf.label}\nCreated: {utc_timestamp()}\n")
@@ -138,19 +330,24 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
          label: str = "", codec: str = "gzip", level: int = DEFAULT_LEVEL,
          store_mode: str = "compare", max_block: int = DEFAULT_MAX_BLOCK,
          force: bool = False) -> Config:
-    """Make a new archive on empty directories (created if absent)."""
-    check_depth(depth)
+    """Make a new archive on empty directories (created if absent).
+
+    One disk gets group size 2 unless told otherwise: no parity while it is
+    alone, parity as soon as ``webfs add-disk`` gives it a second disk."""
     roots = [os.path.abspath(p) for p in paths]
     if not roots:
         raise ArchiveError("mkfs needs at least one disk")
     if len(set(roots)) != len(roots):
         raise ArchiveError("the same directory is named twice")
     n = len(roots)
-    g = min(n, 5) if group_size is None else group_size
-    if not (n == 1 and g == 1) and not 2 <= g <= n:
+    g = max(2, min(n, 5)) if group_size is None else group_size
+    if not (g == 1 or 2 <= g <= max(n, 2)):
         raise ArchiveError(f"--group-size must be between 2 and the number of disks ({n}), not {g}")
-    if store_mode not in STORE_MODES:
-        raise ArchiveError(f"store mode must be one of {', '.join(STORE_MODES)}")
+    conf = Config(uuid=uuidmod.uuid4().hex, label=label, depth=depth, group_size=g,
+                  codec=codec, level=level, store_mode=store_mode, max_block=max_block,
+                  created=utc_timestamp(),
+                  disks=[DiskInfo(i, uuidmod.uuid4().hex, 1.0, root) for i, root in enumerate(roots)])
+    conf.validate("mkfs")
     for root in roots:
         if os.path.exists(root) and not os.path.isdir(root):
             raise ArchiveError(f"{root}: exists and is not a directory")
@@ -159,10 +356,6 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
                     else "not empty")
             raise ArchiveError(f"{root}: {what}; refusing to make an archive here (use --force "
                                "to overwrite; what is there is left alone except webfs files)")
-    conf = Config(uuid=uuidmod.uuid4().hex, label=label, depth=depth, group_size=g,
-                  codec=codec, level=level, store_mode=store_mode, max_block=max_block,
-                  created=utc_timestamp(),
-                  disks=[DiskInfo(i, uuidmod.uuid4().hex, 1.0, root) for i, root in enumerate(roots)])
     for root in roots:
         if force:
             _clear_webfs_files(root)
@@ -172,7 +365,10 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
         be.write_atomic(DISK_ID_FILE, disk_id_text(conf, d).encode(), fsync=True)
         be.write_atomic(CONF_FILE, conf.to_ini().encode(), fsync=True)
     from .catalog import Catalog, catalog_path
-    Catalog(catalog_path(conf.disks[conf.catalog].path)).close()
+    cat = Catalog(catalog_path(conf.disks[conf.catalog].path))
+    cat.set_meta("max_block", str(conf.max_block))   # pieces are found by offset // max_block
+    cat.commit()
+    cat.close()
     return conf
 
 
@@ -210,7 +406,8 @@ class Archive:
             if found is not None and found != root:
                 try:
                     other = _read_conf(found)
-                except ArchiveError:
+                except ArchiveError as exc:
+                    log.warning("%s; using %s", exc, os.path.join(root, CONF_FILE))
                     continue
                 if other.generation > conf.generation:
                     conf = other
@@ -219,8 +416,10 @@ class Archive:
         for d in conf.disks:
             found = _find_disk(conf, d, root)
             if found is None:
-                missing[d.index] = f"not found at {d.path} nor beside {root}"
-                log.warning("disk %d (%s) is missing: %s", d.index, d.uuid, missing[d.index])
+                missing[d.index] = disk_id_advice(d.path) or f"not found at {d.path} nor beside {root}"
+                # Without the catalog's disk the caller stops and says why; else a warning.
+                (log.info if d.index == conf.catalog else log.warning)(
+                    "disk %d (%s) is missing: %s", d.index, d.uuid, missing[d.index])
                 continue
             d.path = found
             volumes[d.index] = Volume(open_backend(found, delays.get(d.index, 0.0)),

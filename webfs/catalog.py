@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from .errors import NoSpace
+from .errors import CatalogUnreadable, NoSpace
 
 SCHEMA_VERSION = 1
 CATALOG_FILE = "meta/catalog.db"
@@ -329,3 +329,42 @@ def _full_is_nospace() -> Iterator[None]:
 
 def catalog_path(disk_root: str) -> str:
     return os.path.join(disk_root, CATALOG_FILE)
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def check_catalog_file(path: str) -> None:
+    """Raise CatalogUnreadable, one line naming the file and the next step, unless
+    ``path`` is an SQLite database with webfs's tables. Reads only (the file, and
+    SQLite's read-only open); every command and the mount call it before using
+    the catalog, and fsck may call it before anything else."""
+    disk = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        raise CatalogUnreadable(_catalog_advice(path, disk, "missing")) from None
+    except OSError as exc:
+        raise CatalogUnreadable(f"{path}: cannot read the catalog: {exc.strerror}") from None
+    if not head:
+        raise CatalogUnreadable(_catalog_advice(path, disk, "empty: 0 bytes"))
+    if head != SQLITE_MAGIC:
+        raise CatalogUnreadable(_catalog_advice(path, disk, "not an SQLite database: overwritten or damaged"))
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not {"meta", "blocks", "inodes", "dentries"} <= names:
+                raise CatalogUnreadable(_catalog_advice(path, disk, "an SQLite database without webfs's tables"))
+            db.execute("SELECT value FROM meta WHERE key='schema'").fetchall()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        raise CatalogUnreadable(_catalog_advice(path, disk, f"damaged: {exc}")) from None
+
+
+def _catalog_advice(path: str, disk: str, why: str) -> str:
+    return (f"{path}: the catalog is {why}; put back a copy if you have one, else move it aside "
+            f"and run 'webfs fsck --rebuild-catalog {disk}' (names, sizes, modes and mtimes come back "
+            "from the disks; owners, xattrs and hard links do not)")

@@ -20,7 +20,7 @@ from . import daemon, fsck as fsckmod
 from .admin import human
 from . import rebuild as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
 from . import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (register their operations)
-from .errors import WebfsError
+from .errors import CatalogUnreadable, WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 from .store import Store, key_of
 
@@ -72,6 +72,11 @@ def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
                         codec=codec, level=level, store_mode=store_mode, force=force)
     click.echo(f"made archive {conf.uuid} on {len(conf.disks)} disk(s), depth {conf.depth}, "
                f"parity group size {conf.group_size}")
+    if len(conf.disks) == 1:
+        click.echo(f"webfs: warning: one disk, so no parity: losing {conf.disks[0].path} loses the "
+                   "archive; to add parity later, 'webfs add-disk NEWDIR DISK' then "
+                   "'webfs scrub --repair DISK'" + ("" if conf.group_size > 1 else
+                                                     " (and group_size = 2 in webfs.conf)"), err=True)
 
 
 def open_store(disk: str, holder: str) -> Store:
@@ -208,31 +213,60 @@ def protection_lines(st: dict) -> list[str]:
 def fsck(repair, rebuild, disk):
     """Check an unmounted archive: headers, signatures, references, orphans, parity.
 
-    Exit status: 0 clean, 1 problems found and all repaired, 4 problems
-    left, 8 the check could not run.
+    Without --repair nothing on the disks is written (as e2fsck -n): the
+    catalog is checked in a private copy, and what --repair would mend is
+    said. Exit status: 0 clean, 1 problems found and all repaired, 4
+    problems left, 8 the check could not run.
     """
-    if rebuild:
-        from .archive import Archive
-        from .recover import rebuild_catalog
-        archive = Archive.open(disk)
-        archive.lock("webfs fsck --rebuild-catalog")
-        try:
-            with progress_bar(None, "reading headers") as bar:
-                for line in rebuild_catalog(archive, progress=bar.update):
-                    click.echo(line)
-        finally:
-            archive.unlock()
-    store = open_store(disk, "fsck")
+    import sqlite3
+    skipped: list = []
     try:
-        with progress_bar(None, "checking") as bar:
-            report = fsckmod.check(store, repair=repair, progress=bar.update)
-    finally:
-        store.close()
+        if rebuild:
+            from .archive import Archive
+            from .recover import rebuild_catalog
+            archive = Archive.open(disk)
+            archive.lock("webfs fsck --rebuild-catalog")
+            try:
+                with progress_bar(None, "reading headers") as bar:
+                    for line in rebuild_catalog(archive, progress=bar.update, problems=skipped):
+                        click.echo(line)
+            finally:
+                archive.unlock()
+        store = open_store(disk, "fsck") if repair or rebuild else fsckmod.open_readonly(disk)
+        try:
+            with progress_bar(None, "checking") as bar:
+                report = fsckmod.check(store, repair=repair, progress=bar.update)
+        finally:
+            store.close()
+    except CatalogUnreadable as exc:        # found by the check at open (--repair)
+        click.echo(f"webfs fsck: {exc}", err=True)
+        sys.exit(fsckmod.EXIT_FAILED)
+    except sqlite3.DatabaseError as exc:    # found in the private copy (read-only check)
+        if type(exc) is not sqlite3.DatabaseError:
+            raise           # an integrity or operational error is not a damaged file
+        from .archive import Archive
+        from .catalog import CATALOG_FILE, catalog_path
+        try:
+            archive = Archive.open(disk)
+            where = catalog_path(archive.volumes[archive.conf.catalog].root)
+        except (WebfsError, KeyError, OSError):
+            where = f"{CATALOG_FILE} of the archive of {disk}"
+        click.echo(f"webfs fsck: {where}: not a usable catalog ({exc}); keep a copy of it, then "
+                   f"'webfs fsck --rebuild-catalog {disk}' rebuilds it from the disks", err=True)
+        sys.exit(fsckmod.EXIT_FAILED)
+    for where, what in skipped:
+        report.add("record", where, what, fixable=False)
     for f in report.findings:
         click.echo(str(f))
     left = sum(not f.repaired for f in report.findings)
+    degraded = sum(report.degraded.values())
     click.echo(f"{report.blocks_checked} block files checked, {len(report.findings)} problem(s), "
-               f"{len(report.findings) - left} repaired, {left} left")
+               f"{len(report.findings) - left} repaired, {left} left"
+               + (f"; {degraded} block(s) degraded (read back through parity), none of them lost"
+                  if degraded else "")
+               + ("; read-only check: nothing was written" if not repair and not rebuild else ""))
+    if left and not repair:
+        click.echo(f"'webfs fsck --repair {disk}' mends what can be mended")
     sys.exit(report.exit_code)
 
 

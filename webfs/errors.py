@@ -13,6 +13,14 @@ class ArchiveError(WebfsError):
     """The disks do not form a usable archive (missing, foreign, mislabelled)."""
 
 
+class ConfigError(ArchiveError):
+    """webfs.conf (or a value given to mkfs) is unreadable or out of range."""
+
+
+class CatalogUnreadable(ArchiveError):
+    """meta/catalog.db is not an SQLite database webfs can use."""
+
+
 class ArchiveBusy(WebfsError):
     """Another process (a mount, a long admin command) holds the archive."""
 

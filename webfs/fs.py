@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import sqlite3
 import stat
 import tempfile
 from collections import OrderedDict
@@ -40,6 +41,7 @@ XATTR_PREFIX = b"user.webfs."
 READ_THREADS_PER_DISK = 4      # reads in flight per disk
 READ_AHEAD_FILES = 8            # files of a directory read in order are fetched this far ahead
 READ_AHEAD_BYTES = 1 << 20      # ... when they are no larger than this
+MAX_PIECES = 1 << 18            # the largest file: 262,144 pieces (1 TiB at max_block 4 MiB); EFBIG beyond
 
 
 class FileBuffer:
@@ -101,6 +103,8 @@ class FileBuffer:
         return os.pread(self.fd, size, off)
 
     def truncate(self, size: int) -> None:
+        if self.mem is not None and size > self.bound:
+            self._spill()                       # a spill file stays sparse; memory would not
         if self.mem is not None:
             if size < len(self.mem):
                 del self.mem[size:]
@@ -111,6 +115,18 @@ class FileBuffer:
         if size != self.size:
             self._hashed = -1
         self.size = size
+
+    def is_hole(self, off: int, size: int) -> bool:
+        """True if [off, off+size) was never written since the spill (reads as zeros
+        without being stored anywhere): a sparse file's holes stay holes."""
+        if self.fd is None:
+            return False
+        try:
+            return os.lseek(self.fd, off, os.SEEK_DATA) >= off + size
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:        # no data at or after off
+                return True
+            return False
 
     def _spill(self) -> None:
         os.makedirs(self.spill_dir, exist_ok=True)
@@ -138,32 +154,55 @@ class OpenFile:
         self.dirty = False
         self.mtime_ns = 0            # of the last write, or as set by utimens since
         self.pieces: Optional[list[BlockRow]] = None      # cached contents for readers
+        self.error = 0               # errno of a write the buffer could not keep
+        self.dropped = False         # changes were dropped (a store failed)
+        self.owed: dict[int, int] = {}   # handle -> errno of a drop it has not been told of
+
+
+PieceKey = tuple[str, int, int]          # (signature, overflow, size): what a piece is, not where
+
+
+def piece_key(row: BlockRow) -> PieceKey:
+    return (row.sig, row.overflow, row.size)
 
 
 class PieceCache:
-    """Decoded pieces by block id, least recently used out, bounded in bytes;
-    concurrent readers of one piece share one fetch."""
+    """Decoded pieces by what they are (signature, overflow number, size), never
+    by catalog row id (SQLite reuses those); least recently used out, bounded
+    in bytes; concurrent readers of one piece share one fetch. Every hit is
+    checked against the row the caller expects, so a stale entry can only miss."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.used = 0
-        self.items: OrderedDict[int, bytes] = OrderedDict()
-        self.inflight: dict[int, trio.Event] = {}
+        self.items: OrderedDict[PieceKey, bytes] = OrderedDict()
+        self.inflight: dict[PieceKey, trio.Event] = {}
 
-    def get(self, block_id: int) -> Optional[bytes]:
-        data = self.items.get(block_id)
-        if data is not None:
-            self.items.move_to_end(block_id)
+    def get(self, row: BlockRow) -> Optional[bytes]:
+        key = piece_key(row)
+        data = self.items.get(key)
+        if data is None:
+            return None
+        if len(data) != row.size:           # cannot happen by construction; never serve it
+            self.used -= len(self.items.pop(key))
+            return None
+        self.items.move_to_end(key)
         return data
 
-    def put(self, block_id: int, data: bytes) -> None:
-        if block_id in self.items or len(data) > self.limit:
+    def put(self, row: BlockRow, data: bytes) -> None:
+        key = piece_key(row)
+        if key in self.items or len(data) > self.limit or len(data) != row.size:
             return
-        self.items[block_id] = data
+        self.items[key] = data
         self.used += len(data)
         while self.used > self.limit:
             _, old = self.items.popitem(last=False)
             self.used -= len(old)
+
+    def wanted(self, row: BlockRow) -> bool:
+        """Neither cached nor being fetched (for read-ahead and prefetch)."""
+        key = piece_key(row)
+        return key not in self.items and key not in self.inflight
 
 
 class VirtualNode:
@@ -183,8 +222,14 @@ def _errno_of(exc: BaseException) -> int:
     return errno.EIO
 
 
+def _brief(args) -> str:
+    """A request's arguments for the log: no megabyte of written data."""
+    return ", ".join(r if len(r) <= 80 else r[:77] + "..." for r in map(repr, args))
+
+
 def translate_errors(method):
-    """Turn webfs errors into FUSEError at the edge (and log the unexpected)."""
+    """Turn webfs errors into FUSEError at the edge, and anything unexpected into
+    EIO and one log line with its traceback: the daemon never dies of a request."""
     import functools
 
     @functools.wraps(method)
@@ -201,6 +246,30 @@ def translate_errors(method):
         except (WebfsError, OSError) as exc:
             log.error("%s failed: %s", method.__name__, exc)
             raise pyfuse3.FUSEError(_errno_of(exc)) from None
+        except sqlite3.OperationalError as exc:
+            if "full" not in str(exc):          # "database or disk is full": ENOSPC, no traceback
+                log.exception("%s(%s): catalog error, answered EIO", method.__name__, _brief(args[1:]))
+                raise pyfuse3.FUSEError(errno.EIO) from None
+            log.error("%s failed: the catalog's disk is full (%s)", method.__name__, exc)
+            raise pyfuse3.FUSEError(errno.ENOSPC) from None
+        except Exception:
+            log.exception("%s(%s): unexpected error, answered EIO", method.__name__, _brief(args[1:]))
+            raise pyfuse3.FUSEError(errno.EIO) from None
+    wrapper.translated = True
+    return wrapper
+
+
+def _log_errors(method):
+    """For the requests that get no reply (forget, releasedir): log and go on."""
+    import functools
+
+    @functools.wraps(method)
+    async def wrapper(*args, **kwargs):
+        try:
+            return await method(*args, **kwargs)
+        except Exception:
+            log.exception("%s: unexpected error, ignored", method.__name__)
+    wrapper.translated = True
     return wrapper
 
 
@@ -240,6 +309,10 @@ class Operations(pyfuse3.Operations):
         self.root_xattrs: dict[bytes, bytes] = {}
         self._last_open: dict[int, int] = {}             # directory -> position of its last opened file
         self.nursery: Optional[trio.Nursery] = None
+        self._zero_sigs: dict[int, str] = {}
+        self.owner = (os.getuid(), os.getgid())     # who mounted: the only user of .webfs
+        self.failures: list[str] = []       # files whose changes could not be stored, for umount
+        self.generations: dict[int, int] = {}  # inode -> generation, bumped when the kernel must forget it
 
     # -- helpers -------------------------------------------------------------------
 
@@ -256,7 +329,7 @@ class Operations(pyfuse3.Operations):
     def _attrs(self, node: Inode) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
         a.st_ino = node.id
-        a.generation = 0
+        a.generation = self.generations.get(node.id, 0)
         a.entry_timeout = a.attr_timeout = ENTRY_TIMEOUT
         a.st_mode = node.mode
         a.st_nlink = node.nlink
@@ -274,6 +347,13 @@ class Operations(pyfuse3.Operations):
         self.lookups[node.id] = self.lookups.get(node.id, 0) + 1
         return a
 
+    def _check_control_access(self, ctx) -> None:
+        """The .webfs tree shows every document whatever its file's mode: only the
+        user who mounted the archive (and root) may look into it, with or without
+        allow_other. Checked here by the caller's uid, not left to mode bits."""
+        if ctx is not None and ctx.uid not in (0, self.owner[0]):
+            raise FsError(errno.EACCES)
+
     def _check_writable(self, parent: int = 0, name: bytes = b"") -> None:
         if self.read_only:
             raise FsError(errno.EROFS)
@@ -287,6 +367,7 @@ class Operations(pyfuse3.Operations):
     @translate_errors
     async def lookup(self, parent_inode, name, ctx=None):
         if parent_inode >= VIRTUAL_BASE or (parent_inode == ROOT_INODE and name == CONTROL_DIR):
+            self._check_control_access(ctx)
             return self._virtual_attrs(self._virtual_lookup(parent_inode, name))
         if name == b".":
             return self._entry(self.ns.get(parent_inode))
@@ -299,6 +380,7 @@ class Operations(pyfuse3.Operations):
     @translate_errors
     async def getattr(self, inode, ctx=None):
         if inode >= VIRTUAL_BASE:
+            self._check_control_access(ctx)
             return self._virtual_attrs(self._vnode(inode))
         return self._attrs(self.ns.get(inode))
 
@@ -337,6 +419,7 @@ class Operations(pyfuse3.Operations):
         return self._attrs(node)
 
     async def _truncate(self, ino: int, size: int) -> None:
+        self._check_size(size)
         node = self.ns.get(ino)
         if not stat.S_ISREG(node.mode):
             raise FsError(errno.EINVAL)
@@ -428,6 +511,8 @@ class Operations(pyfuse3.Operations):
 
     @translate_errors
     async def opendir(self, inode, ctx):
+        if inode >= VIRTUAL_BASE:
+            self._check_control_access(ctx)
         if inode < VIRTUAL_BASE and not self.ns.get(inode).is_dir:
             raise FsError(errno.ENOTDIR)
         return inode
@@ -468,6 +553,7 @@ class Operations(pyfuse3.Operations):
     @translate_errors
     async def open(self, inode, flags, ctx):
         if inode >= VIRTUAL_BASE:
+            self._check_control_access(ctx)
             if flags & (os.O_WRONLY | os.O_RDWR):
                 raise FsError(errno.EROFS)
             self._vnode(inode)
@@ -515,7 +601,7 @@ class Operations(pyfuse3.Operations):
                 "JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? AND b.size<=? "
                 "ORDER BY d.rowid LIMIT ?", (parent, pos, READ_AHEAD_BYTES, READ_AHEAD_FILES)):
             row = BlockRow(*r)
-            if self.cache.get(row.id) is None and row.id not in self.cache.inflight:
+            if self.cache.wanted(row):
                 self.nursery.start_soon(self._quiet_piece, row)
 
     @translate_errors
@@ -533,40 +619,89 @@ class Operations(pyfuse3.Operations):
             return
         buf = FileBuffer(self.spill_dir, self.buffer_bound, self.max_block)
         off = 0
-        for row in self.ns.contents(of.ino):
-            buf.write(off, await self._piece(row))
-            off += row.size
+        try:
+            for row in self.ns.contents(of.ino):
+                if row.sig != self._zero_sig(row.size):     # zeros stay a hole
+                    buf.write(off, await self._piece(row))
+                off += row.size
+            buf.truncate(off)
+        except BaseException:
+            buf.close()
+            raise
         of.buffer = buf
+
+    def _zero_sig(self, size: int) -> str:
+        sig = self._zero_sigs.get(size)
+        if sig is None:
+            if len(self._zero_sigs) > 16:
+                self._zero_sigs.clear()
+            sig = self._zero_sigs[size] = self.store.signature_fn(bytes(size))
+        return sig
+
+    def _check_size(self, size: int) -> None:
+        if size > self.max_block * MAX_PIECES:
+            raise FsError(errno.EFBIG)
 
     @translate_errors
     async def write(self, fh, off, buf):
         of = self.open_files[self.handles[fh]]
+        if off + len(buf) > self.max_block * MAX_PIECES:
+            await self._write_failed(of, errno.EFBIG)
         async with of.lock:
+            if of.error:
+                raise FsError(of.error)
             await self._load(of)
-            of.buffer.write(off, buf)
+            try:
+                of.buffer.write(off, buf)
+            except OSError as exc:      # the spill file's disk is full: this content is lost
+                await self._write_failed(of, exc.errno or errno.EIO)
             of.dirty = True
             of.mtime_ns = now_ns()
         return len(buf)
 
+    async def _write_failed(self, of: OpenFile, err: int) -> None:
+        """A write the file cannot keep. With the writeback cache the kernel took
+        it long ago (and grew its idea of the size), and when writeback fails it
+        does not send FLUSH: close fails, and the file's new content is dropped
+        at release. So the kernel forgets the file now, before that close."""
+        of.error = err
+        with trio.move_on_after(1.0):
+            await self._forget_kernel_copy(of.ino).wait()
+        raise FsError(err)
+
     async def _commit(self, of: OpenFile) -> None:
         """Store a dirty file's buffer as blocks and make them its content (lock held)."""
+        if of.error:
+            raise FsError(of.error)
         if not of.dirty or of.buffer is None:
             return
         buf = of.buffer
         size = buf.size
         path = self.ns.path_of(of.ino)
         rows: list[BlockRow] = []
+        holes: dict[int, BlockRow] = {}     # piece length -> the zeros block (a sparse file's holes)
         try:
             for i, start in enumerate(range(0, size, self.max_block)):
+                length = min(self.max_block, size - start)
+                if length in holes and buf.is_hole(start, length):
+                    rows.append(await self._thread(self.store.add_ref, holes[length]))
+                    continue
                 data = buf.read(start, self.max_block)
-                rows.append(await self._thread(self.store.store, data, name=path,
-                                               mode=self.store_mode, sig=buf.piece_sig(i)))
+                row = await self._thread(self.store.store, data, name=path,
+                                         mode=self.store_mode, sig=buf.piece_sig(i))
+                if buf.is_hole(start, length):
+                    holes[length] = row
+                rows.append(row)
+                del data
             self.ns.set_contents(of.ino, rows, size, of.mtime_ns or now_ns())
-            self.store.commit()         # a WAL commit without fsync: cheaper than a thread hop
         except BaseException:
             for row in rows:
-                self.store.release(row)
+                try:
+                    self.store.release(row)
+                except WebfsError as exc:
+                    log.warning("%s: cannot give back block %s: %s", path, row.block_name, exc)
             raise
+        self.store.commit()     # a WAL commit without fsync; a failure rolls all of it back
         of.dirty = False
         of.pieces = None
 
@@ -576,7 +711,7 @@ class Operations(pyfuse3.Operations):
             return
         of = self.open_files[self.handles[fh]]
         async with of.lock:
-            await self._commit(of)
+            await self._commit_or_drop(of, "close", fh)
 
     @translate_errors
     async def fsync(self, fh, datasync):
@@ -584,7 +719,7 @@ class Operations(pyfuse3.Operations):
             return
         of = self.open_files[self.handles[fh]]
         async with of.lock:
-            await self._commit(of)
+            await self._commit_or_drop(of, "fsync", fh)
         await self._thread(self.store.sync)
 
     @translate_errors
@@ -594,9 +729,93 @@ class Operations(pyfuse3.Operations):
         of = self.open_files[self.handles.pop(fh)]
         async with of.lock:
             try:
-                await self._commit(of)
+                await self._commit_or_drop(of, "close", fh)
             finally:
                 await self._close_file(of)
+                if of.dropped:
+                    self._forget_kernel_copy(of.ino)   # again, now the kernel has let go of it
+
+    async def _commit_or_drop(self, of: OpenFile, what: str, fh: int) -> None:
+        """Store an open file's changes; if that fails (ENOSPC, EIO), drop them all:
+        the file keeps the content it had at its last successful store (none, if
+        new), the caller's errno tells the writer, the kernel forgets what it
+        cached of the file, and ``webfs umount`` reports it."""
+        try:
+            await self._commit(of)
+        except Exception as exc:
+            done = self._drop_changes(of, what, exc, fh)
+            # Answer after the kernel has forgotten the file, so that the writer's
+            # next stat already sees what is kept; bounded, should it wait on us.
+            with trio.move_on_after(1.0):
+                await done.wait()
+            raise
+        # Changes dropped at an earlier close or fsync (perhaps a forked child's,
+        # through the same descriptor, or another descriptor's): say so once more.
+        err = of.owed.pop(fh, 0)
+        if err:
+            raise FsError(err)
+
+    def _drop_changes(self, of: OpenFile, what: str, exc: BaseException, fh: int) -> trio.Event:
+        if of.buffer is not None:
+            of.buffer.close()
+        # Every descriptor open now hears of it at its next close or fsync, this
+        # one too: a forked child shares it, and its close flushes first.
+        for other, ino in self.handles.items():
+            if ino == of.ino:
+                of.owed[other] = _errno_of(exc)
+        of.buffer, of.dirty, of.error, of.pieces, of.dropped = None, False, 0, None, True
+        try:
+            path = self.ns.path_of(of.ino).decode("utf-8", "replace")
+            size = self.ns.get(of.ino).size
+        except WebfsError:
+            path, size = f"inode {of.ino}", 0
+        err = errno.errorcode.get(_errno_of(exc), "EIO")
+        line = f"{path}: {what} failed ({err}: {exc}); its new content was dropped, it keeps {size} bytes"
+        log.error("%s", line)
+        if len(self.failures) < 1000:
+            self.failures.append(line)
+        return self._forget_kernel_copy(of.ino)
+
+    def _forget_kernel_copy(self, ino: int) -> trio.Event:
+        """Make the kernel drop its names, cached pages and attributes of a file.
+        With the writeback cache it trusts its own idea of the size, so the inode
+        itself must go: with its names invalidated, the last close evicts it.
+        The event is set once the names are (the pages may wait on a writeback
+        that waits on our answer, so they come after, in the same thread)."""
+        names_done = trio.Event()
+        if self.nursery is None:
+            names_done.set()
+            return names_done
+        names = self.store.catalog.query("SELECT parent, name FROM dentries WHERE inode=?", (ino,))
+        token = trio.lowlevel.current_trio_token()
+        # A new generation: if the kernel still holds the old inode when it next
+        # looks the name up (a RELEASE in flight keeps it), it drops it as stale.
+        self.generations[ino] = self.generations.get(ino, 0) + 1
+
+        def work():
+            try:
+                for parent, name in names:
+                    try:
+                        pyfuse3.invalidate_entry(parent, name)
+                    except OSError:
+                        pass
+            finally:
+                trio.from_thread.run_sync(names_done.set, trio_token=token)
+            try:
+                pyfuse3.invalidate_inode(ino, attr_only=False)
+            except OSError:
+                pass
+
+        async def task():
+            try:
+                await trio.to_thread.run_sync(work)
+            except Exception:
+                log.exception("cannot invalidate the kernel's copy of inode %d", ino)
+            finally:
+                names_done.set()
+        # Not inside the request: the kernel may hold the inode's lock until we answer.
+        self.nursery.start_soon(task)
+        return names_done
 
     async def _close_file(self, of: OpenFile) -> None:
         of.handles -= 1
@@ -616,25 +835,27 @@ class Operations(pyfuse3.Operations):
     # -- reading ------------------------------------------------------------------
 
     async def _piece(self, row: BlockRow) -> bytes:
-        data = self.cache.get(row.id)
+        data = self.cache.get(row)
         if data is not None:
             return data
-        event = self.cache.inflight.get(row.id)
+        key = piece_key(row)
+        event = self.cache.inflight.get(key)
         if event is not None:
             await event.wait()
-            data = self.cache.get(row.id)
+            data = self.cache.get(row)
             if data is not None:
                 return data
-        event = self.cache.inflight[row.id] = trio.Event()
+        event = self.cache.inflight[key] = trio.Event()
         try:
+            # store.read checks the bytes against row.sig: what goes in the cache is that piece.
             data = await self._thread(self.store.read, row, limiter=self._disk_limiter(row.disk))
-            self.cache.put(row.id, data)
+            self.cache.put(row, data)
             return data
         finally:
             # Two readers that waited for an uncached piece (larger than the
             # cache, or evicted) each fetch it; only the owner's entry goes.
-            if self.cache.inflight.get(row.id) is event:
-                del self.cache.inflight[row.id]
+            if self.cache.inflight.get(key) is event:
+                del self.cache.inflight[key]
             event.set()
 
     @translate_errors
@@ -651,6 +872,19 @@ class Operations(pyfuse3.Operations):
         if of.pieces is None:
             of.pieces = self.ns.contents(of.ino)
         pieces = of.pieces
+        try:
+            return await self._read_pieces(pieces, off, size)
+        except WebfsError:
+            # The file was stored anew while this read waited (its old blocks
+            # may be gone): read it again as it is now, once.
+            if of.pieces is pieces and pieces == self.ns.contents(of.ino):
+                raise
+            if of.buffer is not None:
+                return of.buffer.read(off, size)
+            of.pieces = self.ns.contents(of.ino)
+            return await self._read_pieces(of.pieces, off, size)
+
+    async def _read_pieces(self, pieces: list[BlockRow], off: int, size: int) -> bytes:
         out = []
         first = off // self.max_block
         for index in range(first, len(pieces)):
@@ -668,7 +902,7 @@ class Operations(pyfuse3.Operations):
         if self.nursery is None:
             return
         for row in pieces[index:index + ahead]:
-            if self.cache.get(row.id) is None and row.id not in self.cache.inflight:
+            if self.cache.wanted(row):
                 self.nursery.start_soon(self._quiet_piece, row)
 
     async def _quiet_piece(self, row: BlockRow) -> None:
@@ -676,6 +910,8 @@ class Operations(pyfuse3.Operations):
             await self._piece(row)
         except WebfsError:
             pass            # the reader that needs it will see the error
+        except Exception:
+            log.exception("fetching block %s ahead failed", row.block_name)
 
     # -- xattrs ---------------------------------------------------------------------
 
@@ -698,6 +934,8 @@ class Operations(pyfuse3.Operations):
 
     @translate_errors
     async def getxattr(self, inode, name, ctx):
+        if inode >= VIRTUAL_BASE:
+            self._check_control_access(ctx)
         value = self._virtual_xattr(inode, name)
         if value is not None:
             return value
@@ -719,6 +957,7 @@ class Operations(pyfuse3.Operations):
     @translate_errors
     async def listxattr(self, inode, ctx):
         if inode >= VIRTUAL_BASE:
+            self._check_control_access(ctx)
             return []
         return self.ns.listxattr(inode)
 
@@ -827,14 +1066,14 @@ class Operations(pyfuse3.Operations):
             row = self.store.catalog.block(node.key, node.overflow)
             if row is None:
                 raise FsError(errno.ENOENT)
-            a.st_mode = stat.S_IFREG | 0o444
+            a.st_mode = stat.S_IFREG | 0o400
             a.st_size = row.size
             a.st_nlink = 1
         else:
-            a.st_mode = stat.S_IFDIR | 0o555
+            a.st_mode = stat.S_IFDIR | 0o500
             a.st_nlink = 2
         root = self.ns.get(ROOT_INODE)
-        a.st_uid, a.st_gid = root.uid, root.gid
+        a.st_uid, a.st_gid = self.owner
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = root.ctime_ns
         a.st_blksize = 128 * 1024
         a.st_blocks = (a.st_size + 511) // 512
@@ -860,3 +1099,19 @@ class Operations(pyfuse3.Operations):
         for i, (name, child) in enumerate(children[start_id:], start_id + 1):
             if not pyfuse3.readdir_reply(token, name, self._virtual_attrs(child), i):
                 return
+
+
+def _guard_every_handler() -> None:
+    """Every request handler pyfuse3 may call goes through translate_errors (or,
+    for the ones without a reply, _log_errors), whether or not it was decorated."""
+    no_reply = {"forget", "releasedir"}
+    for name, base in vars(pyfuse3.Operations).items():
+        mine = vars(Operations).get(name)
+        if name.startswith("_") or not callable(base) or mine is None:
+            continue
+        if getattr(mine, "translated", False):
+            continue
+        setattr(Operations, name, (_log_errors if name in no_reply else translate_errors)(mine))
+
+
+_guard_every_handler()

@@ -12,20 +12,33 @@ stripes left dirty by an interrupted update, and orphan parity files. With
 another disk, parity brought up to date; damaged blocks through the store's
 protection) and says what it could not.
 
+Without ``repair`` nothing on the disks is written, as ``e2fsck -n``:
+``open_readonly`` takes the archive lock without writing the lock file,
+checks a private copy of the catalog (its database and write-ahead log,
+so what a killed process committed is seen but never checkpointed into the
+original), does not reconcile stripes an interrupted process left behind
+(it reports them), and every finding says what ``--repair`` would do.
+
 Exit codes follow e2fsck: 0 clean, 1 problems found and all repaired,
 4 problems left, 8 could not check.
 """
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
+import shutil
+import sqlite3
+import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from . import codecs
 from .backends.local import TMP_SUFFIX
+from .archive import LOCK_FILE, Archive
 from .block import BlockHeader
-from .catalog import BlockRow
-from .errors import CorruptBlock, WebfsError
+from .catalog import BlockRow, Catalog, catalog_path
+from .errors import ArchiveBusy, ArchiveError, CorruptBlock, WebfsError
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -39,9 +52,12 @@ class Finding:
     where: str
     what: str
     repaired: bool = False
+    dry_run: bool = False           # found by a read-only check: --repair would try
 
     def __str__(self) -> str:
-        mark = "repaired" if self.repaired else "NOT repaired"
+        mark = ("repaired" if self.repaired else
+                "NOT repaired: read-only check, --repair would mend it" if self.dry_run else
+                "NOT repaired")
         return f"{self.kind}: {self.where}: {self.what} [{mark}]"
 
 
@@ -49,9 +65,14 @@ class Finding:
 class Report:
     findings: list[Finding] = field(default_factory=list)
     blocks_checked: int = 0
+    read_only: bool = False
+    degraded: dict[int, int] = field(default_factory=dict)     # missing disk -> blocks read through parity
+    damaged: set[tuple[str, int, int]] = field(default_factory=set)   # (sig, overflow, disk) reported corrupt
 
-    def add(self, kind: str, where: str, what: str, repaired: bool = False) -> Finding:
-        f = Finding(kind, where, what, repaired)
+    def add(self, kind: str, where: str, what: str, repaired: bool = False,
+            fixable: bool = True) -> Finding:
+        """A problem; ``fixable``: one --repair would mend (said so in a read-only check)."""
+        f = Finding(kind, where, what, repaired, self.read_only and fixable and not repaired)
         self.findings.append(f)
         log.info("%s", f)
         return f
@@ -63,23 +84,136 @@ class Report:
         return EXIT_REPAIRED if all(f.repaired for f in self.findings) else EXIT_LEFT
 
 
+class ReadOnlyStore(Store):
+    """A Store over a private copy of the catalog, for a check that writes nothing."""
+
+    copy_dir = ""
+
+    def close(self) -> None:
+        try:
+            self.protection.close()         # its intent log is in the copy's directory
+            self.catalog.close()
+        finally:
+            self.archive.unlock()
+            shutil.rmtree(self.copy_dir, ignore_errors=True)
+
+
+def _lock_without_writing(archive: Archive, holder: str) -> None:
+    """Hold the archive lock of every present disk, as Archive.lock does, but
+    open the lock files read-only and leave their text (who holds it) alone.
+    A disk without a lock file has never been held: nothing to take there."""
+    fds = []
+    try:
+        for vol in archive.volumes.values():
+            path = os.path.join(vol.root, LOCK_FILE)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                continue
+            fds.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                who = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+                raise ArchiveBusy(f"the archive is in use ({who}); "
+                                  "give its mount point instead, or unmount it first") from None
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    archive._lock_fds = fds
+    archive._holder = holder
+
+
+def open_readonly(disk: str, holder: str = "webfs fsck") -> Store:
+    """Open the archive of ``disk`` for a check that writes nothing to any disk."""
+    from .parity import INTENT_FILE, Parity
+    archive = Archive.open(disk)
+    _lock_without_writing(archive, holder)
+    copy_dir = ""
+    try:
+        primary = archive.volumes.get(archive.conf.catalog)
+        if primary is None or not os.path.exists(catalog_path(primary.root)):
+            raise ArchiveError(
+                f"disk {archive.conf.catalog}, which holds the catalog, is missing or has lost it; "
+                f"'webfs fsck --rebuild-catalog {disk}' rebuilds it from the other disks")
+        original = catalog_path(primary.root)
+        copy_dir = tempfile.mkdtemp(prefix="webfs-fsck-")
+        copy = os.path.join(copy_dir, os.path.basename(original))
+        # The database and its write-ahead log, as they are: a killed process's
+        # commits are in the log, and opening the original would fold them in.
+        for suffix in ("", "-wal"):
+            if os.path.exists(original + suffix):
+                shutil.copyfile(original + suffix, copy + suffix)
+        intents = os.path.join(primary.root, INTENT_FILE)
+        if os.path.exists(intents):
+            shutil.copyfile(intents, os.path.join(copy_dir, os.path.basename(INTENT_FILE)))
+        catalog = Catalog(copy)
+        parity = Parity(archive, catalog, recover=False)
+        store = ReadOnlyStore(archive, catalog, protection=parity)
+        store.copy_dir = copy_dir
+        store.catalog_file = original
+        return store
+    except BaseException:
+        archive.unlock()
+        if copy_dir:
+            shutil.rmtree(copy_dir, ignore_errors=True)
+        raise
+
+
 def check(store: Store, repair: bool = False,
           progress: Optional[Callable[[int], None]] = None) -> Report:
     from .scrub import check_parity     # scrub builds on this module's Report
-    report = Report()
+    report = Report(read_only=not repair)
     store.protection.flush()
     check_parity(store, report, repair)
     seen = _check_files(store, repair, report, progress)
     _check_rows(store, repair, report, seen)
+    for disk, why in sorted(store.archive.missing.items()):
+        n = report.degraded.get(disk, 0)
+        report.add("missing-disk", f"disk {disk}",
+                   f"{why}; {n} block(s) on it read back through parity (degraded, not lost) "
+                   f"until 'webfs rebuild --disk {disk} --to NEWDIR'", fixable=False)
     if repair:
+        _prune_last_scrub(store)
         store.commit()
     return report
+
+
+def _prune_last_scrub(store: Store) -> None:
+    """Blocks the last scrub left damaged that read back good now (this repair
+    mended them) are taken off the list status shows."""
+    from .parity import Member, Parity
+    import json
+    text = store.catalog.get_meta("last_scrub")
+    if not text or not isinstance(store.protection, Parity):
+        return
+    last = json.loads(text)
+    keep = []
+    for where in last.get("damaged", []):
+        parts = where.split()            # "block SIG[~N] on disk D"
+        row = None
+        if len(parts) == 5 and parts[0] == "block":
+            sig, _, n = parts[1].partition("~")
+            row = store.catalog.block(sig, int(n or 0))
+        try:
+            if row is not None and row.disk in store.archive.volumes:
+                store.protection.read_member(Member.of(row), verify=True)
+                continue
+        except (OSError, WebfsError):
+            pass
+        keep.append(where)
+    if keep != last.get("damaged", []):
+        last["left"] = max(0, last.get("left", 0) - (len(last["damaged"]) - len(keep)))
+        last["damaged"] = keep
+        store.catalog.set_meta("last_scrub", json.dumps(last))
 
 
 def _check_files(store: Store, repair: bool, report: Report,
                  progress: Optional[Callable[[int], None]]) -> dict[tuple[str, int], list[int]]:
     """Read every block file; return (sig, overflow) -> disks holding a good copy."""
     seen: dict[tuple[str, int], list[int]] = {}
+    damaged = report.damaged
     for disk, vol in sorted(store.archive.volumes.items()):
         for rel in list(vol.stray_files()):
             where = f"disk {disk}: {rel}"
@@ -97,6 +231,11 @@ def _check_files(store: Store, repair: bool, report: Report,
             row = store.catalog.block(sig, overflow)
             try:
                 header, payload = vol.read_block(sig, overflow)
+                if row is not None and (header.size, header.stored, header.codec) != \
+                        (row.size, row.stored, row.codec):
+                    raise CorruptBlock(f"header says Size {header.size}, Stored {header.stored}, "
+                                       f"Codec {header.codec}; the catalog {row.size}, {row.stored}, "
+                                       f"{row.codec}")
                 data = codecs.get(header.codec).decode(payload)
                 if len(data) != header.size or store.signature_fn(data) != sig:
                     raise CorruptBlock("content does not match its signature")
@@ -105,6 +244,8 @@ def _check_files(store: Store, repair: bool, report: Report,
                 report.add("corrupt", where, str(exc).removeprefix(where + ": "), fixed)
                 if fixed:
                     seen.setdefault((sig, overflow), []).append(disk)
+                else:
+                    damaged.add((sig, overflow, disk))
                 continue
             seen.setdefault((sig, overflow), []).append(disk)
             if row is None:
@@ -119,6 +260,18 @@ def _check_files(store: Store, repair: bool, report: Report,
                     vol.set_refs(sig, overflow, row.refs)
                 report.add("refs", where, f"header says Refs {header.refs}, catalog {row.refs}", repair)
     return seen
+
+
+def _readable_through_parity(store: Store, row: BlockRow) -> Optional[str]:
+    """None if the block's stripe rebuilds it (checked against its signature), else why not."""
+    try:
+        payload = store.protection.reconstruct(row)
+        data = codecs.get(row.codec).decode(payload)
+    except (OSError, WebfsError) as exc:
+        return f"its stripe cannot rebuild it ({exc})"
+    if len(data) != row.size or store.signature_fn(data) != row.sig:
+        return "what its stripe gives does not match its signature"
+    return None
 
 
 def _rewrite_from_redundancy(store: Store, row: BlockRow) -> bool:
@@ -139,6 +292,7 @@ def restore_block(store: Store, row: BlockRow) -> None:
         raise CorruptBlock(f"block {row.block_name}: what its stripe gives does not match its signature")
     header = BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created, row.name)
     store.archive.volumes[row.disk].write_block(header, payload, row.overflow, fsync=store.fsync)
+    store.forget_damage(row)
 
 
 def _check_rows(store: Store, repair: bool, report: Report,
@@ -155,7 +309,15 @@ def _check_rows(store: Store, repair: bool, report: Report,
                 report.add("misplaced", where, f"catalog says disk {row.disk}, found on disk {holders[0]}", repair)
                 row.disk = holders[0]
             elif row.disk in store.archive.missing:
-                report.add("unavailable", where, f"on missing disk {row.disk}", False)
+                # Degraded, not lost, if its stripe gives it back: counted, not a finding
+                # each (the missing disk is one finding); lost if not.
+                why = _readable_through_parity(store, row)
+                if why is None:
+                    report.degraded[row.disk] = report.degraded.get(row.disk, 0) + 1
+                else:
+                    report.add("lost", where, f"on missing disk {row.disk}, and {why}", fixable=False)
+            elif (row.sig, row.overflow, row.disk) in report.damaged:
+                pass            # its file is there but damaged: reported once, as corrupt
             else:
                 fixed = repair and _rewrite_from_redundancy(store, row)
                 report.add("missing", where, f"not on disk {row.disk}", fixed)

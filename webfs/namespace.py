@@ -49,11 +49,28 @@ def now_ns() -> int:
     return time.time_ns()
 
 
-def check_name(name: bytes) -> None:
+def name_problem(name: bytes) -> Optional[str]:
+    """Why ``name`` cannot be one entry of a directory, or None if it can.
+    The one rule for every name, whether it comes through FUSE or from a
+    plain-text record on the disks (MANIFEST, JOURNAL: ``webfs.recover``)."""
     if len(name) > NAME_MAX:
-        raise FsError(errno.ENAMETOOLONG, f"name longer than {NAME_MAX} bytes")
-    if not name or b"/" in name or b"\0" in name or name in (b".", b".."):
-        raise FsError(errno.EINVAL, f"invalid name {name!r}")
+        return f"name longer than {NAME_MAX} bytes"
+    if not name:
+        return "empty name"
+    if name in (b".", b".."):
+        return f"name {name.decode()!r} is reserved"
+    if b"/" in name:
+        return "name holds '/'"
+    if b"\0" in name:
+        return "name holds a NUL byte"
+    return None
+
+
+def check_name(name: bytes) -> None:
+    why = name_problem(name)
+    if why is not None:
+        raise FsError(errno.ENAMETOOLONG if len(name) > NAME_MAX else errno.EINVAL,
+                      why if len(name) > NAME_MAX else f"invalid name {name[:80]!r}: {why}")
 
 
 class Namespace:
@@ -66,6 +83,10 @@ class Namespace:
         self.journal = journal or (lambda *args, **kwargs: None)
         self._dir_paths: dict[int, bytes] = {}     # directory paths; renames clear it
         self._deferred = threading.local()
+        # Inode numbers only grow while this namespace is open: SQLite would give
+        # a freed number to the next file, and the kernel may still hold the old
+        # inode (its attributes and page cache) under that number.
+        self._last_ino = 0
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -196,10 +217,11 @@ class Namespace:
             t = now_ns()
             is_dir = stat.S_ISDIR(mode)
             size = len(target) if target is not None else 0
-            cur = self.cat.execute(
-                f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (NULL,?,?,?,?,?,?,?,?,?)",
-                (mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev))
-            ino = cur.lastrowid
+            ino = max(self._last_ino, self.cat.scalar("SELECT max(id) FROM inodes") or 0) + 1
+            self.cat.execute(
+                f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (ino, mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev))
+            self._last_ino = ino
             self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
                              (parent, name, ino))
             self._touch_dir(parent, 1 if is_dir else 0)

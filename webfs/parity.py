@@ -51,7 +51,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
-from . import codecs
+from . import codecs, testkill
 from . import signature as sigmod
 from .archive import Archive
 from .block import HEADER_SIZE
@@ -483,7 +483,9 @@ class Parity(Protection):
                     continue
                 vol, header, payload = entry[:3]
                 try:
+                    testkill.point("parity-before-write")
                     self._write_parity(vol, header, payload)
+                    testkill.point("parity-after-write")
                 except OSError as exc:
                     log.warning("stripe %s: cannot write its parity on disk %d (%s); marked dirty",
                                 stripe_id, vol.index, exc)
@@ -644,8 +646,12 @@ class Parity(Protection):
                     vol.backend.remove_leftovers(vol.parity_path(stripe_id))
                 done = self._reconcile_or_mark(stripe_id)
                 if done:
-                    log.warning("stripe %s: %s (an interrupted update)", stripe_id, done)
+                    # One line per stripe is for the log; the caller sums them up.
+                    log.info("stripe %s: %s (an interrupted update)", stripe_id, done)
                     self.recovered.append((stripe_id, done))
+            if self.recovered:
+                log.warning("%d parity stripe(s) left by an interrupted update made to agree with "
+                            "their blocks", len(self.recovered))
             self.catalog.commit()
             self._intents.clear()
             if stale:
@@ -697,8 +703,10 @@ class Parity(Protection):
             except FileNotFoundError:
                 continue
             self._count_read(disk, HEADER_SIZE + len(payload))
-            if header.stored != m.stored or header.codec != m.codec:
-                raise CorruptBlock(f"disk {disk}: block {m.block_name}: header disagrees with its stripe")
+            if header.stored != m.stored or header.codec != m.codec or header.size != m.size:
+                raise CorruptBlock(f"disk {disk}: block {m.block_name}: header disagrees with its stripe "
+                                   f"(Size {header.size}, Stored {header.stored}, Codec {header.codec}; "
+                                   f"the stripe says {m.size}, {m.stored}, {m.codec})")
             if verify and not self.verified(m, payload):
                 raise CorruptBlock(f"disk {disk}: block {m.block_name}: content does not match its signature")
             return payload

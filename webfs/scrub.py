@@ -99,13 +99,16 @@ def check_stripe(store: Store, parity: Parity, stripe_id: str, report: Report,
     report what is wrong and (repair) mend it."""
     exam = examine(parity, stripe_id, deep)
     if exam.clean:
+        _proven_good(store, exam, deep)
         return exam
     with store.catalog.lock:
         if parity.busy(stripe_id):
             return exam                 # a new block's update is under way
         exam = examine(parity, stripe_id, deep)
         if exam.clean:
+            _proven_good(store, exam, deep)
             return exam
+        _proven_good(store, exam, deep)
         for row in exam.rows:
             if row.id in exam.bad:
                 fixed = repair and _restored(store, row)
@@ -123,6 +126,15 @@ def check_stripe(store: Store, parity: Parity, stripe_id: str, report: Report,
                     what += f"; cannot recompute it: {exc}"
             report.add("parity", f"stripe {stripe_id} on disk {exam.parity_disk}", what, fixed)
     return exam
+
+
+def _proven_good(store: Store, exam: Exam, deep: bool) -> None:
+    """Members a deep look read back and checked against their signatures are
+    no longer damaged, whatever an earlier read found."""
+    if deep:
+        for row in exam.rows:
+            if row.id not in exam.bad and row.disk in store.archive.volumes:
+                store.forget_damage(row)
 
 
 def _restored(store: Store, row: BlockRow) -> bool:
@@ -174,6 +186,12 @@ def check_parity(store: Store, report: Report, repair: bool) -> None:
         return
     for stripe_id, done in parity.recovered:
         report.add("parity", f"stripe {stripe_id}", f"{done} (found at open: an interrupted update)", True)
+    if not repair:
+        # A read-only open does not reconcile what an interrupted process left: say it.
+        dirty = set(parity.stripe_ids("state != 'ok'"))
+        for stripe_id in sorted(parity._intents.listed() - dirty):
+            report.add("parity", f"stripe {stripe_id}", "listed in meta/parity-intent: an update was "
+                       "interrupted, its parity may not match; --repair (or a mount) recomputes it")
     for stripe_id in parity.stripe_ids():
         check_stripe(store, parity, stripe_id, report, repair, deep=False)
     check_parity_files(store, parity, report, repair, temporaries=True)
@@ -236,6 +254,7 @@ def _scrub_loose(store: Store, parity: Parity, block_id: int, report: Report, re
     except (OSError, WebfsError) as exc:
         report.add("corrupt", where, f"{exc}; it is in no parity stripe")
         return
+    store.forget_damage(row)
     if repair and parity.protect(row, payload):
         counts["protected"] += 1
 

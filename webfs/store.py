@@ -28,11 +28,11 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-from . import codecs
+from . import codecs, testkill
 from . import signature as sigmod
 from .archive import STORE_MODES, Archive
 from .block import HEADER_SIZE, BlockHeader, percent_encode, refs_offset_of, utc_timestamp
-from .catalog import BlockRow, Catalog, catalog_path
+from .catalog import BlockRow, Catalog, catalog_path, check_catalog_file
 from .errors import (ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock,
                      WebfsError)
 from .heat import DEFAULT_K, HeatTracker
@@ -75,6 +75,21 @@ class Protection:
 
     def status(self) -> dict:
         return {"kind": "none"}
+
+
+def _check_max_block(archive: Archive, catalog: Catalog, write: bool) -> None:
+    """Pieces of split files are found by offset // max_block, so the value the
+    files were stored with must stay: refuse a webfs.conf that changed it."""
+    stored = catalog.get_meta("max_block")
+    if stored is None:
+        if write:                   # archives made before the catalog kept it
+            catalog.set_meta("max_block", str(archive.conf.max_block))
+            catalog.commit()
+    elif int(stored) != archive.conf.max_block:
+        conf = os.path.join(archive.opened_from, "webfs.conf")
+        raise ArchiveError(f"{conf}: max_block = {archive.conf.max_block}, but the archive's files were "
+                           f"stored in pieces of {stored} bytes; put back max_block = {stored} on every "
+                           "disk (it cannot change once files are stored)")
 
 
 class KeyedLocks:
@@ -137,11 +152,15 @@ class Store:
             archive.lock(holder)
         try:
             primary = archive.volumes.get(archive.conf.catalog)
-            if primary is None or not os.path.exists(catalog_path(primary.root)):
+            if primary is None:
+                why = archive.missing.get(archive.conf.catalog, "")
                 raise ArchiveError(
+                    why if "WEBFS-DISK is missing" in why else
                     f"disk {archive.conf.catalog}, which holds the catalog, is missing or has lost it; "
                     f"'webfs fsck --rebuild-catalog {path}' rebuilds it from the other disks")
+            check_catalog_file(catalog_path(primary.root))
             catalog = Catalog(catalog_path(primary.root))
+            _check_max_block(archive, catalog, write=lock)
             if "protection" not in kwargs:
                 from .parity import Parity          # parity builds on this module
                 kwargs["protection"] = Parity(archive, catalog, kwargs.get("signature_fn", sigmod.signature),
@@ -172,12 +191,14 @@ class Store:
                 raise
             finally:
                 self._pending_new, self._pending_refs, self._pending_removals = [], set(), []
+            testkill.point("commit-after-catalog")
             self.protection.committed()
             if removals:
                 self._remove_blocks(removals)
                 self.catalog.commit()
             for hook in self.after_commit:
                 hook()
+            testkill.point("commit-after-journal")
 
     def sync(self) -> None:
         """Make everything committed durable on the disks (fsync, checkpoint the WAL)."""
@@ -444,6 +465,11 @@ class Store:
         if (row.sig, row.overflow) not in self._reported:
             self._reported.add((row.sig, row.overflow))
             log.warning("block %s: %s; reading it from redundancy", row.block_name, why)
+
+    def forget_damage(self, row: BlockRow) -> None:
+        """A block just proven good (restored, rebuilt, or read back clean by a
+        scrub): status no longer lists it as damaged."""
+        self._reported.discard((row.sig, row.overflow))
 
     # -- delete --------------------------------------------------------------
 

@@ -1,0 +1,65 @@
+"""A test-only kill switch: the daemon kills itself at a named point.
+
+Like SnapRAID's ``--test-kill-after-sync``: tests set ``WEBFS_TEST_KILL_AT``
+to one of ``POINTS`` (optionally ``POINT:N``, the N-th time it is reached;
+default the first), the daemon reads it once when it starts (``arm``), and
+``point(name)`` sends it SIGKILL there, leaving the disks exactly as a
+crash at that instant would. Unset (always, outside tests), ``point`` costs
+one comparison.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import Optional
+
+log = logging.getLogger(__name__)
+
+ENV = "WEBFS_TEST_KILL_AT"
+POINTS = {
+    "commit-after-catalog": "a commit is durable in the catalog; the JOURNAL lines not yet appended",
+    "commit-after-journal": "a commit and its JOURNAL lines are on the disks; removals and parity not yet",
+    "parity-before-write": "a written-behind parity file is about to be written",
+    "parity-after-write": "a written-behind parity file is on its disk; its intent not yet released",
+    "checkpoint-after-marker": "the checkpoint marker is appended to every JOURNAL; no MANIFEST written",
+    "checkpoint-after-manifest": "the new MANIFEST is on the first disk; its JOURNAL not yet cut",
+    "checkpoint-after-journal": "MANIFEST and JOURNAL are replaced on the first disk; not on the others",
+}
+
+_armed: Optional[str] = None
+_left = 0
+_lock = threading.Lock()
+
+
+def arm() -> None:
+    """Read WEBFS_TEST_KILL_AT once (the daemon calls this when it starts)."""
+    global _armed, _left
+    text = os.environ.get(ENV, "")
+    if not text:
+        _armed = None
+        return
+    name, _, count = text.partition(":")
+    if name not in POINTS:
+        raise ValueError(f"{ENV}={text!r}: no such point; the points are {', '.join(POINTS)}")
+    _armed, _left = name, int(count or 1)
+    log.warning("test kill armed at %s (time %d)", name, _left)
+
+
+def point(name: str) -> None:
+    """Die here if armed at this point (test builds only do anything)."""
+    global _left
+    if _armed != name:
+        return
+    with _lock:
+        _left -= 1
+        if _left > 0:
+            return
+    log.warning("test kill at %s", name)
+    for h in logging.getLogger().handlers:
+        try:
+            h.flush()
+        except Exception:
+            pass
+    os.kill(os.getpid(), signal.SIGKILL)
