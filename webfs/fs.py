@@ -740,14 +740,24 @@ class Operations(pyfuse3.Operations):
         the file keeps the content it had at its last successful store (none, if
         new), the caller's errno tells the writer, the kernel forgets what it
         cached of the file, and ``webfs umount`` reports it."""
+        # A write the file could not keep was refused to the kernel, which tells
+        # the writer itself (at its fsync or close): drop, but say it only once.
+        told = of.error != 0
         try:
             await self._commit(of)
         except Exception as exc:
-            done = self._drop_changes(of, what, exc, fh)
+            done = self._drop_changes(of, what, exc, fh, owe=not told)
+            if what == "fsync":
+                # The caller of fsync hears it now, and once (as ext4 says an error
+                # once per open file). A flush may come from a forked child's close
+                # of a shared descriptor: the descriptor's own close hears it again.
+                of.owed.pop(fh, None)
             # Answer after the kernel has forgotten the file, so that the writer's
             # next stat already sees what is kept; bounded, should it wait on us.
             with trio.move_on_after(1.0):
                 await done.wait()
+            if told:
+                return
             raise
         # Changes dropped at an earlier close or fsync (perhaps a forked child's,
         # through the same descriptor, or another descriptor's): say so once more.
@@ -755,13 +765,14 @@ class Operations(pyfuse3.Operations):
         if err:
             raise FsError(err)
 
-    def _drop_changes(self, of: OpenFile, what: str, exc: BaseException, fh: int) -> trio.Event:
+    def _drop_changes(self, of: OpenFile, what: str, exc: BaseException, fh: int,
+                      owe: bool = True) -> trio.Event:
         if of.buffer is not None:
             of.buffer.close()
         # Every descriptor open now hears of it at its next close or fsync, this
         # one too: a forked child shares it, and its close flushes first.
         for other, ino in self.handles.items():
-            if ino == of.ino:
+            if ino == of.ino and owe:
                 of.owed[other] = _errno_of(exc)
         of.buffer, of.dirty, of.error, of.pieces, of.dropped = None, False, 0, None, True
         try:
