@@ -162,6 +162,10 @@ class Daemon:
         self.journal = journal
         store.after_commit.append(journal.flush)
         ns.ensure_root(os.getuid(), os.getgid())
+        # Admin operations that make names (webfs import) use the mount's namespace
+        # and journal, and tell the kernel what changed under it.
+        store.namespace = ns
+        store.invalidate_inode = pyfuse3.invalidate_inode
         if store.catalog.get_meta("clean") == "0":
             log.warning("the archive was not unmounted cleanly; recovering")
             for line in recover_after_crash(store, ns):
