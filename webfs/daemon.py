@@ -162,10 +162,6 @@ class Daemon:
         self.journal = journal
         store.after_commit.append(journal.flush)
         ns.ensure_root(os.getuid(), os.getgid())
-        # Admin operations that make names (webfs import) use the mount's namespace
-        # and journal, and tell the kernel what changed under it.
-        store.namespace = ns
-        store.invalidate_inode = pyfuse3.invalidate_inode
         if store.catalog.get_meta("clean") == "0":
             log.warning("the archive was not unmounted cleanly; recovering")
             for line in recover_after_crash(store, ns):
@@ -175,6 +171,24 @@ class Daemon:
         self.ns = ns
         self.ops = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode,
                               cache_bytes=self.opts.piece_cache)
+        # Admin operations that make names (webfs import) use the mount's namespace
+        # and journal, and tell the kernel what changed under it.
+        store.namespace = ns
+        store.invalidate_inode = pyfuse3.invalidate_inode
+        store.invalidate_entry = pyfuse3.invalidate_entry
+        store.free_unused = self.free_unused
+
+    def free_unused(self, ino: int) -> None:
+        """Free an inode that lost its last name to an admin operation, unless it is
+        open (its last close frees it then). Run on the event loop, where files are
+        opened, so no open slips in between; call it without the catalog lock."""
+        def free():
+            try:
+                self.ops._maybe_free(self.ns.get(ino))
+            except WebfsError:
+                return
+            self.store.commit()
+        trio.from_thread.run_sync(free, trio_token=self.trio_token)
 
     def fuse_options(self) -> set[str]:
         opts = set(pyfuse3.default_options)

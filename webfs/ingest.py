@@ -157,12 +157,16 @@ class Importer:
 
     def __init__(self, store: Store, ns: Namespace, progress: admin.Progress,
                  invalidate: Optional[Callable[[int, bool], None]] = None,
+                 invalidate_entry: Optional[Callable[[int, bytes], None]] = None,
+                 free_unused: Optional[Callable[[int], None]] = None,
                  workers: int = WORKERS, batch_files: int = BATCH_FILES):
         self.store = store
         self.ns = ns
         self.cat = store.catalog
         self.progress = progress
         self.invalidate = invalidate
+        self.invalidate_entry = invalidate_entry
+        self.free_unused = free_unused
         self.workers = workers
         self.batch_files = batch_files
         self.max_block = store.conf.max_block
@@ -170,7 +174,9 @@ class Importer:
         self.links: dict[tuple[int, int], Item] = {}        # (dev, ino) -> item of its first name
         self.merged: list[Item] = []                         # directories that were already there
         self.touched: set[int] = set()                       # existing directories given new names
-        self.stale: set[int] = set()                         # files whose content was replaced
+        self.stale: set[int] = set()                         # directories whose attributes were set
+        self.orphans: list[int] = []                         # replaced inodes with no name left
+        self.renamed: list[tuple[int, bytes]] = []           # names that point at a new inode
         self.dirs_changed: set[int] = set()                  # directories whose attributes changed
         self.started = time.monotonic()
         self.uid, self.gid = os.getuid(), os.getgid()
@@ -193,6 +199,7 @@ class Importer:
                 if ino == ROOT_INODE and part == CONTROL_DIR:
                     raise WebfsError(f"{_show(here)}: the name is webfs's own") from None
                 node = self.ns.create(ino, part, stat.S_IFDIR | 0o755, self.uid, self.gid)
+                self.dirs_changed.add(ino)
                 made = True
             if not node.is_dir:
                 raise WebfsError(f"{_show(here)}: not a directory")
@@ -307,6 +314,11 @@ class Importer:
                 item.ino = old.id                 # merge into it; its attributes are set at the end
                 item.skip = True
                 self.merged.append(item)
+            else:
+                try:
+                    item.xattrs = read_xattrs(src)
+                except OSError as exc:
+                    self.fail(src, exc)
             return item
         if st.st_nlink > 1:
             key = (st.st_dev, st.st_ino)
@@ -324,7 +336,7 @@ class Importer:
         try:
             if kind == "symlink":
                 item.target = os.readlink(src)
-            elif kind == "special":
+            if kind != "file":
                 item.xattrs = read_xattrs(src)
         except OSError as exc:
             self.fail(src, exc)
@@ -471,6 +483,7 @@ class Importer:
                 for item in self.merged:
                     self._set_dir_attrs(item)
         self.store.commit()
+        self._forget_replaced()
         # Only now are these names durable: count them, and say what failed.
         for item in batch:
             if item.failed:
@@ -509,15 +522,14 @@ class Importer:
             self.counts.hardlinks += 1
             return
         if item.kind == "file" and item.existing is not None:
-            # A changed file: the new content, the same inode (its other names see it too).
-            node = self.ns.set_contents(item.existing.id, item.rows, item.size, st.st_mtime_ns)
-            self.ns.set_attrs(node.id, mode=st.st_mode, uid=st.st_uid, gid=st.st_gid,
-                              atime_ns=st.st_atime_ns, mtime_ns=st.st_mtime_ns)
-            item.ino = node.id
-            self.stale.add(node.id)
+            # A changed file gets a new inode under its name, as rsync does: with the
+            # writeback cache the kernel trusts the size it has cached for an inode
+            # over ours, so new content under the same inode would read wrong.
+            old = self.ns.unlink(parent.ino, item.name)
+            if old.nlink <= 0:
+                self.orphans.append(old.id)
+            self.renamed.append((parent.ino, item.name))
             self.counts.replaced += 1
-            self._count_file(item)
-            return
         is_dir = item.kind == "dir"
         if item.kind == "symlink":            # its target is a block too (recovery reads it)
             item.rows = [self.store.store(item.target, name=item.path)]
@@ -587,6 +599,24 @@ class Importer:
         self.counts.problems.append(line)
         self.progress.note(line)
 
+    def _forget_replaced(self) -> None:
+        """After the commit, outside the catalog lock: the kernel forgets the names
+        that point at new inodes, and the old inodes go unless they are open."""
+        for parent, name in self.renamed:
+            if self.invalidate_entry is not None:
+                try:
+                    self.invalidate_entry(parent, name)
+                except OSError:
+                    pass
+        for ino in self.orphans:
+            if self.free_unused is not None:
+                self.free_unused(ino)
+            else:
+                self.ns.free(ino)
+        if self.orphans and self.free_unused is None:
+            self.store.commit()
+        self.renamed, self.orphans = [], []
+
     def _invalidate(self) -> None:
         """Tell the kernel to forget what it cached of directories that got new names
         and of files whose content was replaced (outside the catalog lock)."""
@@ -594,7 +624,7 @@ class Importer:
             return
         for ino in self.dirs_changed | self.stale:
             try:
-                self.invalidate(ino, ino not in self.stale or self.ns.get(ino).is_dir)
+                self.invalidate(ino, True)
             except (OSError, WebfsError):
                 pass            # the kernel does not know it: nothing cached
 
@@ -646,7 +676,8 @@ def import_(store: Store, progress: admin.Progress, sources: list[str], dest: st
         ns, journal = _open_namespace(store)
     srcs = [os.fsencode(s) for s in sources]
     started = time.monotonic()
-    importer = Importer(store, ns, progress, invalidate)
+    importer = Importer(store, ns, progress, invalidate, getattr(store, "invalidate_entry", None),
+                        getattr(store, "free_unused", None))
     try:
         counts = importer.run(srcs, os.fsencode(dest))
     finally:
