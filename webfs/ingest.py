@@ -429,20 +429,32 @@ class Importer:
                 while pending:
                     self._take(pending, batch, wait=True)
                 self._flush(batch, final=True)
-            finally:
-                for item in pending:                 # stopped or failed: drop what was stored
+            except BaseException:
+                # Failed, or cut short (the command hung up): what was stored for
+                # names not made gives its references back.
+                for item in pending:
                     if item.future is not None:
                         item.future.cancel()
-                for item in pending:
-                    if item.future is not None and not item.future.cancelled():
-                        try:
-                            item.future.result()
-                            for row in item.rows:
-                                self.store.release(row)
-                        except BaseException:
-                            pass
-        self._invalidate()
+                for item in list(pending) + batch:
+                    if item.future is not None:
+                        if item.future.cancelled() or item.future.exception() is not None:
+                            continue
+                    self._give_back(item)
+                try:
+                    self.store.commit()
+                except WebfsError:
+                    pass
+                raise
+            finally:
+                self._invalidate()
         return self.counts
+
+    def _give_back(self, item: Item) -> None:
+        """Drop the references a file's blocks took for a name that was not made."""
+        if item.ino is None:
+            for row in item.rows:
+                self.store.release(row)
+            item.rows = []
 
     def _take(self, pending: deque, batch: list, wait: bool) -> None:
         """Move finished items from the head of the queue into the batch (in walk order)."""
@@ -472,6 +484,7 @@ class Importer:
                     self._make(item, nlinks)
                 except (OSError, FsError, NoSpace) as exc:
                     item.failed = _problem(item.src, exc)
+                    self._give_back(item)
             for ino, delta in nlinks.items():
                 self.cat.execute("UPDATE inodes SET nlink=nlink+? WHERE id=?", (delta, ino))
             t = now_ns()
