@@ -234,6 +234,9 @@ def test_import_into_an_unmounted_archive_then_mount(tmp_path, corpus):
     again = import_(src, f"{m.disks[2]}:/crawls", check=True).stdout.decode()
     assert again.startswith("nothing new"), again
     assert webfs("fsck", m.disks[0], check=False).returncode == 0
+    # The archive's own disks are not walked (they would grow as they are read).
+    proc = import_(tmp_path, f"{m.disks[0]}:/self")
+    assert proc.returncode == 4 and proc.stdout.decode().count("is part of the archive") == 4
     m.mount()
     try:
         sh(f"diff -r '{src}' '{m.mnt}/crawls/crawl-001'")

@@ -296,7 +296,9 @@ def import_(as_json, sources, dest):
                 os.lstat(p).st_dev == os.stat(target).st_dev:
             raise WebfsError(f"{s}: is in the mount itself; copy it with cp -a")
         srcs.append(p)
-    run_operation(target, "import", as_json=as_json, unit="file", sources=srcs, dest=path)
+    mount_dev = os.stat(target).st_dev if daemon.is_mountpoint(target) else None
+    run_operation(target, "import", as_json=as_json, unit="file", sources=srcs, dest=path,
+                  mount_dev=mount_dev)
 
 
 def _import_target(dest: str) -> tuple[str, str]:

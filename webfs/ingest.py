@@ -180,6 +180,15 @@ class Importer:
         self.dirs_changed: set[int] = set()                  # directories whose attributes changed
         self.started = time.monotonic()
         self.uid, self.gid = os.getuid(), os.getgid()
+        # Never walk into the archive itself (its disks, its mount): it grows as we go.
+        self.avoid: set[tuple[int, int]] = set()
+        for vol in store.archive.volumes.values():
+            try:
+                st = os.stat(vol.root)
+                self.avoid.add((st.st_dev, st.st_ino))
+            except OSError:
+                pass
+        self.avoid_dev: Optional[int] = None           # the mount's device, given by the command
 
     # -- the destination -------------------------------------------------------
 
@@ -300,6 +309,10 @@ class Importer:
                 raise FsError(errno.EEXIST, "the name .webfs in the root is webfs's own")
         except FsError as exc:
             self.fail(src, exc, skip_tree=kind == "dir")
+            return None
+        if kind == "dir" and ((st.st_dev, st.st_ino) in self.avoid or st.st_dev == self.avoid_dev):
+            self.fail(src, FsError(errno.ELOOP, "is part of the archive it is imported into"),
+                      skip_tree=True)
             return None
         item = Item(kind, src, parent, name, path, st)
         if existing is None:
@@ -681,7 +694,8 @@ def summary(c: Counts, seconds: float, stopped: bool) -> list[str]:
 
 
 @admin.operation("import")
-def import_(store: Store, progress: admin.Progress, sources: list[str], dest: str) -> admin.Result:
+def import_(store: Store, progress: admin.Progress, sources: list[str], dest: str,
+            mount_dev: Optional[int] = None) -> admin.Result:
     """Import SRC trees into DEST (a path from the archive's root)."""
     ns = getattr(store, "namespace", None)
     invalidate = getattr(store, "invalidate_inode", None)
@@ -693,6 +707,7 @@ def import_(store: Store, progress: admin.Progress, sources: list[str], dest: st
     started = time.monotonic()
     importer = Importer(store, ns, progress, invalidate, getattr(store, "invalidate_entry", None),
                         getattr(store, "free_unused", None))
+    importer.avoid_dev = mount_dev
     try:
         counts = importer.run(srcs, os.fsencode(dest))
     finally:
