@@ -107,17 +107,10 @@ class Counts:
 
 
 def _show(path: bytes) -> str:
-    """A path as a message shows it: undecodable bytes and newlines escaped."""
-    return repr(os.fsdecode(path))[1:-1] if any(c < 32 for c in path) or not _utf8(path) \
-        else path.decode()
-
-
-def _utf8(b: bytes) -> bool:
-    try:
-        b.decode()
-        return True
-    except UnicodeDecodeError:
-        return False
+    """A path as a message line shows it: bytes that are not UTF-8 as \\xff,
+    newlines and other control characters escaped, so one problem is one line."""
+    text = path.decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _problem(path: bytes, exc: BaseException) -> str:
@@ -174,10 +167,9 @@ class Importer:
         self.links: dict[tuple[int, int], Item] = {}        # (dev, ino) -> item of its first name
         self.merged: list[Item] = []                         # directories that were already there
         self.touched: set[int] = set()                       # existing directories given new names
-        self.stale: set[int] = set()                         # directories whose attributes were set
         self.orphans: list[int] = []                         # replaced inodes with no name left
         self.renamed: list[tuple[int, bytes]] = []           # names that point at a new inode
-        self.dirs_changed: set[int] = set()                  # directories whose attributes changed
+        self.dirs_changed: set[int] = set()                  # directories whose attributes the kernel may hold
         self.started = time.monotonic()
         self.uid, self.gid = os.getuid(), os.getgid()
         # Never walk into the archive itself (its disks, its mount): it grows as we go.
@@ -459,7 +451,7 @@ class Importer:
                     pass
                 raise
             finally:
-                self._invalidate()
+                self._invalidate(self.dirs_changed)
         return self.counts
 
     def _give_back(self, item: Item) -> None:
@@ -516,7 +508,7 @@ class Importer:
                 self.counts.problems.append(item.failed)
                 self.progress.note(item.failed)
         self.progress.advance(len(batch), self._rates())
-        self.dirs_changed |= self.touched
+        self._invalidate(self.touched)           # nlink, mtime: stat shows them at once
         self.touched = set()
         batch.clear()
         self.last_flush = time.monotonic()
@@ -612,7 +604,7 @@ class Importer:
         self.ns.set_attrs(item.ino, mode=st.st_mode, uid=st.st_uid, gid=st.st_gid,
                           atime_ns=st.st_atime_ns, mtime_ns=st.st_mtime_ns)
         self.touched.discard(item.ino)
-        self.stale.add(item.ino)
+        self.dirs_changed.add(item.ino)
 
     def _rates(self) -> str:
         c = self.counts
@@ -643,12 +635,13 @@ class Importer:
             self.store.commit()
         self.renamed, self.orphans = [], []
 
-    def _invalidate(self) -> None:
-        """Tell the kernel to forget what it cached of directories that got new names
-        and of files whose content was replaced (outside the catalog lock)."""
+    def _invalidate(self, inodes) -> None:
+        """Tell the kernel to forget the attributes it cached of directories that
+        got new names or attributes (outside the catalog lock: the kernel may
+        wait for a request that needs it)."""
         if self.invalidate is None:
             return
-        for ino in self.dirs_changed | self.stale:
+        for ino in inodes:
             try:
                 self.invalidate(ino, True)
             except (OSError, WebfsError):
