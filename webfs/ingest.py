@@ -83,7 +83,8 @@ class Item:
     target: bytes = b""
     xattrs: list = field(default_factory=list)
     first: Optional["Item"] = None   # a hard link: the item of the inode's first name
-    failed: str = ""
+    failed: str = ""                 # why it cannot be imported (reported in walk order)
+    warning: str = ""                # imported, but something of it was not (its xattrs)
 
 
 @dataclass
@@ -238,7 +239,7 @@ class Importer:
             try:
                 st = os.lstat(src)
             except OSError as exc:
-                self.fail(src, exc)
+                yield self._failed(src, exc)
                 continue
             if contents_only and stat.S_ISDIR(st.st_mode):
                 if dest.ino != ROOT_INODE:
@@ -248,8 +249,6 @@ class Importer:
                 continue
             name = os.path.basename(src.rstrip(b"/")) or b"/"
             item = self._item(src.rstrip(b"/") or src, st, dest, name)
-            if item is None:
-                continue
             yield item
             if item.kind == "dir" and not item.failed:
                 yield from self._children(item.src, item)
@@ -262,7 +261,7 @@ class Importer:
                 with os.scandir(d) as it:
                     entries = sorted((e.name, e.path) for e in it)
             except OSError as exc:
-                self.fail(d, exc)
+                yield self._failed(d, exc)
                 continue
             existing = self._existing(parent)
             subdirs = []
@@ -270,13 +269,11 @@ class Importer:
                 try:
                     st = os.lstat(path)
                 except OSError as exc:
-                    self.fail(path, exc)
+                    yield self._failed(path, exc)
                     continue
                 item = self._item(path, st, parent, name, existing)
-                if item is None:
-                    continue
                 yield item
-                if item.kind == "dir":
+                if item.kind == "dir" and not item.failed:
                     subdirs.append((path, item))
             stack.extend(reversed(subdirs))
 
@@ -290,30 +287,28 @@ class Importer:
         return {r[0]: Inode(*r[1:]) for r in rows}
 
     def _item(self, src: bytes, st: os.stat_result, parent: Item, name: bytes,
-              existing: Optional[dict] = None) -> Optional[Item]:
+              existing: Optional[dict] = None) -> Item:
+        """The item of one source entry; a failed one (``failed`` set) if it cannot be imported."""
         path = parent.path + b"/" + name
         mode = st.st_mode
         kind = ("dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode)
                 else "symlink" if stat.S_ISLNK(mode) else "special")
+        item = Item(kind, src, parent, name, path, st)
         try:
             check_name(name)
             if parent.ino == ROOT_INODE and name == CONTROL_DIR:
                 raise FsError(errno.EEXIST, "the name .webfs in the root is webfs's own")
+            if kind == "dir" and ((st.st_dev, st.st_ino) in self.avoid or st.st_dev == self.avoid_dev):
+                raise FsError(errno.ELOOP, "is part of the archive it is imported into")
+            if existing is None:
+                existing = self._existing(parent) if parent.existing is not None else {}
+            old = existing.get(name)
+            if old is not None:
+                item.existing = old
+                self._resume(item, old)
         except FsError as exc:
-            self.fail(src, exc, skip_tree=kind == "dir")
-            return None
-        if kind == "dir" and ((st.st_dev, st.st_ino) in self.avoid or st.st_dev == self.avoid_dev):
-            self.fail(src, FsError(errno.ELOOP, "is part of the archive it is imported into"),
-                      skip_tree=True)
-            return None
-        item = Item(kind, src, parent, name, path, st)
-        if existing is None:
-            existing = self._existing(parent) if parent.existing is not None else {}
-        old = existing.get(name)
-        if old is not None:
-            item.existing = old
-            if not self._resume(item, old):
-                return None
+            item.failed = _problem(src, exc) + ("; not walked" if kind == "dir" else "")
+            return item
         if kind == "dir":
             if old is not None:
                 item.ino = old.id                 # merge into it; its attributes are set at the end
@@ -323,7 +318,7 @@ class Importer:
                 try:
                     item.xattrs = read_xattrs(src)
                 except OSError as exc:
-                    self.fail(src, exc)
+                    item.warning = _problem(src, exc) + " (its xattrs)"
             return item
         if st.st_nlink > 1:
             key = (st.st_dev, st.st_ino)
@@ -344,43 +339,34 @@ class Importer:
             if kind != "file":
                 item.xattrs = read_xattrs(src)
         except OSError as exc:
-            self.fail(src, exc)
-            return None
+            item.failed = _problem(src, exc)
+            return item
         if kind == "file":
             item.future = self.pool.submit(self._read_and_store, item)
         return item
 
-    def _resume(self, item: Item, old: Inode) -> bool:
-        """An entry whose name is already there: merge, skip, replace, or refuse."""
+    def _resume(self, item: Item, old: Inode) -> None:
+        """An entry whose name is already there: merge, skip, replace, or refuse (FsError)."""
         st, kind = item.st, item.kind
         if kind == "dir":
-            if old.is_dir:
-                return True
-            self.fail(item.src, FsError(errno.EEXIST, "already there and not a directory"),
-                      skip_tree=True)
-            return False
+            if not old.is_dir:
+                raise FsError(errno.EEXIST, "already there and not a directory")
+            return
         if old.is_dir:
-            self.fail(item.src, FsError(errno.EISDIR, "a directory of that name is already there"))
-            return False
+            raise FsError(errno.EISDIR, "a directory of that name is already there")
         if stat.S_IFMT(old.mode) != stat.S_IFMT(st.st_mode):
-            self.fail(item.src, FsError(errno.EEXIST, "already there as another kind of file; "
-                                        "not replaced"))
-            return False
+            raise FsError(errno.EEXIST, "already there as another kind of file; not replaced")
         if kind == "file":
-            if old.size == st.st_size and old.mtime_ns == st.st_mtime_ns:
-                item.skip = True
-            return True
+            item.skip = old.size == st.st_size and old.mtime_ns == st.st_mtime_ns
+            return
         if kind == "symlink":
             try:
                 same = self.ns.readlink(old.id) == os.readlink(item.src)
             except (OSError, WebfsError):
                 same = False
             if not same:
-                self.fail(item.src, FsError(errno.EEXIST, "already there, a symlink to another "
-                                            "target; not replaced"))
-                return False
+                raise FsError(errno.EEXIST, "already there, a symlink to another target; not replaced")
         item.skip = True
-        return True
 
     # -- reading and storing (worker threads) -------------------------------------
 
@@ -503,10 +489,12 @@ class Importer:
         self.store.commit()
         self._forget_replaced()
         # Only now are these names durable: count them, and say what failed.
+        # Failed entries are in the batch too, so the bar counts entries in walk order.
         for item in batch:
-            if item.failed:
-                self.counts.problems.append(item.failed)
-                self.progress.note(item.failed)
+            for line in (item.failed, item.warning):
+                if line:
+                    self.counts.problems.append(line)
+                    self.progress.note(line)
         self.progress.advance(len(batch), self._rates())
         self._invalidate(self.touched)           # nlink, mtime: stat shows them at once
         self.touched = set()
@@ -612,10 +600,9 @@ class Importer:
         dedup = f"{c.dup_bytes / c.bytes:.0%}" if c.bytes else "-"
         return f"{c.bytes / secs / 1e6:.1f} MB/s, dedup {dedup}"
 
-    def fail(self, path: bytes, exc: BaseException, skip_tree: bool = False) -> None:
-        line = _problem(path, exc) + ("; not walked" if skip_tree else "")
-        self.counts.problems.append(line)
-        self.progress.note(line)
+    def _failed(self, path: bytes, exc: BaseException) -> Item:
+        """An entry the walk could not even look at: reported in its turn."""
+        return Item("failed", path, None, b"", b"", None, failed=_problem(path, exc))
 
     def _forget_replaced(self) -> None:
         """After the commit, outside the catalog lock: the kernel forgets the names
