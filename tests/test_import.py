@@ -156,6 +156,9 @@ def test_trailing_slash_imports_the_contents(mounted, tmp_path):
     assert (mounted.mnt / "x" / "y" / "a" / "p.html").read_text() == "p"
     assert not (mounted.mnt / "x" / "y" / "crawl").exists()
     assert os.stat(mounted.mnt / "x" / "y").st_mtime_ns == os.stat(src).st_mtime_ns
+    mounted.remount("ro")
+    proc = import_(src, mounted.mnt)
+    assert proc.returncode == 1 and b"read-only" in proc.stderr
 
 
 def test_what_cannot_be_imported_is_reported_and_the_rest_goes_on(tmp_path):

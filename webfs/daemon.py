@@ -174,6 +174,7 @@ class Daemon:
         # Admin operations that make names (webfs import) use the mount's namespace
         # and journal, and tell the kernel what changed under it.
         store.namespace = ns
+        store.read_only = self.opts.read_only
         store.invalidate_inode = pyfuse3.invalidate_inode
         store.invalidate_entry = pyfuse3.invalidate_entry
         store.free_unused = self.free_unused

@@ -677,6 +677,8 @@ def summary(c: Counts, seconds: float, stopped: bool) -> list[str]:
 def import_(store: Store, progress: admin.Progress, sources: list[str], dest: str,
             mount_dev: Optional[int] = None) -> admin.Result:
     """Import SRC trees into DEST (a path from the archive's root)."""
+    if getattr(store, "read_only", False):
+        raise WebfsError("the archive is mounted read-only")
     ns = getattr(store, "namespace", None)
     invalidate = getattr(store, "invalidate_inode", None)
     own = ns is None
