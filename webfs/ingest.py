@@ -168,6 +168,7 @@ class Importer:
         self.links: dict[tuple[int, int], Item] = {}        # (dev, ino) -> item of its first name
         self.merged: list[Item] = []                         # directories that were already there
         self.touched: set[int] = set()                       # existing directories given new names
+        self.relinked: set[int] = set()                      # existing files given another name
         self.orphans: list[int] = []                         # replaced inodes with no name left
         self.renamed: list[tuple[int, bytes]] = []           # names that point at a new inode
         self.dirs_changed: set[int] = set()                  # directories whose attributes the kernel may hold
@@ -496,8 +497,8 @@ class Importer:
                     self.counts.problems.append(line)
                     self.progress.note(line)
         self.progress.advance(len(batch), self._rates())
-        self._invalidate(self.touched)           # nlink, mtime: stat shows them at once
-        self.touched = set()
+        self._invalidate(self.touched | self.relinked)     # nlink, mtime: stat shows them at once
+        self.touched, self.relinked = set(), set()
         batch.clear()
         self.last_flush = time.monotonic()
 
@@ -524,6 +525,8 @@ class Importer:
             for row in rows:
                 self.store.add_ref(row)
             item.ino = first.ino
+            if first.existing is not None:
+                self.relinked.add(first.ino)      # the kernel may hold its old nlink
             self.ns.journal("+", self.ns.get(first.ino), item.path, rows=rows)
             self.counts.hardlinks += 1
             return
