@@ -120,11 +120,13 @@ def test_import_keeps_what_cp_a_keeps_and_a_rerun_imports_nothing(mounted, tmp_p
     sh(f"cp -a '{src}' '{plain}/'")
     os.listdir(mounted.mnt)                       # the kernel has the root's attributes cached
     root_nlink = os.stat(mounted.mnt).st_nlink
+    assert not (mounted.mnt / "crawls").exists()  # ... and has looked the new name up in vain
     out = import_(src, mounted.mnt / "crawls", check=True)
     text = out.stdout.decode()
     assert "problem" not in text and "imported 9 files" in text and "4 directories" in text, text
     assert "2 hard links" in text and "3 symlinks" in text and "1 special files" in text, text
     assert os.stat(mounted.mnt).st_nlink == root_nlink + 1      # the new directory shows at once
+    assert (mounted.mnt / "crawls" / "src" / "site" / "index.html").is_file()
     got = snapshot(os.fsencode(mounted.mnt / "crawls" / "src"))
     assert_same(got, snapshot(os.fsencode(plain / "src")))
     assert_same(got, want)
