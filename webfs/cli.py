@@ -20,6 +20,7 @@ from . import daemon, fsck as fsckmod
 from .admin import human
 from . import rebuild as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
 from . import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (register their operations)
+from . import ingest as _ingest    # noqa: F401  (registers its operation)
 from .errors import CatalogUnreadable, WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 from .store import Store, key_of
@@ -32,10 +33,10 @@ def _setup_logging(verbose: int) -> None:
     logging.basicConfig(level=level, format="webfs: %(message)s", stream=sys.stderr)
 
 
-def progress_bar(total: Optional[int], desc: str):
+def progress_bar(total: Optional[int], desc: str, unit: str = "blk"):
     """A tqdm bar on stderr when it is a terminal, else a silent stand-in."""
     from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit="blk", disable=not sys.stderr.isatty(),
+    return tqdm(total=total, desc=desc, unit=unit, disable=not sys.stderr.isatty(),
                 file=sys.stderr, leave=False)
 
 
@@ -83,7 +84,7 @@ def open_store(disk: str, holder: str) -> Store:
     return Store.open(disk, holder=f"webfs {holder}")
 
 
-def run_operation(target: str, name: str, as_json: bool = False, **options) -> None:
+def run_operation(target: str, name: str, as_json: bool = False, unit: str = "blk", **options) -> None:
     """Run an admin operation on a disk of an unmounted archive (or, given a
     mount point, inside its daemon), draw its progress, print its result and
     exit with its status."""
@@ -95,8 +96,10 @@ def run_operation(target: str, name: str, as_json: bool = False, **options) -> N
         if kind == "total":
             if bar is not None:
                 bar.close()
-            bar = progress_bar(total, what or name)
+            bar = progress_bar(total, what or name, unit)
         elif kind == "advance" and bar is not None:
+            if what:
+                bar.set_postfix_str(what, refresh=False)
             bar.update(n)
         elif kind == "note":
             (bar.write if bar is not None else click.echo)(what, file=sys.stderr)
@@ -300,6 +303,58 @@ def rebuild(index, new_dir, max_rate, as_json, target):
     """
     run_operation(target, "rebuild", as_json=as_json, disk=index, to=os.path.abspath(new_dir),
                   max_rate=max_rate)
+
+
+@main.command("import")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("sources", metavar="SRC...", nargs=-1, required=True)
+@click.argument("dest", metavar="DEST")
+def import_(as_json, sources, dest):
+    """Copy the SRC trees into DEST, like 'cp -a SRC... DEST/', without a
+    FUSE round trip per file.
+
+    DEST is a directory in a mounted archive (the mount's daemon reads SRC
+    and does the work) or DISK:/PATH of an unmounted one; it is made if
+    missing. A SRC directory x becomes DEST/x; x/ puts its contents into
+    DEST. Owners, modes, times, symlinks, hard links and xattrs are kept.
+    Run it again to resume: what is already there is skipped. Exit status:
+    0 all imported, 4 something could not be imported (each is listed).
+    """
+    target, path = _import_target(dest)
+    srcs = []
+    for s in sources:
+        p = os.path.abspath(s)
+        if s.endswith("/") and p != "/":
+            p += "/"                    # rsync's rule: the contents, not the directory
+        if daemon.is_mountpoint(target) and os.path.exists(p) and \
+                os.lstat(p).st_dev == os.stat(target).st_dev:
+            raise WebfsError(f"{s}: is in the mount itself; copy it with cp -a")
+        srcs.append(p)
+    mount_dev = os.stat(target).st_dev if daemon.is_mountpoint(target) else None
+    run_operation(target, "import", as_json=as_json, unit="file", sources=srcs, dest=path,
+                  mount_dev=mount_dev)
+
+
+def _import_target(dest: str) -> tuple[str, str]:
+    """(mount point or disk, DEST's path from the archive's root) of an import's DEST."""
+    disk, sep, path = dest.partition(":")
+    if sep and os.path.isfile(os.path.join(disk, "WEBFS-DISK")):
+        return disk, path or "/"
+    here = os.path.abspath(dest)
+    rest = ""
+    while not os.path.exists(here):
+        here, tail = os.path.split(here)
+        rest = os.path.join(tail, rest)
+    here = os.path.realpath(here)
+    probe = here
+    while True:
+        if os.path.ismount(probe) and daemon.is_mountpoint(probe):
+            inside = os.path.join("/", os.path.relpath(here, probe), rest)
+            return probe, os.path.normpath(inside)
+        if probe == "/":
+            break
+        probe = os.path.dirname(probe)
+    raise WebfsError(f"{dest}: not in a webfs mount, and not DISK:/PATH of an archive")
 
 
 @main.command()

@@ -210,6 +210,25 @@ class Daemon:
         store.commit()
         self.ops = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode,
                               cache_bytes=self.opts.piece_cache)
+        # Admin operations that make names (webfs import) use the mount's namespace
+        # and journal, and tell the kernel what changed under it.
+        store.namespace = ns
+        store.read_only = self.opts.read_only
+        store.invalidate_inode = pyfuse3.invalidate_inode
+        store.invalidate_entry = pyfuse3.invalidate_entry
+        store.free_unused = self.free_unused
+
+    def free_unused(self, ino: int) -> None:
+        """Free an inode that lost its last name to an admin operation, unless it is
+        open (its last close frees it then). Run on the event loop, where files are
+        opened, so no open slips in between; call it without the catalog lock."""
+        def free():
+            try:
+                self.ops._maybe_free(self.ns.get(ino))
+            except WebfsError:
+                return
+            self.store.commit()
+        trio.from_thread.run_sync(free, trio_token=self.trio_token)
 
     def fuse_options(self) -> set[str]:
         opts = set(pyfuse3.default_options)
