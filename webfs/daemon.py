@@ -463,8 +463,11 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = Fal
     os.close(rfd)
     os.setsid()
     status = 0
+    started = False
     try:
         def ready():
+            nonlocal started
+            started = True
             os.write(wfd, b"ok")
             os.close(wfd)
             devnull = os.open(os.devnull, os.O_RDWR)
@@ -474,8 +477,10 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = Fal
     except BaseException as exc:     # tell the parent, whatever it was
         status = 1
         # After ready() nobody reads the pipe and stderr is /dev/null: the log
-        # is the only place a dying daemon can say why.
-        log.critical("the daemon stopped: %s", exc, exc_info=True)
+        # is the only place a dying daemon can say why. Before it, a refusal
+        # (WebfsError: a bad conf, a busy archive) is the parent's one line.
+        if started or not isinstance(exc, WebfsError):
+            log.critical("the daemon stopped: %s", exc, exc_info=True)
         try:
             os.write(wfd, str(exc).encode() or type(exc).__name__.encode())
             os.close(wfd)
