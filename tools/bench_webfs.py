@@ -13,6 +13,7 @@ rebuild   C disks (--rebuild-disks, 6), once with G = C and once with each
           the command's wall time), bytes read from each survivor per byte
           rebuilt against (G-1)/(C-1) (Golubchik & Muntz), the bytes the
           kernel read for the command (a check on webfs's own counters),
+          `webfs scrub --json` (MB read / s, caches dropped first) and
           `webfs fsck` after the last rebuild, parity overhead.
 cooling   --disks disks, one crawl's pages; mounted with
           disk_delay=I:D on every disk (one I/O at a time per disk, D
@@ -258,6 +259,27 @@ def rebuild(ctx):
                 fig.get("mb_per_s"), dt, r.get("share_min"), r.get("share_max"),
                 cfg["predicted_share"])
     for t, cfg, where in configs:
+        # scrub: every block and parity file read and checked, caches dropped first
+        drop_caches()
+        dt, sc, p = cli_json(ctx, ["scrub", t.backing()[0]])
+        fig = (sc or {}).get("figures") or {}
+        cfg["scrub"] = {"wall_seconds": dt, "rc": p.returncode, "seconds": fig.get("seconds"),
+                        "bytes_read": fig.get("bytes_read"), "blocks": fig.get("blocks"),
+                        "problems": fig.get("problems"),
+                        "bytes_read_per_disk": fig.get("bytes_read_per_disk"),
+                        "mb_per_s": (fig["bytes_read"] / fig["seconds"] / 1e6)
+                        if fig.get("seconds") and fig.get("bytes_read") else None}
+        if p.returncode != 0 or not fig:
+            section_fail(ctx, "rebuild", cfg["name"], BenchError(
+                "webfs scrub exit %d: %s" % (p.returncode, (p.stderr or p.stdout).strip()[-300:])))
+        else:
+            ctx.measurements.append({"target": "webfs", "figure": "scrub.G%d" % cfg["group_size"],
+                                     "rep": 0, "ok": True, "seconds": fig.get("seconds"),
+                                     "value": cfg["scrub"]["mb_per_s"], "result": cfg["scrub"]})
+            log("%s scrub: %.1f MB read in %.2f s (%s MB/s; wall %.2f s), %s problem(s)",
+                cfg["name"], fig["bytes_read"] / 1e6, fig["seconds"],
+                "%.1f" % cfg["scrub"]["mb_per_s"] if cfg["scrub"]["mb_per_s"] else "?", dt,
+                fig.get("problems"))
         p = run([o.webfs_cmd, "fsck", t.backing()[0]], check=False, timeout=o.timeout)
         cfg["fsck_rc"] = p.returncode
         if p.returncode != 0:
@@ -589,7 +611,8 @@ def memory(ctx):
 
 
 SECTIONS = {
-    "rebuild": (rebuild, "rebuild a lost disk, G = C and G < C: MB/s, bytes read per survivor"),
+    "rebuild": (rebuild, "rebuild a lost disk, G = C and G < C: MB/s, bytes read per survivor; "
+                         "then scrub MB/s"),
     "readers": (readers, "reads/s with 1, 4, 16, 64 readers on slow disks (issue 10)"),
     "cooling": (cooling, "Zipf reads on slow disks before and after webfs cool: response time"),
     "memory": (memory, "daemon RSS with 1x and Nx the files (does it grow with the archive?)"),
