@@ -143,15 +143,16 @@ def import_runs(ctx, corpus, crawls, tag, info):
     o = ctx.opts
     srcs = [os.path.join(corpus, c) for c in crawls]
     sizes = [tree_size(s) for s in srcs]
-    ctx.figure("import", "import.%s1" % tag, "%s into an empty directory: cp -r to a plain "
-               "directory (plain) vs webfs import into a mount (webfs)" % crawls[0], "time")
+    where = " (small pages)" if tag else ""
+    ctx.figure("import", "import.%s1" % tag, "%s%s into an empty directory: cp -r to a plain "
+               "directory (plain) vs webfs import into a mount (webfs)" % (crawls[0], where), "time")
     if len(crawls) > 1:
         ctx.figure("import", "import.%s2" % tag, "%s beside %s: cp -r (plain) vs webfs import "
                    "(webfs)" % (crawls[1], crawls[0]), "time")
-    ctx.figure("import", "import.%srerun" % tag, "webfs import %s again (nothing new)" % crawls[0],
+    ctx.figure("import", "import.%srerun" % tag, "webfs import %s%s again (nothing new)" % (crawls[0], where),
                "time")
-    ctx.figure("import", "import.%sdisk" % tag, "webfs import %s into DISK:/PATH, unmounted"
-               % crawls[0], "time")
+    ctx.figure("import", "import.%sdisk" % tag, "webfs import %s%s into DISK:/PATH, unmounted"
+               % (crawls[0], where), "time")
     root = os.path.join(ctx.workdir, "targets-import")
     plain = Plain("plain", os.path.join(root, "plain"), o)
     web = Webfs("webfs", os.path.join(root, "webfs"), o)
