@@ -213,7 +213,7 @@ def goals(result):
         rising = all(b >= a * 0.95 for a, b in zip(rates, rates[1:]))
         met = (top.get("reads_per_s") or 0) >= 160 and rising
         out.append(("%d readers at once, %d disks of %g ms (%.0f reads/s possible): ≥ 160 "
-                    "reads/s, rising with readers" % (top["readers"], rd["disks"],
+                    "reads/s, rising with readers (none 5 %% below the last)" % (top["readers"], rd["disks"],
                                                       rd["delay_s"] * 1e3, rd["ceiling_per_s"]),
                     " → ".join("%s: %.0f" % (r["readers"], r.get("reads_per_s") or 0)
                                for r in runs) + " reads/s", met))
