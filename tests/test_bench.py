@@ -98,9 +98,9 @@ def test_tiny_bench_run_of_the_new_sections(tmp_path):
     out = tmp_path / "out"
     p = subprocess.run(
         [sys.executable, os.path.join(TOOLS, "bench"), "--targets", "plain,webfs",
-         "--sections", "small,import,scale,readers", "--corpus-size", "300K",
-         "--small-size", "200K", "--scale-files", "150", "--repeat", "1",
-         "--readers", "1,2", "--readers-seconds", "0.5", "--workdir", str(tmp_path),
+         "--sections", "small,import,scale,readers", "--corpus-size", "200K",
+         "--small-size", "150K", "--scale-files", "100", "--repeat", "1",
+         "--readers", "1,2", "--readers-seconds", "0.3", "--workdir", str(tmp_path),
          "--out", str(out), "--webfs-cmd", str(BIN / "webfs")],
         capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
