@@ -122,6 +122,12 @@ def _num(x, digits=3):
     return ("%%.%dg" % digits) % x
 
 
+def _duration(seconds):
+    if seconds is None:
+        return "?"
+    return "%d min %02d s" % divmod(int(round(seconds)), 60) if seconds >= 60 else "%.0f s" % seconds
+
+
 def _bytes(n):
     for unit, div in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if abs(n) >= div:
@@ -384,6 +390,11 @@ def markdown(result):
                "ingest times include `sync`. Ratio columns: %s / peer of the figure shown "
                "(the better direction is in the second column). git %s." % (
                    opts.get("repeat"), subject, result.get("git") or "?"))
+    ex = result.get("extra") or {}
+    if ex.get("section_seconds"):
+        out.append("- Time: %s in all; %s." % (
+            _duration(ex.get("wall_seconds")), ", ".join(
+                "%s %s" % (k, _duration(v)) for k, v in ex["section_seconds"].items())))
     out.append("")
     g = goals_table(result)
     if g:
