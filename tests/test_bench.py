@@ -68,7 +68,7 @@ def test_aims_table_met_and_not_met():
     assert row(t, "scrub (C = 6, G = 6)")[2] == "–"
     assert row(t, "daemon RSS after 20,000 files ≤ 1.2× RSS after 2,000")[1:] == [
         "1.15× (40.0 → 46.0 MiB)", "met"]
-    assert row(t, "`meta/` per file at rest")[1:] == ["650 B (peak during ingest 900 B)", "met"]
+    assert row(t, "`meta/` per file at rest")[1:] == ["650 B (peak during the ingest 900 B)", "met"]
     assert row(t, "ingest rate at the end")[2] == "**not met**"
     assert row(t, "`webfs import` crawl 1 vs `cp -r`")[1:] == ["1.25×", "met"]
     assert row(t, "crawl 2 vs crawl 1 through `webfs import`")[1:] == ["4.00×", "met"]

@@ -14,16 +14,18 @@ import    `webfs import` against `cp -r` into a plain directory on the same
           on the main corpus, and on the small one when the small section
           ran (import.small).  The source is read once before each command
           and everything is synced first, as tools/bench-import did.
-scale     a --scale-files-file ingest of small pages (20,000; 100,000 with
+scale     a --scale-files ingest of small pages (20,000; 100,000 with
           --full) with cp -r in ten slices by host: files/s of each slice,
-          daemon RSS and meta/ bytes (every disk) after each, and meta/
-          after `webfs umount` (at rest).  Figures at 10 %, 50 %, 100 %.
+          daemon RSS and meta/ bytes (every disk) after each (and its peak,
+          sampled every 0.5 s during the copy), and meta/ after `webfs
+          umount` (at rest).  Figures at 10 %, 50 %, 100 %.
 """
 
 import json
 import os
 import shlex
 import sys
+import threading
 import time
 
 from bench_lib import BenchError, disk_breakdown, log, rmtree, run, sh, timed
@@ -264,8 +266,34 @@ def slices(top, n):
 
 
 def meta_bytes(t):
-    bd = disk_breakdown(t.backing())
-    return bd.get("meta", {}).get("apparent", 0)
+    """Apparent bytes under meta/ on every disk of t (catalog, JOURNAL,
+    MANIFEST, spill)."""
+    return disk_breakdown([os.path.join(d, "meta") for d in t.backing()])["other"]["apparent"]
+
+
+class MetaSampler:
+    """meta_bytes(t) every `every` seconds in a thread, while a slice is
+    copied: the peak between checkpoints, not only at the slices' ends."""
+
+    def __init__(self, t, every=0.5):
+        self.t, self.every, self.peak = t, every, None     # None: no sample taken
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(self.every):
+            try:
+                self.peak = max(self.peak or 0, meta_bytes(self.t))
+            except OSError:
+                pass
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
 
 
 def scale(ctx):
@@ -300,18 +328,19 @@ def scale(ctx):
             warm_cmd = "tar -cf - %s | cat > /dev/null" % " ".join(shlex.quote(h) for h in hosts)
             sh(warm_cmd, cwd=src, check=False)
             cmd = "cp -r %s %s/" % (" ".join(shlex.quote(h) for h in hosts), shlex.quote(dst))
-            dt, _, rc, err, _ = timed(cmd, cwd=src, timeout=o.timeout)
+            with MetaSampler(t) as sampler:
+                dt, _, rc, err, _ = timed(cmd, cwd=src, timeout=o.timeout)
             if rc != 0:
                 raise BenchError("cp -r slice %d: %s" % (i + 1, err.strip()[-300:]))
             done += files
             nbytes_done += nbytes
             st = t.daemon_stats() or {}
             mb = meta_bytes(t)
-            peak_meta = max(peak_meta, mb)
+            peak_meta = max(peak_meta, mb, sampler.peak or 0)
             s = {"slice": i + 1, "files": files, "bytes": nbytes, "seconds": dt,
                  "rate": files / dt if dt else None, "files_done": done,
                  "rss": st.get("rss"), "hwm": st.get("hwm"), "meta_bytes": mb,
-                 "meta_per_file": mb / done}
+                 "meta_per_file": mb / done, "meta_peak_during": sampler.peak}
             info["slices"].append(s)
             log("scale: %d files (%d%%): %.0f files/s, RSS %.1f MiB, meta/ %.0f B a file", done,
                 round(100 * (i + 1) / len(parts)), s["rate"] or 0, (s["rss"] or 0) / 2**20,

@@ -263,7 +263,7 @@ def goals(result):
     if scl.get("meta_per_file_at_rest") is not None:
         out.append(("`meta/` per file at rest (all disks) ≤ 700 B, after %s files"
                     % "{:,}".format(scl["files"]),
-                    "%.0f B (peak during ingest %.0f B)" % (scl["meta_per_file_at_rest"],
+                    "%.0f B (peak during the ingest %.0f B)" % (scl["meta_per_file_at_rest"],
                                                             scl.get("meta_per_file_peak") or 0),
                     scl["meta_per_file_at_rest"] <= 700))
     else:
@@ -681,13 +681,17 @@ def render_scale(result):
            "daemon's RSS (VmRSS) and the bytes under `meta/` on every disk. At rest: after "
            "`webfs umount`." % ("{:,}".format(sc["files"]), _mb(sc["bytes"]),
                                  result["options"].get("disks") or 4, len(sl)), "",
-           "| files | files/s (slice) | RSS | `meta/` | per file |", "|--:|--:|--:|--:|--:|"]
+           "| files | files/s (slice) | RSS | `meta/` (peak during the slice) | per file |",
+           "|--:|--:|--:|--:|--:|"]
     for x in sl:
-        out.append("| %s | %s | %s MiB | %s | %.0f B |" % (
+        out.append("| %s | %s | %s MiB | %s (%s) | %.0f B |" % (
             "{:,}".format(x["files_done"]), _num(x["rate"]), _num((x["rss"] or 0) / 2**20),
-            _mb(x["meta_bytes"]), x["meta_per_file"]))
+            _mb(x["meta_bytes"]), _mb(x.get("meta_peak_during")), x["meta_per_file"]))
     out.append("| at rest | | | %s | **%.0f B** |" % (_mb(sc["meta_at_rest"]),
                                                      sc["meta_per_file_at_rest"]))
+    out.append("")
+    out.append("Peak `meta/` during the ingest: %s, %.0f B a file of the %s." % (
+        _mb(sc.get("meta_peak")), sc.get("meta_per_file_peak") or 0, "{:,}".format(sc["files"])))
     out.append("")
     return out
 
