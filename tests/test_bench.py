@@ -96,14 +96,23 @@ def test_tiny_bench_run_of_the_new_sections(tmp_path):
     completes, and its JSON has every section's figures."""
     env = dict(os.environ, PATH="%s:%s" % (BIN, os.environ["PATH"]))
     out = tmp_path / "out"
-    p = subprocess.run(
-        [sys.executable, os.path.join(TOOLS, "bench"), "--targets", "plain,webfs",
+    argv = [sys.executable, os.path.join(TOOLS, "bench"), "--targets", "plain,webfs",
          "--sections", "small,import,scale,readers", "--corpus-size", "200K",
          "--small-size", "150K", "--scale-files", "100", "--repeat", "1",
          "--readers", "1,2", "--readers-seconds", "0.3", "--workdir", str(tmp_path),
-         "--out", str(out), "--webfs-cmd", str(BIN / "webfs")],
-        capture_output=True, text=True, env=env, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
+         "--out", str(out), "--webfs-cmd", str(BIN / "webfs")]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _, err = p.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        # what is stuck, then SIGTERM: tools/bench unmounts everything on its way out
+        ps = subprocess.run(["ps", "-eo", "pid,stat,wchan:32,args"], capture_output=True,
+                            text=True).stdout
+        stuck = "\n".join(line for line in ps.splitlines() if str(tmp_path) in line)
+        p.terminate()
+        _, err = p.communicate(timeout=120)
+        pytest.fail("tools/bench did not finish in 240 s; processes:\n%s\n%s" % (stuck, err[-3000:]))
+    assert p.returncode == 0, err[-3000:]
     r = json.loads((out / "results.json").read_text())
     assert r["complete"] and not r["failures"], r["failures"]
     ex = r["extra"]
