@@ -318,6 +318,21 @@ def test_the_catalog_disk_missing_is_said_clearly(tmp_path):
 
 # -- bit rot, scrub --------------------------------------------------------------
 
+def test_scrub_checks_stripes_at_once_and_keeps_to_max_rate(tmp_path):
+    disks = make_archive(tmp_path / "a", disks=5, group_size=4)
+    store = open_store(disks)
+    try:
+        fill(store, documents(120, seed=9))
+        free = admin.OPERATIONS["scrub"](store, admin.Progress()).figures
+        assert free["problems"] == 0 and free["stripes"] == len(store.protection.stripe_ids())
+        rate = free["bytes_read"] / 1e6 / 0.5            # MB/s: half a second for all of it
+        paced = admin.OPERATIONS["scrub"](store, admin.Progress(), max_rate=rate).figures
+        assert paced["problems"] == 0 and paced["blocks"] == free["blocks"]
+        assert paced["seconds"] >= 0.4
+    finally:
+        store.close()
+
+
 def test_scrub_finds_and_repairs_bit_rot_in_blocks_and_parity(tmp_path):
     disks = make_archive(tmp_path / "a", disks=6, group_size=4)
     store = open_store(disks)
