@@ -275,16 +275,18 @@ def fsck(repair, rebuild, disk):
 
 @main.command()
 @click.option("--repair", is_flag=True, help="Rewrite damaged blocks and parity from redundancy.")
+@click.option("--max-rate", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MB/S",
+              help="Read at most this many MB per second (leave the disks room for other work).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
-def scrub(repair, as_json, target):
+def scrub(repair, max_rate, as_json, target):
     """Read every block and parity file; check signatures and parity.
 
     Damaged blocks are rewritten byte for byte from their stripe, wrong
     parity is recomputed (with --repair). Exit status: 0 no damage left,
     4 damage left (or a missing disk), 8 the scrub could not run.
     """
-    run_operation(target, "scrub", as_json=as_json, repair=repair)
+    run_operation(target, "scrub", as_json=as_json, repair=repair, max_rate=max_rate)
 
 
 @main.command()
