@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from webfs.assembly import open_archive
 from webfs import archive as archmod
 from webfs.store import Store
 
@@ -30,7 +31,7 @@ def disks(tmp_path) -> list[Path]:
 
 @pytest.fixture
 def store(disks):
-    s = Store.open(str(disks[0]), holder="test")
+    s = open_archive(str(disks[0]), holder="test")
     yield s
     s.close()
 

@@ -29,6 +29,7 @@ from .fs import Operations
 from .heat import DEFAULT_K
 from .manifest import Journal, manifest_of
 from .namespace import Namespace
+from .assembly import open_archive
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ class Daemon:
 
     def open(self) -> None:
         testkill.arm()
-        store = Store.open(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync,
+        store = open_archive(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync,
                            delays=self.opts.disk_delay, heat_k=self.opts.heat_k)
         self.store = store
         log_path = _log_to_disk(store)

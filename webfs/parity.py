@@ -57,8 +57,9 @@ from .archive import Archive
 from .block import HEADER_SIZE
 from .catalog import BLOCK_COLUMNS, BlockRow, Catalog
 from .errors import CorruptBlock, CorruptParity, DataLost, WebfsError
+from .locks import KeyedLocks
+from .protection import Protection
 from .signature import ContentKey, SignatureFn
-from .store import KeyedLocks, Protection
 from .volume import META, PARITY, Volume, search_order
 
 log = logging.getLogger(__name__)

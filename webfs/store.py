@@ -24,95 +24,25 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import threading
-from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Optional
 
 from . import codecs, testkill
 from . import signature as sigmod
 from .archive import STORE_MODES, Archive
 from .block import HEADER_SIZE, BlockHeader, percent_encode, refs_offset_of, utc_timestamp
-from .catalog import BlockRow, Catalog, catalog_path, check_catalog_file
-from .errors import (ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock,
+from .catalog import BlockRow, Catalog
+from .errors import (CorruptBlock, DataLost, NoSpace, NoSuchBlock,
                      WebfsError)
 from .heat import DEFAULT_K, HeatTracker
+from .locks import KeyedLocks
 from .placement import ranked_disks
+from .protection import Protection
 from .signature import ContentKey, SignatureFn
 from .volume import search_order
 
 log = logging.getLogger(__name__)
 
 INTENTS_FILE = "meta/intents"
-
-
-class Protection:
-    """What the store asks of redundancy; this one protects nothing.
-
-    ``webfs.parity`` implements it with declustered parity stripes.
-    """
-
-    def block_added(self, row: BlockRow, payload: bytes) -> None:
-        pass
-
-    def block_removed(self, row: BlockRow, payload: Optional[bytes]) -> None:
-        pass
-
-    def rolled_back(self, rows: list[BlockRow]) -> None:
-        """New blocks whose catalog rows a failed commit undid; their files are gone."""
-
-    def reconstruct(self, row: BlockRow) -> bytes:
-        """The payload of a block that its disk cannot give, or DataLost."""
-        raise DataLost(f"block {row.block_name} on disk {row.disk} cannot be read and has no parity")
-
-    def flush(self) -> None:
-        """Write whatever redundancy still waits in memory."""
-
-    def committed(self) -> None:
-        """The catalog's changes so far are durable."""
-
-    def close(self) -> None:
-        pass
-
-    def status(self) -> dict:
-        return {"kind": "none"}
-
-
-def _check_max_block(archive: Archive, catalog: Catalog, write: bool) -> None:
-    """Pieces of split files are found by offset // max_block, so the value the
-    files were stored with must stay: refuse a webfs.conf that changed it."""
-    stored = catalog.get_meta("max_block")
-    if stored is None:
-        if write:                   # archives made before the catalog kept it
-            catalog.set_meta("max_block", str(archive.conf.max_block))
-            catalog.commit()
-    elif int(stored) != archive.conf.max_block:
-        conf = os.path.join(archive.opened_from, "webfs.conf")
-        raise ArchiveError(f"{conf}: max_block = {archive.conf.max_block}, but the archive's files were "
-                           f"stored in pieces of {stored} bytes; put back max_block = {stored} on every "
-                           "disk (it cannot change once files are stored)")
-
-
-class KeyedLocks:
-    """One lock per key, made on demand and dropped when nobody holds it."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, list] = {}
-
-    @contextmanager
-    def __call__(self, key: str) -> Iterator[None]:
-        with self._guard:
-            entry = self._locks.setdefault(key, [threading.Lock(), 0])
-            entry[1] += 1
-        entry[0].acquire()
-        try:
-            yield
-        finally:
-            entry[0].release()
-            with self._guard:
-                entry[1] -= 1
-                if not entry[1]:
-                    del self._locks[key]
 
 
 class Store:
@@ -141,34 +71,6 @@ class Store:
         self._intents_path = os.path.join(archive.first_volume.root, INTENTS_FILE)
         self._intents_fd: Optional[int] = None
         self._inflight = 0
-
-    @classmethod
-    def open(cls, path: str, holder: str = "webfs", lock: bool = True,
-             delays: Optional[dict[int, float]] = None, **kwargs) -> "Store":
-        """Open the archive that a disk belongs to, lock it and open its catalog.
-        ``delays`` gives disks a simulated service time per I/O (benchmarks)."""
-        archive = Archive.open(path, delays=delays)
-        if lock:
-            archive.lock(holder)
-        try:
-            primary = archive.volumes.get(archive.conf.catalog)
-            if primary is None:
-                why = archive.missing.get(archive.conf.catalog, "")
-                raise ArchiveError(
-                    why if "WEBFS-DISK is missing" in why else
-                    f"disk {archive.conf.catalog}, which holds the catalog, is missing or has lost it; "
-                    f"'webfs fsck --rebuild-catalog {path}' rebuilds it from the other disks")
-            check_catalog_file(catalog_path(primary.root))
-            catalog = Catalog(catalog_path(primary.root))
-            _check_max_block(archive, catalog, write=lock)
-            if "protection" not in kwargs:
-                from .parity import Parity          # parity builds on this module
-                kwargs["protection"] = Parity(archive, catalog, kwargs.get("signature_fn", sigmod.signature),
-                                              kwargs.get("fsync", False), recover=lock)
-        except BaseException:
-            archive.unlock()
-            raise
-        return cls(archive, catalog, **kwargs)
 
     def close(self) -> None:
         self.protection.close()
@@ -571,4 +473,4 @@ def key_of(row: BlockRow) -> ContentKey:
     return ContentKey(row.sig, row.overflow, row.disk)
 
 
-__all__ = ["Store", "Protection", "KeyedLocks", "key_of"]
+__all__ = ["Store", "key_of"]
