@@ -177,6 +177,11 @@ class Catalog:
         with self.lock, _full_is_nospace():
             self.db.commit()
 
+    @property
+    def uncommitted(self) -> bool:
+        """Does the connection hold changes not yet committed?"""
+        return self.db.in_transaction
+
     def rollback(self) -> None:
         with self.lock:
             self.db.rollback()

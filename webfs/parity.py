@@ -540,8 +540,10 @@ class Parity(Protection):
             self._count_layout()
 
     def committed(self) -> None:
-        self.flush(older_than=WRITE_BEHIND)
         self._intents.committed()
+
+    def flush_due(self) -> None:
+        self.flush(older_than=WRITE_BEHIND)
 
     def close(self) -> None:
         self.flush()

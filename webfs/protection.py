@@ -38,6 +38,10 @@ class Protection:
     def committed(self) -> None:
         """The catalog's changes so far are durable."""
 
+    def flush_due(self) -> None:
+        """Write the redundancy that has waited long enough (after a commit, in
+        the store's background worker)."""
+
     def close(self) -> None:
         pass
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 from typing import Optional
 
 from . import codecs, testkill
@@ -33,6 +34,7 @@ from .block import HEADER_SIZE, BlockHeader, percent_encode, refs_offset_of, utc
 from .catalog import BlockRow, Catalog
 from .errors import (CorruptBlock, DataLost, NoSpace, NoSuchBlock,
                      WebfsError)
+from .background import Background
 from .heat import DEFAULT_K, HeatTracker
 from .locks import KeyedLocks
 from .placement import ranked_disks
@@ -51,7 +53,7 @@ class Store:
     def __init__(self, archive: Archive, catalog: Catalog,
                  signature_fn: SignatureFn = sigmod.signature,
                  protection: Optional[Protection] = None, fsync: bool = False,
-                 heat_k: int = DEFAULT_K):
+                 heat_k: int = DEFAULT_K, background: bool = False):
         self.archive = archive
         self.conf = archive.conf
         self.catalog = catalog
@@ -65,7 +67,12 @@ class Store:
         self._pending_new: list[BlockRow] = []
         self._pending_refs: set[int] = set()
         self._pending_removals: list[BlockRow] = []     # files to remove once the commit holds
-        self.after_commit: list = []                     # callables run after each commit (the journal)
+        self._removing: list[BlockRow] = []             # committed as gone, files not yet removed
+        # The JOURNAL: ``take()`` under the catalog lock at each commit, ``append(data)`` after.
+        self.journal = None
+        self._journal_lock = threading.Lock()           # appends in commit order
+        # Removals and parity flushes after a commit; a worker thread with ``background``.
+        self.background = Background("webfs-removal", inline=not background)
         # Blocks about to be written, one line each, so a crash's orphans are found
         # without walking every disk (meta/intents on the catalog disk).
         self._intents_path = os.path.join(archive.first_volume.root, INTENTS_FILE)
@@ -73,6 +80,7 @@ class Store:
         self._inflight = 0
 
     def close(self) -> None:
+        self.background.close()
         self.protection.close()
         self.catalog.close()
         if self._intents_fd is not None:
@@ -80,8 +88,11 @@ class Store:
         self.archive.unlock()
 
     def commit(self) -> None:
-        """Make the catalog's changes durable; if that fails (a full catalog disk),
-        undo them on the disks too, so the archive stays as it was at the last commit."""
+        """Make the catalog's changes durable and append them to the JOURNAL; if
+        the commit fails (a full catalog disk), undo them on the disks too, so the
+        archive stays as it was at the last commit. Removing released blocks and
+        flushing parity written behind follow in the background worker."""
+        journal = None
         with self.catalog.lock:
             removals = self._pending_removals
             self.heat.save_if_due()
@@ -95,16 +106,24 @@ class Store:
                 self._pending_new, self._pending_refs, self._pending_removals = [], set(), []
             testkill.point("commit-after-catalog")
             self.protection.committed()
-            if removals:
-                self._remove_blocks(removals)
-                self.catalog.commit()
-            for hook in self.after_commit:
-                hook()
-            testkill.point("commit-after-journal")
+            self._removing.extend(removals)
+            data = self.journal.take() if self.journal is not None else b""
+            # Taken in the order of commits, appended in the same order.
+            self._journal_lock.acquire()
+        try:
+            if data:
+                self.journal.append(data)
+        finally:
+            self._journal_lock.release()
+        testkill.point("commit-after-journal")
+        if removals:
+            self.background.submit(lambda: self._remove_blocks(removals))
+        self.background.submit(self.protection.flush_due)
 
     def sync(self) -> None:
         """Make everything committed durable on the disks (fsync, checkpoint the WAL)."""
         self.heat.save()
+        self.background.drain()
         self.protection.flush()
         # One hold of the lock for both: between a commit and the checkpoint
         # another thread could open a transaction on the shared connection,
@@ -118,11 +137,17 @@ class Store:
     def _remove_blocks(self, rows: list[BlockRow]) -> None:
         """Take released blocks out of their stripes and off their disks.
         A crash before this leaves orphans, which fsck removes."""
-        for row in rows:
-            self.protection.block_removed(row, self._payload_or_none(row))
-            vol = self.archive.volumes.get(row.disk)
-            if vol is not None:
-                vol.remove_block(row.sig, row.overflow)
+        try:
+            for row in rows:
+                self.protection.block_removed(row, self._payload_or_none(row))
+                vol = self.archive.volumes.get(row.disk)
+                if vol is not None:
+                    vol.remove_block(row.sig, row.overflow)
+        finally:
+            with self.catalog.lock:
+                gone = {id(r) for r in rows}
+                self._removing = [r for r in self._removing if id(r) not in gone]
+                self.catalog.commit()       # the stripes made clean again
 
     def _undo_pending(self) -> None:
         for row in self._pending_new:
@@ -152,7 +177,8 @@ class Store:
                         return self._add_ref(row, pin)
             # A released block keeps its file until the commit: never reuse its name.
             with self.catalog.lock:
-                taken = [r.overflow for r in rows + self._pending_removals if r.sig == sig]
+                taken = [r.overflow for r in rows + self._pending_removals + self._removing
+                         if r.sig == sig]
             overflow = max(taken) + 1 if taken else 0
             codec, payload = codecs.encode(data, self.conf.codec, self.conf.level)
             with self.catalog.lock:
