@@ -82,7 +82,9 @@ def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
 
 
 def open_store(disk: str, holder: str) -> Store:
-    return open_archive(disk, holder=f"webfs {holder}")
+    # An import removes replaced blocks and flushes parity in the background
+    # worker, as a mount does; the other commands expect each commit settled.
+    return open_archive(disk, holder=f"webfs {holder}", background=holder == "import")
 
 
 def run_operation(target: str, name: str, as_json: bool = False, unit: str = "blk", **options) -> None:
