@@ -96,7 +96,13 @@ class LocalBackend(Backend):
             try:
                 fd = os.open(full, flags, 0o644)
             except FileNotFoundError:
-                self._makedirs(os.path.dirname(full))
+                # A new placement group, most often under a known parent: one mkdir.
+                try:
+                    os.mkdir(os.path.dirname(full))
+                except FileNotFoundError:
+                    self._makedirs(os.path.dirname(full))
+                except FileExistsError:
+                    pass
                 fd = os.open(full, flags, 0o644)
         except FileExistsError:
             self.write_atomic(path, data, fsync)

@@ -25,6 +25,7 @@ import errno
 import logging
 import os
 import threading
+import time
 from typing import Optional
 
 from . import codecs, testkill
@@ -45,6 +46,7 @@ from .volume import search_order
 log = logging.getLogger(__name__)
 
 INTENTS_FILE = "meta/intents"
+FLUSH_EVERY = 0.25         # seconds between asks to flush parity written behind
 
 
 class Store:
@@ -73,6 +75,7 @@ class Store:
         self._journal_lock = threading.Lock()           # appends in commit order
         # Removals and parity flushes after a commit; a worker thread with ``background``.
         self.background = Background("webfs-removal", inline=not background)
+        self._flush_asked = 0.0
         # Blocks about to be written, one line each, so a crash's orphans are found
         # without walking every disk (meta/intents on the catalog disk).
         self._intents_path = os.path.join(archive.first_volume.root, INTENTS_FILE)
@@ -118,7 +121,11 @@ class Store:
         testkill.point("commit-after-journal")
         if removals:
             self.background.submit(lambda: self._remove_blocks(removals))
-        self.background.submit(self.protection.flush_due)
+        now = time.monotonic()
+        if self.background.inline or now - self._flush_asked >= FLUSH_EVERY:
+            # Not at every commit: waking the worker costs the committer the GIL.
+            self._flush_asked = now
+            self.background.submit(self.protection.flush_due)
 
     def sync(self) -> None:
         """Make everything committed durable on the disks (fsync, checkpoint the WAL)."""
