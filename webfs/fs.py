@@ -733,13 +733,15 @@ class Operations(pyfuse3.Operations):
         of = self.open_files[self.handles.pop(fh)]
         async with of.lock:
             try:
-                await self._commit_or_drop(of, "close", fh)
+                # The flush before it committed what this close owes; other
+                # writers' pending changes are not this release's to wait for.
+                await self._commit_or_drop(of, "close", fh, pending=False)
             finally:
                 await self._close_file(of)
                 if of.dropped:
                     self._forget_kernel_copy(of.ino)   # again, now the kernel has let go of it
 
-    async def _commit_or_drop(self, of: OpenFile, what: str, fh: int) -> None:
+    async def _commit_or_drop(self, of: OpenFile, what: str, fh: int, pending: bool = True) -> None:
         """Store an open file's changes; if that fails (ENOSPC, EIO), drop them all:
         the file keeps the content it had at its last successful store (none, if
         new), the caller's errno tells the writer, the kernel forgets what it
@@ -749,7 +751,8 @@ class Operations(pyfuse3.Operations):
         told = of.error != 0
         try:
             await self._commit(of)
-            await self._commit_pending()
+            if pending:
+                await self._commit_pending()
         except Exception as exc:
             done = self._drop_changes(of, what, exc, fh, owe=not told)
             if what == "fsync":
