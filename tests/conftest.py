@@ -11,7 +11,6 @@ import pytest
 
 from webfs.assembly import open_archive
 from webfs import archive as archmod
-from webfs.store import Store
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent

@@ -17,7 +17,6 @@ from webfs.assembly import open_archive
 from webfs import admin
 from webfs.cooling import Group, Survey, apply, next_step
 from webfs.heat import HeatTracker, estimate
-from webfs.store import Store
 
 
 # -- the estimator -----------------------------------------------------------------

@@ -15,7 +15,6 @@ from webfs.block import BlockHeader, HEADER_SIZE
 from webfs.errors import ArchiveBusy, ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock
 from webfs.signature import signature
 from webfs.assembly import open_archive
-from webfs.store import Store
 
 from conftest import make_archive, tmpfs_disks
 
