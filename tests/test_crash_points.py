@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Mounted, webfs
+from webfs.assembly import open_archive
 from webfs import testkill
 from webfs.archive import Archive
 from webfs.recover import read_namespace
@@ -180,11 +181,10 @@ def test_recovery_at_mount_is_summed_up_in_one_or_two_lines(tmp_path, monkeypatc
 def test_a_journal_line_cut_short_by_a_crash_does_not_swallow_the_next(tmp_path):
     from conftest import make_archive
     from webfs.manifest import Journal
-    from webfs.store import Store
     disks = make_archive(tmp_path)
     for d in disks:
         (d / "meta" / "JOURNAL").write_bytes(b"+\tabc\t12\t100644\t1.0")     # no newline: cut short
-    store = Store.open(str(disks[0]), holder="test")
+    store = open_archive(str(disks[0]), holder="test")
     try:
         j = Journal(store.archive)
         j.record("-", None, b"/gone")

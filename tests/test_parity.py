@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from conftest import make_archive, webfs
+from webfs.assembly import open_archive
 from webfs import admin
 from webfs.backends.local import TMP_SUFFIX
 from webfs.catalog import BlockRow
@@ -128,7 +129,7 @@ def assert_parity_consistent(store: Store) -> None:
 
 
 def open_store(disks: list[Path], **kwargs) -> Store:
-    return Store.open(str(disks[0]), holder="test", **kwargs)
+    return open_archive(str(disks[0]), holder="test", **kwargs)
 
 
 # -- the format --------------------------------------------------------------
@@ -436,9 +437,9 @@ def test_two_lost_disks_in_one_stripe_lose_only_their_blocks(tmp_path):
 CRASH_CHILD = textwrap.dedent("""
     import os, signal, sys
     from webfs import parity
-    from webfs.store import Store
+    from webfs.assembly import open_archive
     where, disk = sys.argv[1], sys.argv[2]
-    store = Store.open(disk, holder="crash test")
+    store = open_archive(disk, holder="crash test")
     real_write = parity.Parity._write_parity
     real_removed = parity.Parity.block_removed
     def die():
@@ -562,8 +563,8 @@ def test_a_killed_ingest_leaves_consistent_parity(tmp_path):
     disks = make_archive(tmp_path / "a", disks=5, group_size=4)
     child = textwrap.dedent("""
         import os, random, sys
-        from webfs.store import Store
-        store = Store.open(sys.argv[1], holder="ingest")
+        from webfs.assembly import open_archive
+        store = open_archive(sys.argv[1], holder="ingest")
         rnd = random.Random(int(sys.argv[2]))
         print("ready", flush=True)
         for i in range(100000):

@@ -23,6 +23,7 @@ from . import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (reg
 from . import ingest as _ingest    # noqa: F401  (registers its operation)
 from .errors import CatalogUnreadable, WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
+from .assembly import open_archive
 from .store import Store, key_of
 
 log = logging.getLogger("webfs")
@@ -81,7 +82,9 @@ def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
 
 
 def open_store(disk: str, holder: str) -> Store:
-    return Store.open(disk, holder=f"webfs {holder}")
+    # An import removes replaced blocks and flushes parity in the background
+    # worker, as a mount does; the other commands expect each commit settled.
+    return open_archive(disk, holder=f"webfs {holder}", background=holder == "import")
 
 
 def run_operation(target: str, name: str, as_json: bool = False, unit: str = "blk", **options) -> None:
@@ -146,7 +149,7 @@ def status(as_json, target):
     if daemon.is_mountpoint(target):
         st = daemon.call(target, "status", {}).figures
     else:
-        store = Store.open(target, lock=False)
+        store = open_archive(target, lock=False)
         try:
             st = store.status()
         finally:
@@ -387,7 +390,7 @@ def put(mode, disk, files):
 def get(disk, key):
     """Write the document with contentkey KEY to standard output."""
     ck = _parse_key(key)
-    store = Store.open(disk, lock=False)
+    store = open_archive(disk, lock=False)
     try:
         data = store.retrieve(ck)
     finally:

@@ -48,6 +48,7 @@ from .catalog import BlockRow
 from .errors import NoSpace
 from .heat import DEFAULT_K
 from .rebalance import MOVER, finish_interrupted, move_group
+from .assembly import open_archive
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -289,7 +290,7 @@ def measure(root: str, pages: int = 2000, disks: int = 4, delay: float = 0.005, 
     paths = [os.path.join(root, f"disk{i}") for i in range(disks)]
     archmod.mkfs(paths)
     rng = random.Random(seed)
-    store = Store.open(paths[0], holder="webfs cooling benchmark")
+    store = open_archive(paths[0], holder="webfs cooling benchmark")
     try:
         words = [bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
                  for _ in range(3000)]
@@ -302,7 +303,7 @@ def measure(root: str, pages: int = 2000, disks: int = 4, delay: float = 0.005, 
         store.commit()
     finally:
         store.close()
-    store = Store.open(paths[0], holder="webfs cooling benchmark", delays={i: delay for i in range(disks)}, heat_k=k)
+    store = open_archive(paths[0], holder="webfs cooling benchmark", delays={i: delay for i in range(disks)}, heat_k=k)
     try:
         rows = list(store.catalog.blocks())
         rng.shuffle(rows)

@@ -29,6 +29,7 @@ from .fs import Operations
 from .heat import DEFAULT_K
 from .manifest import Journal, manifest_of
 from .namespace import Namespace
+from .assembly import open_archive
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -182,8 +183,8 @@ class Daemon:
 
     def open(self) -> None:
         testkill.arm()
-        store = Store.open(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync,
-                           delays=self.opts.disk_delay, heat_k=self.opts.heat_k)
+        store = open_archive(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync,
+                           delays=self.opts.disk_delay, heat_k=self.opts.heat_k, background=True)
         self.store = store
         log_path = _log_to_disk(store)
         journal = Journal(store.archive)
@@ -191,7 +192,7 @@ class Daemon:
         journal.namespace = ns
         self.journal = journal
         self.ns = ns
-        store.after_commit.append(journal.flush)
+        store.journal = journal
         ns.ensure_root(os.getuid(), os.getgid())
         stripes = list(getattr(store.protection, "recovered", []))
         for stripe_id, done in stripes:
@@ -349,6 +350,8 @@ class Daemon:
             nursery.start_soon(self._signals, nursery)
             # Parity of open stripes waits in memory at most about a second.
             nursery.start_soon(self._every, 0.5, self._flush_parity)
+            # Changes of names and attributes alone are committed within a second.
+            nursery.start_soon(self._commit_changes)
             if self.opts.manifest_interval > 0:
                 nursery.start_soon(self._every, self.opts.manifest_interval, self.checkpoint)
             if self.opts.cool_interval > 0 and not self.opts.read_only:
@@ -372,6 +375,15 @@ class Daemon:
                 log.info("signal received; unmounting")
                 pyfuse3.terminate()
                 return
+
+    async def _commit_changes(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            if self.store.catalog.uncommitted:
+                try:
+                    await self.ops.commits.commit()
+                except Exception:
+                    log.exception("periodic commit failed")
 
     async def _every(self, seconds: float, fn) -> None:
         while True:

@@ -30,6 +30,7 @@ from .catalog import BLOCK_COLUMNS, BlockRow
 from .errors import CorruptBlock, DataLost, FsError, NoSpace, WebfsError
 from .namespace import ROOT_INODE, Inode, Namespace, now_ns
 from .signature import new_hasher
+from .groupcommit import GroupCommit
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -313,6 +314,7 @@ class Operations(pyfuse3.Operations):
         self.owner = (os.getuid(), os.getgid())     # who mounted: the only user of .webfs
         self.failures: list[str] = []       # files whose changes could not be stored, for umount
         self.generations: dict[int, int] = {}  # inode -> generation, bumped when the kernel must forget it
+        self.commits = GroupCommit(store.commit)   # commits in a worker thread, shared by requests
 
     # -- helpers -------------------------------------------------------------------
 
@@ -415,7 +417,7 @@ class Operations(pyfuse3.Operations):
             a.st_mtime_ns = of.mtime_ns or a.st_mtime_ns
             return a
         node = self.ns.set_attrs(inode, **changes) if changes else self.ns.get(inode)
-        self.store.commit()
+        self._changed()
         return self._attrs(node)
 
     async def _truncate(self, ino: int, size: int) -> None:
@@ -448,14 +450,14 @@ class Operations(pyfuse3.Operations):
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         self._check_writable(parent_inode, name)
         node = self.ns.create(parent_inode, name, mode, ctx.uid, ctx.gid, rdev)
-        self.store.commit()
+        self._changed()
         return self._entry(node)
 
     @translate_errors
     async def mkdir(self, parent_inode, name, mode, ctx):
         self._check_writable(parent_inode, name)
         node = self.ns.create(parent_inode, name, stat.S_IFDIR | (mode & 0o7777), ctx.uid, ctx.gid)
-        self.store.commit()
+        self._changed()
         return self._entry(node)
 
     @translate_errors
@@ -463,7 +465,7 @@ class Operations(pyfuse3.Operations):
         self._check_writable(parent_inode, name)
         node = await self._thread(self.ns.create, parent_inode, name, stat.S_IFLNK | 0o777,
                                   ctx.uid, ctx.gid, 0, target)
-        self.store.commit()
+        self._changed()
         return self._entry(node)
 
     @translate_errors
@@ -474,7 +476,7 @@ class Operations(pyfuse3.Operations):
             async with of.lock:
                 await self._commit(of)
         node = self.ns.link(inode, new_parent_inode, new_name)
-        self.store.commit()
+        self._changed()
         return self._entry(node)
 
     @translate_errors
@@ -482,14 +484,14 @@ class Operations(pyfuse3.Operations):
         self._check_writable(parent_inode, name)
         node = self.ns.unlink(parent_inode, name)
         self._maybe_free(node)
-        self.store.commit()
+        await self.commits.commit()
 
     @translate_errors
     async def rmdir(self, parent_inode, name, ctx):
         self._check_writable(parent_inode, name)
         node = self.ns.rmdir(parent_inode, name)
         self._maybe_free(node)
-        self.store.commit()
+        await self.commits.commit()
 
     @translate_errors
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
@@ -500,7 +502,7 @@ class Operations(pyfuse3.Operations):
                                   exchange=bool(flags & pyfuse3.RENAME_EXCHANGE))
         if replaced is not None:
             self._maybe_free(replaced)
-        self.store.commit()
+        await self.commits.commit()
 
     def _maybe_free(self, node: Inode) -> None:
         """An inode with no name goes now, or when it is neither open nor known to the kernel."""
@@ -701,7 +703,9 @@ class Operations(pyfuse3.Operations):
                 except WebfsError as exc:
                     log.warning("%s: cannot give back block %s: %s", path, row.block_name, exc)
             raise
-        self.store.commit()     # a WAL commit without fsync; a failure rolls all of it back
+        # A WAL commit without fsync, shared with the requests that arrive meanwhile;
+        # a failure rolls all of it back.
+        await self.commits.commit()
         of.dirty = False
         of.pieces = None
 
@@ -729,13 +733,15 @@ class Operations(pyfuse3.Operations):
         of = self.open_files[self.handles.pop(fh)]
         async with of.lock:
             try:
-                await self._commit_or_drop(of, "close", fh)
+                # The flush before it committed what this close owes; other
+                # writers' pending changes are not this release's to wait for.
+                await self._commit_or_drop(of, "close", fh, pending=False)
             finally:
                 await self._close_file(of)
                 if of.dropped:
                     self._forget_kernel_copy(of.ino)   # again, now the kernel has let go of it
 
-    async def _commit_or_drop(self, of: OpenFile, what: str, fh: int) -> None:
+    async def _commit_or_drop(self, of: OpenFile, what: str, fh: int, pending: bool = True) -> None:
         """Store an open file's changes; if that fails (ENOSPC, EIO), drop them all:
         the file keeps the content it had at its last successful store (none, if
         new), the caller's errno tells the writer, the kernel forgets what it
@@ -745,6 +751,8 @@ class Operations(pyfuse3.Operations):
         told = of.error != 0
         try:
             await self._commit(of)
+            if pending:
+                await self._commit_pending()
         except Exception as exc:
             done = self._drop_changes(of, what, exc, fh, owe=not told)
             if what == "fsync":
@@ -828,6 +836,19 @@ class Operations(pyfuse3.Operations):
         self.nursery.start_soon(task)
         return names_done
 
+    def _changed(self) -> None:
+        """A change of names or attributes only: it is committed with the next
+        close or fsync of any file, or within a second (the daemon's periodic
+        commit), not before the answer. As on a local filesystem, a crash may
+        lose such a change unless something after it was closed or synced;
+        it never loses a closed file, nor the names that lead to it."""
+
+    async def _commit_pending(self) -> None:
+        """Join the next commit if the catalog holds changes not yet committed
+        (the create, mkdir or chmod before a close, a release's free)."""
+        if self.store.catalog.uncommitted:
+            await self.commits.commit()
+
     async def _close_file(self, of: OpenFile) -> None:
         of.handles -= 1
         if of.handles > 0:
@@ -841,7 +862,7 @@ class Operations(pyfuse3.Operations):
             return
         if node.nlink <= 0 and not self.lookups.get(of.ino):
             self.ns.free(of.ino)
-            self.store.commit()
+            await self.commits.commit()
 
     # -- reading ------------------------------------------------------------------
 
@@ -963,7 +984,7 @@ class Operations(pyfuse3.Operations):
             raise FsError(errno.EOPNOTSUPP)
         self._check_writable()
         self.ns.setxattr(inode, name, value)
-        self.store.commit()
+        self._changed()
 
     @translate_errors
     async def listxattr(self, inode, ctx):
@@ -978,7 +999,7 @@ class Operations(pyfuse3.Operations):
             raise FsError(errno.EPERM)
         self._check_writable()
         self.ns.removexattr(inode, name)
-        self.store.commit()
+        self._changed()
 
     # -- the filesystem ---------------------------------------------------------------
 
@@ -1016,7 +1037,7 @@ class Operations(pyfuse3.Operations):
                 node = self.ns.get(ino)
                 if node.nlink <= 0:
                     self.ns.free(ino)
-                    self.store.commit()
+                    await self.commits.commit()
             except FsError:
                 pass                        # already gone
             except Exception:               # forget answers no request: it must not raise

@@ -714,7 +714,7 @@ def _open_namespace(store: Store):
     journal = Journal(store.archive)
     ns = Namespace(store, journal.record)
     journal.namespace = ns
-    store.after_commit.append(journal.flush)
+    store.journal = journal
     ns.ensure_root(os.getuid(), os.getgid())
     if store.catalog.get_meta("clean") == "0":
         log.warning("the archive was not unmounted cleanly; recovering")
@@ -733,5 +733,5 @@ def _close_namespace(store: Store, ns: Namespace, journal) -> None:
     store.sync()
     store.catalog.set_meta("clean", "1")
     store.commit()
-    store.after_commit.remove(journal.flush)
+    store.journal = None
     journal.close()

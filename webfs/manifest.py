@@ -132,12 +132,20 @@ class Journal:
         with self.lock:
             self.lines.append(line + b"\n")
 
-    def flush(self, fsync: bool = False) -> None:
+    def take(self) -> bytes:
+        """The lines recorded so far, taken out (the store does this at each
+        commit, under the catalog lock, and appends them right after)."""
         with self.lock:
             data, self.lines = b"".join(self.lines), []
-        if not data:
-            return
-        self._append(data, fsync)
+        return data
+
+    def append(self, data: bytes) -> None:
+        self._append(data, False)
+
+    def flush(self, fsync: bool = False) -> None:
+        data = self.take()
+        if data:
+            self._append(data, fsync)
 
     def _append(self, data: bytes, fsync: bool) -> None:
         for vol in self.archive.volumes.values():

@@ -58,8 +58,9 @@ from .archive import Archive
 from .block import HEADER_SIZE
 from .catalog import BLOCK_COLUMNS, BlockRow, Catalog
 from .errors import CorruptBlock, CorruptParity, DataLost, WebfsError
+from .locks import KeyedLocks
+from .protection import Protection
 from .signature import ContentKey, SignatureFn
-from .store import KeyedLocks, Protection
 from .volume import META, PARITY, Volume, search_order
 
 log = logging.getLogger(__name__)
@@ -541,8 +542,10 @@ class Parity(Protection):
             self._count_layout()
 
     def committed(self) -> None:
-        self.flush(older_than=WRITE_BEHIND)
         self._intents.committed()
+
+    def flush_due(self) -> None:
+        self.flush(older_than=WRITE_BEHIND)
 
     def close(self) -> None:
         self.flush()

@@ -31,6 +31,7 @@ from .catalog import BlockRow
 from .errors import ArchiveError, CorruptBlock, WebfsError
 from .fsck import EXIT_CLEAN, EXIT_LEFT, restore_block
 from .parity import REBUILD_MARKER, Member, Parity
+from .assembly import open_archive
 from .store import Store
 from .volume import DISK_ID_FILE, META, Volume
 
@@ -188,7 +189,7 @@ def measure(disk: str, index: int, to: str, max_rate: Optional[float] = None) ->
     """Rebuild disk ``index`` of the (unmounted) archive that ``disk`` belongs
     to into ``to``, and return the figures: throughput and bytes read from each
     survivor. For tools/bench."""
-    store = Store.open(disk, holder="webfs rebuild (benchmark)")
+    store = open_archive(disk, holder="webfs rebuild (benchmark)")
     try:
         return rebuild(store, admin.Progress(), disk=index, to=to, max_rate=max_rate).figures
     finally:
