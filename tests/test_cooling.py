@@ -276,7 +276,7 @@ def test_heat_ages_on_the_clock_of_reads_so_a_quiet_spell_keeps_the_ranking(disk
     """Heats asked for after the reads stopped compare as they did while the
     reads came: a hot group's short window is not aged more by the silence
     than a cool group's long one (cooling would stop before the hot disk is cool)."""
-    store = Store.open(str(disks[0]), holder="test")
+    store = open_archive(str(disks[0]), holder="test")
     try:
         now = [1000.0]
         store.heat = HeatTracker(store.catalog, k=20, clock=lambda: now[0])
