@@ -95,7 +95,6 @@ class Store:
         the commit fails (a full catalog disk), undo them on the disks too, so the
         archive stays as it was at the last commit. Removing released blocks and
         flushing parity written behind follow in the background worker."""
-        journal = None
         with self.catalog.lock:
             removals = self._pending_removals
             self.heat.save_if_due()
