@@ -388,6 +388,10 @@ class Daemon:
         dropped during the mount, a MANIFEST, parity left out of date) goes in
         the report that ``webfs umount`` prints before it exits non-zero."""
         problems = list(self.ops.failures) if self.ops is not None else []
+        if self.ops is not None:
+            from .fs import REQUESTS
+            log.info("FUSE requests answered: %s", ", ".join(
+                f"{k} {v}" for k, v in sorted(REQUESTS.items(), key=lambda kv: -kv[1])) or "none")
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()

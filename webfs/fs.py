@@ -15,6 +15,7 @@ worker threads (zlib-ng and xxhash release the GIL).
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import sqlite3
@@ -41,6 +42,10 @@ XATTR_PREFIX = b"user.webfs."
 READ_THREADS_PER_DISK = 4      # reads in flight per disk
 READ_AHEAD_FILES = 8            # files of a directory read in order are fetched this far ahead
 READ_AHEAD_BYTES = 1 << 20      # ... when they are no larger than this
+# FUSE requests answered since the mount, by type: always counted (one dict
+# update per request), read as JSON from the root's ``user.webfs.requests``
+# xattr (``getfattr -n user.webfs.requests MOUNT``) and logged at unmount.
+REQUESTS: dict[str, int] = {}
 MAX_PIECES = 1 << 18            # the largest file: 262,144 pieces (1 TiB at max_block 4 MiB); EFBIG beyond
 
 
@@ -232,8 +237,11 @@ def translate_errors(method):
     EIO and one log line with its traceback: the daemon never dies of a request."""
     import functools
 
+    name = method.__name__
+
     @functools.wraps(method)
     async def wrapper(*args, **kwargs):
+        REQUESTS[name] = REQUESTS.get(name, 0) + 1
         try:
             return await method(*args, **kwargs)
         except pyfuse3.FUSEError:
@@ -263,8 +271,11 @@ def _log_errors(method):
     """For the requests that get no reply (forget, releasedir): log and go on."""
     import functools
 
+    name = method.__name__
+
     @functools.wraps(method)
     async def wrapper(*args, **kwargs):
+        REQUESTS[name] = REQUESTS.get(name, 0) + 1
         try:
             return await method(*args, **kwargs)
         except Exception:
@@ -929,6 +940,8 @@ class Operations(pyfuse3.Operations):
     def _virtual_xattr(self, inode: int, name: bytes) -> Optional[bytes]:
         if inode == ROOT_INODE and name in self.root_xattrs:
             return self.root_xattrs[name]
+        if inode == ROOT_INODE and name == XATTR_PREFIX + b"requests":
+            return json.dumps(dict(sorted(REQUESTS.items()))).encode()
         if not name.startswith(XATTR_PREFIX) or inode >= VIRTUAL_BASE:
             return None
         key = name[len(XATTR_PREFIX):]
