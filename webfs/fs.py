@@ -162,6 +162,11 @@ class OpenFile:
         self.error = 0               # errno of a write the buffer could not keep
         self.dropped = False         # changes were dropped (a store failed)
         self.owed: dict[int, int] = {}   # handle -> errno of a drop it has not been told of
+        # The piece read last, kept while the file is open whatever the piece
+        # cache holds (piece_cache=0 too): the kernel reads a file in several
+        # requests (pages one by one when its background queue is full), and
+        # each must not cost a disk read and a decode of the whole piece.
+        self.last: Optional[tuple[BlockRow, bytes]] = None
 
 
 PieceKey = tuple[str, int, int]          # (signature, overflow, size): what a piece is, not where
@@ -318,7 +323,7 @@ class Operations(pyfuse3.Operations):
         self.vnodes: dict[int, VirtualNode] = {}
         self.vnode_by_key: dict[tuple[str, str, int], int] = {}
         self.root_xattrs: dict[bytes, bytes] = {}
-        self._last_open: dict[int, int] = {}             # directory -> position of its last opened file
+        self._last_open: dict[int, int] = {}             # directory -> position of the file an in-order reader opens next
         self.nursery: Optional[trio.Nursery] = None
         self._zero_sigs: dict[int, str] = {}
         self.owner = (os.getuid(), os.getgid())     # who mounted: the only user of .webfs
@@ -592,28 +597,44 @@ class Operations(pyfuse3.Operations):
     def _read_ahead(self, ino: int) -> None:
         """A reader that opens a directory's files in order (cat of a find, tar,
         grep -r) gets the next files' blocks fetched in parallel while it reads
-        this one: they are on other disks, and one file at a time leaves them idle."""
-        if self.nursery is None:
-            return
+        this one: they are on other disks, and one file at a time leaves them idle.
+        In order means exactly the file after the one opened last in this
+        directory: random readers (many at once) must not fill the disks with
+        guesses, as "any later file" did (half of all random opens)."""
+        if self.nursery is None or self.cache.limit < READ_AHEAD_BYTES:
+            return                          # no room to keep what is fetched ahead
         cat = self.store.catalog
         found = cat.query("SELECT parent, rowid FROM dentries WHERE inode=? LIMIT 1", (ino,))
         if not found:
             return
         parent, pos = found[0]
-        last = self._last_open.get(parent)
+        in_order = self._last_open.get(parent) == pos
         if len(self._last_open) > 10_000:
             self._last_open.clear()
-        self._last_open[parent] = pos
-        if last is None or last >= pos:
-            return                          # not in order: a random reader gains nothing
         cols = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))
-        for r in cat.query(
-                f"SELECT {cols} FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
-                "JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? AND b.size<=? "
-                "ORDER BY d.rowid LIMIT ?", (parent, pos, READ_AHEAD_BYTES, READ_AHEAD_FILES)):
-            row = BlockRow(*r)
-            if self.cache.wanted(row):
-                self.nursery.start_soon(self._quiet_piece, row)
+        rows = cat.query(
+            f"SELECT d.rowid, {cols} FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
+            "JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? "
+            "ORDER BY d.rowid LIMIT ?", (parent, pos, READ_AHEAD_FILES))
+        if not rows:
+            self._last_open.pop(parent, None)
+            return
+        self._last_open[parent] = rows[0][0]    # the file an in-order reader opens next
+        if in_order:
+            for r in rows:
+                row = BlockRow(*r[1:])
+                if row.size <= READ_AHEAD_BYTES:
+                    self._fetch_ahead(row)
+
+    def _fetch_ahead(self, row: BlockRow) -> bool:
+        """Fetch a piece nobody asked for yet, if the cache can keep it and its disk
+        has a free read slot: a reader's demand never queues behind a guess."""
+        if not self.cache.wanted(row) or row.size > self.cache.limit // 2:
+            return False
+        if self._disk_limiter(row.disk).available_tokens <= 0:
+            return False
+        self.nursery.start_soon(self._quiet_piece, row)
+        return True
 
     @translate_errors
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -895,7 +916,7 @@ class Operations(pyfuse3.Operations):
             of.pieces = self.ns.contents(of.ino)
         pieces = of.pieces
         try:
-            return await self._read_pieces(pieces, off, size)
+            return await self._read_pieces(pieces, off, size, of)
         except WebfsError:
             # The file was stored anew while this read waited (its old blocks
             # may be gone): read it again as it is now, once.
@@ -904,16 +925,23 @@ class Operations(pyfuse3.Operations):
             if of.buffer is not None:
                 return of.buffer.read(off, size)
             of.pieces = self.ns.contents(of.ino)
-            return await self._read_pieces(of.pieces, off, size)
+            return await self._read_pieces(of.pieces, off, size, of)
 
-    async def _read_pieces(self, pieces: list[BlockRow], off: int, size: int) -> bytes:
+    async def _read_pieces(self, pieces: list[BlockRow], off: int, size: int,
+                           of: Optional[OpenFile] = None) -> bytes:
         out = []
         first = off // self.max_block
         for index in range(first, len(pieces)):
             start = index * self.max_block
             if start >= off + size:
                 break
-            data = await self._piece(pieces[index])
+            row = pieces[index]
+            if of is not None and of.last is not None and of.last[0] == row:
+                data = of.last[1]
+            else:
+                data = await self._piece(row)
+                if of is not None:
+                    of.last = (row, data)
             out.append(data[max(0, off - start):off + size - start])
         if len(pieces) > 1:
             self._prefetch(pieces, (off + size) // self.max_block + 1)
@@ -924,8 +952,7 @@ class Operations(pyfuse3.Operations):
         if self.nursery is None:
             return
         for row in pieces[index:index + ahead]:
-            if self.cache.wanted(row):
-                self.nursery.start_soon(self._quiet_piece, row)
+            self._fetch_ahead(row)
 
     async def _quiet_piece(self, row: BlockRow) -> None:
         try:
