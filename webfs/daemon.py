@@ -216,7 +216,20 @@ class Daemon:
         store.read_only = self.opts.read_only
         store.invalidate_inode = pyfuse3.invalidate_inode
         store.invalidate_entry = pyfuse3.invalidate_entry
+        store.forget_misses = self.forget_misses
         store.free_unused = self.free_unused
+
+    def forget_misses(self, parents) -> None:
+        """The kernel forgets the misses (negative entries) the mount answered in
+        these directories: an admin operation made names in them. Call it after
+        the commit, without the catalog lock, from a thread other than the loop's."""
+        missed = trio.from_thread.run_sync(self.ops.take_misses, list(parents),
+                                           trio_token=self.trio_token)
+        for parent, name in missed:
+            try:
+                pyfuse3.invalidate_entry(parent, name)
+            except OSError:
+                pass            # the kernel no longer has it
 
     def free_unused(self, ino: int) -> None:
         """Free an inode that lost its last name to an admin operation, unless it is

@@ -21,6 +21,7 @@ import os
 import sqlite3
 import stat
 import tempfile
+import time
 from collections import OrderedDict
 from typing import Optional
 
@@ -39,6 +40,15 @@ CONTROL_DIR = b".webfs"
 VIRTUAL_BASE = 1 << 60          # inode numbers of the .webfs tree start here
 ENTRY_TIMEOUT = 300.0           # every change goes through this mount, so the kernel may cache long
 XATTR_PREFIX = b"user.webfs."
+# A lookup that finds nothing is answered with a negative entry the kernel
+# keeps this long: rsync's generator stats a new name (a miss), its receiver
+# opens it later (a hit now; it runs behind by seconds on a large tree). The
+# kernel itself drops a negative entry for O_EXCL creates, mkdir and rename
+# targets, and replaces it when a name is made through the mount; names the
+# daemon makes (webfs import) go through take_misses. At most NEGATIVE_MAX
+# misses are remembered (about 150 bytes each); beyond that a miss is not cached.
+NEGATIVE_TIMEOUT = 60.0
+NEGATIVE_MAX = 1 << 14
 READ_THREADS_PER_DISK = 4      # reads in flight per disk
 READ_AHEAD_FILES = 8            # files of a directory read in order are fetched this far ahead
 READ_AHEAD_BYTES = 1 << 20      # ... when they are no larger than this
@@ -329,6 +339,8 @@ class Operations(pyfuse3.Operations):
         self.owner = (os.getuid(), os.getgid())     # who mounted: the only user of .webfs
         self.failures: list[str] = []       # files whose changes could not be stored, for umount
         self.generations: dict[int, int] = {}  # inode -> generation, bumped when the kernel must forget it
+        self.misses: dict[int, dict[bytes, float]] = {}   # parent -> name -> when the kernel's negative entry ends
+        self.miss_count = 0
 
     # -- helpers -------------------------------------------------------------------
 
@@ -391,7 +403,48 @@ class Operations(pyfuse3.Operations):
             parent = self.store.catalog.scalar(
                 "SELECT parent FROM dentries WHERE inode=? LIMIT 1", (parent_inode,)) or ROOT_INODE
             return self._entry(self.ns.get(parent))
-        return self._entry(self.ns.lookup(parent_inode, name))
+        try:
+            return self._entry(self.ns.lookup(parent_inode, name))
+        except FsError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            return self._miss(parent_inode, name)
+
+    def _miss(self, parent: int, name: bytes) -> pyfuse3.EntryAttributes:
+        """A negative entry (inode 0) the kernel may keep NEGATIVE_TIMEOUT seconds,
+        remembered so that names the daemon makes can be invalidated."""
+        REQUESTS["lookup-miss"] = REQUESTS.get("lookup-miss", 0) + 1
+        now = time.monotonic()
+        if self.miss_count >= NEGATIVE_MAX:
+            for p in list(self.misses):
+                names = self.misses[p]
+                for n in [n for n, end in names.items() if end <= now]:
+                    del names[n]
+                    self.miss_count -= 1
+                if not names:
+                    del self.misses[p]
+            if self.miss_count >= NEGATIVE_MAX:
+                raise FsError(errno.ENOENT)     # not cached
+        names = self.misses.setdefault(parent, {})
+        if name not in names:
+            self.miss_count += 1
+        names[name] = now + NEGATIVE_TIMEOUT
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = 0
+        a.entry_timeout = NEGATIVE_TIMEOUT
+        return a
+
+    def take_misses(self, parents) -> list[tuple[int, bytes]]:
+        """The misses still cached by the kernel in these directories, forgotten
+        here: the caller invalidates them (on the event loop; see daemon)."""
+        now = time.monotonic()
+        out = []
+        for parent in parents:
+            names = self.misses.pop(parent, None)
+            if names:
+                self.miss_count -= len(names)
+                out += [(parent, n) for n, end in names.items() if end > now]
+        return out
 
     @translate_errors
     async def getattr(self, inode, ctx=None):
