@@ -52,6 +52,7 @@ NEGATIVE_MAX = 1 << 14
 READ_THREADS_PER_DISK = 4      # reads in flight per disk
 READ_AHEAD_FILES = 8            # files of a directory read in order are fetched this far ahead
 READ_AHEAD_BYTES = 1 << 20      # ... when they are no larger than this
+PREFETCH_PIECES = 4             # pieces fetched ahead of a sequential reader of a large file
 # FUSE requests answered since the mount, by type: always counted (one dict
 # update per request), read as JSON from the root's ``user.webfs.requests``
 # xattr (``getfattr -n user.webfs.requests MOUNT``) and logged at unmount.
@@ -177,6 +178,7 @@ class OpenFile:
         # requests (pages one by one when its background queue is full), and
         # each must not cost a disk read and a decode of the whole piece.
         self.last: Optional[tuple[BlockRow, bytes]] = None
+        self.read_end = 0            # where the last read ended: the next one there is sequential
 
 
 PieceKey = tuple[str, int, int]          # (signature, overflow, size): what a piece is, not where
@@ -997,10 +999,16 @@ class Operations(pyfuse3.Operations):
                     of.last = (row, data)
             out.append(data[max(0, off - start):off + size - start])
         if len(pieces) > 1:
-            self._prefetch(pieces, (off + size) // self.max_block + 1)
+            # A reader that goes on where it stopped gets PREFETCH_PIECES ahead
+            # (on other disks, decoded on other cores); any other reader, one.
+            sequential = of is not None and of.read_end == off
+            self._prefetch(pieces, (off + size) // self.max_block + 1,
+                           PREFETCH_PIECES if sequential else 1)
+        if of is not None:
+            of.read_end = off + size
         return b"".join(out)
 
-    def _prefetch(self, pieces: list[BlockRow], index: int, ahead: int = 2) -> None:
+    def _prefetch(self, pieces: list[BlockRow], index: int, ahead: int = 1) -> None:
         """Start fetching the next pieces of a large file (they sit on other disks)."""
         if self.nursery is None:
             return
