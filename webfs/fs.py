@@ -56,6 +56,9 @@ PREFETCH_PIECES = 4             # pieces fetched ahead of a sequential reader of
 # FUSE requests answered since the mount, by type: always counted (one dict
 # update per request), read as JSON from the root's ``user.webfs.requests``
 # xattr (``getfattr -n user.webfs.requests MOUNT``) and logged at unmount.
+# Beside them: lookup-miss (lookups that found nothing), piece-hit and
+# piece-miss (a read's piece was decoded already, or had to be fetched or
+# waited for: what read-ahead saves).
 REQUESTS: dict[str, int] = {}
 MAX_PIECES = 1 << 18            # the largest file: 262,144 pieces (1 TiB at max_block 4 MiB); EFBIG beyond
 
@@ -335,6 +338,7 @@ class Operations(pyfuse3.Operations):
         self.vnodes: dict[int, VirtualNode] = {}
         self.vnode_by_key: dict[tuple[str, str, int], int] = {}
         self.root_xattrs: dict[bytes, bytes] = {}
+        self._listed: dict[int, None] = {}               # directories listed to the end, oldest first
         self._last_open: dict[int, int] = {}             # directory -> position of the file an in-order reader opens next
         self.nursery: Optional[trio.Nursery] = None
         self._zero_sigs: dict[int, str] = {}
@@ -596,6 +600,9 @@ class Operations(pyfuse3.Operations):
         while True:
             batch = self.ns.entries(fh, after, 200)
             if not batch:
+                self._listed[fh] = None         # listed to the end: its files may come next, in order
+                if len(self._listed) > 10_000:
+                    self._listed.pop(next(iter(self._listed)))
                 return
             for off, name, node in batch:
                 if not pyfuse3.readdir_reply(token, name, self._attrs(node), off):
@@ -663,7 +670,14 @@ class Operations(pyfuse3.Operations):
         if not found:
             return
         parent, pos = found[0]
-        in_order = self._last_open.get(parent) == pos
+        expected = self._last_open.get(parent)
+        in_order = expected == pos
+        if expected is None and parent in self._listed:
+            # The first file of a directory just listed (grep -r, tar, cp -r):
+            # a walker opens the next ones, so fetch them now, not from the second.
+            in_order = not cat.query(
+                "SELECT 1 FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
+                "WHERE d.parent=? AND d.rowid<? LIMIT 1", (parent, pos))
         if len(self._last_open) > 10_000:
             self._last_open.clear()
         cols = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))
@@ -994,6 +1008,8 @@ class Operations(pyfuse3.Operations):
             if of is not None and of.last is not None and of.last[0] == row:
                 data = of.last[1]
             else:
+                hit = "piece-hit" if self.cache.get(row) is not None else "piece-miss"
+                REQUESTS[hit] = REQUESTS.get(hit, 0) + 1
                 data = await self._piece(row)
                 if of is not None:
                     of.last = (row, data)
