@@ -33,8 +33,10 @@ path and the rest goes on.
 Names made in a mounted archive are visible at once (the mount's namespace
 reads the same catalog); the kernel is told to forget the attributes of the
 directories that got new entries and the pages of files whose content was
-replaced. A lookup that found nothing is not cached by the kernel (the fs
-answers ENOENT, not a negative entry), so new names need no invalidation.
+replaced. A lookup that found nothing may be cached by the kernel (the
+mount answers a miss with a negative entry): after each batch's commit the
+mount is told which directories got names, and makes the kernel forget the
+misses it handed out in them (``store.forget_misses``).
 """
 from __future__ import annotations
 
@@ -497,6 +499,9 @@ class Importer:
                     self.counts.problems.append(line)
                     self.progress.note(line)
         self.progress.advance(len(batch), self._rates())
+        forget_misses = getattr(self.store, "forget_misses", None)
+        if forget_misses is not None:
+            forget_misses(self.touched | self.dirs_changed)   # names the kernel looked up in vain
         self._invalidate(self.touched | self.relinked)     # nlink, mtime: stat shows them at once
         self.touched, self.relinked = set(), set()
         batch.clear()
