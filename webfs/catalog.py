@@ -24,6 +24,8 @@ from .errors import CatalogUnreadable, NoSpace
 
 SCHEMA_VERSION = 1
 CATALOG_FILE = "meta/catalog.db"
+CACHE_KIB = 8192                # SQLite page cache of one connection, KiB
+WAL_LIMIT = 8 << 20             # bytes of WAL kept after a checkpoint
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -149,7 +151,12 @@ class Catalog:
         # NORMAL: a commit survives a killed process (it is in the OS's hands);
         # fsync of the WAL happens at checkpoints and at 'webfs sync'.
         self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA cache_size=-65536")
+        # The page cache is the daemon's largest memory that grows with the
+        # archive (it filled towards 64 MiB as the catalog grew, ~0.7 KB per
+        # file); beyond it, pages come from the OS's cache, a pread away.
+        self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        # The WAL is cut back to this after a checkpoint that left it longer.
+        self.db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
         self.db.executescript(SCHEMA)
         with self.lock:
             if self.get_meta("schema") is None:
