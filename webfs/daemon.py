@@ -27,7 +27,7 @@ from . import admin, testkill
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
 from .heat import DEFAULT_K
-from .manifest import Journal, manifest_of
+from .manifest import JOURNAL_LIMIT, Journal, manifest_of
 from .namespace import Namespace
 from .store import Store
 
@@ -45,6 +45,7 @@ class MountOptions:
     sync: bool = False
     max_block: Optional[int] = None
     manifest_interval: float = 300.0
+    journal_limit: int = JOURNAL_LIMIT           # JOURNAL bytes that start a checkpoint (at least)
     cool_interval: float = 0.0
     piece_cache: int = 128 << 20                 # bytes of decoded pieces kept for readers
     heat_k: int = DEFAULT_K                      # reads per group in the heat estimate
@@ -80,7 +81,7 @@ class MountOptions:
                     setattr(opts, key, float(value))
                 except ValueError:
                     raise ArchiveError(f"{key} takes a number of seconds, not {value!r}") from None
-            elif key in ("piece_cache", "heat_k"):
+            elif key in ("piece_cache", "heat_k", "journal_limit"):
                 try:
                     setattr(opts, key, int(value))
                 except ValueError:
@@ -179,6 +180,8 @@ class Daemon:
         self.server: Optional[socketserver.UnixStreamServer] = None
         self.socket_path = ""
         self.trio_token = None
+        self._checkpoint_lock = threading.Lock()     # one checkpoint at a time
+        self._checkpoint_asked = threading.Lock()    # held while one asked by the JOURNAL waits or runs
 
     def open(self) -> None:
         testkill.arm()
@@ -186,7 +189,7 @@ class Daemon:
                            delays=self.opts.disk_delay, heat_k=self.opts.heat_k)
         self.store = store
         log_path = _log_to_disk(store)
-        journal = Journal(store.archive)
+        journal = Journal(store.archive, limit=self.opts.journal_limit)
         ns = Namespace(store, journal=journal.record)
         journal.namespace = ns
         self.journal = journal
@@ -206,6 +209,11 @@ class Daemon:
             log.warning("%s", recovery_summary(said, stripes, log_path))
         elif stripes:
             log.warning("%s", recovery_summary([], stripes, log_path, rewrote=False))
+        if journal.stale:
+            # The records are not where the rule puts them (disks written with a
+            # copy on every disk, or a record disk that was missing): move them.
+            self.checkpoint()
+        journal.on_full = self._checkpoint_soon
         store.catalog.set_meta("clean", "0")
         store.commit()
         self.ops = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode,
@@ -323,10 +331,31 @@ class Daemon:
         if flush is not None:
             flush(older_than=WRITE_BEHIND)
 
+    def _checkpoint_soon(self) -> None:
+        """A checkpoint in a thread of its own, now: the JOURNAL passed its size
+        bound (or a record disk left). Called from whatever thread appended,
+        maybe under the catalog lock, so it only starts the thread."""
+        if not self._checkpoint_asked.acquire(blocking=False):
+            return
+
+        def run():
+            try:
+                if self.journal.wants_checkpoint():     # not done meanwhile by another
+                    self.checkpoint()
+            except Exception:
+                log.exception("checkpoint (the JOURNAL passed its size bound) failed")
+            finally:
+                self._checkpoint_asked.release()
+        threading.Thread(target=run, name="checkpoint", daemon=True).start()
+
     def checkpoint(self) -> None:
-        """Write the MANIFEST on every disk without stopping the mount: the names
-        are read from a snapshot of the catalog, and each JOURNAL keeps only the
-        changes made after that snapshot."""
+        """Write the MANIFEST on the record disks without stopping the mount: the
+        names are read from a snapshot of the catalog, and the JOURNAL keeps only
+        the changes made after that snapshot."""
+        with self._checkpoint_lock:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
         cat = self.store.catalog
         with cat.lock:
             n = self.journal.next_checkpoint(cat)
@@ -351,11 +380,30 @@ class Daemon:
             nursery.start_soon(self._every, 0.5, self._flush_parity)
             if self.opts.manifest_interval > 0:
                 nursery.start_soon(self._every, self.opts.manifest_interval, self.checkpoint)
+            if os.environ.get("WEBFS_TRACEMALLOC"):
+                nursery.start_soon(self._every, 10.0, self._trace_memory)
             if self.opts.cool_interval > 0 and not self.opts.read_only:
                 nursery.start_soon(self._every, self.opts.cool_interval, self.cool)
             ready()
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
+
+    def _trace_memory(self) -> None:
+        """With WEBFS_TRACEMALLOC=FILE in the environment: every 10 s, append to
+        FILE the RSS, the bytes Python allocated and the 15 lines of code that
+        hold most of them (SQLite's page cache is outside Python: it shows as
+        RSS that the traced total does not explain)."""
+        import tracemalloc
+        if not tracemalloc.is_tracing():
+            tracemalloc.start(1)
+            return
+        snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+        stats = snap.statistics("lineno")
+        rss = next((line.split()[1] for line in open("/proc/self/status") if line.startswith("VmRSS")), "?")
+        with open(os.environ["WEBFS_TRACEMALLOC"], "a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} rss {rss} kB, traced {sum(s.size for s in stats) >> 10} kB, "
+                    f"inodes known to the kernel {len(self.ops.lookups)}\n")
+            f.write("".join(f"  {s.size >> 10:8d} kB {s.count:8d} {s.traceback}\n" for s in stats[:15]))
 
     def cool(self) -> None:
         """One step of disk cooling (the cool_interval option); a failure is
@@ -388,6 +436,8 @@ class Daemon:
         dropped during the mount, a MANIFEST, parity left out of date) goes in
         the report that ``webfs umount`` prints before it exits non-zero."""
         problems = list(self.ops.failures) if self.ops is not None else []
+        if getattr(self, "journal", None) is not None:
+            self.journal.on_full = None         # the checkpoint below is the last
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
