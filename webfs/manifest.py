@@ -44,13 +44,16 @@ before. Readers that do not know ``#`` lines skip them.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import stat
 import threading
-from typing import TYPE_CHECKING, Callable, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Union
 
 from . import testkill
+from .backends.local import TMP_SUFFIX
 from .catalog import BlockRow
 from .namespace import ROOT_INODE
 
@@ -286,9 +289,15 @@ class Journal:
         n = self.next_checkpoint(namespace.cat)
         namespace.cat.commit()
         covered = self.mark(n)
-        data = manifest_of(namespace)
-        self.replace(data, covered, n)
-        return data.count(b"\n")
+        lines = 0
+
+        def counted():
+            nonlocal lines
+            for chunk in manifest_chunks(namespace):
+                lines += chunk.count(b"\n")
+                yield chunk
+        self.replace(counted(), covered, n)
+        return lines
 
     def sizes(self) -> dict[int, int]:
         """Bytes in JOURNAL on each disk now (the caller has flushed, under the catalog lock)."""
@@ -303,11 +312,57 @@ class Journal:
                 sizes[vol.index] = 0
         return sizes
 
-    def replace(self, manifest: bytes, covered: dict[int, int], n: Optional[int] = None) -> None:
-        """Write the MANIFEST on the record disks, and keep of the JOURNAL only what
-        came after the first ``covered`` bytes (changes the MANIFEST does not hold);
-        then remove the copies other disks hold and write ``meta/RECORDS``.
-        With a checkpoint number, both start with its marker (see the module's doc)."""
+    def stage(self, manifest: Union[bytes, Iterable[bytes]], n: Optional[int] = None) -> "Staged":
+        """Write the new MANIFEST (its marker first) under a temporary name beside
+        the MANIFEST of each record disk, synced: the slow part of a checkpoint,
+        which needs no lock. ``manifest`` is bytes or chunks (``manifest_chunks``),
+        written to every record disk as they come, so the whole MANIFEST is never
+        in memory. A disk that fails is left out (and logged)."""
+        marker = b"" if n is None else checkpoint_line(n)
+        chunks = (manifest,) if isinstance(manifest, (bytes, bytearray)) else manifest
+        tmp = f"{MANIFEST}.{os.getpid()}{TMP_SUFFIX}"
+        fds: dict[int, int] = {}
+        for index in record_disks(self.archive):
+            vol = self.archive.volumes[index]
+            try:
+                vol.backend.remove_leftovers(MANIFEST)
+                fds[index] = vol.backend.open_append(tmp)
+            except OSError as exc:
+                log.warning("disk %d: cannot write %s: %s", index, MANIFEST, exc)
+        size = 0
+        try:
+            for chunk in itertools.chain((marker,), chunks):
+                size += len(chunk)
+                for index, fd in list(fds.items()):
+                    try:
+                        view = memoryview(chunk)
+                        while view:
+                            view = view[os.write(fd, view):]
+                    except OSError as exc:
+                        log.warning("disk %d: cannot write %s: %s", index, MANIFEST, exc)
+                        os.close(fds.pop(index))
+            for index, fd in list(fds.items()):
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    log.warning("disk %d: cannot write %s: %s", index, MANIFEST, exc)
+                    os.close(fds.pop(index))
+        except BaseException:
+            for index, fd in fds.items():
+                os.close(fd)
+                self.archive.volumes[index].backend.remove(tmp)
+            raise
+        for fd in fds.values():
+            os.close(fd)
+        return Staged({index: tmp for index in fds}, size)
+
+    def install(self, staged: "Staged", covered: dict[int, int], n: Optional[int] = None) -> None:
+        """Put the staged MANIFEST in place on each record disk and keep of the
+        JOURNAL only what came after the first ``covered`` bytes (changes the
+        MANIFEST does not hold); then remove the copies other disks hold and
+        write ``meta/RECORDS``. The caller holds the catalog lock, so no JOURNAL
+        line slips in between. With a checkpoint number, MANIFEST and JOURNAL
+        both start with its marker (see the module's doc)."""
         marker = b"" if n is None else checkpoint_line(n)
         self.flush()
         self.close()            # the JOURNAL files are replaced: appends reopen them
@@ -327,11 +382,14 @@ class Journal:
                 log.warning("disk %d: cannot read %s: %s", index, JOURNAL, exc)
         disks = record_disks(self.archive)
         written = []
-        for index in disks:
-            vol = self.archive.volumes[index]
+        for index, tmp in staged.files.items():
+            vol = self.archive.volumes.get(index)
+            if vol is None:
+                continue
             try:
-                vol.backend.write_atomic(MANIFEST, marker + manifest, fsync=True)
+                vol.backend.rename(tmp, MANIFEST)
                 testkill.point("checkpoint-after-manifest")
+                # write_atomic syncs meta/, so the rename above is lasting too
                 vol.backend.write_atomic(JOURNAL, marker + tail, fsync=True)
                 testkill.point("checkpoint-after-journal")
                 written.append(index)
@@ -341,7 +399,7 @@ class Journal:
         if not written:
             return              # the old records stay where they are, and appends with them
         self.disks, self.stale, self._asked = disks, False, False
-        self.limit = max(self.min_limit, len(manifest) // 2)
+        self.limit = max(self.min_limit, staged.size // 2)
         note = records_text(disks)
         for vol in self.archive.volumes.values():
             try:
@@ -359,19 +417,38 @@ class Journal:
             except OSError as exc:
                 log.warning("disk %d: cannot write %s: %s", vol.index, RECORDS, exc)
 
+    def replace(self, manifest: Union[bytes, Iterable[bytes]], covered: dict[int, int],
+                n: Optional[int] = None) -> None:
+        """``stage`` then ``install``, for callers that hold the catalog lock throughout."""
+        self.install(self.stage(manifest, n), covered, n)
 
-def manifest_of(namespace: "Namespace") -> bytes:
-    """Every name of the namespace as MANIFEST lines, the root first, parents before children."""
-    lines = [entry([], namespace.get(ROOT_INODE), b"/") + b"\n"]
+
+@dataclass
+class Staged:
+    """A MANIFEST written under a temporary name on some disks, ``size`` bytes."""
+    files: dict[int, str]
+    size: int
+
+
+def manifest_chunks(namespace: "Namespace") -> Iterator[bytes]:
+    """Every name of the namespace as MANIFEST lines, the root first, parents
+    before children, in chunks of up to 1,000 lines."""
+    yield entry([], namespace.get(ROOT_INODE), b"/") + b"\n"
     chunk: list = []
 
-    def emit():
+    def emit() -> bytes:
         sigs = namespace.block_names([node.id for _, node in chunk if not stat.S_ISDIR(node.mode)])
-        lines.extend(entry_of(sigs.get(node.id, ""), node, path) + b"\n" for path, node in chunk)
+        data = b"".join(entry_of(sigs.get(node.id, ""), node, path) + b"\n" for path, node in chunk)
         chunk.clear()
+        return data
     for item in namespace.walk():
         chunk.append(item)
         if len(chunk) >= 1000:
-            emit()
-    emit()
-    return b"".join(lines)
+            yield emit()
+    if chunk:
+        yield emit()
+
+
+def manifest_of(namespace: "Namespace") -> bytes:
+    """The whole MANIFEST (see manifest_chunks)."""
+    return b"".join(manifest_chunks(namespace))
