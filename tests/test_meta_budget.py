@@ -135,9 +135,11 @@ def rss_kib(pid: int) -> int:
 @pytest.mark.skipif(not os.environ.get("WEBFS_LONG_TESTS"), reason="long: set WEBFS_LONG_TESTS=1 (make test-long)")
 def test_daemon_rss_stays_flat_while_files_are_copied_in(tmp_path):
     """RSS after 100 % of the files <= 1.2 x RSS after 10 % (issue 10's aim at
-    100,000 files; WEBFS_RSS_PAGES sets the pages, default 150,000 ~ 100,000 files)."""
-    pages = int(os.environ.get("WEBFS_RSS_PAGES", "150000"))
-    files = make_corpus(tmp_path / "corpus", pages)
+    100,000 files; WEBFS_RSS_PAGES sets the pages, default 118,000 ~ 100,000 files)."""
+    pages = int(os.environ.get("WEBFS_RSS_PAGES", "118000"))
+    make_corpus(tmp_path / "corpus", pages)
+    # progress is counted in inodes (the catalog's rows), so count directories too
+    files = sum(len(f) + len(d) for _, d, f in os.walk(tmp_path / "corpus")) + 1
     (tmp_path / "archive").mkdir()
     m = Mounted(tmp_path / "archive")
     try:
