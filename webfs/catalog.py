@@ -24,6 +24,8 @@ from .errors import CatalogUnreadable, NoSpace
 
 SCHEMA_VERSION = 1
 CATALOG_FILE = "meta/catalog.db"
+CACHE_KIB = 2048                # SQLite page cache of one connection, KiB
+WAL_LIMIT = 8 << 20             # bytes of WAL kept after a checkpoint
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -153,7 +155,14 @@ class Catalog:
         # NORMAL: a commit survives a killed process (it is in the OS's hands);
         # fsync of the WAL happens at checkpoints and at 'webfs sync'.
         self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA cache_size=-65536")
+        # The page cache was the daemon's largest memory that grew with the
+        # archive (it filled towards 64 MiB as the catalog grew, ~0.6 KB per
+        # file). 8 MiB still left RSS 1.3x higher at 34,000 files than at
+        # 10,000; 2 MiB (SQLite's default) left it ~1.2x, with no change in
+        # the cp -r rate measured: pages beyond it come from the OS's cache.
+        self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        # The WAL is cut back to this after a checkpoint that left it longer.
+        self.db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
         self.db.executescript(SCHEMA)
         with self.lock:
             if self.get_meta("schema") is None:

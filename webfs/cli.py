@@ -418,7 +418,7 @@ def delete(disk, keys):
 @main.command()
 @click.option("-o", "options", default="", metavar="OPTIONS",
               help="Comma-separated mount options: ro, allow_other, sync, "
-                   "store_mode=force-new|regular|compare, manifest_interval=SECONDS, "
+                   "store_mode=force-new|regular|compare, manifest_interval=SECONDS, journal_limit=BYTES, "
                    "cool_interval=SECONDS, heat_k=N, piece_cache=BYTES, read_ahead_kb=KIB, "
                    "disk_delay=INDEX:SECONDS[,INDEX:SECONDS...], debug.")
 @click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground (log to stderr).")
