@@ -182,17 +182,19 @@ def test_recovery_at_mount_is_summed_up_in_one_or_two_lines(tmp_path, monkeypatc
 
 def test_a_journal_line_cut_short_by_a_crash_does_not_swallow_the_next(tmp_path):
     from conftest import make_archive
-    from webfs.manifest import Journal
+    from webfs.manifest import Journal, record_disks
     disks = make_archive(tmp_path)
     for d in disks:
         (d / "meta" / "JOURNAL").write_bytes(b"+\tabc\t12\t100644\t1.0")     # no newline: cut short
     store = open_archive(str(disks[0]), holder="test")
     try:
+        appended_to = record_disks(store.archive)
         j = Journal(store.archive)
         j.record("-", None, b"/gone")
         j.flush()
         j.close()
     finally:
         store.close()
-    for d in disks:
+    assert len(appended_to) == 2
+    for d in (disks[i] for i in appended_to):
         assert (d / "meta" / "JOURNAL").read_bytes().endswith(b"1.0\n-\t/gone\n")
