@@ -165,6 +165,9 @@ def check(store: Store, repair: bool = False,
           progress: Optional[Callable[[int], None]] = None) -> Report:
     from .scrub import check_parity     # scrub builds on this module's Report
     report = Report(read_only=not repair)
+    if repair:      # block files an interrupted write left (meta/intents), before they count as damage
+        for line in store.forget_unfinished_writes():
+            report.add("unfinished-write", "meta/intents", line, repaired=True)
     store.protection.flush()
     check_parity(store, report, repair)
     seen = _check_files(store, repair, report, progress)
