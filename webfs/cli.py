@@ -20,7 +20,7 @@ from . import daemon, fsck as fsckmod
 from .admin import human
 from . import rebuild as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
 from . import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (register their operations)
-from . import ingest as _ingest    # noqa: F401  (registers its operation)
+from . import ingest as _ingest, warc as _warc    # noqa: F401  (register their operations)
 from .errors import CatalogUnreadable, WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 from .store import Store, key_of
@@ -333,6 +333,60 @@ def import_(as_json, sources, dest):
     mount_dev = os.stat(target).st_dev if daemon.is_mountpoint(target) else None
     run_operation(target, "import", as_json=as_json, unit="file", sources=srcs, dest=path,
                   mount_dev=mount_dev)
+
+
+@main.command("import-warc")
+@click.option("--collection", metavar="NAME", default=None,
+              help="The collection (a directory in DEST) the captures go in; default: the first file's name.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("sources", metavar="WARC...", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("dest", metavar="DEST")
+def import_warc(collection, as_json, sources, dest):
+    """Import WARC and ARC files (gzipped per record or plain) into the
+    collection DEST/NAME, each capture a file at a path made from its URL
+    (webfs-format(5), URL PATHS), through the bulk import path.
+
+    DEST is a directory in a mounted archive or DISK:/PATH of an unmounted
+    one. Every record is kept (raw headers in NAME/@warc/), the parsed
+    fields are xattrs (user.warc.*, user.http.*), revisits share their
+    original's blocks. Damaged records are reported with file and offset
+    and the rest is imported. Exit status: 0 all imported, 4 problems.
+    """
+    target, path = _import_target(dest)
+    run_operation(target, "import-warc", as_json=as_json, unit="rec",
+                  sources=[os.path.abspath(s) for s in sources], dest=path, collection=collection)
+
+
+@main.command("export-warc")
+@click.option("--split", metavar="SIZE", default=None,
+              help="Start a new file (OUT-00001.warc.gz, ...) after SIZE bytes (e.g. 1G).")
+@click.option("--duplicates", type=click.Choice(["revisit", "full"]), default="revisit", show_default=True,
+              help="Write revisits as revisit records, or as full response records with their payload.")
+@click.argument("collection", metavar="COLLECTION")
+@click.argument("out", metavar="OUT.warc.gz")
+def export_warc(split, duplicates, collection, out):
+    """Write COLLECTION (a directory in a mount, or DISK:/NAME) as WARC,
+    one gzip member per record: each record byte-identical to the one
+    imported where the kept bytes allow, otherwise a valid WARC/1.1 record
+    with the same URI, date, record id, HTTP headers and payload.
+    """
+    from . import warc
+    size = None
+    if split:
+        m = __import__("re").fullmatch(r"([0-9]+)([KMGT]?)i?B?", split.upper())
+        if not m:
+            raise WebfsError(f"--split {split}: not a size (e.g. 500M, 1G)")
+        size = int(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " ")
+    bar = progress_bar(None, "exporting", "rec")
+    from .admin import Progress
+    progress = Progress(lambda kind, n, total, what: bar.update(n) if kind == "advance" else None)
+    try:
+        fig = warc.export(collection, out, size, duplicates, progress)
+    finally:
+        bar.close()
+    share = fig["identical"] / fig["records"] if fig["records"] else 1.0
+    click.echo(f"exported {fig['records']} records ({human(fig['bytes'])}) into {len(fig['files'])} file(s); "
+               f"{fig['identical']} ({share:.0%}) byte-identical to the records imported")
 
 
 def _import_target(dest: str) -> tuple[str, str]:
