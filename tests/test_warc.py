@@ -194,6 +194,8 @@ def test_pywb_samples_round_trip(tmp_path, capsys):
         for g, w in zip(got, want):
             if name.endswith((".arc", ".arc.gz")):
                 w = dict(w, id=g["id"])              # ARC records have no record ids: made up
+                if w["type"] == "warcinfo":          # warcio drops the ARC file header's text; we keep it
+                    w = dict(w, payload=g["payload"])
             assert g == w, name
         words = res.stdout.split()
         total += int(words[1])

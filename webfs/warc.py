@@ -66,6 +66,7 @@ XATTR_FIELDS = (
     (b"user.warc.payload-digest", b"warc-payload-digest"),
     (b"user.warc.type", b"warc-type"),
 )
+_BLANK_LINE = re.compile(rb"\n\r*\n")     # the end of a header block (\r\n, \n, \r\r\n lines)
 _ARC_LINE = re.compile(rb"\n([^ \r\n]+) ([0-9.]+|-) ([0-9]{14}) ")
 
 
@@ -112,13 +113,9 @@ def _arc_fields(line: bytes) -> dict:
 
 def _split_http(block: bytes) -> tuple[bytes, bytes]:
     """(HTTP header block with its blank line, payload) of a block that starts with HTTP headers."""
-    for sep in (b"\r\n\r\n", b"\n\n"):
-        i = block.find(sep)
-        if i >= 0:
-            j = block.find(b"\n\n")
-            if sep == b"\r\n\r\n" and 0 <= j < i:
-                i, sep = j, b"\n\n"
-            return block[:i + len(sep)], block[i + len(sep):]
+    m = _BLANK_LINE.search(block)
+    if m:
+        return block[:m.end()], block[m.end():]
     return block, b""
 
 
@@ -132,7 +129,7 @@ def _has_http(rtype: str, fields: dict, block: bytes) -> bool:
 def _cut(raw: bytes, gz: bool, offset: int, length: int, rtype: str, warcio_rec) -> Record:
     """A record's raw bytes cut into head, HTTP headers, payload and tail."""
     if raw.startswith(b"WARC/"):
-        m = re.search(rb"\r?\n\r?\n", raw)
+        m = _BLANK_LINE.search(raw)
         if not m:
             raise ValueError("no end of the WARC header")
         head = raw[:m.end()]
@@ -144,6 +141,9 @@ def _cut(raw: bytes, gz: bool, offset: int, length: int, rtype: str, warcio_rec)
         block = raw[m.end():m.end() + n]
         tail = raw[m.end() + n:]
         arc = False
+        if len(block) < n:
+            fields[b"x-problem"] = (f"the record is cut short: {len(block)} of its {n} bytes "
+                                    "(Content-Length) are there").encode()
     else:                                   # ARC: one header line, then the block
         i = raw.find(b"\n")
         head = raw[:i + 1]
@@ -165,13 +165,15 @@ def _resync(fh, start: int, gz: bool, arc: bool) -> Optional[int]:
     data = fh.read(1 << 24)
     if gz:
         i = data.find(b"\x1f\x8b\x08")
-    elif arc:
-        m = _ARC_LINE.search(data)
-        i = m.start() + 1 if m else -1
-    else:
-        i = data.find(b"\nWARC/")
-        i = i + 1 if i >= 0 else -1
-    return None if i < 0 else start + i
+        return None if i < 0 else start + i
+    found = []
+    m = re.search(rb"(?:^|\n)WARC/[0-9]", data)
+    if m:
+        found.append(m.start() + (data[m.start():m.start() + 1] == b"\n"))
+    m = _ARC_LINE.search(b"\n" + data)
+    if m:
+        found.append(m.start())
+    return start + min(found) if found else None
 
 
 def read_records(path: str) -> Iterator[object]:
@@ -269,6 +271,17 @@ def _records_of(fh, raw_fh, size: int, gz: bool, ArchiveIterator) -> Iterator[ob
             continue
         if prev is not None:
             yield _raw(raw_fh, prev, None if gz else size)
+            end = prev[0] + prev[1]
+            if gz and end < size:
+                raw_fh.seek(end)
+                rest = raw_fh.read(size - end)
+                if rest.strip(b"\0\r\n "):
+                    yield Problem(end, f"{size - end} bytes after the last record are not a whole "
+                                  "record (a gzip member cut short?); not imported")
+        elif start == 0 or start < size:
+            raw_fh.seek(start)
+            if raw_fh.read(size - start).strip(b"\0\r\n "):
+                yield Problem(start, "no record could be read here")
         return
 
 
@@ -280,6 +293,7 @@ def _say(exc: BaseException) -> str:
 def _raw(fh, prev, end: Optional[int]) -> object:
     """The raw bytes of a record warcio found at offset, cut into parts (or a Problem)."""
     offset, length, rtype, errs = prev
+    cut = False
     try:
         fh.seek(offset)
         if end is not None and end > offset and not _is_gz(fh, offset):
@@ -291,10 +305,13 @@ def _raw(fh, prev, end: Optional[int]) -> object:
             if gz:
                 d = zlib.decompressobj(31)
                 data = d.decompress(data)
+                cut = not d.eof
         rec = _cut(data, gz, offset, len(data) if not gz else length, rtype, None)
     except (ValueError, zlib.error, OSError) as exc:
         return Problem(offset, f"unreadable record: {_say(exc)}")
-    if errs:
+    if cut:
+        rec.fields[b"x-problem"] = b"its gzip member is cut short"
+    elif errs and b"x-problem" not in rec.fields:
         rec.fields[b"x-problem"] = b"the block is not followed by a blank line: its Content-Length is wrong"
     return rec
 
