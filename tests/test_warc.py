@@ -173,8 +173,17 @@ def test_two_crawls_store_unchanged_pages_once(tmp_path):
     _, f2 = imp(disks[0], day2, collection="day2", check=True)
     assert f1["captures"] == f2["captures"] == 100
     assert f2["dup_files"] >= 98        # the 98 unchanged pages (request records may add more)
-    st = json.loads(webfs("status", "--json", disks[0]).stdout)
-    assert st["dedup_bytes" if "dedup_bytes" in st else "blocks"] is not None
+    caps = json.loads(webfs("versions", "--json", "http://site.org/p1.html", disks[0]).stdout)
+    assert [(c["collection"], c["date"]) for c in caps] == [("day1", "2024-01-01T12:00:00Z"),
+                                                            ("day2", "2024-01-02T12:00:00Z")]
+    assert caps[0]["same_as"] == caps[1]["same_as"] == 1          # identical
+    caps = json.loads(webfs("versions", "--json", "http://site.org/p0.html", disks[0]).stdout)
+    assert [c["same_as"] for c in caps] == [1, 2]                 # changed
+    at = lambda d: webfs("url", "--at", d, "http://site.org/p0.html", disks[0]).stdout.decode().strip()
+    assert at("2023").startswith("/day1/") and at("2024-01-01T23:59:59Z").startswith("/day1/")
+    assert at("20240102").startswith("/day1/")     # a tie: the earlier
+    assert at("2024010213").startswith("/day2/") and at("2030").startswith("/day2/")
+    assert webfs("url", "http://site.org/nothing", disks[0], check=False).returncode == 1
 
 
 @pytest.mark.skipif(not SAMPLES, reason="pywb's sample archive is not installed")
@@ -275,3 +284,34 @@ def test_hostile_input(tmp_path, case):
         out = tmp_path / "out.warc.gz"
         webfs("export-warc", f"{disks[0]}:/c", out)
         assert [r["uri"] for r in records_of(out)] == [r["uri"] for r in records_of(src)]
+
+
+# ---------------------------------------------------------------- through a mount
+
+def test_import_into_a_mount(tmp_path):
+    m = Mounted(tmp_path, disks=3)
+    try:
+        pages = [("http://example.com/", b"<html>home</html>"), ("http://example.com/a/b.html", b"<html>b</html>")]
+        src = write_warc(tmp_path / "crawl.warc.gz", pages, every_type=True)
+        webfs("import-warc", src, m.mnt)
+        coll = m.mnt / "crawl"
+        home = coll / "http" / "example.com" / "@20240101120000"
+        assert home.read_bytes() == b"<html>home</html>"
+        assert os.getxattr(home, "user.warc.target-uri") == b"http://example.com/"
+        assert os.getxattr(home, "user.http.status") == b"200"
+        assert (coll / "http/example.com/a/b.html@20240101120000").read_bytes() == b"<html>b</html>"
+        assert sorted(os.listdir(coll / "@warc")) == ["crawl.warc.gz.heads", "crawl.warc.gz.index"]
+        out = tmp_path / "out.warc.gz"
+        res = webfs("export-warc", "--split", "1K", coll, out)
+        assert b"(100%) byte-identical" in res.stdout
+        parts = sorted(tmp_path.glob("out-*.warc.gz"))
+        assert len(parts) > 1
+        got = []
+        for p in parts:
+            got += records_of(p)
+        assert got == records_of(src)
+        caps = json.loads(webfs("versions", "--json", "http://example.com/a/b.html", m.mnt).stdout)
+        assert [c["path"] for c in caps] == ["crawl/http/example.com/a/b.html@20240101120000"]
+        assert webfs("url", "http://example.com/", m.mnt).stdout.decode().strip() == str(home)
+    finally:
+        m.umount()

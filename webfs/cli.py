@@ -389,6 +389,51 @@ def export_warc(split, duplicates, collection, out):
                f"{fig['identical']} ({share:.0%}) byte-identical to the records imported")
 
 
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("url")
+@click.argument("target", metavar="TARGET", type=click.Path(exists=True, file_okay=False))
+def versions(as_json, url, target):
+    """List every capture of URL in every collection of TARGET (a mount
+    point or a disk): date, size, signature, path; captures with the same
+    number in the last column are identical."""
+    from . import warc
+    tree = warc.open_target(target)
+    try:
+        caps = warc.versions(tree, url)
+    finally:
+        tree.close()
+    if as_json:
+        click.echo(json.dumps(caps, indent=2))
+    else:
+        for v in caps:
+            click.echo(f"{v['date']}  {v['size']:>10}  {v['signature'][:32]}  ={v['same_as']}  {v['path']}")
+        if not caps:
+            click.echo(f"no capture of {url}", err=True)
+    sys.exit(0 if caps else 1)
+
+
+@main.command()
+@click.option("--at", "at", metavar="DATE", default=None,
+              help="The capture closest to DATE (2024, 20240101, 2024-01-01T12:00:00Z); default: the latest.")
+@click.argument("url")
+@click.argument("target", metavar="TARGET", type=click.Path(exists=True, file_okay=False))
+def url(at, url, target):
+    """Print the path (below TARGET) of the capture of URL closest to DATE,
+    by Memento's rule (the earlier one on a tie)."""
+    from . import warc
+    tree = warc.open_target(target)
+    try:
+        best = warc.closest(warc.versions(tree, url), at)
+    finally:
+        tree.close()
+    if best is None:
+        click.echo(f"no capture of {url}", err=True)
+        sys.exit(1)
+    click.echo(os.path.join(target, best["path"]) if not os.path.isfile(os.path.join(target, "WEBFS-DISK"))
+               else "/" + best["path"])
+
+
 def _import_target(dest: str) -> tuple[str, str]:
     """(mount point or disk, DEST's path from the archive's root) of an import's DEST."""
     disk, sep, path = dest.partition(":")
