@@ -42,6 +42,7 @@ test-long: deps
 # A 4-disk archive under ./demo, filled with a small sample crawl.
 demo: deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" sh tools/demo.sh demo
+	PATH="$(CURDIR)/$(BIN):$$PATH" sh tools/demo-warc.sh demo-warc
 
 bench: deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tools/bench --out bench-results
@@ -65,7 +66,7 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/webfs $(DESTDIR)/sbin/mount.webfs $(DESTDIR)/sbin/mount.fuse.webfs
 
 clean:
-	rm -rf demo bench-results .pytest_cache .hypothesis build *.egg-info
+	rm -rf demo demo-warc bench-results .pytest_cache .hypothesis build *.egg-info
 	find . -name __pycache__ -prune -exec rm -rf {} +
 
 distclean: clean
