@@ -434,6 +434,31 @@ def url(at, url, target):
                else "/" + best["path"])
 
 
+@main.command()
+@click.option("--port", type=click.IntRange(1, 65535), default=8090, show_default=True,
+              help="The port on 127.0.0.1 that serves the collection's virtual WARC files.")
+@click.argument("collection", metavar="COLLECTION")
+@click.argument("pywb_dir", metavar="PYWBDIR")
+def replay(port, collection, pywb_dir):
+    """Let pywb replay COLLECTION (a directory in a mount, or DISK:/NAME)
+    without copying it: write its sorted CDXJ index (into COLLECTION/@warc/
+    in a mount), a pywb config.yaml in PYWBDIR, and serve the collection's
+    records as virtual WARC files on 127.0.0.1 until interrupted. Run
+    'wayback' in PYWBDIR to browse it."""
+    from . import replay as replaymod
+    server, lines, tree = replaymod.prepare(collection, pywb_dir, port)
+    for line in lines:
+        click.echo(line)
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        tree.close()
+
+
 def _import_target(dest: str) -> tuple[str, str]:
     """(mount point or disk, DEST's path from the archive's root) of an import's DEST."""
     disk, sep, path = dest.partition(":")
