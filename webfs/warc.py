@@ -369,6 +369,7 @@ class WarcImporter(Importer):
         self.dirs: dict[bytes, Item] = {}          # path below the collection -> its directory item
         self.by_digest: dict[bytes, object] = {}   # payload digest -> Item (this import) or inode
         self.taken: set[bytes] = set()             # capture paths given out in this import
+        self.existing_names: dict[int, dict] = {}  # directory inode -> its names before this import
 
     # The walk: each source file's records, then its kept files.
     def count(self, sources: list[bytes]) -> Optional[int]:
@@ -434,12 +435,7 @@ class WarcImporter(Importer):
                 parent = self.dirs.get(parent_path) if parent_path in self.dirs else None
                 if parent is None:
                     parent = self._dir(parent_path)
-                node = None
-                if parent.ino is not None:
-                    try:
-                        node = self.ns.lookup(parent.ino, name)
-                    except FsError:
-                        node = None
+                node = self._name_in(parent, name)
                 if node is None:
                     self.taken.add(path)
                     return path, True
@@ -456,7 +452,7 @@ class WarcImporter(Importer):
         index = [INDEX_HEADER.encode()]
         heads = io.BytesIO()
         keep = KEEP_DIR
-        for rec in read_records(os.fsdecode(src)):
+        for rec in _prefetched(read_records(os.fsdecode(src))):
             if isinstance(rec, Problem):
                 self._report(f"{_show(src)}: offset {rec.offset}: {rec.text}")
                 continue
@@ -500,18 +496,26 @@ class WarcImporter(Importer):
             yield from self._drain_dirs()
             yield item
 
+    def _name_in(self, parent: Item, name: bytes):
+        """What is already under a name in a directory that was there before this
+        import (one query per directory); a directory this import made has only
+        the names it gave out."""
+        if parent.ino is None or parent.existing is None:
+            return None
+        names = self.existing_names.get(parent.ino)
+        if names is None:
+            if len(self.existing_names) > 10_000:
+                self.existing_names.clear()
+            names = self.existing_names[parent.ino] = self._existing(parent)
+        return names.get(name)
+
     def _kept_name(self, path: bytes, ident: bytes) -> Optional[bytes]:
         n = 1
         base = path
         while True:
             parent_path, _, nm = path.rpartition(b"/")
             parent = self._dir(parent_path)
-            node = None
-            if parent.ino is not None:
-                try:
-                    node = self.ns.lookup(parent.ino, nm)
-                except FsError:
-                    pass
+            node = self._name_in(parent, nm)
             if node is None and path not in self.taken:
                 self.taken.add(path)
                 return path
@@ -659,6 +663,44 @@ class WarcImporter(Importer):
 
     def _count_file(self, item: Item) -> None:
         super()._count_file(item)
+
+
+def _prefetched(gen, depth: int = 256):
+    """The items of a generator, made ahead by a thread (parsing overlaps the batches' commits)."""
+    import queue
+    import threading
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    END = object()
+
+    def run():
+        try:
+            for x in gen:
+                while not stop.is_set():
+                    try:
+                        q.put(x, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(END)
+        except BaseException as exc:         # said where it is read
+            q.put(exc)
+
+    t = threading.Thread(target=run, name="warc-read", daemon=True)
+    t.start()
+    try:
+        while True:
+            x = q.get()
+            if x is END:
+                return
+            if isinstance(x, BaseException):
+                raise x
+            yield x
+    finally:
+        stop.set()
+        t.join(timeout=5)
 
 
 def digest_of(fields: dict) -> Optional[bytes]:
