@@ -937,10 +937,39 @@ def _arc_to_warc(rec_head: bytes, rtype: str, http: bytes, payload: bytes, ident
 
 def collection_records(tree, duplicates: str = "revisit") -> Iterator[tuple[bytes, bool, str]]:
     """(record bytes, byte-identical to the source's, source name) for every kept record."""
+    from concurrent.futures import ThreadPoolExecutor
+    pool = ThreadPoolExecutor(4, thread_name_prefix="export-read")
+    try:
+        yield from _collection_records(tree, duplicates, pool)
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def _read_ahead(tree, pool, lines: list, window: int = 64) -> Iterator[tuple]:
+    """(line, payload future or None) with the capture files of the next lines being
+    read by a pool (through a mount, reads of many small files overlap)."""
+    from collections import deque
+    ahead: deque = deque()
+    it = iter(lines)
+
+    def more():
+        for ln in it:
+            fut = pool.submit(tree.read, ln.capture) if ln.where == "file" else None
+            ahead.append((ln, fut))
+            if len(ahead) >= window:
+                return
+    more()
+    while ahead:
+        yield ahead.popleft()
+        if len(ahead) < window // 2:
+            more()
+
+
+def _collection_records(tree, duplicates: str, pool) -> Iterator[tuple[bytes, bool, str]]:
     for src in kept_sources(tree):
         index = tree.read(KEEP_DIR + b"/" + src + INDEX_SUFFIX)
         heads = tree.read(KEEP_DIR + b"/" + src + HEADS_SUFFIX)
-        for ln in parse_index(index):
+        for ln, fut in _read_ahead(tree, pool, list(parse_index(index))):
             p = ln.ho
             head = heads[p:p + ln.wl]
             p += ln.wl
@@ -952,7 +981,7 @@ def collection_records(tree, duplicates: str = "revisit") -> Iterator[tuple[byte
                 p += ln.pl
             else:
                 try:
-                    payload = tree.read(ln.capture)
+                    payload = fut.result()
                 except (OSError, FsError, WebfsError) as exc:
                     raise WebfsError(f"{_show(ln.capture)}: cannot be read: {exc}") from None
             tail = heads[p:p + ln.tl]
