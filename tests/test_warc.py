@@ -380,3 +380,44 @@ def test_pywb_replays_the_mount(tmp_path):
             p.terminate()
             p.wait(timeout=20)
         m.umount()
+
+
+# ---------------------------------------------------------------- without webfs
+
+def test_records_come_back_without_webfs(tmp_path):
+    """webfs-recover gets the collection's files back; webfs-warc-rebuild (sh,
+    coreutils, gzip) writes the source's records from them, byte for byte."""
+    import subprocess
+    from conftest import REPO
+    disks = make_archive(tmp_path, 3)
+    pages = [(f"http://example.com/p{i}.html", b"<html>page %d</html>" % i) for i in range(5)]
+    src = write_warc(tmp_path / "a.warc.gz", pages, every_type=True)
+    imp(disks[0], src, check=True)
+    arc = SAMPLES and [s for s in SAMPLES if s.endswith("example.arc.gz")]
+    if arc:
+        imp(disks[0], arc[0], check=True)
+    out = tmp_path / "recovered"
+    subprocess.run(["sh", str(REPO / "tools" / "webfs-recover"), *map(str, disks), str(out)],
+                   check=True, capture_output=True, env={"PATH": "/usr/bin:/bin"})
+    for name, source in [("a.warc.gz", src)] + ([("example.arc.gz", arc[0])] if arc else []):
+        for ext in ("warc", "warc.gz"):
+            rebuilt = tmp_path / f"rebuilt-{name}.{ext}"
+            subprocess.run(["sh", str(REPO / "tools" / "webfs-warc-rebuild"), str(out / "c"), name, str(rebuilt)],
+                           check=True, capture_output=True, env={"PATH": "/usr/bin:/bin"})
+            got = [r.head + r.http + r.payload + r.tail for r in warc.read_records(str(rebuilt))]
+            want = [r.head + r.http + r.payload + r.tail for r in warc.read_records(str(source))]
+            assert got == want and len(got) > 1, name
+
+
+def test_duplicates_full_writes_revisits_as_responses(tmp_path):
+    disks = make_archive(tmp_path, 3)
+    pages = [("http://example.com/p0.html", b"<html>zero</html>")]
+    src = write_warc(tmp_path / "a.warc.gz", pages, every_type=True)
+    imp(disks[0], src, check=True)
+    out = tmp_path / "full.warc.gz"
+    res = webfs("export-warc", "--duplicates", "full", f"{disks[0]}:/c", out)
+    assert b"byte-identical" in res.stdout
+    got = {r["uri"]: r for r in records_of(out) if r["type"] == "response"}
+    copy = got["http://example.com/copy.html"]
+    assert copy["payload"] == b"<html>zero</html>" and copy["id"] == _rid(7)
+    assert [r["type"] for r in records_of(out)].count("revisit") == 0
