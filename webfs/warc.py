@@ -370,6 +370,7 @@ class WarcImporter(Importer):
         self.by_digest: dict[bytes, object] = {}   # payload digest -> Item (this import) or inode
         self.taken: set[bytes] = set()             # capture paths given out in this import
         self.existing_names: dict[int, dict] = {}  # directory inode -> its names before this import
+        self.stored_digests: Optional[dict] = None # payload digest -> inode, of earlier imports
 
     # The walk: each source file's records, then its kept files.
     def count(self, sources: list[bytes]) -> Optional[int]:
@@ -610,15 +611,23 @@ class WarcImporter(Importer):
         return item, path
 
     def _stored_with_digest(self, digest: bytes) -> Optional[int]:
-        rows = self.cat.query("SELECT inode FROM xattrs WHERE name=? AND value=? LIMIT 1",
-                              (b"user.warc.payload-digest", digest))
-        for (ino,) in rows:
+        """A file stored before this import whose payload has this digest (its inode):
+        the catalog's captures are read once, in one query, on the first need."""
+        if self.stored_digests is None:
+            self.stored_digests = {}
+            revisits = {ino for (ino,) in self.cat.query(
+                "SELECT inode FROM xattrs WHERE name=? AND value=?", (b"user.warc.type", b"revisit"))}
+            for value, ino in self.cat.query("SELECT value, inode FROM xattrs WHERE name=?",
+                                             (b"user.warc.payload-digest",)):
+                if ino not in revisits:
+                    self.stored_digests.setdefault(value, ino)
+        ino = self.stored_digests.get(digest)
+        if ino is not None:
             try:
-                if self.ns.getxattr(ino, b"user.warc.type") != b"revisit":
-                    return ino
+                self.ns.get(ino)
             except FsError:
-                return ino
-        return None
+                return None          # deleted since
+        return ino
 
     def _report(self, line: str) -> None:
         self.wc.problems.append(line)
