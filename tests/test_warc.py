@@ -310,6 +310,12 @@ def test_import_into_a_mount(tmp_path):
         for p in parts:
             got += records_of(p)
         assert got == records_of(src)
+        ordered = tmp_path / "ordered.warc.gz"
+        res = webfs("export-warc", "--order", "disk", coll, ordered)
+        assert b"(100%) byte-identical" in res.stdout
+        key = lambda r: (r["id"], r["type"])
+        assert sorted(records_of(ordered), key=key) == sorted(records_of(src), key=key)
+        assert records_of(ordered)[0]["type"] == "warcinfo"
         caps = json.loads(webfs("versions", "--json", "http://example.com/a/b.html", m.mnt).stdout)
         assert [c["path"] for c in caps] == ["crawl/http/example.com/a/b.html@20240101120000"]
         assert webfs("url", "http://example.com/", m.mnt).stdout.decode().strip() == str(home)

@@ -362,9 +362,11 @@ def import_warc(collection, as_json, sources, dest):
               help="Start a new file (OUT-00001.warc.gz, ...) after SIZE bytes (e.g. 1G).")
 @click.option("--duplicates", type=click.Choice(["revisit", "full"]), default="revisit", show_default=True,
               help="Write revisits as revisit records, or as full response records with their payload.")
+@click.option("--order", type=click.Choice(["source", "disk"]), default="source", show_default=True,
+              help="Records in the order of their source files, or captures in the order of their disks.")
 @click.argument("collection", metavar="COLLECTION")
 @click.argument("out", metavar="OUT.warc.gz")
-def export_warc(split, duplicates, collection, out):
+def export_warc(split, duplicates, order, collection, out):
     """Write COLLECTION (a directory in a mount, or DISK:/NAME) as WARC,
     one gzip member per record: each record byte-identical to the one
     imported where the kept bytes allow, otherwise a valid WARC/1.1 record
@@ -381,7 +383,7 @@ def export_warc(split, duplicates, collection, out):
     from .admin import Progress
     progress = Progress(lambda kind, n, total, what: bar.update(n) if kind == "advance" else None)
     try:
-        fig = warc.export(collection, out, size, duplicates, progress)
+        fig = warc.export(collection, out, size, duplicates, progress, order)
     finally:
         bar.close()
     share = fig["identical"] / fig["records"] if fig["records"] else 1.0

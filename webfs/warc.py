@@ -819,6 +819,15 @@ class MountTree:
     def is_dir(self, rel: bytes) -> bool:
         return os.path.isdir(os.path.join(self.root, rel))
 
+    def location(self, rel: bytes) -> tuple[int, str]:
+        """(disk, signature) of a file's first block (the mount's virtual xattrs)."""
+        p = os.path.join(self.root, rel)
+        try:
+            return (int(os.getxattr(p, "user.webfs.disk").split(b",")[0]),
+                    os.getxattr(p, "user.webfs.signature").decode().split(",")[0])
+        except (OSError, ValueError):
+            return (1 << 30, "")
+
 
 class DiskTree:
     """A collection read from the disks of an unmounted archive (``DISK:/NAME``)."""
@@ -869,6 +878,10 @@ class DiskTree:
             return self.ns.get(self._ino(rel)).is_dir
         except FsError:
             return False
+
+    def location(self, rel: bytes) -> tuple[int, str]:
+        rows = self.ns.contents(self._ino(rel))
+        return (rows[0].disk, rows[0].sig) if rows else (1 << 30, "")
 
 
 def open_tree(collection: str):
@@ -944,12 +957,17 @@ def _arc_to_warc(rec_head: bytes, rtype: str, http: bytes, payload: bytes, ident
     return b"\r\n".join(lines) + b"\r\n\r\n" + http + payload + b"\r\n\r\n"
 
 
-def collection_records(tree, duplicates: str = "revisit") -> Iterator[tuple[bytes, bool, str]]:
-    """(record bytes, byte-identical to the source's, source name) for every kept record."""
+def collection_records(tree, duplicates: str = "revisit", order: str = "source") -> Iterator[tuple[bytes, bool, str]]:
+    """(record bytes, byte-identical to the source's, source name) for every kept record.
+
+    ``order="source"``: the source files' records in their order. ``order="disk"``:
+    the records without a capture file first (in source order), then the
+    captures sorted by the disk and the place on it of their first block, so
+    that the pages stream off each disk in the order of its signature tree."""
     from concurrent.futures import ThreadPoolExecutor
     pool = ThreadPoolExecutor(4, thread_name_prefix="export-read")
     try:
-        yield from _collection_records(tree, duplicates, pool)
+        yield from _collection_records(tree, duplicates, pool, order)
     finally:
         pool.shutdown(cancel_futures=True)
 
@@ -974,11 +992,43 @@ def _read_ahead(tree, pool, lines: list, window: int = 64) -> Iterator[tuple]:
             more()
 
 
-def _collection_records(tree, duplicates: str, pool) -> Iterator[tuple[bytes, bool, str]]:
-    for src in kept_sources(tree):
-        index = tree.read(KEEP_DIR + b"/" + src + INDEX_SUFFIX)
-        heads = tree.read(KEEP_DIR + b"/" + src + HEADS_SUFFIX)
-        for ln, fut in _read_ahead(tree, pool, list(parse_index(index))):
+def _in_order(tree, order: str) -> Iterator[tuple[bytes, bytes, list]]:
+    """(source, its heads, its index lines) in the order the records are written."""
+    sources = [(src, tree.read(KEEP_DIR + b"/" + src + HEADS_SUFFIX),
+                list(parse_index(tree.read(KEEP_DIR + b"/" + src + INDEX_SUFFIX))))
+               for src in kept_sources(tree)] if order == "disk" else None
+    if sources is None:
+        for src in kept_sources(tree):
+            yield (src, tree.read(KEEP_DIR + b"/" + src + HEADS_SUFFIX),
+                   list(parse_index(tree.read(KEEP_DIR + b"/" + src + INDEX_SUFFIX))))
+        return
+    for src, heads, lines in sources:
+        rest = [ln for ln in lines if ln.where != "file"]
+        if rest:
+            yield src, heads, rest
+    files = []
+    for i, (src, heads, lines) in enumerate(sources):
+        for ln in lines:
+            if ln.where == "file":
+                try:
+                    key = tree.location(ln.capture)
+                except (OSError, FsError, WebfsError):
+                    key = (1 << 30, "")
+                files.append((key, i, ln))
+    files.sort(key=lambda x: x[0])
+    run: list = []
+    for key, i, ln in files:                    # consecutive lines of one source, one group
+        if run and run[0][0] != i:
+            yield sources[run[0][0]][0], sources[run[0][0]][1], [x[1] for x in run]
+            run = []
+        run.append((i, ln))
+    if run:
+        yield sources[run[0][0]][0], sources[run[0][0]][1], [x[1] for x in run]
+
+
+def _collection_records(tree, duplicates: str, pool, order: str = "source") -> Iterator[tuple[bytes, bool, str]]:
+    for src, heads, lines in _in_order(tree, order):
+        for ln, fut in _read_ahead(tree, pool, lines):
             p = ln.ho
             head = heads[p:p + ln.wl]
             p += ln.wl
@@ -1019,7 +1069,7 @@ def _collection_records(tree, duplicates: str, pool) -> Iterator[tuple[bytes, bo
 
 
 def export(collection: str, out: str, split: Optional[int] = None, duplicates: str = "revisit",
-           progress: Optional[admin.Progress] = None) -> dict:
+           progress: Optional[admin.Progress] = None, order: str = "source") -> dict:
     """Write a collection as per-record gzipped WARC; returns figures."""
     tree = open_tree(collection)
     figures = {"records": 0, "identical": 0, "bytes": 0, "files": []}
@@ -1037,7 +1087,7 @@ def export(collection: str, out: str, split: Optional[int] = None, duplicates: s
 
     try:
         next_file()
-        for data, identical, _src in collection_records(tree, duplicates):
+        for data, identical, _src in collection_records(tree, duplicates, order):
             if split is not None and fh.tell() > 0 and fh.tell() >= split:
                 next_file()
             c = zlib.compressobj(6, zlib.DEFLATED, 31)
