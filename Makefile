@@ -44,9 +44,12 @@ demo: deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" sh tools/demo.sh demo
 	PATH="$(CURDIR)/$(BIN):$$PATH" sh tools/demo-warc.sh demo-warc
 
+# Every section of tools/bench on two 30 MB crawls, a small-page corpus and a
+# 20,000-file ingest: about 15-20 minutes on 2 cores (bench-results/results.md).
 bench: deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tools/bench --out bench-results
 
+# The same on 10 GB crawls, a 1 GB small-page corpus and a 100,000-file ingest: hours.
 bench-full: deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tools/bench --full --out bench-results-full
 

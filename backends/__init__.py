@@ -25,6 +25,12 @@ class Backend(abc.ABC):
         """Replace a file whole: a crash leaves the old file or the new, never half."""
 
     @abc.abstractmethod
+    def write_new(self, path: str, data: bytes, fsync: bool = False) -> None:
+        """Write a file that should not exist yet (a new block, whose name is
+        listed in the store's intents first, so a crash's half-written file is
+        found and removed). By default the same as ``write_atomic``."""
+        self.write_atomic(path, data, fsync)
+
     def write_at(self, path: str, offset: int, data: bytes, fsync: bool = False) -> None:
         """Overwrite bytes of an existing file in place (fixed-width fields)."""
 

@@ -85,6 +85,42 @@ class LocalBackend(Backend):
         if fsync:
             self._fsync_dir(os.path.dirname(full))
 
+    def write_new(self, path: str, data: bytes, fsync: bool = False) -> None:
+        """Create the file under its own name (O_EXCL): one file creation and no
+        rename per new block. A file already there (a leftover the intents did
+        not name) is replaced atomically instead."""
+        self._wait()
+        full = self._path(path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        try:
+            try:
+                fd = os.open(full, flags, 0o644)
+            except FileNotFoundError:
+                # A new placement group, most often under a known parent: one mkdir.
+                try:
+                    os.mkdir(os.path.dirname(full))
+                except FileNotFoundError:
+                    self._makedirs(os.path.dirname(full))
+                except FileExistsError:
+                    pass
+                fd = os.open(full, flags, 0o644)
+        except FileExistsError:
+            self.write_atomic(path, data, fsync)
+            return
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(full)
+            raise
+        os.close(fd)
+        if fsync:
+            self._fsync_dir(os.path.dirname(full))
+
     def write_at(self, path: str, offset: int, data: bytes, fsync: bool = False) -> None:
         self._wait()
         fd = os.open(self._path(path), os.O_WRONLY)

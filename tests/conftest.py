@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from webfs.assembly import open_archive
 from webfs import archive as archmod
-from webfs.store import Store
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def disks(tmp_path) -> list[Path]:
 
 @pytest.fixture
 def store(disks):
-    s = Store.open(str(disks[0]), holder="test")
+    s = open_archive(str(disks[0]), holder="test")
     yield s
     s.close()
 

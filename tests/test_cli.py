@@ -145,8 +145,8 @@ def test_fsck_finds_each_injected_fault_and_repairs_refs_and_orphans(tmp_path, d
 
 
 def test_fsck_refuses_while_the_archive_is_held(disks):
-    from webfs.store import Store
-    s = Store.open(str(disks[0]), holder="webfs mount on /mnt/x")
+    from webfs.assembly import open_archive
+    s = open_archive(str(disks[0]), holder="webfs mount on /mnt/x")
     try:
         proc = webfs("fsck", disks[1], check=False)
         assert proc.returncode == 1 and b"in use" in proc.stderr and b"/mnt/x" in proc.stderr

@@ -13,10 +13,10 @@ from typing import Optional
 import pytest
 
 from conftest import Mounted, make_archive, sh, webfs
+from webfs.assembly import open_archive
 from webfs import admin
 from webfs.cooling import Group, Survey, apply, next_step
 from webfs.heat import HeatTracker, estimate
-from webfs.store import Store
 
 
 # -- the estimator -----------------------------------------------------------------
@@ -46,7 +46,7 @@ def test_a_group_that_goes_cold_loses_heat():
 
 
 def test_heat_is_kept_in_memory_and_survives_a_reopen(disks):
-    store = Store.open(str(disks[0]), holder="test")
+    store = open_archive(str(disks[0]), holder="test")
     now = [1000.0]
     store.heat = HeatTracker(store.catalog, k=5, clock=lambda: now[0])
     rows = [store.store(f"page {i}".encode() * 50, pin=True) for i in range(4)]
@@ -62,7 +62,7 @@ def test_heat_is_kept_in_memory_and_survives_a_reopen(disks):
     assert store.heat.reads(rows[0].grp) == 5                # only the last k are kept
     store.sync()
     store.close()
-    store = Store.open(str(disks[0]), holder="test")
+    store = open_archive(str(disks[0]), holder="test")
     try:
         assert store.heat.reads(rows[0].grp) == 5 and store.heat.reads(rows[1].grp) == 2
         assert store.heat.heat(rows[0].grp) > store.heat.heat(rows[1].grp) > 0
@@ -121,7 +121,7 @@ def test_a_disk_without_room_is_passed_over():
 
 
 def test_cooling_moves_groups_and_keeps_every_block_readable(disks):
-    store = Store.open(str(disks[0]), holder="test")
+    store = open_archive(str(disks[0]), holder="test")
     try:
         rng = random.Random(4)
         rows = [store.store(rng.randbytes(rng.randint(500, 4000)), pin=True) for _ in range(300)]
@@ -270,3 +270,31 @@ def test_cool_and_heat_on_an_unmounted_archive(tmp_path):
     assert "disk 3:" in out
     out = webfs("cool", "--dry-run", paths[0]).stdout.decode()
     assert "stopped: no reads have reached the disks yet" in out
+
+
+def test_heat_ages_on_the_clock_of_reads_so_a_quiet_spell_keeps_the_ranking(disks):
+    """Heats asked for after the reads stopped compare as they did while the
+    reads came: a hot group's short window is not aged more by the silence
+    than a cool group's long one (cooling would stop before the hot disk is cool)."""
+    store = open_archive(str(disks[0]), holder="test")
+    try:
+        now = [1000.0]
+        store.heat = HeatTracker(store.catalog, k=20, clock=lambda: now[0])
+        rows = [store.store(f"page {i}".encode() * 50, pin=True) for i in range(2)]
+        store.commit()
+        for i in range(80):                                  # 10 reads/s and 0.5 read/s, for 8 s
+            store.read(rows[0])
+            if i % 20 == 0:
+                store.read(rows[1])
+            now[0] += 0.1
+        while_reading = store.heat.heat(rows[0].grp) / store.heat.heat(rows[1].grp)
+        now[0] += 5.0                                        # a quiet spell, then the survey
+        assert store.heat.heat(rows[0].grp) / store.heat.heat(rows[1].grp) == pytest.approx(while_reading)
+        assert store.heat.heat(rows[0].grp) == pytest.approx(10.0, rel=0.1)
+        # A group that goes cold while another is read still ages.
+        for _ in range(50):
+            store.read(rows[0])
+            now[0] += 0.1
+        assert store.heat.heat(rows[1].grp) < 0.5 * 0.7
+    finally:
+        store.close()

@@ -61,10 +61,12 @@ def _append(path: Path, lines) -> int:
 def test_rebuild_catalog_skips_hostile_records_and_keeps_the_rest(tmp_path):
     m = _archive_with_a_tree(tmp_path)
     for d in m.disks:
-        mfirst = _append(d / "meta" / "MANIFEST", HOSTILE_MANIFEST)
-        jfirst = _append(d / "meta" / "JOURNAL", HOSTILE_JOURNAL)
         for p in (d / "meta").glob("catalog.db*"):
             p.unlink()
+        if not (d / "meta" / "MANIFEST").exists():
+            continue            # not a record disk (meta/RECORDS names the two)
+        mfirst = _append(d / "meta" / "MANIFEST", HOSTILE_MANIFEST)
+        jfirst = _append(d / "meta" / "JOURNAL", HOSTILE_JOURNAL)
     proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
     out = proc.stdout.decode(errors="replace")
     assert proc.returncode == 4, out + proc.stderr.decode(errors="replace")

@@ -250,7 +250,7 @@ def test_import_into_an_unmounted_archive_then_mount(tmp_path, corpus):
     finally:
         m.umount()
     # The plain-text records know every name too (recovery without the catalog).
-    manifest = (m.disks[3] / "meta" / "MANIFEST").read_bytes()
+    manifest = (m.disks[1] / "meta" / "MANIFEST").read_bytes()     # the record disk beside the catalog's
     assert manifest.count(b"\t/crawls/crawl-001/") == sum(1 for _ in src.rglob("*"))
 
 

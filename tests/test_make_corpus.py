@@ -218,3 +218,16 @@ def test_base_pages(tmp_path):
     assert {b for b in bodies if any(p.startswith(b) for p in pages)} == set(bodies)
     assert sum(RARE in p for p in pages) == 3
     assert 0.1 <= dup_fraction(c1) <= 0.4
+
+
+def test_small_pages_median_about_6k(tmp_path):
+    """--small-pages: the bench's small-page corpus, median page about 6 KB."""
+    out = tmp_path / "small"
+    run("--pages", 600, "--crawls", 1, "--small-pages", out)
+    sizes = sorted(os.path.getsize(os.path.join(d, f))
+                   for d, _, fs in os.walk(out / "crawl-001") for f in fs if is_page(f))
+    median = sizes[len(sizes) // 2]
+    assert 5000 <= median <= 7200, median
+    info = json.loads((out / "corpus.json").read_text())
+    assert info["options"]["small_pages"] is True
+    assert info["options"]["images_per_page"] == 0.1

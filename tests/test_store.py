@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from webfs.block import BlockHeader, HEADER_SIZE
 from webfs.errors import ArchiveBusy, ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock
 from webfs.signature import signature
-from webfs.store import Store
+from webfs.assembly import open_archive
 
 from conftest import make_archive, tmpfs_disks
 
@@ -36,7 +36,7 @@ class StoreModel(RuleBasedStateMachine):
         import tempfile
         self.tmp = tempfile.mkdtemp(prefix="webfs-model-")
         make_archive(__import__("pathlib").Path(self.tmp), disks=3)
-        self.store = Store.open(os.path.join(self.tmp, "disk0"), signature_fn=weak_signature)
+        self.store = open_archive(os.path.join(self.tmp, "disk0"), signature_fn=weak_signature)
         self.refs: list[tuple[int, bytes, str]] = []       # (block id, document, mode)
 
     def teardown(self):
@@ -89,7 +89,7 @@ TestStoreModel.settings = settings(max_examples=60, stateful_step_count=25, dead
 
 def test_regular_mode_merges_a_fake_duplicate_and_compare_does_not(tmp_path):
     make_archive(tmp_path, disks=2)
-    store = Store.open(str(tmp_path / "disk0"), signature_fn=lambda d: "0" * 32)
+    store = open_archive(str(tmp_path / "disk0"), signature_fn=lambda d: "0" * 32)
     a = store.store(b"first", mode="compare")
     b = store.store(b"other", mode="compare")
     assert (a.overflow, b.overflow) == (0, 1)
@@ -121,7 +121,7 @@ def test_a_document_that_looks_like_a_block_header(store):
 def lonely(tmp_path):
     """A one-disk archive: no parity, so damage cannot be repaired."""
     make_archive(tmp_path, disks=1)
-    s = Store.open(str(tmp_path / "disk0"))
+    s = open_archive(str(tmp_path / "disk0"))
     yield s
     s.close()
 
@@ -175,7 +175,7 @@ def test_unknown_codec_in_header(lonely):
 
 def test_archive_with_a_missing_disk_opens_and_writes_elsewhere(disks):
     shutil.rmtree(disks[2])
-    store = Store.open(str(disks[1]))
+    store = open_archive(str(disks[1]))
     assert list(store.archive.missing) == [2]
     rows = [store.store(f"page {i}".encode() * 20) for i in range(200)]
     assert all(r.disk != 2 for r in rows)
@@ -184,32 +184,32 @@ def test_archive_with_a_missing_disk_opens_and_writes_elsewhere(disks):
 
 
 def test_lock_refuses_a_second_user(disks):
-    first = Store.open(str(disks[0]), holder="first")
+    first = open_archive(str(disks[0]), holder="first")
     with pytest.raises(ArchiveBusy, match="first"):
-        Store.open(str(disks[3]), holder="second")
+        open_archive(str(disks[3]), holder="second")
     first.close()
-    Store.open(str(disks[3])).close()
+    open_archive(str(disks[3])).close()
 
 
 def test_a_killed_holder_leaves_no_stale_lock(disks):
     proc = subprocess.Popen([sys.executable, "-c", f"""
 import time
-from webfs.store import Store
-store = Store.open({str(disks[2])!r}, holder="doomed")
+from webfs.assembly import open_archive
+store = open_archive({str(disks[2])!r}, holder="doomed")
 print('locked', flush=True)
 time.sleep(60)
 """], stdout=subprocess.PIPE)
     assert proc.stdout.readline() == b"locked\n"
     with pytest.raises(ArchiveBusy):
-        Store.open(str(disks[0]))
+        open_archive(str(disks[0]))
     proc.kill()
     proc.wait()
-    Store.open(str(disks[0])).close()
+    open_archive(str(disks[0])).close()
 
 
 def test_not_an_archive(tmp_path):
     with pytest.raises(ArchiveError, match="not a webfs disk"):
-        Store.open(str(tmp_path))
+        open_archive(str(tmp_path))
 
 
 def test_no_such_block(store):
@@ -226,7 +226,7 @@ def small_disks(tmp_path):
 
 
 def test_full_disks_raise_nospace_and_keep_what_was_stored(small_disks):
-    store = Store.open(str(small_disks[0]))
+    store = open_archive(str(small_disks[0]))
     stored = []
     with pytest.raises(NoSpace):
         for i in range(1000):

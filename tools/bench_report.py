@@ -5,6 +5,7 @@ summary the tables are made from; bench_report.markdown(result) rebuilds the
 tables from a saved JSON file:
 
     python3 tools/bench_report.py bench-results/results.json   # print the tables
+    python3 tools/bench_report.py --aims bench-results/results.json   # the README's table
 """
 
 import json
@@ -22,7 +23,11 @@ SECTION_TITLES = {
     "metadata": "Metadata",
     "random": "Random page reads",
     "daemon": "Daemon CPU and memory",
-    "rebuild": "Rebuild of a lost disk (webfs only)",
+    "small": "Small pages (median about 6 KB)",
+    "import": "webfs import against cp -r",
+    "scale": "A long ingest: rate, daemon RSS and meta/ against files (webfs only)",
+    "rebuild": "Rebuild of a lost disk and scrub (webfs only)",
+    "readers": "Concurrent readers on slow disks (webfs only)",
     "cooling": "Disk cooling (webfs only)",
     "memory": "Daemon memory against archive size (webfs only)",
 }
@@ -117,6 +122,12 @@ def _num(x, digits=3):
     return ("%%.%dg" % digits) % x
 
 
+def _duration(seconds):
+    if seconds is None:
+        return "?"
+    return "%d min %02d s" % divmod(int(round(seconds)), 60) if seconds >= 60 else "%.0f s" % seconds
+
+
 def _bytes(n):
     for unit, div in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if abs(n) >= div:
@@ -170,72 +181,136 @@ def machine_line(m):
 
 
 def goals(result):
-    """Where the subject stands against the aims of issue 7: [(aim, measured,
-    met or None)].  Only when the subject is webfs."""
+    """Where the subject stands against the aims of issue 10's table: [(aim,
+    figure, met: True, False or None when there is no figure or no pass
+    mark)], one row per aim and corpus, in the table's order.  Only when the
+    subject is webfs."""
     if result["subject"] != "webfs":
         return []
     rows = {r["key"]: r for r in result["summary"]}
+    extra = result.get("extra") or {}
     out = []
 
-    def ratio(key, peer):
+    def ratio(key, peer="bindfs"):
         r = rows.get(key)
         return r["ratios"].get(peer) if r else None
 
-    def rate(key):
-        r = rows.get(key)
-        c = r["targets"].get("webfs", {}) if r else {}
-        return c.get("rate")
+    def vs_bindfs(label, keys, floor):
+        for key, corpus in keys:
+            x = ratio(key)
+            out.append(("%s vs bindfs ≥ %.1f× (%s)" % (label, floor, corpus),
+                        "%.2f×" % x if x is not None else "not measured",
+                        x >= floor if x is not None else None))
 
-    for key, label, floor in (("ingest.cp.1", "ingest cp -r crawl 1", 0.7),
-                              ("ingest.rsync.1", "ingest rsync -a crawl 1", 0.7),
-                              ("read.cat.cold", "cat all, cold", 0.7),
-                              ("read.tar.cold", "tar, cold", 0.7),
-                              ("read.grep.cold", "grep -r, cold", 0.7),
-                              ("read.cat.warm", "cat all, warm", 1.0),
-                              ("read.tar.warm", "tar, warm", 1.0),
-                              ("read.grep.warm", "grep -r, warm", 1.0)):
-        x = ratio(key, "bindfs")
-        if x is not None:
-            out.append(("%s ≥ %.1f× bindfs" % (label, floor), "%.2f×" % x, x >= floor))
-    for tool in ("cp", "rsync"):
-        a, b = rate("ingest.%s.1" % tool), rate("ingest.%s.2" % tool)
-        if a and b:
-            out.append(("%s of crawl 2 ≥ 2× as fast as crawl 1" % tool, "%.2f×" % (b / a),
-                        b / a >= 2.0))
-    sp = space_figures(result)
-    if sp:
-        out.append(("stored bytes (block + parity files) within 5 % of distinct compressed "
-                    "content + parity", "%.3f×" % sp["aim"], sp["aim"] <= 1.05))
-    mem = memory_figures(result)
-    if mem and mem.get("aim") is not None:
-        out.append(("daemon memory does not grow with the number of files: peak RSS with %d× "
-                    "the files ≤ 1.05× (cp -r; find, ls, du; cat without the piece cache)"
-                    % mem["scale"], "%.2f× (%s → %s files)" % (
-                        mem["aim"], "{:,}".format(mem["files"][0]), "{:,}".format(mem["files"][1])),
-                    mem["aim"] <= 1.05))
+    main, small = "bench corpus", "small pages"
+    vs_bindfs("`cp -r` crawl 1 into the mount", [("ingest.cp.1", main), ("small.cp", small)], 0.7)
+    vs_bindfs("`rsync -a` crawl 1", [("ingest.rsync.1", main)], 0.7)
+    vs_bindfs("cold `cat` of everything", [("read.cat.cold", main), ("small.cat.cold", small)], 0.8)
+    vs_bindfs("cold `grep -r` of everything", [("read.grep.cold", main),
+                                               ("small.grep.cold", small)], 0.8)
+    vs_bindfs("Zipf page reads, cold", [("zipf.cold", main)], 0.7)
+    out.append(("one 460 MB text file: `cp` in ≥ 1.0×, cold `cat` ≥ 0.8× bindfs",
+                "not measured by tools/bench", None))
+    rd = extra.get("readers") or {}
+    runs = rd.get("runs") or []
+    if runs:
+        rates = [r.get("reads_per_s") or 0 for r in runs]
+        top = runs[-1]
+        rising = all(b >= a * 0.95 for a, b in zip(rates, rates[1:]))
+        met = (top.get("reads_per_s") or 0) >= 160 and rising
+        out.append(("%d readers at once, %d disks of %g ms (%.0f reads/s possible): ≥ 160 "
+                    "reads/s, rising with readers (none 5 %% below the last)" % (top["readers"], rd["disks"],
+                                                      rd["delay_s"] * 1e3, rd["ceiling_per_s"]),
+                    " → ".join("%s: %.0f" % (r["readers"], r.get("reads_per_s") or 0)
+                               for r in runs) + " reads/s", met))
     else:
-        r = rows.get("daemon.hwm")
-        hwm = r["targets"].get("webfs", {}).get("value") if r else None
-        if hwm:
-            files = result["corpus"]["files"]
-            out.append(("daemon memory does not grow with files (run the memory section)",
-                        "peak %.0f MiB at %s files" % (hwm / 1048576, "{:,}".format(files)), None))
-    rb = (result.get("extra") or {}).get("rebuild")
-    for cfg in (rb or {}).get("configs", []):
-        m = cfg.get("median") or {}
-        if m.get("share_max") is not None:
-            out.append(("rebuild, C=%d G=%d: bytes read per survivor per byte rebuilt vs "
-                        "(G−1)/(C−1) = %.2f (issue 4)" % (rb["disks"], cfg["group_size"],
-                                                         cfg["predicted_share"]),
-                        "%.2f–%.2f, %s MB/s" % (m["share_min"], m["share_max"], _num(m["mb_per_s"])),
+        out.append(("64 readers at once, 4 disks of 20 ms: ≥ 160 reads/s, rising with readers",
+                    "not measured", None))
+    rb = extra.get("rebuild") or {}
+    cfgs = [c for c in rb.get("configs", []) if (c.get("median") or {}).get("mb_per_s")]
+    for cfg in cfgs:
+        mbps = cfg["median"]["mb_per_s"]
+        out.append(("rebuild of a lost disk (C = %d, G = %d) ≥ 100 MB/s written"
+                    % (rb["disks"], cfg["group_size"]), "%s MB/s" % _num(mbps), mbps >= 100))
+    if not cfgs:
+        out.append(("rebuild of a lost disk ≥ 100 MB/s written", "not measured", None))
+    for cfg in rb.get("configs", []):
+        sc = cfg.get("scrub") or {}
+        if sc.get("mb_per_s"):
+            out.append(("scrub (C = %d, G = %d), MB read per second (no aim)"
+                        % (rb["disks"], cfg["group_size"]), "%s MB/s" % _num(sc["mb_per_s"]), None))
+    co = extra.get("cooling") or {}
+    hot = [x for x in co.get("scenarios", []) if x.get("before") and x.get("after")]
+    for sc in hot:
+        x = sc["before"]["mean_ms"] / sc["after"]["mean_ms"]
+        aim = sc["scenario"] == "hot"
+        out.append(("disk cooling, %s set: mean response before/after ≥ 3×%s"
+                    % (sc["scenario"], "" if aim else " (no aim)"),
+                    "%.2f× (%s → %s ms)" % (x, _num(sc["before"]["mean_ms"]),
+                                            _num(sc["after"]["mean_ms"])), x >= 3 if aim else None))
+    if not hot:
+        out.append(("disk cooling, hot set: mean response before/after ≥ 3×", "not measured", None))
+    scl = extra.get("scale") or {}
+    at = scl.get("at") or {}
+    if at.get("10") and at.get("100") and at["10"].get("rss") and at["100"].get("rss"):
+        x = at["100"]["rss"] / at["10"]["rss"]
+        out.append(("daemon RSS after %s files ≤ 1.2× RSS after %s (`cp -r` of small pages)" % (
+            "{:,}".format(at["100"]["files_done"]), "{:,}".format(at["10"]["files_done"])),
+            "%.2f× (%s → %s MiB)" % (x, _num(at["10"]["rss"] / 2**20), _num(at["100"]["rss"] / 2**20)),
+            x <= 1.2))
+    else:
+        out.append(("daemon RSS after 100,000 files ≤ 1.2× RSS after 10,000", "not measured", None))
+    if scl.get("meta_per_file_at_rest") is not None:
+        out.append(("`meta/` per file at rest (all disks) ≤ 700 B, after %s files"
+                    % "{:,}".format(scl["files"]),
+                    "%.0f B (peak during the ingest %.0f B)" % (scl["meta_per_file_at_rest"],
+                                                            scl.get("meta_per_file_peak") or 0),
+                    scl["meta_per_file_at_rest"] <= 700))
+    else:
+        out.append(("`meta/` per file at rest ≤ 700 B", "not measured", None))
+    if scl.get("rate_end_vs_start"):
+        x = scl["rate_end_vs_start"]
+        sl = scl.get("slices") or []
+        out.append(("ingest rate at the end of a %s-file copy within 15 %% of its start"
+                    % "{:,}".format(scl["files"]),
+                    "%.2f× (%s → %s files/s)" % (x, _num(sl[0]["rate"]), _num(sl[-1]["rate"])),
+                    x >= 0.85))
+    else:
+        out.append(("ingest rate at the end of a 100,000-file copy within 15 % of its start",
+                    "not measured", None))
+    imp = extra.get("import") or {}
+    for tag, corpus in (("main", main), ("small.", small)):
+        med = (imp.get("median") or {}).get(tag) or {}
+        files = (imp.get("files") or {}).get(tag) or []
+        if med.get("cp_plain_1") and med.get("import_1"):
+            x = med["cp_plain_1"] / med["import_1"]
+            out.append(("`webfs import` crawl 1 vs `cp -r` into a plain directory ≥ 1.0× (%s)"
+                        % corpus, "%.2f×" % x, x >= 1.0))
+        elif tag == "main":
+            out.append(("`webfs import` vs `cp -r` into a plain directory ≥ 1.0×", "not measured",
                         None))
-    co = (result.get("extra") or {}).get("cooling")
-    for sc in (co or {}).get("scenarios", []):
-        if sc.get("before") and sc.get("after"):
-            out.append(("cooling (%s): mean response time falls several-fold (issue 5)"
-                        % sc["scenario"], "%.2f× (%s → %s ms)" % (
-                            sc["before"]["mean_ms"] / sc["after"]["mean_ms"],
-                            _num(sc["before"]["mean_ms"]), _num(sc["after"]["mean_ms"])), None))
+        if med.get("import_1") and med.get("import_2") and len(files) > 1:
+            x = (files[1] / med["import_2"]) / (files[0] / med["import_1"])
+            out.append(("crawl 2 vs crawl 1 through `webfs import` ≥ 3× faster (%s)" % corpus,
+                        "%.2f×" % x, x >= 3.0))
+    return out
+
+
+def goals_table(result):
+    """The aims table as Markdown lines (the README's table is pasted from
+    here: `tools/bench_report.py --aims results.json`)."""
+    g = goals(result)
+    if not g:
+        return []
+    m = result.get("machine") or {}
+    la = [m.get("loadavg_start"), m.get("loadavg_end")]
+    out = ["Run of %s (%s), load average %s at the start and %s at the end:" % (
+        result["started"].replace("T", " ").replace("Z", " UTC"), result.get("git") or "?",
+        *(("%.2f" % x[0]) if x else "?" for x in la)), "",
+        "| aim (issue 10) | figure | met |", "|---|--:|:-:|"]
+    for aim, measured, met in g:
+        out.append("| %s | %s | %s |" % (aim, measured,
+                                         "–" if met is None else ("met" if met else "**not met**")))
     return out
 
 
@@ -315,16 +390,17 @@ def markdown(result):
                "ingest times include `sync`. Ratio columns: %s / peer of the figure shown "
                "(the better direction is in the second column). git %s." % (
                    opts.get("repeat"), subject, result.get("git") or "?"))
+    ex = result.get("extra") or {}
+    if ex.get("section_seconds"):
+        out.append("- Time: %s in all; %s." % (
+            _duration(ex.get("wall_seconds")), ", ".join(
+                "%s %s" % (k, _duration(v)) for k, v in ex["section_seconds"].items())))
     out.append("")
-    g = goals(result)
+    g = goals_table(result)
     if g:
-        out.append("## Where webfs stands (the aims of issue 7; rebuild and cooling: issues 4 and 5)")
+        out.append("## Where webfs stands (the aims of issue 10)")
         out.append("")
-        out.append("| aim | measured | met |")
-        out.append("|---|--:|:-:|")
-        for aim, measured, met in g:
-            out.append("| %s | %s | %s |" % (aim, measured,
-                                             "–" if met is None else ("yes" if met else "**no**")))
+        out.extend(g)
         out.append("")
     rows = result["summary"]
     for section in result["sections"] + [s for s in SECTION_TITLES if s not in result["sections"]]:
@@ -474,6 +550,9 @@ def render_rebuild(result):
     line("parity overhead, `webfs status` (1/(G−1))", lambda x: "%s (%.3f)" % (
         x.get("parity_overhead"), 1 / (x["group_size"] - 1)))
     line("stripes: all / open", lambda x: "%s / %s" % (x.get("stripes"), x.get("open_stripes")))
+    line("scrub afterwards: MB read / s (`webfs scrub`, caches dropped)", lambda x: "%s (%s in %s s)" % (
+        _num(x["scrub"]["mb_per_s"]), _mb(x["scrub"]["bytes_read"]), _num(x["scrub"]["seconds"]))
+         if (x.get("scrub") or {}).get("mb_per_s") else "–")
     line("`webfs fsck` after the last rebuild", lambda x: "clean" if x.get("fsck_rc") == 0
          else "**exit %s**" % x.get("fsck_rc"))
     out.append("")
@@ -533,20 +612,6 @@ def render_cooling(result):
         if x.get("cool", {}).get("reason"):
             out.append("- %s: `webfs cool` stopped: %s" % (x["scenario"], x["cool"]["reason"]))
     out.append("")
-    closed = [(x["scenario"], c) for x in scs for c in x.get("closed") or []]
-    if closed:
-        d = co["delay_s"]
-        out.append("Throughput on the same slow disks against concurrent readers (each reads "
-                   "whole pages one after the other for 2 s, pages uniform; %s archive after "
-                   "its runs). %d disks of %g ms could serve %.0f reads/s." % (
-                       closed[0][0], co["disks"], d * 1e3, co["disks"] / d))
-        out.append("")
-        out.append("| readers | " + " | ".join(str(c["readers"]) for _, c in closed) + " |")
-        out.append("|---|" + "--:|" * len(closed))
-        out.append("| reads/s | " + " | ".join(_num(c["reads_per_s"]) for _, c in closed) + " |")
-        out.append("| mean / p90 read time | " + " | ".join(
-            "%s / %s ms" % (_num(c["mean_ms"]), _num(c["p90_ms"])) for _, c in closed) + " |")
-        out.append("")
     return out
 
 
@@ -587,7 +652,51 @@ def render_memory(result):
     return out
 
 
-RENDERERS = {"rebuild": render_rebuild, "cooling": render_cooling, "memory": render_memory}
+def render_readers(result):
+    rd = (result.get("extra") or {}).get("readers")
+    runs = (rd or {}).get("runs") or []
+    if not runs:
+        return ["Failed: %s" % rd["error"][:300], ""] if (rd or {}).get("error") else []
+    out = ["%d disks, each serving one I/O at a time in %g ms (mount option `disk_delay`), "
+           "`piece_cache=0`, %s pages of one crawl up to 128 KiB; N readers each read whole pages "
+           "(uniform) one after the other for %g s, each read past the page cache. The disks "
+           "could serve %.0f reads/s." % (rd["disks"], rd["delay_s"] * 1e3,
+                                         "{:,}".format(rd.get("pages") or 0), rd["seconds"],
+                                         rd["ceiling_per_s"]), "",
+           "| readers | " + " | ".join(str(c["readers"]) for c in runs) + " |",
+           "|---|" + "--:|" * len(runs),
+           "| reads/s | " + " | ".join(_num(c["reads_per_s"]) for c in runs) + " |",
+           "| mean / p90 read time | " + " | ".join(
+               "%s / %s ms" % (_num(c["mean_ms"]), _num(c["p90_ms"])) for c in runs) + " |", ""]
+    return out
+
+
+def render_scale(result):
+    sc = (result.get("extra") or {}).get("scale")
+    sl = (sc or {}).get("slices") or []
+    if not sl:
+        return ["Failed: %s" % sc["error"][:300], ""] if (sc or {}).get("error") else []
+    out = ["`tools/make-corpus --small-pages --pages N --crawls 1` (%s files, %s), copied into "
+           "a fresh %d-disk archive with `cp -r` in %d slices of hosts; after each slice the "
+           "daemon's RSS (VmRSS) and the bytes under `meta/` on every disk. At rest: after "
+           "`webfs umount`." % ("{:,}".format(sc["files"]), _mb(sc["bytes"]),
+                                 result["options"].get("disks") or 4, len(sl)), "",
+           "| files | files/s (slice) | RSS | `meta/` (peak during the slice) | per file |",
+           "|--:|--:|--:|--:|--:|"]
+    for x in sl:
+        out.append("| %s | %s | %s MiB | %s (%s) | %.0f B |" % (
+            "{:,}".format(x["files_done"]), _num(x["rate"]), _num((x["rss"] or 0) / 2**20),
+            _mb(x["meta_bytes"]), _mb(x.get("meta_peak_during")), x["meta_per_file"]))
+    out.append("| at rest | | | %s | **%.0f B** |" % (_mb(sc["meta_at_rest"]),
+                                                     sc["meta_per_file_at_rest"]))
+    out.append("")
+    out.append("Peak `meta/` during the ingest: %s, %.0f B a file of the %s." % (
+        _mb(sc.get("meta_peak")), sc.get("meta_per_file_peak") or 0, "{:,}".format(sc["files"])))
+    out.append("")
+    return out
+
+
+RENDERERS = {"rebuild": render_rebuild, "readers": render_readers, "scale": render_scale, "cooling": render_cooling, "memory": render_memory}
 
 
 # ----------------------------------------------------------------- chart
@@ -676,10 +785,16 @@ def write_all(result, outdir):
     return paths
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: bench_report.py results.json")
-    with open(sys.argv[1]) as f:
+def main(argv):
+    aims = "--aims" in argv
+    args = [a for a in argv if a != "--aims"]
+    if len(args) != 1:
+        sys.exit("usage: bench_report.py [--aims] results.json")
+    with open(args[0]) as f:
         r = json.load(f)
     r["summary"] = summarize(r)
-    print(markdown(r))
+    print("\n".join(goals_table(r)) if aims else markdown(r))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

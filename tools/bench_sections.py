@@ -209,6 +209,7 @@ def daemon(ctx):
                 ctx.record(t, key, m["rep"], value=m["daemon_cpu"])
 
 
+import bench_datapath  # noqa: E402
 import bench_webfs  # noqa: E402
 
 SECTIONS = {
@@ -218,5 +219,6 @@ SECTIONS = {
     "metadata": (metadata, "find, ls -lR, du, cold and warm"),
     "random": (random_reads, "Zipf mix of whole-page reads, latency percentiles"),
     "daemon": (daemon, "FUSE daemon CPU time and peak memory"),
+    **bench_datapath.SECTIONS,
     **bench_webfs.SECTIONS,
 }

@@ -13,6 +13,7 @@ rebuild   C disks (--rebuild-disks, 6), once with G = C and once with each
           the command's wall time), bytes read from each survivor per byte
           rebuilt against (G-1)/(C-1) (Golubchik & Muntz), the bytes the
           kernel read for the command (a check on webfs's own counters),
+          `webfs scrub --json` (MB read / s, caches dropped first) and
           `webfs fsck` after the last rebuild, parity overhead.
 cooling   --disks disks, one crawl's pages; mounted with
           disk_delay=I:D on every disk (one I/O at a time per disk, D
@@ -258,6 +259,27 @@ def rebuild(ctx):
                 fig.get("mb_per_s"), dt, r.get("share_min"), r.get("share_max"),
                 cfg["predicted_share"])
     for t, cfg, where in configs:
+        # scrub: every block and parity file read and checked, caches dropped first
+        drop_caches()
+        dt, sc, p = cli_json(ctx, ["scrub", t.backing()[0]])
+        fig = (sc or {}).get("figures") or {}
+        cfg["scrub"] = {"wall_seconds": dt, "rc": p.returncode, "seconds": fig.get("seconds"),
+                        "bytes_read": fig.get("bytes_read"), "blocks": fig.get("blocks"),
+                        "problems": fig.get("problems"),
+                        "bytes_read_per_disk": fig.get("bytes_read_per_disk"),
+                        "mb_per_s": (fig["bytes_read"] / fig["seconds"] / 1e6)
+                        if fig.get("seconds") and fig.get("bytes_read") else None}
+        if p.returncode != 0 or not fig:
+            section_fail(ctx, "rebuild", cfg["name"], BenchError(
+                "webfs scrub exit %d: %s" % (p.returncode, (p.stderr or p.stdout).strip()[-300:])))
+        else:
+            ctx.measurements.append({"target": "webfs", "figure": "scrub.G%d" % cfg["group_size"],
+                                     "rep": 0, "ok": True, "seconds": fig.get("seconds"),
+                                     "value": cfg["scrub"]["mb_per_s"], "result": cfg["scrub"]})
+            log("%s scrub: %.1f MB read in %.2f s (%s MB/s; wall %.2f s), %s problem(s)",
+                cfg["name"], fig["bytes_read"] / 1e6, fig["seconds"],
+                "%.1f" % cfg["scrub"]["mb_per_s"] if cfg["scrub"]["mb_per_s"] else "?", dt,
+                fig.get("problems"))
         p = run([o.webfs_cmd, "fsck", t.backing()[0]], check=False, timeout=o.timeout)
         cfg["fsck_rc"] = p.returncode
         if p.returncode != 0:
@@ -294,6 +316,101 @@ def parse_size(text):
     return int(float(s) * mult)
 
 
+# ------------------------------------------------- slow disks (cooling, readers)
+
+def slow_archive(ctx, name, crawl, max_bytes, delay):
+    """An archive of --disks disks holding crawl (or its first max_bytes, by
+    host), mounted with disk_delay=I:delay on every disk (one I/O at a time
+    per disk) and piece_cache=0, caches dropped: what the cooling and readers
+    sections read from.  Returns (target, pages, disk of each page, files,
+    bytes); pages are those of one FUSE read at most, shuffled (seeded), each
+    looked up once through the mount."""
+    o = ctx.opts
+    t = archive(ctx, name, disks=o.disks)
+    try:
+        t.create()
+        files, nbytes, _ = copy_in(ctx, t, [crawl], max_bytes)
+        t.umount()
+        delays = ",".join("%d:%g" % (i, delay) for i in range(o.disks))
+        t.mount_opts = join_opts(o.webfs_mount_opts, "disk_delay=" + delays, "piece_cache=0")
+        drop_caches()
+        t.mount()
+        hosts = {h for h, _, _ in subset(ctx, crawl, max_bytes)}
+        pages = sorted(p for p in ctx.page_list()
+                       if "/".join(p.split("/", 2)[:2]) in hosts
+                       and os.path.getsize(os.path.join(ctx.corpus, p)) <= FUSE_READ)
+        random.Random(o.seed).shuffle(pages)
+        disk = {}
+        for p in pages:                       # also the warm-up: every lookup made once
+            try:
+                disk[p] = int(os.getxattr(os.path.join(t.path, p), "user.webfs.disk")
+                              .split(b",")[0])
+            except (OSError, ValueError):
+                disk[p] = None
+    except BaseException:
+        t.destroy()
+        rmtree(t.root)
+        raise
+    return t, pages, disk, files, nbytes
+
+
+def closed_readers(ctx, t, list_path, counts, seconds):
+    """Reads/s through mount t with N concurrent readers for each N in
+    counts, pages chosen uniformly from list_path, each read past the page
+    cache: [bench_zipf --closed result]."""
+    tool = os.path.join(HERE, "bench_zipf.py")
+    out = []
+    for n in counts:
+        p = run([sys.executable, tool, t.path, list_path, "--ranked", "--s", "0",
+                 "--closed", str(n), "--seconds", str(seconds), "--drop-cache",
+                 "--seed", str(ctx.opts.seed)], check=False, timeout=ctx.opts.timeout)
+        try:
+            r = json.loads(p.stdout)
+        except ValueError:
+            raise BenchError("bench_zipf --closed: %s" % p.stderr.strip()[-300:])
+        out.append(r)
+        log("%s: %d reader(s): %.0f reads/s, mean %.1f ms", t.name, n,
+            r["reads_per_s"] or 0, r["mean_ms"] or 0)
+    return out
+
+
+def readers(ctx):
+    """Reads/s against concurrent readers (--readers) on --disks slow disks
+    (--readers-delay each, one I/O at a time): issue 10's 'readers in
+    parallel'.  The ceiling is disks / delay reads per second."""
+    if no_webfs(ctx, "readers"):
+        return
+    o = ctx.opts
+    counts = [int(x) for x in o.readers.split(",") if x.strip()]
+    d = o.readers_delay
+    info = {"disks": o.disks, "delay_s": d, "ceiling_per_s": o.disks / d,
+            "seconds": o.readers_seconds, "runs": []}
+    ctx.extra["readers"] = info
+    ctx.figure("readers", "readers", "reads/s against concurrent readers, slow disks", "custom")
+    max_bytes = parse_size(o.extra_size) if o.extra_size else None
+    t = None
+    try:
+        t, pages, _, files, nbytes = slow_archive(ctx, "webfs-readers", ctx.crawls[0],
+                                                  max_bytes, d)
+        info.update(pages=len(pages), files=files, bytes=nbytes,
+                    mount=" ".join(t.mount_argv()).replace(ctx.workdir, "$W"))
+        list_path = os.path.join(t.root, "pages.list")
+        with open(list_path, "w") as f:
+            f.write("".join(p + "\n" for p in pages))
+        info["runs"] = closed_readers(ctx, t, list_path, counts, o.readers_seconds)
+        for r in info["runs"]:
+            ctx.measurements.append({"target": "webfs", "figure": "readers.%d" % r["readers"],
+                                     "rep": 0, "ok": True, "value": r["reads_per_s"],
+                                     "result": r})
+    except (BenchError, ValueError, OSError) as e:
+        info["error"] = str(e)[-1000:]
+        section_fail(ctx, "readers", "webfs-readers", e)
+    finally:
+        if t is not None:
+            t.destroy()
+            rmtree(t.root)
+
+
 # ------------------------------------------------------------- cooling
 
 def cooling(ctx):
@@ -316,28 +433,8 @@ def cooling(ctx):
         info["scenarios"].append(res)
         t = None
         try:
-            t = archive(ctx, name, disks=o.disks)
-            t.create()
-            files, nbytes, secs = copy_in(ctx, t, [crawl], max_bytes)
-            t.umount()
-            delays = ",".join("%d:%g" % (i, d) for i in range(o.disks))
-            t.mount_opts = join_opts(o.webfs_mount_opts, "disk_delay=" + delays, "piece_cache=0")
-            drop_caches()
-            t.mount()
+            t, pages, disk, files, nbytes = slow_archive(ctx, name, crawl, max_bytes, d)
             res["mount"] = " ".join(t.mount_argv()).replace(ctx.workdir, "$W")
-            hosts = {h for h, _, _ in subset(ctx, crawl, max_bytes)}
-            pages = sorted(p for p in ctx.page_list()
-                           if "/".join(p.split("/", 2)[:2]) in hosts
-                           and os.path.getsize(os.path.join(ctx.corpus, p)) <= FUSE_READ)
-            rng = random.Random(o.seed)
-            rng.shuffle(pages)
-            disk = {}
-            for p in pages:                       # also the warm-up: every lookup made once
-                try:
-                    disk[p] = int(os.getxattr(os.path.join(t.path, p), "user.webfs.disk")
-                                  .split(b",")[0])
-                except (OSError, ValueError):
-                    disk[p] = None
             if sc == "hot":
                 count = {}
                 for p in pages:
@@ -394,21 +491,6 @@ def cooling(ctx):
             log("%s after: mean %.1f ms, p90 %.1f ms; reads per disk %s", name, after["mean_ms"],
                 after["p90_ms"], after["reads_per_disk"])
             res["files"], res["bytes"] = files, nbytes
-            if sc == scenarios[0] and o.cool_readers:
-                # throughput on these slow disks against the number of concurrent readers,
-                # pages chosen uniformly (after the workload: the heat no longer matters)
-                res["closed"] = []
-                for n in (int(x) for x in o.cool_readers.split(",") if x.strip()):
-                    p = run([sys.executable, tool, t.path, list_path, "--ranked", "--s", "0",
-                             "--closed", str(n), "--seconds", "2", "--drop-cache",
-                             "--seed", str(o.seed)], check=False, timeout=o.timeout)
-                    try:
-                        r = json.loads(p.stdout)
-                    except ValueError:
-                        raise BenchError("bench_zipf --closed: %s" % p.stderr.strip()[-300:])
-                    res["closed"].append(r)
-                    log("%s: %d reader(s): %.0f reads/s, mean %.1f ms", name, n,
-                        r["reads_per_s"] or 0, r["mean_ms"] or 0)
             ctx.measurements.append({"target": "webfs", "figure": "cooling.%s" % sc, "rep": 0,
                                      "ok": True, "value": before["mean_ms"] / after["mean_ms"],
                                      "result": {k: v for k, v in res.items()}})
@@ -529,7 +611,9 @@ def memory(ctx):
 
 
 SECTIONS = {
-    "rebuild": (rebuild, "rebuild a lost disk, G = C and G < C: MB/s, bytes read per survivor"),
+    "rebuild": (rebuild, "rebuild a lost disk, G = C and G < C: MB/s, bytes read per survivor; "
+                         "then scrub MB/s"),
+    "readers": (readers, "reads/s with 1, 4, 16, 64 readers on slow disks (issue 10)"),
     "cooling": (cooling, "Zipf reads on slow disks before and after webfs cool: response time"),
     "memory": (memory, "daemon RSS with 1x and Nx the files (does it grow with the archive?)"),
 }

@@ -12,8 +12,13 @@ exit status, and any figures for ``--json``.
 from __future__ import annotations
 
 import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 OPERATIONS: dict[str, Callable[..., "Result"]] = {}
 
@@ -87,3 +92,61 @@ def human(n: Optional[float]) -> str:
 def status(store, progress: Progress) -> Result:
     """The archive's figures (what `webfs status` prints), from inside a daemon."""
     return Result(figures=store.status())
+
+
+class Pace:
+    """Sleep as needed to keep the bytes handled under a rate (MB/s; None: no
+    limit). Thread-safe: the workers of a parallel operation share one."""
+
+    def __init__(self, mb_per_s: Optional[float]):
+        self.rate = mb_per_s * 1e6 if mb_per_s else None
+        self.started = time.monotonic()
+        self.done = 0
+        self._lock = threading.Lock()
+
+    def wrote(self, n: int) -> None:
+        with self._lock:
+            self.done += n
+            ahead = self.done / self.rate - (time.monotonic() - self.started) if self.rate else 0
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def parallel(items: Iterable[T], work: Callable[[T], R], took: Callable[[T, R], None],
+             progress: Progress, threads: int) -> None:
+    """Run ``work`` on every item in ``threads`` worker threads, at most
+    2 x ``threads`` items in flight; ``took(item, result)`` runs in the
+    calling thread, in the order the items finish (a slow one holds back
+    nothing behind it). Stops submitting when the progress is asked to stop;
+    the items in flight finish. An exception from ``work`` is raised here."""
+    with ThreadPoolExecutor(threads, thread_name_prefix="webfs-admin") as pool:
+        pending: dict = {}
+
+        def drain(until: int) -> None:
+            while len(pending) > until:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    took(pending.pop(fut), fut.result())
+        for item in items:
+            if progress.stopping:
+                break
+            pending[pool.submit(work, item)] = item
+            drain(2 * threads - 1)
+        drain(0)
+
+
+class DiskGates:
+    """At most ``per_disk`` reads at once on each disk, so a slow disk holds
+    back only the work that needs it, and the others are kept busy."""
+
+    def __init__(self, per_disk: int):
+        self.per_disk = per_disk
+        self._gates: dict[int, threading.BoundedSemaphore] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, disk: int) -> threading.BoundedSemaphore:
+        gate = self._gates.get(disk)
+        if gate is None:
+            with self._lock:
+                gate = self._gates.setdefault(disk, threading.BoundedSemaphore(self.per_disk))
+        return gate

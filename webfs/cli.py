@@ -23,6 +23,7 @@ from . import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (reg
 from . import ingest as _ingest, warc as _warc    # noqa: F401  (register their operations)
 from .errors import CatalogUnreadable, WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
+from .assembly import open_archive
 from .store import Store, key_of
 
 log = logging.getLogger("webfs")
@@ -81,7 +82,9 @@ def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
 
 
 def open_store(disk: str, holder: str) -> Store:
-    return Store.open(disk, holder=f"webfs {holder}")
+    # An import removes replaced blocks and flushes parity in the background
+    # worker, as a mount does; the other commands expect each commit settled.
+    return open_archive(disk, holder=f"webfs {holder}", background=holder == "import")
 
 
 def run_operation(target: str, name: str, as_json: bool = False, unit: str = "blk", **options) -> None:
@@ -146,7 +149,7 @@ def status(as_json, target):
     if daemon.is_mountpoint(target):
         st = daemon.call(target, "status", {}).figures
     else:
-        store = Store.open(target, lock=False)
+        store = open_archive(target, lock=False)
         try:
             st = store.status()
         finally:
@@ -275,16 +278,18 @@ def fsck(repair, rebuild, disk):
 
 @main.command()
 @click.option("--repair", is_flag=True, help="Rewrite damaged blocks and parity from redundancy.")
+@click.option("--max-rate", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MB/S",
+              help="Read at most this many MB per second (leave the disks room for other work).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
-def scrub(repair, as_json, target):
+def scrub(repair, max_rate, as_json, target):
     """Read every block and parity file; check signatures and parity.
 
     Damaged blocks are rewritten byte for byte from their stripe, wrong
     parity is recomputed (with --repair). Exit status: 0 no damage left,
     4 damage left (or a missing disk), 8 the scrub could not run.
     """
-    run_operation(target, "scrub", as_json=as_json, repair=repair)
+    run_operation(target, "scrub", as_json=as_json, repair=repair, max_rate=max_rate)
 
 
 @main.command()
@@ -511,7 +516,7 @@ def put(mode, disk, files):
 def get(disk, key):
     """Write the document with contentkey KEY to standard output."""
     ck = _parse_key(key)
-    store = Store.open(disk, lock=False)
+    store = open_archive(disk, lock=False)
     try:
         data = store.retrieve(ck)
     finally:
@@ -539,8 +544,8 @@ def delete(disk, keys):
 @main.command()
 @click.option("-o", "options", default="", metavar="OPTIONS",
               help="Comma-separated mount options: ro, allow_other, sync, "
-                   "store_mode=force-new|regular|compare, manifest_interval=SECONDS, "
-                   "cool_interval=SECONDS, heat_k=N, piece_cache=BYTES, "
+                   "store_mode=force-new|regular|compare, manifest_interval=SECONDS, journal_limit=BYTES, "
+                   "cool_interval=SECONDS, heat_k=N, piece_cache=BYTES, read_ahead_kb=KIB, "
                    "disk_delay=INDEX:SECONDS[,INDEX:SECONDS...], debug.")
 @click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground (log to stderr).")
 @click.argument("disk", type=click.Path(exists=True, file_okay=False))

@@ -48,6 +48,7 @@ from .catalog import BlockRow
 from .errors import NoSpace
 from .heat import DEFAULT_K
 from .rebalance import MOVER, finish_interrupted, move_group
+from .assembly import open_archive
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -117,9 +118,12 @@ class Step:
     target: int
 
 
-def next_step(sv: Survey, delta: float, room) -> tuple[Optional[Step], str]:
+def next_step(sv: Survey, delta: float, room, moved: frozenset = frozenset()) -> tuple[Optional[Step], str]:
     """One step of the procedure on a survey: the move to make, or None and
-    why there is none. ``room(disk, bytes)`` says whether a disk has room."""
+    why there is none. ``room(disk, bytes)`` says whether a disk has room.
+    Groups in ``moved`` (moved earlier in the same run) stay where they went:
+    moving one on again copies it twice for what one move to the final
+    target would have done."""
     if len(sv.disk_heat) < 2:
         return None, "fewer than two disks take part in cooling"
     if sv.mean <= 0:
@@ -130,7 +134,8 @@ def next_step(sv: Survey, delta: float, room) -> tuple[Optional[Step], str]:
         return None, (f"balanced: the hottest disk ({s}, {hs:.1f} reads/s) is within {delta:.0%} "
                       f"of the mean ({sv.mean:.1f} reads/s)")
     targets = sorted((d for d in sv.disk_heat if d != s), key=lambda d: (sv.disk_heat[d], d))
-    candidates = sorted((g for g in sv.groups if g.disk == s), key=lambda g: -g.temperature)
+    candidates = sorted((g for g in sv.groups if g.disk == s and g.grp not in moved),
+                        key=lambda g: -g.temperature)
     no_room = 0
     for g in candidates:
         for t in targets:
@@ -182,7 +187,7 @@ def cool(store: Store, progress: Progress, dry_run: bool = False, max_moves: Opt
             if progress.stopping:
                 why = "stopped on request"
                 break
-            step, why = next_step(sv, delta, store.has_room)
+            step, why = next_step(sv, delta, store.has_room, frozenset(m["group"] for m in moves))
             if step is None:
                 break
             g, src = step.group, step.group.disk
@@ -285,7 +290,7 @@ def measure(root: str, pages: int = 2000, disks: int = 4, delay: float = 0.005, 
     paths = [os.path.join(root, f"disk{i}") for i in range(disks)]
     archmod.mkfs(paths)
     rng = random.Random(seed)
-    store = Store.open(paths[0], holder="webfs cooling benchmark")
+    store = open_archive(paths[0], holder="webfs cooling benchmark")
     try:
         words = [bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
                  for _ in range(3000)]
@@ -298,7 +303,7 @@ def measure(root: str, pages: int = 2000, disks: int = 4, delay: float = 0.005, 
         store.commit()
     finally:
         store.close()
-    store = Store.open(paths[0], holder="webfs cooling benchmark", delays={i: delay for i in range(disks)}, heat_k=k)
+    store = open_archive(paths[0], holder="webfs cooling benchmark", delays={i: delay for i in range(disks)}, heat_k=k)
     try:
         rows = list(store.catalog.blocks())
         rng.shuffle(rows)

@@ -15,11 +15,13 @@ worker threads (zlib-ng and xxhash release the GIL).
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import sqlite3
 import stat
 import tempfile
+import time
 from collections import OrderedDict
 from typing import Optional
 
@@ -30,6 +32,7 @@ from .catalog import BLOCK_COLUMNS, BlockRow
 from .errors import CorruptBlock, DataLost, FsError, NoSpace, WebfsError
 from .namespace import ROOT_INODE, Inode, Namespace, now_ns
 from .signature import new_hasher
+from .groupcommit import GroupCommit
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -38,9 +41,26 @@ CONTROL_DIR = b".webfs"
 VIRTUAL_BASE = 1 << 60          # inode numbers of the .webfs tree start here
 ENTRY_TIMEOUT = 300.0           # every change goes through this mount, so the kernel may cache long
 XATTR_PREFIX = b"user.webfs."
+# A lookup that finds nothing is answered with a negative entry the kernel
+# keeps this long: rsync's generator stats a new name (a miss), its receiver
+# opens it later (a hit now; it runs behind by seconds on a large tree). The
+# kernel itself drops a negative entry for O_EXCL creates, mkdir and rename
+# targets, and replaces it when a name is made through the mount; names the
+# daemon makes (webfs import) go through take_misses. At most NEGATIVE_MAX
+# misses are remembered (about 150 bytes each); beyond that a miss is not cached.
+NEGATIVE_TIMEOUT = 60.0
+NEGATIVE_MAX = 1 << 14
 READ_THREADS_PER_DISK = 4      # reads in flight per disk
 READ_AHEAD_FILES = 8            # files of a directory read in order are fetched this far ahead
 READ_AHEAD_BYTES = 1 << 20      # ... when they are no larger than this
+PREFETCH_PIECES = 4             # pieces fetched ahead of a sequential reader of a large file
+# FUSE requests answered since the mount, by type: always counted (one dict
+# update per request), read as JSON from the root's ``user.webfs.requests``
+# xattr (``getfattr -n user.webfs.requests MOUNT``) and logged at unmount.
+# Beside them: lookup-miss (lookups that found nothing), piece-hit and
+# piece-miss (a read's piece was decoded already, or had to be fetched or
+# waited for: what read-ahead saves).
+REQUESTS: dict[str, int] = {}
 MAX_PIECES = 1 << 18            # the largest file: 262,144 pieces (1 TiB at max_block 4 MiB); EFBIG beyond
 
 
@@ -157,6 +177,12 @@ class OpenFile:
         self.error = 0               # errno of a write the buffer could not keep
         self.dropped = False         # changes were dropped (a store failed)
         self.owed: dict[int, int] = {}   # handle -> errno of a drop it has not been told of
+        # The piece read last, kept while the file is open whatever the piece
+        # cache holds (piece_cache=0 too): the kernel reads a file in several
+        # requests (pages one by one when its background queue is full), and
+        # each must not cost a disk read and a decode of the whole piece.
+        self.last: Optional[tuple[BlockRow, bytes]] = None
+        self.read_end = 0            # where the last read ended: the next one there is sequential
 
 
 PieceKey = tuple[str, int, int]          # (signature, overflow, size): what a piece is, not where
@@ -232,8 +258,11 @@ def translate_errors(method):
     EIO and one log line with its traceback: the daemon never dies of a request."""
     import functools
 
+    name = method.__name__
+
     @functools.wraps(method)
     async def wrapper(*args, **kwargs):
+        REQUESTS[name] = REQUESTS.get(name, 0) + 1
         try:
             return await method(*args, **kwargs)
         except pyfuse3.FUSEError:
@@ -263,8 +292,11 @@ def _log_errors(method):
     """For the requests that get no reply (forget, releasedir): log and go on."""
     import functools
 
+    name = method.__name__
+
     @functools.wraps(method)
     async def wrapper(*args, **kwargs):
+        REQUESTS[name] = REQUESTS.get(name, 0) + 1
         try:
             return await method(*args, **kwargs)
         except Exception:
@@ -307,12 +339,16 @@ class Operations(pyfuse3.Operations):
         self.vnodes: dict[int, VirtualNode] = {}
         self.vnode_by_key: dict[tuple[str, str, int], int] = {}
         self.root_xattrs: dict[bytes, bytes] = {}
-        self._last_open: dict[int, int] = {}             # directory -> position of its last opened file
+        self._listed: dict[int, None] = {}               # directories listed to the end, oldest first
+        self._last_open: dict[int, int] = {}             # directory -> position of the file an in-order reader opens next
         self.nursery: Optional[trio.Nursery] = None
         self._zero_sigs: dict[int, str] = {}
         self.owner = (os.getuid(), os.getgid())     # who mounted: the only user of .webfs
         self.failures: list[str] = []       # files whose changes could not be stored, for umount
         self.generations: dict[int, int] = {}  # inode -> generation, bumped when the kernel must forget it
+        self.commits = GroupCommit(store.commit)   # commits in a worker thread, shared by requests
+        self.misses: dict[int, dict[bytes, float]] = {}   # parent -> name -> when the kernel's negative entry ends
+        self.miss_count = 0
 
     # -- helpers -------------------------------------------------------------------
 
@@ -375,7 +411,48 @@ class Operations(pyfuse3.Operations):
             parent = self.store.catalog.scalar(
                 "SELECT parent FROM dentries WHERE inode=? LIMIT 1", (parent_inode,)) or ROOT_INODE
             return self._entry(self.ns.get(parent))
-        return self._entry(self.ns.lookup(parent_inode, name))
+        try:
+            return self._entry(self.ns.lookup(parent_inode, name))
+        except FsError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            return self._miss(parent_inode, name)
+
+    def _miss(self, parent: int, name: bytes) -> pyfuse3.EntryAttributes:
+        """A negative entry (inode 0) the kernel may keep NEGATIVE_TIMEOUT seconds,
+        remembered so that names the daemon makes can be invalidated."""
+        REQUESTS["lookup-miss"] = REQUESTS.get("lookup-miss", 0) + 1
+        now = time.monotonic()
+        if self.miss_count >= NEGATIVE_MAX:
+            for p in list(self.misses):
+                names = self.misses[p]
+                for n in [n for n, end in names.items() if end <= now]:
+                    del names[n]
+                    self.miss_count -= 1
+                if not names:
+                    del self.misses[p]
+            if self.miss_count >= NEGATIVE_MAX:
+                raise FsError(errno.ENOENT)     # not cached
+        names = self.misses.setdefault(parent, {})
+        if name not in names:
+            self.miss_count += 1
+        names[name] = now + NEGATIVE_TIMEOUT
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = 0
+        a.entry_timeout = NEGATIVE_TIMEOUT
+        return a
+
+    def take_misses(self, parents) -> list[tuple[int, bytes]]:
+        """The misses still cached by the kernel in these directories, forgotten
+        here: the caller invalidates them (on the event loop; see daemon)."""
+        now = time.monotonic()
+        out = []
+        for parent in parents:
+            names = self.misses.pop(parent, None)
+            if names:
+                self.miss_count -= len(names)
+                out += [(parent, n) for n, end in names.items() if end > now]
+        return out
 
     @translate_errors
     async def getattr(self, inode, ctx=None):
@@ -415,7 +492,7 @@ class Operations(pyfuse3.Operations):
             a.st_mtime_ns = of.mtime_ns or a.st_mtime_ns
             return a
         node = self.ns.set_attrs(inode, **changes) if changes else self.ns.get(inode)
-        self.store.commit()
+        self._changed()
         return self._attrs(node)
 
     async def _truncate(self, ino: int, size: int) -> None:
@@ -448,14 +525,14 @@ class Operations(pyfuse3.Operations):
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         self._check_writable(parent_inode, name)
         node = self.ns.create(parent_inode, name, mode, ctx.uid, ctx.gid, rdev)
-        self.store.commit()
+        self._changed()
         return self._entry(node)
 
     @translate_errors
     async def mkdir(self, parent_inode, name, mode, ctx):
         self._check_writable(parent_inode, name)
         node = self.ns.create(parent_inode, name, stat.S_IFDIR | (mode & 0o7777), ctx.uid, ctx.gid)
-        self.store.commit()
+        self._changed()
         return self._entry(node)
 
     @translate_errors
@@ -463,7 +540,7 @@ class Operations(pyfuse3.Operations):
         self._check_writable(parent_inode, name)
         node = await self._thread(self.ns.create, parent_inode, name, stat.S_IFLNK | 0o777,
                                   ctx.uid, ctx.gid, 0, target)
-        self.store.commit()
+        self._changed()
         return self._entry(node)
 
     @translate_errors
@@ -474,7 +551,7 @@ class Operations(pyfuse3.Operations):
             async with of.lock:
                 await self._commit(of)
         node = self.ns.link(inode, new_parent_inode, new_name)
-        self.store.commit()
+        self._changed()
         return self._entry(node)
 
     @translate_errors
@@ -482,14 +559,14 @@ class Operations(pyfuse3.Operations):
         self._check_writable(parent_inode, name)
         node = self.ns.unlink(parent_inode, name)
         self._maybe_free(node)
-        self.store.commit()
+        await self.commits.commit()
 
     @translate_errors
     async def rmdir(self, parent_inode, name, ctx):
         self._check_writable(parent_inode, name)
         node = self.ns.rmdir(parent_inode, name)
         self._maybe_free(node)
-        self.store.commit()
+        await self.commits.commit()
 
     @translate_errors
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
@@ -500,7 +577,7 @@ class Operations(pyfuse3.Operations):
                                   exchange=bool(flags & pyfuse3.RENAME_EXCHANGE))
         if replaced is not None:
             self._maybe_free(replaced)
-        self.store.commit()
+        await self.commits.commit()
 
     def _maybe_free(self, node: Inode) -> None:
         """An inode with no name goes now, or when it is neither open nor known to the kernel."""
@@ -525,6 +602,9 @@ class Operations(pyfuse3.Operations):
         while True:
             batch = self.ns.entries(fh, after, 200)
             if not batch:
+                self._listed[fh] = None         # listed to the end: its files may come next, in order
+                if len(self._listed) > 10_000:
+                    self._listed.pop(next(iter(self._listed)))
                 return
             for off, name, node in batch:
                 if not pyfuse3.readdir_reply(token, name, self._attrs(node), off):
@@ -581,28 +661,51 @@ class Operations(pyfuse3.Operations):
     def _read_ahead(self, ino: int) -> None:
         """A reader that opens a directory's files in order (cat of a find, tar,
         grep -r) gets the next files' blocks fetched in parallel while it reads
-        this one: they are on other disks, and one file at a time leaves them idle."""
-        if self.nursery is None:
-            return
+        this one: they are on other disks, and one file at a time leaves them idle.
+        In order means exactly the file after the one opened last in this
+        directory: random readers (many at once) must not fill the disks with
+        guesses, as "any later file" did (half of all random opens)."""
+        if self.nursery is None or self.cache.limit < READ_AHEAD_BYTES:
+            return                          # no room to keep what is fetched ahead
         cat = self.store.catalog
         found = cat.query("SELECT parent, rowid FROM dentries WHERE inode=? LIMIT 1", (ino,))
         if not found:
             return
         parent, pos = found[0]
-        last = self._last_open.get(parent)
+        expected = self._last_open.get(parent)
+        in_order = expected == pos
+        if expected is None and parent in self._listed:
+            # The first file of a directory just listed (grep -r, tar, cp -r):
+            # a walker opens the next ones, so fetch them now, not from the second.
+            in_order = not cat.query(
+                "SELECT 1 FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
+                "WHERE d.parent=? AND d.rowid<? LIMIT 1", (parent, pos))
         if len(self._last_open) > 10_000:
             self._last_open.clear()
-        self._last_open[parent] = pos
-        if last is None or last >= pos:
-            return                          # not in order: a random reader gains nothing
         cols = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))
-        for r in cat.query(
-                f"SELECT {cols} FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
-                "JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? AND b.size<=? "
-                "ORDER BY d.rowid LIMIT ?", (parent, pos, READ_AHEAD_BYTES, READ_AHEAD_FILES)):
-            row = BlockRow(*r)
-            if self.cache.wanted(row):
-                self.nursery.start_soon(self._quiet_piece, row)
+        rows = cat.query(
+            f"SELECT d.rowid, {cols} FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
+            "JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? "
+            "ORDER BY d.rowid LIMIT ?", (parent, pos, READ_AHEAD_FILES))
+        if not rows:
+            self._last_open.pop(parent, None)
+            return
+        self._last_open[parent] = rows[0][0]    # the file an in-order reader opens next
+        if in_order:
+            for r in rows:
+                row = BlockRow(*r[1:])
+                if row.size <= READ_AHEAD_BYTES:
+                    self._fetch_ahead(row)
+
+    def _fetch_ahead(self, row: BlockRow) -> bool:
+        """Fetch a piece nobody asked for yet, if the cache can keep it and its disk
+        has a free read slot: a reader's demand never queues behind a guess."""
+        if not self.cache.wanted(row) or row.size > self.cache.limit // 2:
+            return False
+        if self._disk_limiter(row.disk).available_tokens <= 0:
+            return False
+        self.nursery.start_soon(self._quiet_piece, row)
+        return True
 
     @translate_errors
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -701,7 +804,9 @@ class Operations(pyfuse3.Operations):
                 except WebfsError as exc:
                     log.warning("%s: cannot give back block %s: %s", path, row.block_name, exc)
             raise
-        self.store.commit()     # a WAL commit without fsync; a failure rolls all of it back
+        # A WAL commit without fsync, shared with the requests that arrive meanwhile;
+        # a failure rolls all of it back.
+        await self.commits.commit()
         of.dirty = False
         of.pieces = None
 
@@ -729,13 +834,15 @@ class Operations(pyfuse3.Operations):
         of = self.open_files[self.handles.pop(fh)]
         async with of.lock:
             try:
-                await self._commit_or_drop(of, "close", fh)
+                # The flush before it committed what this close owes; other
+                # writers' pending changes are not this release's to wait for.
+                await self._commit_or_drop(of, "close", fh, pending=False)
             finally:
                 await self._close_file(of)
                 if of.dropped:
                     self._forget_kernel_copy(of.ino)   # again, now the kernel has let go of it
 
-    async def _commit_or_drop(self, of: OpenFile, what: str, fh: int) -> None:
+    async def _commit_or_drop(self, of: OpenFile, what: str, fh: int, pending: bool = True) -> None:
         """Store an open file's changes; if that fails (ENOSPC, EIO), drop them all:
         the file keeps the content it had at its last successful store (none, if
         new), the caller's errno tells the writer, the kernel forgets what it
@@ -745,6 +852,8 @@ class Operations(pyfuse3.Operations):
         told = of.error != 0
         try:
             await self._commit(of)
+            if pending:
+                await self._commit_pending()
         except Exception as exc:
             done = self._drop_changes(of, what, exc, fh, owe=not told)
             if what == "fsync":
@@ -828,6 +937,19 @@ class Operations(pyfuse3.Operations):
         self.nursery.start_soon(task)
         return names_done
 
+    def _changed(self) -> None:
+        """A change of names or attributes only: it is committed with the next
+        close or fsync of any file, or within a second (the daemon's periodic
+        commit), not before the answer. As on a local filesystem, a crash may
+        lose such a change unless something after it was closed or synced;
+        it never loses a closed file, nor the names that lead to it."""
+
+    async def _commit_pending(self) -> None:
+        """Join the next commit if the catalog holds changes not yet committed
+        (the create, mkdir or chmod before a close, a release's free)."""
+        if self.store.catalog.uncommitted:
+            await self.commits.commit()
+
     async def _close_file(self, of: OpenFile) -> None:
         of.handles -= 1
         if of.handles > 0:
@@ -841,7 +963,7 @@ class Operations(pyfuse3.Operations):
             return
         if node.nlink <= 0 and not self.lookups.get(of.ino):
             self.ns.free(of.ino)
-            self.store.commit()
+            await self.commits.commit()
 
     # -- reading ------------------------------------------------------------------
 
@@ -884,7 +1006,7 @@ class Operations(pyfuse3.Operations):
             of.pieces = self.ns.contents(of.ino)
         pieces = of.pieces
         try:
-            return await self._read_pieces(pieces, off, size)
+            return await self._read_pieces(pieces, off, size, of)
         except WebfsError:
             # The file was stored anew while this read waited (its old blocks
             # may be gone): read it again as it is now, once.
@@ -893,28 +1015,42 @@ class Operations(pyfuse3.Operations):
             if of.buffer is not None:
                 return of.buffer.read(off, size)
             of.pieces = self.ns.contents(of.ino)
-            return await self._read_pieces(of.pieces, off, size)
+            return await self._read_pieces(of.pieces, off, size, of)
 
-    async def _read_pieces(self, pieces: list[BlockRow], off: int, size: int) -> bytes:
+    async def _read_pieces(self, pieces: list[BlockRow], off: int, size: int,
+                           of: Optional[OpenFile] = None) -> bytes:
         out = []
         first = off // self.max_block
         for index in range(first, len(pieces)):
             start = index * self.max_block
             if start >= off + size:
                 break
-            data = await self._piece(pieces[index])
+            row = pieces[index]
+            if of is not None and of.last is not None and of.last[0] == row:
+                data = of.last[1]
+            else:
+                hit = "piece-hit" if self.cache.get(row) is not None else "piece-miss"
+                REQUESTS[hit] = REQUESTS.get(hit, 0) + 1
+                data = await self._piece(row)
+                if of is not None:
+                    of.last = (row, data)
             out.append(data[max(0, off - start):off + size - start])
         if len(pieces) > 1:
-            self._prefetch(pieces, (off + size) // self.max_block + 1)
+            # A reader that goes on where it stopped gets PREFETCH_PIECES ahead
+            # (on other disks, decoded on other cores); any other reader, one.
+            sequential = of is not None and of.read_end == off
+            self._prefetch(pieces, (off + size) // self.max_block + 1,
+                           PREFETCH_PIECES if sequential else 1)
+        if of is not None:
+            of.read_end = off + size
         return b"".join(out)
 
-    def _prefetch(self, pieces: list[BlockRow], index: int, ahead: int = 2) -> None:
+    def _prefetch(self, pieces: list[BlockRow], index: int, ahead: int = 1) -> None:
         """Start fetching the next pieces of a large file (they sit on other disks)."""
         if self.nursery is None:
             return
         for row in pieces[index:index + ahead]:
-            if self.cache.wanted(row):
-                self.nursery.start_soon(self._quiet_piece, row)
+            self._fetch_ahead(row)
 
     async def _quiet_piece(self, row: BlockRow) -> None:
         try:
@@ -929,6 +1065,8 @@ class Operations(pyfuse3.Operations):
     def _virtual_xattr(self, inode: int, name: bytes) -> Optional[bytes]:
         if inode == ROOT_INODE and name in self.root_xattrs:
             return self.root_xattrs[name]
+        if inode == ROOT_INODE and name == XATTR_PREFIX + b"requests":
+            return json.dumps(dict(sorted(REQUESTS.items()))).encode()
         if not name.startswith(XATTR_PREFIX) or inode >= VIRTUAL_BASE:
             return None
         key = name[len(XATTR_PREFIX):]
@@ -963,7 +1101,7 @@ class Operations(pyfuse3.Operations):
             raise FsError(errno.EOPNOTSUPP)
         self._check_writable()
         self.ns.setxattr(inode, name, value)
-        self.store.commit()
+        self._changed()
 
     @translate_errors
     async def listxattr(self, inode, ctx):
@@ -978,7 +1116,7 @@ class Operations(pyfuse3.Operations):
             raise FsError(errno.EPERM)
         self._check_writable()
         self.ns.removexattr(inode, name)
-        self.store.commit()
+        self._changed()
 
     # -- the filesystem ---------------------------------------------------------------
 
@@ -1016,7 +1154,7 @@ class Operations(pyfuse3.Operations):
                 node = self.ns.get(ino)
                 if node.nlink <= 0:
                     self.ns.free(ino)
-                    self.store.commit()
+                    await self.commits.commit()
             except FsError:
                 pass                        # already gone
             except Exception:               # forget answers no request: it must not raise

@@ -283,10 +283,11 @@ def _rewrite_from_redundancy(store: Store, row: BlockRow) -> bool:
     return True
 
 
-def restore_block(store: Store, row: BlockRow) -> None:
+def restore_block(store: Store, row: BlockRow, gate=None) -> None:
     """Write a damaged or lost block back on its disk from redundancy, byte for
-    byte as it was (its header from the catalog row); raise why if it cannot be."""
-    payload = store.protection.reconstruct(row)
+    byte as it was (its header from the catalog row); raise why if it cannot be.
+    ``gate`` bounds the reads per disk (see ``Parity.reconstruct``)."""
+    payload = store.protection.reconstruct(row, gate=gate) if gate else store.protection.reconstruct(row)
     data = codecs.get(row.codec).decode(payload)
     if len(data) != row.size or store.signature_fn(data) != row.sig:
         raise CorruptBlock(f"block {row.block_name}: what its stripe gives does not match its signature")

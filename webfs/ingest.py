@@ -33,8 +33,10 @@ path and the rest goes on.
 Names made in a mounted archive are visible at once (the mount's namespace
 reads the same catalog); the kernel is told to forget the attributes of the
 directories that got new entries and the pages of files whose content was
-replaced. A lookup that found nothing is not cached by the kernel (the fs
-answers ENOENT, not a negative entry), so new names need no invalidation.
+replaced. A lookup that found nothing may be cached by the kernel (the
+mount answers a miss with a negative entry): after each batch's commit the
+mount is told which directories got names, and makes the kernel forget the
+misses it handed out in them (``store.forget_misses``).
 """
 from __future__ import annotations
 
@@ -497,6 +499,9 @@ class Importer:
                     self.counts.problems.append(line)
                     self.progress.note(line)
         self.progress.advance(len(batch), self._rates())
+        forget_misses = getattr(self.store, "forget_misses", None)
+        if forget_misses is not None:
+            forget_misses(self.touched | self.dirs_changed)   # names the kernel looked up in vain
         self._invalidate(self.touched | self.relinked)     # nlink, mtime: stat shows them at once
         self.touched, self.relinked = set(), set()
         batch.clear()
@@ -714,7 +719,7 @@ def _open_namespace(store: Store):
     journal = Journal(store.archive)
     ns = Namespace(store, journal.record)
     journal.namespace = ns
-    store.after_commit.append(journal.flush)
+    store.journal = journal
     ns.ensure_root(os.getuid(), os.getgid())
     if store.catalog.get_meta("clean") == "0":
         log.warning("the archive was not unmounted cleanly; recovering")
@@ -733,5 +738,5 @@ def _close_namespace(store: Store, ns: Namespace, journal) -> None:
     store.sync()
     store.catalog.set_meta("clean", "1")
     store.commit()
-    store.after_commit.remove(journal.flush)
+    store.journal = None
     journal.close()

@@ -8,9 +8,27 @@
 backslash as ``\\t``, ``\\n``, ``\\\\``; mtime is seconds with nine decimals).
 ``meta/JOURNAL`` holds the namespace changes since that MANIFEST was written:
 ``+`` an entry (the five fields), ``-`` a path removed, ``>`` a rename,
-``<>`` two paths exchanged. The same files are on every disk, so any disk
-that survives tells every name, and a person (or tools/webfs-recover) can
-rebuild the tree without webfs.
+``<>`` two paths exchanged. A person (or tools/webfs-recover) can rebuild
+the tree from them without webfs.
+
+**Two copies.** The MANIFEST and JOURNAL are kept on two disks, not on every
+disk (``record_disks``): the disk that holds the catalog, and the next present
+disk after it in index order (cyclically). Losing any one disk leaves one
+plain-text copy of every record (and, unless it was the catalog disk, the
+catalog too), which is what the archive promises; a copy on every disk of
+four cost ~600 B per file at rest for no promise kept. Every present disk has
+``meta/RECORDS`` naming the two (``Disks: 0 1``), for a person; the recovery
+tools need not read it, since they take the newest MANIFEST of any disk, and
+a checkpoint removes the MANIFEST and JOURNAL of every other present disk
+(after the two new copies are on their disks), so no stale copy stays
+behind. Disks written before this (a copy on every disk) read as before; the
+first checkpoint moves them to two copies. When a disk of the two is missing
+at a checkpoint the next present disk takes its place.
+
+**Size bound.** The JOURNAL is checkpointed (``on_full``) when it grows past
+``limit`` bytes: the larger of ``JOURNAL_LIMIT`` and half the MANIFEST, so the
+JOURNAL stays small beside the MANIFEST and the MANIFEST is rewritten at most
+once per half its size of new records (the cost stays linear in the changes).
 
 **Checkpoints.** A MANIFEST and the JOURNAL beside it are two files, replaced
 one after the other, so a crash between the two leaves a new MANIFEST with
@@ -26,13 +44,16 @@ before. Readers that do not know ``#`` lines skip them.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import stat
 import threading
-from typing import TYPE_CHECKING, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Union
 
 from . import testkill
+from .backends.local import TMP_SUFFIX
 from .catalog import BlockRow
 from .namespace import ROOT_INODE
 
@@ -44,6 +65,9 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "meta/MANIFEST"
 JOURNAL = "meta/JOURNAL"
+RECORDS = "meta/RECORDS"                # names the disks that hold MANIFEST and JOURNAL
+RECORD_COPIES = 2                       # disks that hold MANIFEST and JOURNAL
+JOURNAL_LIMIT = 4 << 20                 # bytes of JOURNAL that ask for a checkpoint (at least)
 CHECKPOINT_META = "checkpoint"          # catalog meta key: the last checkpoint number used
 
 
@@ -75,6 +99,22 @@ def journal_after_checkpoint(manifest: bytes, journal: bytes) -> bytes:
     if journal.startswith(marker):
         return journal[len(marker):]
     return journal
+
+
+def record_disks(archive: "Archive", copies: int = RECORD_COPIES) -> list[int]:
+    """The disks that hold MANIFEST and JOURNAL: the catalog disk (or, when it
+    is missing, the present disk with the lowest index) and the present disks
+    after it in index order, cyclically, ``copies`` in all."""
+    present = sorted(archive.volumes)
+    if not present:
+        return []
+    first = present.index(archive.first_volume.index)
+    return (present[first:] + present[:first])[:copies]
+
+
+def records_text(disks: list[int]) -> bytes:
+    return (b"# webfs: meta/MANIFEST and meta/JOURNAL are on these disks (webfs-format(5))\n"
+            b"Disks: " + b" ".join(b"%d" % d for d in disks) + b"\n")
 
 
 def escape_path(path: bytes) -> bytes:
@@ -109,15 +149,55 @@ def entry_of(sigs: str, node: "Inode", path: bytes) -> bytes:
 
 
 class Journal:
-    """Namespace changes, buffered and appended to meta/JOURNAL on every present
-    disk at each catalog commit (so a killed daemon loses nothing it committed)."""
+    """Namespace changes, buffered and appended to meta/JOURNAL on the record
+    disks at each catalog commit (so a killed daemon loses nothing it committed)."""
 
-    def __init__(self, archive: "Archive"):
+    def __init__(self, archive: "Archive", limit: int = JOURNAL_LIMIT):
         self.archive = archive
         self.lines: list[bytes] = []
         self.lock = threading.Lock()
         self.namespace: Optional["Namespace"] = None
         self._fds: dict[int, int] = {}          # disk -> open JOURNAL (appends stay cheap)
+        self._opened: dict[int, object] = {}    # disk -> the Volume its JOURNAL was opened on
+        self.min_limit = limit
+        # Called (once per checkpoint, from the thread that appended, maybe
+        # under the catalog lock: it must only start a checkpoint elsewhere)
+        # when the JOURNAL grows past ``limit`` or a record disk goes away.
+        self.on_full: Optional[Callable[[], None]] = None
+        self._asked = False
+        # Until the first checkpoint, appends go where the newest records are;
+        # ``stale`` says that is not where the rule puts them (a checkpoint moves them).
+        self.disks = self._holders()
+        self.stale = self.disks != record_disks(archive)
+        self.grown = 0
+        self.limit = limit
+        for index in self.disks[:1]:
+            vol = archive.volumes[index]
+            try:
+                self.grown = vol.backend.size(JOURNAL)
+                self.limit = max(limit, vol.backend.size(MANIFEST) // 2)
+            except OSError:
+                pass
+
+    def wants_checkpoint(self) -> bool:
+        """The JOURNAL is past its bound, or a record disk is gone."""
+        return (self.grown > self.limit or self.disks != record_disks(self.archive)
+                or any(self._opened.get(i, v) is not v for i, v in self.archive.volumes.items()))
+
+    def _holders(self) -> list[int]:
+        """The present disks that hold the newest MANIFEST (the highest checkpoint
+        number; every disk with a MANIFEST on disks written before numbering)."""
+        found = {}
+        for vol in self.archive.volumes.values():
+            try:
+                with open(os.path.join(vol.root, MANIFEST), "rb") as f:
+                    found[vol.index] = checkpoint_of(f.read(64)) or 0
+            except OSError:
+                pass
+        if not found:
+            return record_disks(self.archive)
+        newest = max(found.values())
+        return sorted(i for i, n in found.items() if n == newest)
 
     def record(self, op: str, node: Optional["Inode"], path: bytes, new_path: bytes = b"",
                rows: Optional[list[BlockRow]] = None) -> None:
@@ -132,15 +212,33 @@ class Journal:
         with self.lock:
             self.lines.append(line + b"\n")
 
-    def flush(self, fsync: bool = False) -> None:
+    def take(self) -> bytes:
+        """The lines recorded so far, taken out (the store does this at each
+        commit, under the catalog lock, and appends them right after)."""
         with self.lock:
             data, self.lines = b"".join(self.lines), []
-        if not data:
-            return
-        self._append(data, fsync)
+        return data
+
+    def append(self, data: bytes) -> None:
+        self._append(data, False)
+
+    def flush(self, fsync: bool = False) -> None:
+        data = self.take()
+        if data:
+            self._append(data, fsync)
 
     def _append(self, data: bytes, fsync: bool) -> None:
-        for vol in self.archive.volumes.values():
+        gone = False
+        for index in self.disks:
+            vol = self.archive.volumes.get(index)
+            if vol is None:
+                gone = True             # a record disk left: the next checkpoint picks another
+                continue
+            if self._opened.get(index, vol) is not vol:
+                # The disk was replaced (webfs rebuild): its JOURNAL has no
+                # MANIFEST under it until a checkpoint writes one, soon.
+                os.close(self._fds.pop(index))
+                gone = True
             try:
                 fd = self._fds.get(vol.index)
                 if fd is None:
@@ -155,16 +253,21 @@ class Journal:
                         os.close(fd)
                         raise
                     self._fds[vol.index] = fd
+                    self._opened[vol.index] = vol
                 os.write(fd, data)
                 if fsync:
                     os.fsync(fd)
             except OSError as exc:
                 log.warning("disk %d: cannot append to %s: %s", vol.index, JOURNAL, exc)
+        self.grown += len(data)
+        if (gone or self.grown > self.limit) and self.on_full is not None and not self._asked:
+            self._asked = True
+            self.on_full()
 
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
-        self._fds = {}
+        self._fds, self._opened = {}, {}
 
     def next_checkpoint(self, catalog) -> int:
         """A number no checkpoint of this archive has used: one more than the
@@ -189,60 +292,171 @@ class Journal:
         return self.sizes()
 
     def checkpoint(self, namespace: "Namespace") -> int:
-        """Write a new MANIFEST on every disk and start an empty JOURNAL.
+        """Write a new MANIFEST on the record disks and start an empty JOURNAL.
         The caller holds the catalog lock, so no change slips between the two."""
         n = self.next_checkpoint(namespace.cat)
         namespace.cat.commit()
         covered = self.mark(n)
-        data = manifest_of(namespace)
-        self.replace(data, covered, n)
-        return data.count(b"\n")
+        lines = 0
+
+        def counted():
+            nonlocal lines
+            for chunk in manifest_chunks(namespace):
+                lines += chunk.count(b"\n")
+                yield chunk
+        self.replace(counted(), covered, n)
+        return lines
 
     def sizes(self) -> dict[int, int]:
         """Bytes in JOURNAL on each disk now (the caller has flushed, under the catalog lock)."""
         sizes = {}
-        for vol in self.archive.volumes.values():
+        for index in self.disks:
+            vol = self.archive.volumes.get(index)
+            if vol is None:
+                continue
             try:
                 sizes[vol.index] = vol.backend.size(JOURNAL)
             except OSError:
                 sizes[vol.index] = 0
         return sizes
 
-    def replace(self, manifest: bytes, covered: dict[int, int], n: Optional[int] = None) -> None:
-        """Write the MANIFEST on every disk, and keep of each JOURNAL only what
-        came after the first ``covered`` bytes (changes the MANIFEST does not hold).
-        With a checkpoint number, both start with its marker (see the module's doc)."""
+    def stage(self, manifest: Union[bytes, Iterable[bytes]], n: Optional[int] = None) -> "Staged":
+        """Write the new MANIFEST (its marker first) under a temporary name beside
+        the MANIFEST of each record disk, synced: the slow part of a checkpoint,
+        which needs no lock. ``manifest`` is bytes or chunks (``manifest_chunks``),
+        written to every record disk as they come, so the whole MANIFEST is never
+        in memory. A disk that fails is left out (and logged)."""
+        marker = b"" if n is None else checkpoint_line(n)
+        chunks = (manifest,) if isinstance(manifest, (bytes, bytearray)) else manifest
+        tmp = f"{MANIFEST}.{os.getpid()}{TMP_SUFFIX}"
+        fds: dict[int, int] = {}
+        for index in record_disks(self.archive):
+            vol = self.archive.volumes[index]
+            try:
+                vol.backend.remove_leftovers(MANIFEST)
+                fds[index] = vol.backend.open_append(tmp)
+            except OSError as exc:
+                log.warning("disk %d: cannot write %s: %s", index, MANIFEST, exc)
+        size = 0
+        try:
+            for chunk in itertools.chain((marker,), chunks):
+                size += len(chunk)
+                for index, fd in list(fds.items()):
+                    try:
+                        view = memoryview(chunk)
+                        while view:
+                            view = view[os.write(fd, view):]
+                    except OSError as exc:
+                        log.warning("disk %d: cannot write %s: %s", index, MANIFEST, exc)
+                        os.close(fds.pop(index))
+            for index, fd in list(fds.items()):
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    log.warning("disk %d: cannot write %s: %s", index, MANIFEST, exc)
+                    os.close(fds.pop(index))
+        except BaseException:
+            for index, fd in fds.items():
+                os.close(fd)
+                self.archive.volumes[index].backend.remove(tmp)
+            raise
+        for fd in fds.values():
+            os.close(fd)
+        return Staged({index: tmp for index in fds}, size)
+
+    def install(self, staged: "Staged", covered: dict[int, int], n: Optional[int] = None) -> None:
+        """Put the staged MANIFEST in place on each record disk and keep of the
+        JOURNAL only what came after the first ``covered`` bytes (changes the
+        MANIFEST does not hold); then remove the copies other disks hold and
+        write ``meta/RECORDS``. The caller holds the catalog lock, so no JOURNAL
+        line slips in between. With a checkpoint number, MANIFEST and JOURNAL
+        both start with its marker (see the module's doc)."""
         marker = b"" if n is None else checkpoint_line(n)
         self.flush()
         self.close()            # the JOURNAL files are replaced: appends reopen them
-        for vol in self.archive.volumes.values():
+        # What came after the marker: the same on every disk that had the
+        # records, which need not be the disks that get them now.
+        tail = b""
+        for index, size in covered.items():
+            vol = self.archive.volumes.get(index)
+            if vol is None:
+                continue
             try:
-                tail = b""
-                if covered.get(vol.index) is not None:
-                    try:
-                        tail = vol.backend.read(JOURNAL, covered[vol.index])
-                    except FileNotFoundError:
-                        pass
-                vol.backend.write_atomic(MANIFEST, marker + manifest, fsync=True)
+                tail = vol.backend.read(JOURNAL, size)
+                break
+            except FileNotFoundError:
+                break
+            except OSError as exc:
+                log.warning("disk %d: cannot read %s: %s", index, JOURNAL, exc)
+        disks = record_disks(self.archive)
+        written = []
+        for index, tmp in staged.files.items():
+            vol = self.archive.volumes.get(index)
+            if vol is None:
+                continue
+            try:
+                vol.backend.rename(tmp, MANIFEST)
                 testkill.point("checkpoint-after-manifest")
+                # write_atomic syncs meta/, so the rename above is lasting too
                 vol.backend.write_atomic(JOURNAL, marker + tail, fsync=True)
                 testkill.point("checkpoint-after-journal")
+                written.append(index)
+                self.grown = len(marker) + len(tail)
             except OSError as exc:
                 log.warning("disk %d: cannot write %s: %s", vol.index, MANIFEST, exc)
+        if not written:
+            return              # the old records stay where they are, and appends with them
+        self.disks, self.stale, self._asked = disks, False, False
+        self.limit = max(self.min_limit, staged.size // 2)
+        note = records_text(disks)
+        for vol in self.archive.volumes.values():
+            try:
+                if vol.index not in disks:
+                    # After the new copies are on their disks: an older copy
+                    # left here would only be read if both of those were lost.
+                    vol.backend.remove(JOURNAL)
+                    vol.backend.remove(MANIFEST)
+                try:
+                    same = vol.backend.read(RECORDS) == note
+                except FileNotFoundError:
+                    same = False
+                if not same:
+                    vol.backend.write_atomic(RECORDS, note, fsync=True)
+            except OSError as exc:
+                log.warning("disk %d: cannot write %s: %s", vol.index, RECORDS, exc)
+
+    def replace(self, manifest: Union[bytes, Iterable[bytes]], covered: dict[int, int],
+                n: Optional[int] = None) -> None:
+        """``stage`` then ``install``, for callers that hold the catalog lock throughout."""
+        self.install(self.stage(manifest, n), covered, n)
 
 
-def manifest_of(namespace: "Namespace") -> bytes:
-    """Every name of the namespace as MANIFEST lines, the root first, parents before children."""
-    lines = [entry([], namespace.get(ROOT_INODE), b"/") + b"\n"]
+@dataclass
+class Staged:
+    """A MANIFEST written under a temporary name on some disks, ``size`` bytes."""
+    files: dict[int, str]
+    size: int
+
+
+def manifest_chunks(namespace: "Namespace") -> Iterator[bytes]:
+    """Every name of the namespace as MANIFEST lines, the root first, parents
+    before children, in chunks of up to 1,000 lines."""
+    yield entry([], namespace.get(ROOT_INODE), b"/") + b"\n"
     chunk: list = []
 
-    def emit():
+    def emit() -> bytes:
         sigs = namespace.block_names([node.id for _, node in chunk if not stat.S_ISDIR(node.mode)])
-        lines.extend(entry_of(sigs.get(node.id, ""), node, path) + b"\n" for path, node in chunk)
+        data = b"".join(entry_of(sigs.get(node.id, ""), node, path) + b"\n" for path, node in chunk)
         chunk.clear()
+        return data
     for item in namespace.walk():
         chunk.append(item)
         if len(chunk) >= 1000:
-            emit()
-    emit()
-    return b"".join(lines)
+            yield emit()
+    if chunk:
+        yield emit()
+
+
+def manifest_of(namespace: "Namespace") -> bytes:
+    """The whole MANIFEST (see manifest_chunks)."""
+    return b"".join(manifest_chunks(namespace))

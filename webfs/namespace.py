@@ -73,6 +73,12 @@ def check_name(name: bytes) -> None:
                       why if len(name) > NAME_MAX else f"invalid name {name[:80]!r}: {why}")
 
 
+# Directory paths kept for path_of (~150 B each with the dict's slot): a
+# copy is made in walk order, so the directories in use are few and recent,
+# and 100,000 of them (15 MB) grew the daemon with the archive for nothing.
+DIR_PATHS_KEPT = 10_000
+
+
 class Namespace:
     """The directory tree of one archive, over its catalog and store."""
 
@@ -156,7 +162,7 @@ class Namespace:
         parent, name, mode = row[0]
         path = self.path_of(parent) + b"/" + name
         if mode is not None and stat.S_ISDIR(mode):
-            if len(self._dir_paths) > 100_000:
+            if len(self._dir_paths) >= DIR_PATHS_KEPT:
                 self._dir_paths.clear()
             self._dir_paths[ino] = path
         return path

@@ -49,7 +49,8 @@ import time
 import uuid as uuidmod
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Iterable, Optional
+from contextlib import nullcontext
+from typing import Callable, ContextManager, Iterable, Optional
 
 from . import codecs, testkill
 from . import signature as sigmod
@@ -57,8 +58,9 @@ from .archive import Archive
 from .block import HEADER_SIZE
 from .catalog import BLOCK_COLUMNS, BlockRow, Catalog
 from .errors import CorruptBlock, CorruptParity, DataLost, WebfsError
+from .locks import KeyedLocks
+from .protection import Protection
 from .signature import ContentKey, SignatureFn
-from .store import KeyedLocks, Protection
 from .volume import META, PARITY, Volume, search_order
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,7 @@ REBUILD_MARKER = f"{META}/REBUILDING"       # on a disk whose rebuild has not fi
 _HEADER_BYTES = re.compile(rb"WEBFS-PARITY 1\nHeader-Bytes: ([0-9]{1,9})\n")
 
 Key = tuple[str, int]                       # (signature, overflow): one block
+Gate = Callable[[int], ContextManager]      # disk -> held around each read of that disk
 
 
 # -- the parity file format --------------------------------------------------
@@ -539,8 +542,10 @@ class Parity(Protection):
             self._count_layout()
 
     def committed(self) -> None:
-        self.flush(older_than=WRITE_BEHIND)
         self._intents.committed()
+
+    def flush_due(self) -> None:
+        self.flush(older_than=WRITE_BEHIND)
 
     def close(self) -> None:
         self.flush()
@@ -571,6 +576,51 @@ class Parity(Protection):
                     "UPDATE stripes SET state='ok', length=?, members=?, disks=? WHERE id=?",
                     (max(r.stored for r in rows), len(rows), disks, stripe_id))
         return done
+
+    def rebuild_parity(self, stripe_id: str, gate: Optional[Gate] = None) -> Optional[str]:
+        """Write a stripe's parity file anew from its members (a rebuild of
+        the disk it is on). The members are read without the catalog lock, so
+        many stripes are done at once; the file is written only if the
+        catalog still gives the same members, else ``reconcile`` does it all
+        under the lock. None if the file there lists the members already."""
+        with self.catalog.lock:
+            stripe = self.stripe(stripe_id)
+            want = [Member.of(r) for r in self.members(stripe_id)]
+        if stripe is None or not want:
+            return self.reconcile(stripe_id)
+        vol = self._parity_volume(stripe_id, stripe.parity_disk)
+        with self._locks(stripe_id):
+            try:
+                header, _ = self._read_parity(vol, stripe_id)
+            except (OSError, CorruptParity):
+                pass
+            else:
+                if set(header.members) == set(want) and stripe.state == "ok":
+                    return None
+            payloads = []
+            for m in want:
+                try:
+                    payloads.append(self.read_member(m, verify=True, gate=gate))
+                except (OSError, WebfsError) as exc:
+                    raise DataLost(f"cannot recompute the parity: block {m.block_name} on disk "
+                                   f"{m.disk} cannot be read ({exc})") from None
+            length = max(m.stored for m in want)
+            payload = xor_payloads(payloads, length)
+        with self.catalog.lock:
+            now = self.stripe(stripe_id)
+            rows = self.members(stripe_id)
+            if now is None or now.parity_disk != stripe.parity_disk or \
+                    {Member.of(r) for r in rows} != set(want):
+                return self.reconcile(stripe_id, force=True)
+            with self._locks(stripe_id):
+                self._write_parity(vol, ParityHeader(stripe_id, length, tuple(want)), payload)
+            disks = 1 << now.parity_disk
+            for r in rows:
+                disks |= 1 << r.disk
+            self.catalog.execute(
+                "UPDATE stripes SET state='ok', length=?, members=?, disks=? WHERE id=?",
+                (length, len(rows), disks, stripe_id))
+        return "recomputed from its members"
 
     def _make_agree(self, stripe: Stripe, want: list[Member], known: dict[Key, bytes],
                     force: bool) -> Optional[str]:
@@ -659,9 +709,11 @@ class Parity(Protection):
 
     # -- reading -------------------------------------------------------------
 
-    def reconstruct(self, row: BlockRow) -> bytes:
+    def reconstruct(self, row: BlockRow, gate: Optional[Gate] = None) -> bytes:
         """A block's payload from the rest of its stripe: the XOR of the parity
-        and every other member, cut to its stored length."""
+        and every other member, cut to its stored length. ``gate(disk)`` (a
+        context manager) bounds the reads on each disk when many threads
+        reconstruct at once (rebuild)."""
         where = f"block {row.block_name} on disk {row.disk} cannot be read"
         if row.stripe is None:
             raise DataLost(f"{where}, and it is in no parity stripe")
@@ -676,7 +728,7 @@ class Parity(Protection):
                            f"missing disk {stripe.parity_disk}")
         with self._locks(row.stripe):
             try:
-                header, parity = self._read_parity(vol, row.stripe)
+                header, parity = self._read_parity(vol, row.stripe, gate)
             except (OSError, CorruptParity) as exc:
                 raise DataLost(f"{where}, and neither can its stripe's parity: {exc}") from None
             if (row.sig, row.overflow) not in header.keys():
@@ -688,18 +740,19 @@ class Parity(Protection):
                     continue
                 m = replace(m, disk=disks.get(m.key, m.disk))
                 try:
-                    payloads.append(self.read_member(m))
+                    payloads.append(self.read_member(m, gate=gate))
                 except (OSError, WebfsError) as exc:
                     raise DataLost(f"{where}, and neither can {m.block_name} on disk {m.disk} "
                                    f"of the same stripe {row.stripe} ({exc})") from None
         return xor_payloads(payloads, header.length)[:row.stored]
 
-    def read_member(self, m: Member, verify: bool = False) -> bytes:
+    def read_member(self, m: Member, verify: bool = False, gate: Optional[Gate] = None) -> bytes:
         """A member's payload from its disk (or another, after an interrupted move)."""
         for vol in search_order(self.archive.volumes, m.disk):
             disk = vol.index
             try:
-                header, payload = vol.read_block(m.sig, m.overflow)
+                with gate(disk) if gate else nullcontext():
+                    header, payload = vol.read_block(m.sig, m.overflow)
             except FileNotFoundError:
                 continue
             self._count_read(disk, HEADER_SIZE + len(payload))
@@ -730,16 +783,19 @@ class Parity(Protection):
             raise DataLost(f"stripe {stripe_id}: its parity disk {parity_disk} is missing")
         return vol
 
-    def read_parity(self, stripe_id: str, parity_disk: int) -> tuple[ParityHeader, bytes]:
-        return self._read_parity(self._parity_volume(stripe_id, parity_disk), stripe_id)
+    def read_parity(self, stripe_id: str, parity_disk: int,
+                    gate: Optional[Gate] = None) -> tuple[ParityHeader, bytes]:
+        return self._read_parity(self._parity_volume(stripe_id, parity_disk), stripe_id, gate)
 
-    def _read_parity(self, vol: Volume, stripe_id: str) -> tuple[ParityHeader, bytes]:
+    def _read_parity(self, vol: Volume, stripe_id: str,
+                     gate: Optional[Gate] = None) -> tuple[ParityHeader, bytes]:
         entry = self._unwritten.get(stripe_id)
         if entry is not None:
             return entry[1], entry[2]
         path = vol.parity_path(stripe_id)
         where = f"disk {vol.index}: {path}"
-        raw = vol.backend.read(path)
+        with gate(vol.index) if gate else nullcontext():
+            raw = vol.backend.read(path)
         self._count_read(vol.index, len(raw))
         header, n = ParityHeader.parse(raw, where)
         if header.stripe != stripe_id:

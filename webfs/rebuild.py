@@ -19,11 +19,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from typing import Optional
 
 from . import admin
+from .admin import DiskGates, Pace, parallel
 from .archive import disk_id_text, read_disk_id
 from .backends import open_backend
 from .block import HEADER_SIZE, utc_timestamp
@@ -31,28 +31,14 @@ from .catalog import BlockRow
 from .errors import ArchiveError, CorruptBlock, WebfsError
 from .fsck import EXIT_CLEAN, EXIT_LEFT, restore_block
 from .parity import REBUILD_MARKER, Member, Parity
+from .assembly import open_archive
 from .store import Store
 from .volume import DISK_ID_FILE, META, Volume
 
-REBUILD_THREADS = 4             # blocks rebuilt at once
+READS_PER_DISK = 4              # reads at once on each surviving disk
+MAX_THREADS = 16                # blocks (or parity files) rebuilt at once, at most
 
 log = logging.getLogger(__name__)
-
-
-class Pace:
-    """Sleep as needed to keep the bytes written under a rate (MB/s; None: no limit)."""
-
-    def __init__(self, mb_per_s: Optional[float]):
-        self.rate = mb_per_s * 1e6 if mb_per_s else None
-        self.started = time.monotonic()
-        self.done = 0
-
-    def wrote(self, n: int) -> None:
-        self.done += n
-        if self.rate:
-            ahead = self.done / self.rate - (time.monotonic() - self.started)
-            if ahead > 0:
-                time.sleep(ahead)
 
 
 def replacement(store: Store, index: int, to: str) -> Volume:
@@ -116,6 +102,12 @@ def rebuild(store: Store, progress: admin.Progress, disk: int, to: str,
     pace = Pace(max_rate)
     counts: Counter = Counter()
     lost: list[str] = []
+    # Every block needs a read from each other disk of its stripe: many blocks
+    # at once keep every survivor busy; a gate per disk bounds what waits on
+    # one, so a slow disk queues only its own reads.
+    gate = DiskGates(READS_PER_DISK)
+    threads = min(MAX_THREADS, READS_PER_DISK * max(1, len(store.archive.volumes) - 1))
+
     def restore(block_id: int) -> tuple[str, str, int]:
         row = store.catalog.block_by_id(block_id)
         if row is None or row.disk != disk:
@@ -123,49 +115,39 @@ def rebuild(store: Store, progress: admin.Progress, disk: int, to: str,
         if _present(parity, vol, row):
             return "blocks_present", "", 0
         try:
-            restore_block(store, row)
+            restore_block(store, row, gate=gate)
         except (OSError, WebfsError) as exc:
             return "lost", f"block {row.block_name}: {exc}", 0
-        return "blocks_rebuilt", "", HEADER_SIZE + row.stored
+        written = HEADER_SIZE + row.stored
+        pace.wrote(written)             # in the worker: the pace holds back every thread
+        return "blocks_rebuilt", "", written
 
-    # Each block waits on reads from the other members' disks: several at once
-    # keep the survivors busy. Results are taken in order, here, for the pace.
-    with ThreadPoolExecutor(REBUILD_THREADS) as pool:
-        pending: deque = deque()
-
-        def take() -> None:
-            what, why, written = pending.popleft().result()
-            if what == "lost":
-                lost.append(why)
-            elif what != "gone":
-                counts[what] += 1
-            counts["bytes_written"] += written
-            pace.wrote(written)
-            progress.advance(1)
-        for block_id in block_ids:
-            if progress.stopping:
-                break
-            pending.append(pool.submit(restore, block_id))
-            if len(pending) >= 2 * REBUILD_THREADS:
-                take()
-        while pending:
-            take()
-    for stripe_id in stripe_ids:
-        if progress.stopping:
-            break
+    def restore_parity(stripe_id: str) -> tuple[str, str, int]:
         try:
-            done = parity.reconcile(stripe_id)
+            done = parity.rebuild_parity(stripe_id, gate=gate)
         except (OSError, WebfsError) as exc:
-            lost.append(f"parity of stripe {stripe_id}: {exc}")
-        else:
-            if done is None:
-                counts["parity_present"] += 1
-            else:
-                counts["parity_rebuilt"] += 1
-                size = vol.backend.size(vol.parity_path(stripe_id))
-                counts["bytes_written"] += size
-                pace.wrote(size)
+            return "lost", f"parity of stripe {stripe_id}: {exc}", 0
+        if done is None:
+            return "parity_present", "", 0
+        try:
+            written = vol.backend.size(vol.parity_path(stripe_id))
+        except OSError:
+            written = 0                 # a stripe emptied meanwhile: its file is gone
+        pace.wrote(written)
+        return "parity_rebuilt", "", written
+
+    def took(_item, result: tuple[str, str, int]) -> None:
+        what, why, written = result
+        if what == "lost":
+            lost.append(why)
+        elif what != "gone":
+            counts[what] += 1
+        counts["bytes_written"] += written
         progress.advance(1)
+
+    parallel(block_ids, restore, took, progress, threads)
+    if not progress.stopping:
+        parallel(stripe_ids, restore_parity, took, progress, threads)
     store.commit()
     stopped = progress.stopping
     if not stopped:
@@ -207,7 +189,7 @@ def measure(disk: str, index: int, to: str, max_rate: Optional[float] = None) ->
     """Rebuild disk ``index`` of the (unmounted) archive that ``disk`` belongs
     to into ``to``, and return the figures: throughput and bytes read from each
     survivor. For tools/bench."""
-    store = Store.open(disk, holder="webfs rebuild (benchmark)")
+    store = open_archive(disk, holder="webfs rebuild (benchmark)")
     try:
         return rebuild(store, admin.Progress(), disk=index, to=to, max_rate=max_rate).figures
     finally:

@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import admin
+from .admin import DiskGates, Pace, parallel
 from .backends.local import TMP_SUFFIX
-from .block import utc_timestamp
+from .block import HEADER_SIZE, utc_timestamp
 from .catalog import BlockRow
 from .errors import CorruptParity, WebfsError
 from .fsck import EXIT_CLEAN, EXIT_LEFT, Report, restore_block
-from .parity import Member, Parity, ParityHeader, parity_files, xor_payloads
+from .parity import Gate, Member, Parity, ParityHeader, parity_files, xor_payloads
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,9 @@ class Exam:
         return not (self.trouble or self.stale or self.dirty or self.mismatch or self.bad)
 
 
-def examine(parity: Parity, stripe_id: str, deep: bool) -> Exam:
-    """Look at a stripe: its parity file, and (deep) every member and the XOR."""
+def examine(parity: Parity, stripe_id: str, deep: bool, gate: Optional[Gate] = None) -> Exam:
+    """Look at a stripe: its parity file, and (deep) every member and the XOR.
+    ``gate(disk)`` bounds the reads per disk (scrub runs many stripes at once)."""
     with parity.catalog.lock:
         stripe = parity.stripe(stripe_id)
         rows = parity.members(stripe_id)
@@ -69,7 +71,7 @@ def examine(parity: Parity, stripe_id: str, deep: bool) -> Exam:
             exam.parity_missing = True
         else:
             try:
-                header, payload = parity.read_parity(stripe_id, stripe.parity_disk)
+                header, payload = parity.read_parity(stripe_id, stripe.parity_disk, gate)
             except (OSError, CorruptParity) as exc:
                 exam.trouble = f"parity file unreadable: {exc}"
         if header is not None:
@@ -82,7 +84,7 @@ def examine(parity: Parity, stripe_id: str, deep: bool) -> Exam:
                 exam.unavailable += 1
                 continue
             try:
-                payloads.append(parity.read_member(Member.of(r), verify=True))
+                payloads.append(parity.read_member(Member.of(r), verify=True, gate=gate))
             except (OSError, WebfsError) as exc:
                 exam.bad[r.id] = str(exc)
         if header is not None and not (exam.stale or exam.bad or exam.unavailable):
@@ -94,10 +96,10 @@ def examine(parity: Parity, stripe_id: str, deep: bool) -> Exam:
 
 
 def check_stripe(store: Store, parity: Parity, stripe_id: str, report: Report,
-                 repair: bool, deep: bool) -> Exam:
+                 repair: bool, deep: bool, gate: Optional[Gate] = None) -> Exam:
     """Examine a stripe; if it looks wrong, look again under the catalog lock,
     report what is wrong and (repair) mend it."""
-    exam = examine(parity, stripe_id, deep)
+    exam = examine(parity, stripe_id, deep, gate)
     if exam.clean:
         _proven_good(store, exam, deep)
         return exam
@@ -199,10 +201,17 @@ def check_parity(store: Store, report: Report, repair: bool) -> None:
         store.commit()
 
 
+READS_PER_DISK = 4              # reads at once on each disk
+MAX_THREADS = 16                # stripes looked at once, at most
+
+
 @admin.operation("scrub")
-def scrub(store: Store, progress: admin.Progress, repair: bool = False) -> admin.Result:
+def scrub(store: Store, progress: admin.Progress, repair: bool = False,
+          max_rate: Optional[float] = None) -> admin.Result:
     """Read every block and parity file; verify signatures and parity; repair
-    from redundancy with ``repair``. Exit 0 when no damage is left, 4 when some is."""
+    from redundancy with ``repair``. Exit 0 when no damage is left, 4 when some is.
+    Stripes are looked at many at once (a few reads at a time on each disk);
+    ``max_rate`` (MB/s read) leaves the disks room for other work."""
     parity = store.protection
     if not isinstance(parity, Parity):
         raise WebfsError("this archive is opened without parity; nothing to scrub against")
@@ -214,14 +223,22 @@ def scrub(store: Store, progress: admin.Progress, repair: bool = False) -> admin
     stripe_ids = parity.stripe_ids()
     loose = [r[0] for r in store.catalog.query("SELECT id FROM blocks WHERE stripe IS NULL ORDER BY id")]
     progress.set_total(len(stripe_ids) + len(loose), "scrubbing")
-    for stripe_id in stripe_ids:
-        if progress.stopping:
-            break
-        exam = check_stripe(store, parity, stripe_id, report, repair, deep=True)
+    pace = Pace(max_rate)
+    gate = DiskGates(READS_PER_DISK)
+    threads = min(MAX_THREADS, READS_PER_DISK * max(1, len(store.archive.volumes)))
+
+    def look(stripe_id: str) -> Exam:
+        exam = check_stripe(store, parity, stripe_id, report, repair, deep=True, gate=gate)
+        pace.wrote(sum(r.stored + HEADER_SIZE for r in exam.rows) + max(
+            (r.stored for r in exam.rows), default=0))      # about what was read
+        return exam
+
+    def took(_stripe_id: str, exam: Exam) -> None:
         counts["stripes"] += 1
         counts["blocks"] += len(exam.rows) - exam.unavailable
         counts["unavailable"] += exam.unavailable
         progress.advance(1)
+    parallel(stripe_ids, look, took, progress, threads)
     for block_id in loose:
         if progress.stopping:
             break

@@ -25,94 +25,28 @@ import errno
 import logging
 import os
 import threading
-from contextlib import contextmanager
-from typing import Iterator, Optional
+import time
+from typing import Optional
 
 from . import codecs, testkill
 from . import signature as sigmod
 from .archive import STORE_MODES, Archive
 from .block import HEADER_SIZE, BlockHeader, percent_encode, refs_offset_of, utc_timestamp
-from .catalog import BlockRow, Catalog, catalog_path, check_catalog_file
-from .errors import (ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock,
+from .catalog import BlockRow, Catalog
+from .errors import (CorruptBlock, DataLost, NoSpace, NoSuchBlock,
                      WebfsError)
+from .background import Background
 from .heat import DEFAULT_K, HeatTracker
+from .locks import KeyedLocks
 from .placement import ranked_disks
+from .protection import Protection
 from .signature import ContentKey, SignatureFn
 from .volume import search_order
 
 log = logging.getLogger(__name__)
 
 INTENTS_FILE = "meta/intents"
-
-
-class Protection:
-    """What the store asks of redundancy; this one protects nothing.
-
-    ``webfs.parity`` implements it with declustered parity stripes.
-    """
-
-    def block_added(self, row: BlockRow, payload: bytes) -> None:
-        pass
-
-    def block_removed(self, row: BlockRow, payload: Optional[bytes]) -> None:
-        pass
-
-    def rolled_back(self, rows: list[BlockRow]) -> None:
-        """New blocks whose catalog rows a failed commit undid; their files are gone."""
-
-    def reconstruct(self, row: BlockRow) -> bytes:
-        """The payload of a block that its disk cannot give, or DataLost."""
-        raise DataLost(f"block {row.block_name} on disk {row.disk} cannot be read and has no parity")
-
-    def flush(self) -> None:
-        """Write whatever redundancy still waits in memory."""
-
-    def committed(self) -> None:
-        """The catalog's changes so far are durable."""
-
-    def close(self) -> None:
-        pass
-
-    def status(self) -> dict:
-        return {"kind": "none"}
-
-
-def _check_max_block(archive: Archive, catalog: Catalog, write: bool) -> None:
-    """Pieces of split files are found by offset // max_block, so the value the
-    files were stored with must stay: refuse a webfs.conf that changed it."""
-    stored = catalog.get_meta("max_block")
-    if stored is None:
-        if write:                   # archives made before the catalog kept it
-            catalog.set_meta("max_block", str(archive.conf.max_block))
-            catalog.commit()
-    elif int(stored) != archive.conf.max_block:
-        conf = os.path.join(archive.opened_from, "webfs.conf")
-        raise ArchiveError(f"{conf}: max_block = {archive.conf.max_block}, but the archive's files were "
-                           f"stored in pieces of {stored} bytes; put back max_block = {stored} on every "
-                           "disk (it cannot change once files are stored)")
-
-
-class KeyedLocks:
-    """One lock per key, made on demand and dropped when nobody holds it."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, list] = {}
-
-    @contextmanager
-    def __call__(self, key: str) -> Iterator[None]:
-        with self._guard:
-            entry = self._locks.setdefault(key, [threading.Lock(), 0])
-            entry[1] += 1
-        entry[0].acquire()
-        try:
-            yield
-        finally:
-            entry[0].release()
-            with self._guard:
-                entry[1] -= 1
-                if not entry[1]:
-                    del self._locks[key]
+FLUSH_EVERY = 0.25         # seconds between asks to flush parity written behind
 
 
 class Store:
@@ -121,7 +55,7 @@ class Store:
     def __init__(self, archive: Archive, catalog: Catalog,
                  signature_fn: SignatureFn = sigmod.signature,
                  protection: Optional[Protection] = None, fsync: bool = False,
-                 heat_k: int = DEFAULT_K):
+                 heat_k: int = DEFAULT_K, background: bool = False):
         self.archive = archive
         self.conf = archive.conf
         self.catalog = catalog
@@ -135,42 +69,21 @@ class Store:
         self._pending_new: list[BlockRow] = []
         self._pending_refs: set[int] = set()
         self._pending_removals: list[BlockRow] = []     # files to remove once the commit holds
-        self.after_commit: list = []                     # callables run after each commit (the journal)
+        self._removing: list[BlockRow] = []             # committed as gone, files not yet removed
+        # The JOURNAL: ``take()`` under the catalog lock at each commit, ``append(data)`` after.
+        self.journal = None
+        self._journal_lock = threading.Lock()           # appends in commit order
+        # Removals and parity flushes after a commit; a worker thread with ``background``.
+        self.background = Background("webfs-removal", inline=not background)
+        self._flush_asked = 0.0
         # Blocks about to be written, one line each, so a crash's orphans are found
         # without walking every disk (meta/intents on the catalog disk).
         self._intents_path = os.path.join(archive.first_volume.root, INTENTS_FILE)
         self._intents_fd: Optional[int] = None
         self._inflight = 0
 
-    @classmethod
-    def open(cls, path: str, holder: str = "webfs", lock: bool = True,
-             delays: Optional[dict[int, float]] = None, **kwargs) -> "Store":
-        """Open the archive that a disk belongs to, lock it and open its catalog.
-        ``delays`` gives disks a simulated service time per I/O (benchmarks)."""
-        archive = Archive.open(path, delays=delays)
-        if lock:
-            archive.lock(holder)
-        try:
-            primary = archive.volumes.get(archive.conf.catalog)
-            if primary is None:
-                why = archive.missing.get(archive.conf.catalog, "")
-                raise ArchiveError(
-                    why if "WEBFS-DISK is missing" in why else
-                    f"disk {archive.conf.catalog}, which holds the catalog, is missing or has lost it; "
-                    f"'webfs fsck --rebuild-catalog {path}' rebuilds it from the other disks")
-            check_catalog_file(catalog_path(primary.root))
-            catalog = Catalog(catalog_path(primary.root))
-            _check_max_block(archive, catalog, write=lock)
-            if "protection" not in kwargs:
-                from .parity import Parity          # parity builds on this module
-                kwargs["protection"] = Parity(archive, catalog, kwargs.get("signature_fn", sigmod.signature),
-                                              kwargs.get("fsync", False), recover=lock)
-        except BaseException:
-            archive.unlock()
-            raise
-        return cls(archive, catalog, **kwargs)
-
     def close(self) -> None:
+        self.background.close()
         self.protection.close()
         self.catalog.close()
         if self._intents_fd is not None:
@@ -178,8 +91,10 @@ class Store:
         self.archive.unlock()
 
     def commit(self) -> None:
-        """Make the catalog's changes durable; if that fails (a full catalog disk),
-        undo them on the disks too, so the archive stays as it was at the last commit."""
+        """Make the catalog's changes durable and append them to the JOURNAL; if
+        the commit fails (a full catalog disk), undo them on the disks too, so the
+        archive stays as it was at the last commit. Removing released blocks and
+        flushing parity written behind follow in the background worker."""
         with self.catalog.lock:
             removals = self._pending_removals
             self.heat.save_if_due()
@@ -193,16 +108,28 @@ class Store:
                 self._pending_new, self._pending_refs, self._pending_removals = [], set(), []
             testkill.point("commit-after-catalog")
             self.protection.committed()
-            if removals:
-                self._remove_blocks(removals)
-                self.catalog.commit()
-            for hook in self.after_commit:
-                hook()
-            testkill.point("commit-after-journal")
+            self._removing.extend(removals)
+            data = self.journal.take() if self.journal is not None else b""
+            # Taken in the order of commits, appended in the same order.
+            self._journal_lock.acquire()
+        try:
+            if data:
+                self.journal.append(data)
+        finally:
+            self._journal_lock.release()
+        testkill.point("commit-after-journal")
+        if removals:
+            self.background.submit(lambda: self._remove_blocks(removals))
+        now = time.monotonic()
+        if self.background.inline or now - self._flush_asked >= FLUSH_EVERY:
+            # Not at every commit: waking the worker costs the committer the GIL.
+            self._flush_asked = now
+            self.background.submit(self.protection.flush_due)
 
     def sync(self) -> None:
         """Make everything committed durable on the disks (fsync, checkpoint the WAL)."""
         self.heat.save()
+        self.background.drain()
         self.protection.flush()
         # One hold of the lock for both: between a commit and the checkpoint
         # another thread could open a transaction on the shared connection,
@@ -216,11 +143,17 @@ class Store:
     def _remove_blocks(self, rows: list[BlockRow]) -> None:
         """Take released blocks out of their stripes and off their disks.
         A crash before this leaves orphans, which fsck removes."""
-        for row in rows:
-            self.protection.block_removed(row, self._payload_or_none(row))
-            vol = self.archive.volumes.get(row.disk)
-            if vol is not None:
-                vol.remove_block(row.sig, row.overflow)
+        try:
+            for row in rows:
+                self.protection.block_removed(row, self._payload_or_none(row))
+                vol = self.archive.volumes.get(row.disk)
+                if vol is not None:
+                    vol.remove_block(row.sig, row.overflow)
+        finally:
+            with self.catalog.lock:
+                gone = {id(r) for r in rows}
+                self._removing = [r for r in self._removing if id(r) not in gone]
+                self.catalog.commit()       # the stripes made clean again
 
     def _undo_pending(self) -> None:
         for row in self._pending_new:
@@ -250,7 +183,8 @@ class Store:
                         return self._add_ref(row, pin)
             # A released block keeps its file until the commit: never reuse its name.
             with self.catalog.lock:
-                taken = [r.overflow for r in rows + self._pending_removals if r.sig == sig]
+                taken = [r.overflow for r in rows + self._pending_removals + self._removing
+                         if r.sig == sig]
             overflow = max(taken) + 1 if taken else 0
             codec, payload = codecs.encode(data, self.conf.codec, self.conf.level)
             with self.catalog.lock:
@@ -571,4 +505,4 @@ def key_of(row: BlockRow) -> ContentKey:
     return ContentKey(row.sig, row.overflow, row.disk)
 
 
-__all__ = ["Store", "Protection", "KeyedLocks", "key_of"]
+__all__ = ["Store", "key_of"]

@@ -76,8 +76,8 @@ class Volume:
 
     def write_block(self, header: BlockHeader, payload: bytes, overflow: int = 0,
                     fsync: bool = False) -> None:
-        self.backend.write_atomic(self.block_path(header.signature, overflow),
-                                  header.encode() + payload, fsync=fsync)
+        self.backend.write_new(self.block_path(header.signature, overflow),
+                               header.encode() + payload, fsync=fsync)
 
     def write_raw(self, sig: str, overflow: int, raw: bytes, fsync: bool = False) -> None:
         """Write a whole block file as given (moves and rebuilds keep bytes identical)."""

@@ -1,0 +1,60 @@
+"""Opening an archive: the one place where its parts are put together.
+
+``open_archive`` opens the archive a disk belongs to, locks it, opens its
+catalog and gives the store its protection (declustered parity). The store
+and parity know each other only through ``webfs.protection.Protection``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from . import signature as sigmod
+from .archive import Archive
+from .catalog import Catalog, catalog_path, check_catalog_file
+from .errors import ArchiveError
+from .parity import Parity
+from .store import Store
+
+
+def open_archive(path: str, holder: str = "webfs", lock: bool = True,
+                 delays: Optional[dict[int, float]] = None, **kwargs) -> Store:
+    """Open the archive that a disk belongs to, lock it and open its catalog.
+    ``delays`` gives disks a simulated service time per I/O (benchmarks);
+    the other arguments go to ``Store`` (``protection`` replaces parity)."""
+    archive = Archive.open(path, delays=delays)
+    if lock:
+        archive.lock(holder)
+    try:
+        primary = archive.volumes.get(archive.conf.catalog)
+        if primary is None:
+            why = archive.missing.get(archive.conf.catalog, "")
+            raise ArchiveError(
+                why if "WEBFS-DISK is missing" in why else
+                f"disk {archive.conf.catalog}, which holds the catalog, is missing or has lost it; "
+                f"'webfs fsck --rebuild-catalog {path}' rebuilds it from the other disks")
+        check_catalog_file(catalog_path(primary.root))
+        catalog = Catalog(catalog_path(primary.root))
+        _check_max_block(archive, catalog, write=lock)
+        if "protection" not in kwargs:
+            kwargs["protection"] = Parity(archive, catalog, kwargs.get("signature_fn", sigmod.signature),
+                                          kwargs.get("fsync", False), recover=lock)
+    except BaseException:
+        archive.unlock()
+        raise
+    return Store(archive, catalog, **kwargs)
+
+
+def _check_max_block(archive: Archive, catalog: Catalog, write: bool) -> None:
+    """Pieces of split files are found by offset // max_block, so the value the
+    files were stored with must stay: refuse a webfs.conf that changed it."""
+    stored = catalog.get_meta("max_block")
+    if stored is None:
+        if write:                   # archives made before the catalog kept it
+            catalog.set_meta("max_block", str(archive.conf.max_block))
+            catalog.commit()
+    elif int(stored) != archive.conf.max_block:
+        conf = os.path.join(archive.opened_from, "webfs.conf")
+        raise ArchiveError(f"{conf}: max_block = {archive.conf.max_block}, but the archive's files were "
+                           f"stored in pieces of {stored} bytes; put back max_block = {stored} on every "
+                           "disk (it cannot change once files are stored)")

@@ -1,0 +1,49 @@
+"""What the store asks of redundancy: the ``Protection`` interface.
+
+The store calls it as blocks come and go; ``webfs.parity`` implements it with
+declustered parity stripes, and the base class here protects nothing (an
+archive of one disk, tests). Neither the store nor parity imports the other:
+``webfs.archive_open.open_archive`` puts them together.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .catalog import BlockRow
+from .errors import DataLost
+
+
+class Protection:
+    """What the store asks of redundancy; this one protects nothing.
+
+    ``webfs.parity`` implements it with declustered parity stripes.
+    """
+
+    def block_added(self, row: BlockRow, payload: bytes) -> None:
+        pass
+
+    def block_removed(self, row: BlockRow, payload: Optional[bytes]) -> None:
+        pass
+
+    def rolled_back(self, rows: list[BlockRow]) -> None:
+        """New blocks whose catalog rows a failed commit undid; their files are gone."""
+
+    def reconstruct(self, row: BlockRow) -> bytes:
+        """The payload of a block that its disk cannot give, or DataLost."""
+        raise DataLost(f"block {row.block_name} on disk {row.disk} cannot be read and has no parity")
+
+    def flush(self) -> None:
+        """Write whatever redundancy still waits in memory."""
+
+    def committed(self) -> None:
+        """The catalog's changes so far are durable."""
+
+    def flush_due(self) -> None:
+        """Write the redundancy that has waited long enough (after a commit, in
+        the store's background worker)."""
+
+    def close(self) -> None:
+        pass
+
+    def status(self) -> dict:
+        return {"kind": "none"}
