@@ -219,7 +219,11 @@ def test_a_name_too_long_is_reported(store, tmp_path, monkeypatch):
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(ingest.os, "scandir", Listing)
+    def scandir(d):
+        # ingest walks bytes paths; the store's own listings (str) stay real
+        return Listing(d) if isinstance(d, bytes) else real(d)
+
+    monkeypatch.setattr(ingest.os, "scandir", scandir)
     notes = []
     result = admin.OPERATIONS["import"](store, admin.Progress(lambda k, n, t, w: k == "note" and notes.append(w)),
                                         sources=[str(src) + "/"], dest="/d")

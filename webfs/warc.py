@@ -49,6 +49,7 @@ from .admin import human
 from .errors import FsError, WebfsError
 from .ingest import Importer, Item, _close_namespace, _open_namespace, _problem, _show
 from .namespace import ROOT_INODE
+from .assembly import open_archive
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -834,7 +835,7 @@ class DiskTree:
 
     def __init__(self, disk: str, path: str):
         from .namespace import Namespace
-        self.store = Store.open(disk, holder="webfs export-warc")
+        self.store = open_archive(disk, holder="webfs export-warc")
         self.ns = Namespace(self.store)
         ino = ROOT_INODE
         for part in [p for p in os.fsencode(path).split(b"/") if p]:
