@@ -42,6 +42,7 @@ test-long: deps
 # A 4-disk archive under ./demo, filled with a small sample crawl.
 demo: deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" sh tools/demo.sh demo
+	PATH="$(CURDIR)/$(BIN):$$PATH" sh tools/demo-warc.sh demo-warc
 
 # Every section of tools/bench on two 30 MB crawls, a small-page corpus and a
 # 20,000-file ingest: about 15-20 minutes on 2 cores (bench-results/results.md).
@@ -68,7 +69,7 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/webfs $(DESTDIR)/sbin/mount.webfs $(DESTDIR)/sbin/mount.fuse.webfs
 
 clean:
-	rm -rf demo bench-results .pytest_cache .hypothesis build *.egg-info
+	rm -rf demo demo-warc bench-results .pytest_cache .hypothesis build *.egg-info
 	find . -name __pycache__ -prune -exec rm -rf {} +
 
 distclean: clean

@@ -20,7 +20,7 @@ from . import daemon, fsck as fsckmod
 from .admin import human
 from . import rebuild as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
 from . import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (register their operations)
-from . import ingest as _ingest    # noqa: F401  (registers its operation)
+from . import ingest as _ingest, warc as _warc    # noqa: F401  (register their operations)
 from .errors import CatalogUnreadable, WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 from .assembly import open_archive
@@ -338,6 +338,132 @@ def import_(as_json, sources, dest):
     mount_dev = os.stat(target).st_dev if daemon.is_mountpoint(target) else None
     run_operation(target, "import", as_json=as_json, unit="file", sources=srcs, dest=path,
                   mount_dev=mount_dev)
+
+
+@main.command("import-warc")
+@click.option("--collection", metavar="NAME", default=None,
+              help="The collection (a directory in DEST) the captures go in; default: the first file's name.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("sources", metavar="WARC...", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("dest", metavar="DEST")
+def import_warc(collection, as_json, sources, dest):
+    """Import WARC and ARC files (gzipped per record or plain) into the
+    collection DEST/NAME, each capture a file at a path made from its URL
+    (webfs-format(5), URL PATHS), through the bulk import path.
+
+    DEST is a directory in a mounted archive or DISK:/PATH of an unmounted
+    one. Every record is kept (raw headers in NAME/@warc/), the parsed
+    fields are xattrs (user.warc.*, user.http.*), revisits share their
+    original's blocks. Damaged records are reported with file and offset
+    and the rest is imported. Exit status: 0 all imported, 4 problems.
+    """
+    target, path = _import_target(dest)
+    run_operation(target, "import-warc", as_json=as_json, unit="rec",
+                  sources=[os.path.abspath(s) for s in sources], dest=path, collection=collection)
+
+
+@main.command("export-warc")
+@click.option("--split", metavar="SIZE", default=None,
+              help="Start a new file (OUT-00001.warc.gz, ...) after SIZE bytes (e.g. 1G).")
+@click.option("--duplicates", type=click.Choice(["revisit", "full"]), default="revisit", show_default=True,
+              help="Write revisits as revisit records, or as full response records with their payload.")
+@click.option("--order", type=click.Choice(["source", "disk"]), default="source", show_default=True,
+              help="Records in the order of their source files, or captures in the order of their disks.")
+@click.argument("collection", metavar="COLLECTION")
+@click.argument("out", metavar="OUT.warc.gz")
+def export_warc(split, duplicates, order, collection, out):
+    """Write COLLECTION (a directory in a mount, or DISK:/NAME) as WARC,
+    one gzip member per record: each record byte-identical to the one
+    imported where the kept bytes allow, otherwise a valid WARC/1.1 record
+    with the same URI, date, record id, HTTP headers and payload.
+    """
+    from . import warc
+    size = None
+    if split:
+        m = __import__("re").fullmatch(r"([0-9]+)([KMGT]?)i?B?", split.upper())
+        if not m:
+            raise WebfsError(f"--split {split}: not a size (e.g. 500M, 1G)")
+        size = int(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " ")
+    bar = progress_bar(None, "exporting", "rec")
+    from .admin import Progress
+    progress = Progress(lambda kind, n, total, what: bar.update(n) if kind == "advance" else None)
+    try:
+        fig = warc.export(collection, out, size, duplicates, progress, order)
+    finally:
+        bar.close()
+    share = fig["identical"] / fig["records"] if fig["records"] else 1.0
+    click.echo(f"exported {fig['records']} records ({human(fig['bytes'])}) into {len(fig['files'])} file(s); "
+               f"{fig['identical']} ({share:.0%}) byte-identical to the records imported")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("url")
+@click.argument("target", metavar="TARGET", type=click.Path(exists=True, file_okay=False))
+def versions(as_json, url, target):
+    """List every capture of URL in every collection of TARGET (a mount
+    point or a disk): date, size, signature, path; captures with the same
+    number in the last column are identical."""
+    from . import warc
+    tree = warc.open_target(target)
+    try:
+        caps = warc.versions(tree, url)
+    finally:
+        tree.close()
+    if as_json:
+        click.echo(json.dumps(caps, indent=2))
+    else:
+        for v in caps:
+            click.echo(f"{v['date']}  {v['size']:>10}  {v['signature'][:32]}  ={v['same_as']}  {v['path']}")
+        if not caps:
+            click.echo(f"no capture of {url}", err=True)
+    sys.exit(0 if caps else 1)
+
+
+@main.command()
+@click.option("--at", "at", metavar="DATE", default=None,
+              help="The capture closest to DATE (2024, 20240101, 2024-01-01T12:00:00Z); default: the latest.")
+@click.argument("url")
+@click.argument("target", metavar="TARGET", type=click.Path(exists=True, file_okay=False))
+def url(at, url, target):
+    """Print the path (below TARGET) of the capture of URL closest to DATE,
+    by Memento's rule (the earlier one on a tie)."""
+    from . import warc
+    tree = warc.open_target(target)
+    try:
+        best = warc.closest(warc.versions(tree, url), at)
+    finally:
+        tree.close()
+    if best is None:
+        click.echo(f"no capture of {url}", err=True)
+        sys.exit(1)
+    click.echo(os.path.join(target, best["path"]) if not os.path.isfile(os.path.join(target, "WEBFS-DISK"))
+               else "/" + best["path"])
+
+
+@main.command()
+@click.option("--port", type=click.IntRange(1, 65535), default=8090, show_default=True,
+              help="The port on 127.0.0.1 that serves the collection's virtual WARC files.")
+@click.argument("collection", metavar="COLLECTION")
+@click.argument("pywb_dir", metavar="PYWBDIR")
+def replay(port, collection, pywb_dir):
+    """Let pywb replay COLLECTION (a directory in a mount, or DISK:/NAME)
+    without copying it: write its sorted CDXJ index (into COLLECTION/@warc/
+    in a mount), a pywb config.yaml in PYWBDIR, and serve the collection's
+    records as virtual WARC files on 127.0.0.1 until interrupted. Run
+    'wayback' in PYWBDIR to browse it."""
+    from . import replay as replaymod
+    server, lines, tree = replaymod.prepare(collection, pywb_dir, port)
+    for line in lines:
+        click.echo(line)
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        tree.close()
 
 
 def _import_target(dest: str) -> tuple[str, str]:

@@ -1,0 +1,1176 @@
+"""Web archive files in and out: ``webfs import-warc`` and ``webfs export-warc``.
+
+This module owns the reading of WARC (0.17 to 1.1) and ARC files, gzipped
+per record or plain (warcio parses; the raw bytes of every record are read
+back from the file by its offset and length, so nothing warcio rewrites is
+lost), the layout of what a collection keeps of them, and the writing of a
+collection back out as WARC.
+
+The import is the bulk import of webfs.ingest fed by records instead of a
+walk of directories: an ``Importer`` whose items carry their bytes. So it
+has the same batches (one catalog commit per batch), the same promise
+(a capture counted as imported survives ``kill -9``), the same resume.
+
+What a collection ``NAME`` keeps of a source file ``x.warc.gz``
+(webfs-format(5), WEB ARCHIVE FILES):
+
+- every response, resource and revisit capture as the file
+  ``NAME/`` + urlpath.capture_path(URI, date, n), holding the payload as
+  stored (after the HTTP header block, transfer and content encodings kept);
+  a revisit whose original is there gets the original's blocks;
+- ``NAME/@warc/x.warc.gz.index``: one text line per record (see INDEX_HEADER);
+- ``NAME/@warc/x.warc.gz.heads``: per record, its raw WARC header block and
+  HTTP header block, the whole block of records that are not captures
+  (request, metadata, warcinfo, ...), and the bytes after the block.
+
+Both are ordinary files (blocks, MANIFEST lines), so the recovery tools get
+them back, and the source file's records can be rebuilt with ``head -c``.
+"""
+from __future__ import annotations
+
+import base64
+import errno
+import hashlib
+import io
+import logging
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Iterator, Optional
+
+from . import admin, urlpath
+from .admin import human
+from .errors import FsError, WebfsError
+from .ingest import Importer, Item, _close_namespace, _open_namespace, _problem, _show
+from .namespace import ROOT_INODE
+from .assembly import open_archive
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+KEEP_DIR = b"@warc"                  # at the top of a collection: webfs's own names
+INDEX_SUFFIX = b".index"
+HEADS_SUFFIX = b".heads"
+INDEX_HEADER = ("# webfs warc index 1\toffset\tlength\tgzip\ttype\theads-offset\twarc-header"
+                "\thttp-header\tpayload\ttail\tpayload-in\tcapture\n")
+CAPTURE_TYPES = ("response", "resource", "revisit")
+XATTR_FIELDS = (
+    (b"user.warc.target-uri", b"warc-target-uri"),
+    (b"user.warc.date", b"warc-date"),
+    (b"user.warc.record-id", b"warc-record-id"),
+    (b"user.warc.payload-digest", b"warc-payload-digest"),
+    (b"user.warc.type", b"warc-type"),
+)
+_BLANK_LINE = re.compile(rb"\n\r*\n")     # the end of a header block (\r\n, \n, \r\r\n lines)
+_ARC_LINE = re.compile(rb"\n([^ \r\n]+) ([0-9.]+|-) ([0-9]{14}) ")
+
+
+# ---------------------------------------------------------------- reading records
+
+@dataclass
+class Record:
+    """One record, raw: what the file holds, cut into its parts."""
+    offset: int                  # in the source file (the uncompressed stream for a whole-file gzip)
+    length: int                  # bytes in the source file (the gzip member for per-record gzip)
+    gz: bool
+    rtype: str
+    head: bytes                  # the WARC header block (with its blank line), or the ARC header line
+    http: bytes                  # the HTTP header block (with its blank line), or b""
+    payload: bytes
+    tail: bytes                  # what follows the block (the two CRLFs), as written
+    fields: dict = field(default_factory=dict)   # lowercase header name -> raw value (bytes)
+    arc: bool = False
+
+
+@dataclass
+class Problem:
+    offset: int
+    text: str
+
+
+def _header_fields(head: bytes) -> dict:
+    out: dict[bytes, bytes] = {}
+    for line in head.split(b"\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep and name.strip():
+            out.setdefault(name.strip().lower(), value.strip(b" \t\r"))
+    return out
+
+
+def _arc_fields(line: bytes) -> dict:
+    parts = line.strip(b" \r\n").split(b" ")
+    d = parts[2] if len(parts) > 2 else b""
+    date = (d[0:4] + b"-" + d[4:6] + b"-" + d[6:8] + b"T" + d[8:10] + b":" + d[10:12] + b":"
+            + d[12:14] + b"Z") if len(d) == 14 and d.isdigit() else d
+    return {b"warc-target-uri": parts[0] if parts else b"", b"warc-date": date, b"arc-date": d,
+            b"content-type": parts[3] if len(parts) > 3 else b""}
+
+
+def _split_http(block: bytes) -> tuple[bytes, bytes]:
+    """(HTTP header block with its blank line, payload) of a block that starts with HTTP headers."""
+    m = _BLANK_LINE.search(block)
+    if m:
+        return block[:m.end()], block[m.end():]
+    return block, b""
+
+
+def _has_http(rtype: str, fields: dict, block: bytes) -> bool:
+    ct = fields.get(b"content-type", b"").lower()
+    if rtype in ("response", "request", "revisit") and b"application/http" in ct:
+        return True
+    return rtype in ("response", "revisit") and block[:5] == b"HTTP/" and not ct
+
+
+def _cut(raw: bytes, gz: bool, offset: int, length: int, rtype: str, warcio_rec) -> Record:
+    """A record's raw bytes cut into head, HTTP headers, payload and tail."""
+    if raw.startswith(b"WARC/"):
+        m = _BLANK_LINE.search(raw)
+        if not m:
+            raise ValueError("no end of the WARC header")
+        head = raw[:m.end()]
+        fields = _header_fields(head)
+        try:
+            n = int(fields.get(b"content-length", b""))
+        except ValueError:
+            raise ValueError("Content-Length is not a number") from None
+        block = raw[m.end():m.end() + n]
+        tail = raw[m.end() + n:]
+        arc = False
+        if len(block) < n:
+            fields[b"x-problem"] = (f"the record is cut short: {len(block)} of its {n} bytes "
+                                    "(Content-Length) are there").encode()
+    else:                                   # ARC: one header line, then the block
+        i = raw.find(b"\n")
+        head = raw[:i + 1]
+        fields = _arc_fields(head)
+        parts = head.split()
+        n = int(parts[-1]) if parts and parts[-1].isdigit() else len(raw) - len(head)
+        block = raw[i + 1:i + 1 + n]
+        tail = raw[i + 1 + n:]
+        arc = True
+    http, payload = b"", block
+    if (not arc and _has_http(rtype, fields, block)) or (arc and rtype == "response" and block[:5] == b"HTTP/"):
+        http, payload = _split_http(block)
+    return Record(offset, length, gz, rtype, head, http, payload, tail, fields, arc)
+
+
+def _resync(fh, start: int, gz: bool, arc: bool) -> Optional[int]:
+    """The offset of the next thing that looks like a record after ``start``."""
+    fh.seek(start)
+    data = fh.read(1 << 24)
+    if gz:
+        i = data.find(b"\x1f\x8b\x08")
+        return None if i < 0 else start + i
+    found = []
+    m = re.search(rb"(?:^|\n)WARC/[0-9]", data)
+    if m:
+        found.append(m.start() + (data[m.start():m.start() + 1] == b"\n"))
+    m = _ARC_LINE.search(b"\n" + data)
+    if m:
+        found.append(m.start())
+    return start + min(found) if found else None
+
+
+def read_records(path: str) -> Iterator[object]:
+    """Every record of a WARC or ARC file, as Record, and every damage met, as Problem."""
+    from warcio.archiveiterator import ArchiveIterator
+    try:
+        size = os.path.getsize(path)
+        fh = open(path, "rb")
+    except OSError as exc:
+        yield Problem(0, f"{exc.strerror}")
+        return
+    with fh:
+        if size == 0:
+            yield Problem(0, "empty file: no records")
+            return
+        magic = fh.read(3)
+        gz = magic[:2] == b"\x1f\x8b"
+        if gz and _whole_file_gzip(fh):
+            yield Problem(0, "a whole-file gzip (one gzip stream, not one per record): read as one "
+                          "stream; offsets are in the uncompressed stream")
+            with tempfile.TemporaryFile() as tmp:
+                fh.seek(0)
+                try:
+                    import gzip
+                    with gzip.GzipFile(fileobj=fh) as g:
+                        shutil.copyfileobj(g, tmp)
+                except (OSError, EOFError, zlib.error) as exc:
+                    yield Problem(tmp.tell(), f"the gzip stream is damaged ({exc}); what came before is read")
+                tmp.flush()
+                yield from _records(tmp, os.fstat(tmp.fileno()).st_size, False, ArchiveIterator)
+            return
+        yield from _records(fh, size, gz, ArchiveIterator)
+
+
+def _whole_file_gzip(fh) -> bool:
+    """Whether the first gzip member holds more than one record."""
+    fh.seek(0)
+    d = zlib.decompressobj(31)
+    out = b""
+    while not d.eof:
+        chunk = fh.read(1 << 16)
+        if not chunk:
+            break
+        try:
+            out += d.decompress(chunk, 1 << 20)
+        except zlib.error:
+            return False
+        if len(out) >= 1 << 20:
+            break
+    heads = len(re.findall(rb"(?:^|\n)WARC/[0-9]", out[:1 << 20]))
+    arcs = len(_ARC_LINE.findall(out[:1 << 20]))
+    return heads > 1 or (heads == 0 and arcs > 1 and d.eof is False)
+
+
+def _records(fh, size: int, gz: bool, ArchiveIterator) -> Iterator[object]:
+    with open(f"/proc/self/fd/{fh.fileno()}", "rb") as raw_fh:   # our own offset: warcio reads fh
+        yield from _records_of(fh, raw_fh, size, gz, ArchiveIterator)
+
+
+def _records_of(fh, raw_fh, size: int, gz: bool, ArchiveIterator) -> Iterator[object]:
+    start = 0
+    arc = False
+    while start < size:
+        fh.seek(start)
+        head = fh.read(16)
+        if not gz:
+            arc = not head.startswith(b"WARC/")
+        fh.seek(start)
+        it = ArchiveIterator(fh, arc2warc=False, ensure_http_headers=False)
+        offset = start
+        prev = None
+        try:
+            for rec in it:
+                offset = it.offset
+                rtype = rec.rec_type or ""
+                rec.raw_stream.read()     # to the end, so the length is known
+                length = it.get_record_length()
+                offset = it.get_record_offset()
+                if prev is not None:
+                    yield _raw(raw_fh, prev, offset)
+                prev = (offset, length, rtype, it.err_count)
+                it.err_count = 0
+        except Exception as exc:             # warcio says what it could not read
+            if prev is not None:
+                yield _raw(raw_fh, prev, None)
+                offset = prev[0] + prev[1]
+                prev = None
+            yield Problem(offset, f"unreadable record: {_say(exc)}")
+            offset = max(offset, start)
+            nxt = _resync(raw_fh, offset + 1, gz, arc)
+            if nxt is None:
+                return
+            yield Problem(offset, f"skipped {nxt - offset} bytes to the next record at offset {nxt}")
+            start = nxt
+            continue
+        if prev is not None:
+            yield _raw(raw_fh, prev, None if gz else size)
+            end = prev[0] + prev[1]
+            if gz and end < size:
+                raw_fh.seek(end)
+                rest = raw_fh.read(size - end)
+                if rest.strip(b"\0\r\n "):
+                    yield Problem(end, f"{size - end} bytes after the last record are not a whole "
+                                  "record (a gzip member cut short?); not imported")
+        elif start == 0 or start < size:
+            raw_fh.seek(start)
+            if raw_fh.read(size - start).strip(b"\0\r\n "):
+                yield Problem(start, "no record could be read here")
+        return
+
+
+def _say(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (type(exc).__name__ + (": " + text[0] if text else ""))[:300]
+
+
+def _raw(fh, prev, end: Optional[int]) -> object:
+    """The raw bytes of a record warcio found at offset, cut into parts (or a Problem)."""
+    offset, length, rtype, errs = prev
+    cut = False
+    try:
+        fh.seek(offset)
+        if end is not None and end > offset and not _is_gz(fh, offset):
+            data = fh.read(end - offset)          # plain: to the next record, blank lines included
+            gz = False
+        else:
+            data = fh.read(length)
+            gz = data[:2] == b"\x1f\x8b"
+            if gz:
+                d = zlib.decompressobj(31)
+                data = d.decompress(data)
+                cut = not d.eof
+        rec = _cut(data, gz, offset, len(data) if not gz else length, rtype, None)
+    except (ValueError, zlib.error, OSError) as exc:
+        return Problem(offset, f"unreadable record: {_say(exc)}")
+    if cut:
+        rec.fields[b"x-problem"] = b"its gzip member is cut short"
+    elif errs and b"x-problem" not in rec.fields:
+        rec.fields[b"x-problem"] = b"the block is not followed by a blank line: its Content-Length is wrong"
+    return rec
+
+
+def _is_gz(fh, offset: int) -> bool:
+    here = fh.tell()
+    fh.seek(offset)
+    m = fh.read(2)
+    fh.seek(here)
+    return m == b"\x1f\x8b"
+
+
+def check_digest(value: bytes, data: bytes) -> Optional[bool]:
+    """Whether a WARC digest (``sha1:BASE32``, ``sha256:...``) matches; None if it cannot tell."""
+    algo, sep, want = value.partition(b":")
+    if not sep:
+        return None
+    name = {b"sha1": "sha1", b"sha256": "sha256", b"sha-256": "sha256", b"md5": "md5",
+            b"sha512": "sha512"}.get(algo.strip().lower())
+    if name is None:
+        return None
+    digest = hashlib.new(name, data).digest()
+    want = want.strip()
+    try:
+        if len(want) == len(digest) * 2:
+            return bytes.fromhex(want.decode()) == digest
+        return base64.b32decode(want.upper() + b"=" * (-len(want) % 8)) == digest
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+# ---------------------------------------------------------------- importing
+
+@dataclass
+class WarcCounts:
+    records: int = 0
+    captures: int = 0
+    other: int = 0
+    bytes: int = 0
+    revisits_resolved: int = 0
+    revisits_unresolved: int = 0
+    duplicates: int = 0
+    dup_bytes: int = 0
+    already: int = 0
+    problems: list = field(default_factory=list)
+
+
+class WarcImporter(Importer):
+    """The bulk importer, fed records of web archive files instead of a tree."""
+
+    def __init__(self, *args, collection: bytes, **kw):
+        super().__init__(*args, **kw)
+        self.collection = collection
+        self.wc = WarcCounts()
+        self.dirs: dict[bytes, Item] = {}          # path below the collection -> its directory item
+        self.by_digest: dict[bytes, object] = {}   # payload digest -> Item (this import) or inode
+        self.taken: set[bytes] = set()             # capture paths given out in this import
+        self.existing_names: dict[int, dict] = {}  # directory inode -> its names before this import
+        self.stored_digests: Optional[dict] = None # payload digest -> inode, of earlier imports
+
+    # The walk: each source file's records, then its kept files.
+    def count(self, sources: list[bytes]) -> Optional[int]:
+        return None
+
+    def walk(self, sources: list[bytes], dest: Item) -> Iterator[Item]:
+        self.top = dest
+        self.dirs[b""] = dest
+        for src in sources:
+            yield from self._source(src)
+
+    def _dir(self, path: bytes) -> Item:
+        """The item of a directory below the collection (made in this import or found)."""
+        item = self.dirs.get(path)
+        if item is not None:
+            return item
+        parent_path, _, name = path.rpartition(b"/")
+        parent = self._dir(parent_path)
+        node = None
+        if parent.ino is not None:
+            try:
+                node = self.ns.lookup(parent.ino, name)
+            except FsError:
+                node = None
+        st = SimpleNamespace(st_mode=stat.S_IFDIR | 0o755, st_uid=self.uid, st_gid=self.gid,
+                             st_atime_ns=time.time_ns(), st_mtime_ns=time.time_ns(), st_rdev=0)
+        item = Item("dir", b"", parent, name, self.top.path + b"/" + path, st)
+        if node is not None:
+            if not node.is_dir:
+                item.failed = f"{_show(item.path)}: already there and not a directory"
+            else:
+                item.skip, item.ino, item.existing = True, node.id, node
+        self.dirs[path] = item
+        self._pending_dirs.append(item)
+        return item
+
+    def _file(self, path: bytes, data: bytes, mtime_ns: int, xattrs: list, identity: bytes,
+              src: bytes, share: Optional[object] = None) -> Optional[Item]:
+        """A file item for a path below the collection; None when it is there already."""
+        parent_path, _, name = path.rpartition(b"/")
+        parent = self._dir(parent_path)
+        st = SimpleNamespace(st_mode=stat.S_IFREG | 0o644, st_uid=self.uid, st_gid=self.gid,
+                             st_atime_ns=mtime_ns, st_mtime_ns=mtime_ns, st_rdev=0)
+        item = Item("file", self.top.path + b"/" + path, parent, name, self.top.path + b"/" + path, st)
+        item.xattrs = xattrs
+        item.size = len(data) if share is None else 0
+        item.warc_identity = identity
+        if share is None:
+            item.future = self.pool.submit(self._store_bytes, item, data)
+        else:
+            item.future = self.pool.submit(self._share, item, share)
+        item.warc_future = item.future
+        return item
+
+    def _free_path(self, stem: bytes, stamp_of, identity: bytes) -> tuple[bytes, bool]:
+        """(the first capture path stem+stamp(n) not taken by another capture, True), or
+        (its path, False) when this very capture (same identity) is already there."""
+        n = 1
+        while True:
+            path = stem + stamp_of(n).encode()
+            if path not in self.taken:
+                parent_path, _, name = path.rpartition(b"/")
+                parent = self.dirs.get(parent_path) if parent_path in self.dirs else None
+                if parent is None:
+                    parent = self._dir(parent_path)
+                node = self._name_in(parent, name)
+                if node is None:
+                    self.taken.add(path)
+                    return path, True
+                try:
+                    if self.ns.getxattr(node.id, b"user.warc.source") == identity:
+                        return path, False
+                except FsError:
+                    pass
+            n += 1
+
+    def _source(self, src: bytes) -> Iterator[Item]:
+        name = os.path.basename(src)
+        self._pending_dirs: list[Item] = []
+        index = [INDEX_HEADER.encode()]
+        heads = io.BytesIO()
+        keep = KEEP_DIR
+        for rec in _prefetched(read_records(os.fsdecode(src))):
+            if isinstance(rec, Problem):
+                self._report(f"{_show(src)}: offset {rec.offset}: {rec.text}")
+                continue
+            self.wc.records += 1
+            self.progress.advance(0)
+            capture = b"-"
+            where = b"heads"
+            ho = heads.tell()
+            heads.write(rec.head)
+            heads.write(rec.http)
+            problem = rec.fields.get(b"x-problem")
+            if problem:
+                self._report(f"{_show(src)}: offset {rec.offset}: {problem.decode()}; imported as read")
+            item = None
+            if rec.rtype in CAPTURE_TYPES:
+                item, capture = self._capture(src, name, rec)
+                if capture != b"-" and (item is None or item.kind == "file"):
+                    where = b"file" if rec.rtype != "revisit" else b"heads"
+            else:
+                self.wc.other += 1
+            if where == b"heads":
+                heads.write(rec.payload)
+            heads.write(rec.tail)
+            index.append(b"\t".join([
+                str(rec.offset).encode(), str(rec.length).encode(), b"gz" if rec.gz else b"-",
+                rec.rtype.encode() or b"-", str(ho).encode(), str(len(rec.head)).encode(),
+                str(len(rec.http)).encode(), str(len(rec.payload)).encode(), str(len(rec.tail)).encode(),
+                where, capture]) + b"\n")
+            yield from self._drain_dirs()
+            if item is not None:
+                yield item
+        # the kept files of this source
+        idx = b"".join(index)
+        hd = heads.getvalue()
+        ident = name + b"\t" + hashlib.sha1(idx).hexdigest().encode()
+        for suffix, data in ((INDEX_SUFFIX, idx), (HEADS_SUFFIX, hd)):
+            path = self._kept_name(keep + b"/" + name + suffix, ident)
+            if path is None:
+                continue
+            item = self._file(path, data, time.time_ns(), [(b"user.warc.source", ident)], ident, src)
+            yield from self._drain_dirs()
+            yield item
+
+    def _name_in(self, parent: Item, name: bytes):
+        """What is already under a name in a directory that was there before this
+        import (one query per directory); a directory this import made has only
+        the names it gave out."""
+        if parent.ino is None or parent.existing is None:
+            return None
+        names = self.existing_names.get(parent.ino)
+        if names is None:
+            if len(self.existing_names) > 10_000:
+                self.existing_names.clear()
+            names = self.existing_names[parent.ino] = self._existing(parent)
+        return names.get(name)
+
+    def _kept_name(self, path: bytes, ident: bytes) -> Optional[bytes]:
+        n = 1
+        base = path
+        while True:
+            parent_path, _, nm = path.rpartition(b"/")
+            parent = self._dir(parent_path)
+            node = self._name_in(parent, nm)
+            if node is None and path not in self.taken:
+                self.taken.add(path)
+                return path
+            if node is not None:
+                try:
+                    if self.ns.getxattr(node.id, b"user.warc.source") == ident:
+                        return None
+                except FsError:
+                    pass
+            n += 1
+            path = base + b"~" + str(n).encode()
+
+    def _drain_dirs(self) -> Iterator[Item]:
+        while self._pending_dirs:
+            d = self._pending_dirs.pop(0)
+            if not d.skip or d.failed:
+                yield d
+            else:
+                yield d          # skipped dirs still pass through (the batch counts them)
+
+    def _capture(self, src: bytes, name: bytes, rec: Record) -> tuple[Optional[Item], bytes]:
+        f = rec.fields
+        uri = f.get(b"warc-target-uri", b"")
+        where = f"{_show(src)}: offset {rec.offset}"
+        if not uri:
+            self._report(f"{where}: a {rec.rtype} record without a WARC-Target-URI; kept in the heads only")
+            return None, b"-"
+        clean = uri.strip(b" \t")
+        if clean.startswith(b"<") and clean.endswith(b">"):
+            clean = clean[1:-1].strip(b" \t")
+        if clean != uri:
+            self._report(f"{where}: WARC-Target-URI written as {_show(uri)}; filed under {_show(clean)}")
+        date = f.get(b"arc-date") or f.get(b"warc-date", b"")
+        try:
+            urlpath.stamp(date.decode("ascii"))
+        except (ValueError, UnicodeDecodeError):
+            self._report(f"{where}: no usable date ({_show(date)}); kept in the heads only")
+            return None, b"-"
+        stem = urlpath.url_to_path(clean).encode("utf-8", "surrogateescape")
+        identity = name + b"\t" + str(rec.offset).encode()
+        path, new = self._free_path(stem, lambda n: urlpath.stamp(date.decode("ascii"), n), identity)
+        if not new:
+            self.wc.already += 1
+            if rec.rtype != "revisit" and digest_of(f) and digest_of(f) not in self.by_digest:
+                self.by_digest[digest_of(f)] = self._stored_with_digest(digest_of(f))
+            return None, path          # already imported: its index line names it all the same
+        xattrs = [(b"user.warc.source", identity)]
+        for xname, key in XATTR_FIELDS:
+            if key in f:
+                xattrs.append((xname, f[key]))
+        if rec.arc:
+            xattrs.append((b"user.warc.type", rec.rtype.encode()))
+        if rec.http:
+            first = rec.http.split(b"\n", 1)[0].split()
+            if len(first) >= 2:
+                xattrs.append((b"user.http.status", first[1]))
+            for line in rec.http.split(b"\n")[1:]:
+                k, sep, v = line.partition(b":")
+                if sep and k.strip().lower() == b"content-type":
+                    xattrs.append((b"user.http.content-type", v.strip(b" \t\r")))
+                    break
+        elif f.get(b"content-type") and rec.rtype == "resource":
+            xattrs.append((b"user.http.content-type", f[b"content-type"]))
+        xattrs = list(dict(xattrs).items())
+        mtime = _date_ns(date)
+        digest = f.get(b"warc-payload-digest")
+        if rec.rtype == "revisit":
+            orig = self.by_digest.get(digest) if digest else None
+            if orig is None and digest:
+                orig = self._stored_with_digest(digest)
+            if orig is None:
+                self.wc.revisits_unresolved += 1
+                self._report(f"{where}: revisit of {_show(clean)} whose original (digest "
+                             f"{_show(digest or b'none')}) is not here; kept as an empty file")
+                item = self._file(path, rec.payload, mtime, xattrs + [(b"user.warc.revisit", b"unresolved")],
+                                  identity, src)
+            else:
+                self.wc.revisits_resolved += 1
+                item = self._file(path, b"", mtime, xattrs, identity, src, share=orig)
+            self.wc.captures += 1
+            return item, path
+        if digest:
+            ok = check_digest(digest, rec.payload)
+            if ok is False:
+                self._report(f"{where}: WARC-Payload-Digest {_show(digest)} does not match the payload; "
+                             "imported as read")
+        item = self._file(path, rec.payload, mtime, xattrs, identity, src)
+        if digest and digest not in self.by_digest:
+            self.by_digest[digest] = item
+        self.wc.captures += 1
+        self.wc.bytes += len(rec.payload)
+        return item, path
+
+    def _stored_with_digest(self, digest: bytes) -> Optional[int]:
+        """A file stored before this import whose payload has this digest (its inode):
+        the catalog's captures are read once, in one query, on the first need."""
+        if self.stored_digests is None:
+            self.stored_digests = {}
+            revisits = {ino for (ino,) in self.cat.query(
+                "SELECT inode FROM xattrs WHERE name=? AND value=?", (b"user.warc.type", b"revisit"))}
+            for value, ino in self.cat.query("SELECT value, inode FROM xattrs WHERE name=?",
+                                             (b"user.warc.payload-digest",)):
+                if ino not in revisits:
+                    self.stored_digests.setdefault(value, ino)
+        ino = self.stored_digests.get(digest)
+        if ino is not None:
+            try:
+                self.ns.get(ino)
+            except FsError:
+                return None          # deleted since
+        return ino
+
+    def _report(self, line: str) -> None:
+        self.wc.problems.append(line)
+        self.progress.note(line)
+
+    # -- worker threads ----------------------------------------------------------
+
+    def _store_bytes(self, item: Item, data: bytes) -> None:
+        rows = []
+        try:
+            mv = memoryview(data)
+            for i in range(0, max(len(data), 1), self.max_block):
+                rows.append(self.store.store(bytes(mv[i:i + self.max_block]), name=item.path))
+        except BaseException:
+            for row in rows:
+                self.store.release(row)
+            raise
+        item.rows, item.size = rows, len(data)
+        item.kept_rows = list(rows)
+
+    def _share(self, item: Item, orig) -> None:
+        """A revisit: the original's blocks, one more reference each."""
+        if isinstance(orig, Item):
+            # submitted earlier to the same pool: running or done, so no deadlock
+            try:
+                orig.warc_future.result()
+            except Exception:
+                raise FsError(errno.ENOENT, "its original could not be imported") from None
+            rows = orig.kept_rows
+        else:
+            rows = self.ns.contents(orig)
+        taken = []
+        try:
+            for row in rows:
+                taken.append(self.store.add_ref(row))
+        except BaseException:
+            for row in taken:
+                self.store.release(row)
+            raise
+        item.rows = taken
+        item.size = sum(r.size for r in rows)
+
+    def _count_file(self, item: Item) -> None:
+        super()._count_file(item)
+
+
+def _prefetched(gen, depth: int = 256):
+    """The items of a generator, made ahead by a thread (parsing overlaps the batches' commits)."""
+    import queue
+    import threading
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    END = object()
+
+    def run():
+        try:
+            for x in gen:
+                while not stop.is_set():
+                    try:
+                        q.put(x, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(END)
+        except BaseException as exc:         # said where it is read
+            q.put(exc)
+
+    t = threading.Thread(target=run, name="warc-read", daemon=True)
+    t.start()
+    try:
+        while True:
+            x = q.get()
+            if x is END:
+                return
+            if isinstance(x, BaseException):
+                raise x
+            yield x
+    finally:
+        stop.set()
+        t.join(timeout=5)
+
+
+def digest_of(fields: dict) -> Optional[bytes]:
+    return fields.get(b"warc-payload-digest")
+
+
+def _date_ns(date: bytes) -> int:
+    try:
+        s = date.decode("ascii")
+        if len(s) == 14 and s.isdigit():
+            t = time.strptime(s, "%Y%m%d%H%M%S")
+        else:
+            t = time.strptime(s[:19], "%Y-%m-%dT%H:%M:%S")
+        import calendar
+        return calendar.timegm(t) * 1_000_000_000
+    except (ValueError, UnicodeDecodeError):
+        return time.time_ns()
+
+
+def warc_summary(wc: WarcCounts, c, seconds: float, stopped: bool) -> list[str]:
+    lines = [f"imported {wc.records} records from the web archive files in {seconds:.1f} s "
+             f"({wc.records / max(seconds, 1e-6):.0f} records/s): {wc.captures} captures "
+             f"({human(wc.bytes)} of payload), {wc.other} other records kept",
+             f"  {c.dup_files} files ({human(c.dup_bytes)}) were duplicates, stored as references; "
+             f"{wc.revisits_resolved} revisits resolved to their original, "
+             f"{wc.revisits_unresolved} not; {c.new_blocks} new blocks; "
+             f"{wc.already} captures already there"]
+    problems = wc.problems + c.problems
+    if problems:
+        lines.append(f"  {len(problems)} problem(s):")
+        lines += ["    " + p for p in problems]
+    if stopped:
+        lines.append("  stopped before the end; run the same import again to go on")
+    return lines
+
+
+@admin.operation("import-warc")
+def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest: str,
+                collection: Optional[str] = None, mount_dev: Optional[int] = None) -> admin.Result:
+    """Import web archive files into the collection DEST/NAME."""
+    if getattr(store, "read_only", False):
+        raise WebfsError("the archive is mounted read-only")
+    ns = getattr(store, "namespace", None)
+    own = ns is None
+    journal = None
+    if own:
+        ns, journal = _open_namespace(store)
+    if collection is None:
+        base = os.path.basename(sources[0]) if sources else "warc"
+        collection = re.sub(r"(\.w?arc)?(\.gz)?$", "", base) or "warc"
+    if "/" in collection or collection in (".", "..", "") or "@" in collection:
+        raise WebfsError(f"{collection!r}: a collection is one name, without '/' or '@'")
+    started = time.monotonic()
+    target = os.path.join(dest, collection)
+    importer = WarcImporter(store, ns, progress, getattr(store, "invalidate_inode", None),
+                            getattr(store, "invalidate_entry", None), getattr(store, "free_unused", None),
+                            collection=os.fsencode(collection))
+    importer.avoid_dev = mount_dev
+    try:
+        counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(target))
+    finally:
+        if own:
+            _close_namespace(store, ns, journal)
+    seconds = time.monotonic() - started
+    stopped = progress.stopping
+    wc = importer.wc
+    problems = wc.problems + counts.problems
+    result = admin.Result(warc_summary(wc, counts, seconds, stopped), 4 if problems or stopped else 0)
+    result.figures = {k: v for k, v in vars(wc).items()}
+    result.figures.update(dup_files=counts.dup_files, dup_bytes=counts.dup_bytes,
+                          new_blocks=counts.new_blocks, files=counts.files, seconds=round(seconds, 3),
+                          stopped=stopped, collection=target)
+    return result
+
+
+# ---------------------------------------------------------------- reading a collection back
+
+class MountTree:
+    """A collection read through a mount (or any directory): plain file reads."""
+
+    def __init__(self, root: str):
+        self.root = os.fsencode(root)
+
+    def read(self, rel: bytes) -> bytes:
+        with open(os.path.join(self.root, rel), "rb") as f:
+            return f.read()
+
+    def listdir(self, rel: bytes) -> list[bytes]:
+        try:
+            return sorted(os.listdir(os.path.join(self.root, rel)))
+        except FileNotFoundError:
+            return []
+
+    def close(self) -> None:
+        pass
+
+    def size(self, rel: bytes) -> int:
+        return os.stat(os.path.join(self.root, rel)).st_size
+
+    def signature(self, rel: bytes) -> str:
+        try:
+            return os.getxattr(os.path.join(self.root, rel), "user.webfs.signature").decode()
+        except OSError:
+            with open(os.path.join(self.root, rel), "rb") as f:
+                return "sha1:" + hashlib.sha1(f.read()).hexdigest()
+
+    def is_dir(self, rel: bytes) -> bool:
+        return os.path.isdir(os.path.join(self.root, rel))
+
+    def location(self, rel: bytes) -> tuple[int, str]:
+        """(disk, signature) of a file's first block (the mount's virtual xattrs)."""
+        p = os.path.join(self.root, rel)
+        try:
+            return (int(os.getxattr(p, "user.webfs.disk").split(b",")[0]),
+                    os.getxattr(p, "user.webfs.signature").decode().split(",")[0])
+        except (OSError, ValueError):
+            return (1 << 30, "")
+
+
+class DiskTree:
+    """A collection read from the disks of an unmounted archive (``DISK:/NAME``)."""
+
+    def __init__(self, disk: str, path: str):
+        from .namespace import Namespace
+        self.store = open_archive(disk, holder="webfs export-warc")
+        self.ns = Namespace(self.store)
+        ino = ROOT_INODE
+        for part in [p for p in os.fsencode(path).split(b"/") if p]:
+            ino = self.ns.lookup(ino, part).id
+        self.top = ino
+
+    def _ino(self, rel: bytes) -> int:
+        ino = self.top
+        for part in [p for p in rel.split(b"/") if p]:
+            ino = self.ns.lookup(ino, part).id
+        return ino
+
+    def read(self, rel: bytes) -> bytes:
+        return b"".join(self.store.read(row) for row in self.ns.contents(self._ino(rel)))
+
+    def listdir(self, rel: bytes) -> list[bytes]:
+        try:
+            ino = self._ino(rel)
+        except FsError:
+            return []
+        out, after = [], 0
+        while True:
+            ents = self.ns.entries(ino, after)
+            if not ents:
+                break
+            out += [name for _, name, _ in ents]
+            after = ents[-1][0]
+        return sorted(out)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def size(self, rel: bytes) -> int:
+        return self.ns.get(self._ino(rel)).size
+
+    def signature(self, rel: bytes) -> str:
+        return ",".join(r.sig for r in self.ns.contents(self._ino(rel)))
+
+    def is_dir(self, rel: bytes) -> bool:
+        try:
+            return self.ns.get(self._ino(rel)).is_dir
+        except FsError:
+            return False
+
+    def location(self, rel: bytes) -> tuple[int, str]:
+        rows = self.ns.contents(self._ino(rel))
+        return (rows[0].disk, rows[0].sig) if rows else (1 << 30, "")
+
+
+def open_tree(collection: str):
+    disk, sep, path = collection.partition(":")
+    if sep and os.path.isfile(os.path.join(disk, "WEBFS-DISK")):
+        return DiskTree(disk, path or "/")
+    if not os.path.isdir(collection):
+        raise WebfsError(f"{collection}: not a directory, and not DISK:/NAME of an archive")
+    return MountTree(collection)
+
+
+@dataclass
+class IndexLine:
+    offset: int
+    length: int
+    gz: bool
+    rtype: str
+    ho: int
+    wl: int
+    hl: int
+    pl: int
+    tl: int
+    where: str
+    capture: bytes
+
+
+def parse_index(data: bytes) -> Iterator[IndexLine]:
+    for line in data.split(b"\n"):
+        if not line or line.startswith(b"#"):
+            continue
+        f = line.split(b"\t")
+        yield IndexLine(int(f[0]), int(f[1]), f[2] == b"gz", f[3].decode(), int(f[4]), int(f[5]),
+                        int(f[6]), int(f[7]), int(f[8]), f[9].decode(), f[10])
+
+
+def kept_sources(tree) -> list[bytes]:
+    """The source files a collection keeps (by the names of their index files)."""
+    return [n[:-len(INDEX_SUFFIX)] for n in tree.listdir(KEEP_DIR) if n.endswith(INDEX_SUFFIX)]
+
+
+def _set_header(head: bytes, name: bytes, value: Optional[bytes]) -> bytes:
+    """A WARC header block with one header set (or dropped, value None)."""
+    lines = head.split(b"\r\n") if b"\r\n" in head else head.split(b"\n")
+    out, done = [], False
+    for line in lines:
+        k, sep, _ = line.partition(b":")
+        if sep and k.strip().lower() == name.lower():
+            if value is not None and not done:
+                out.append(name + b": " + value)
+                done = True
+            continue
+        out.append(line)
+    if value is not None and not done:
+        out.insert(1, name + b": " + value)
+    return b"\r\n".join(out)
+
+
+def _arc_to_warc(rec_head: bytes, rtype: str, http: bytes, payload: bytes, ident: bytes) -> bytes:
+    """An ARC record as a WARC/1.1 record with the same URI, date, HTTP headers and payload."""
+    import uuid
+    f = _arc_fields(rec_head)
+    wtype = {"response": "response" if http else "resource"}.get(rtype, "warcinfo" if rtype == "arc_header"
+                                                                  else "resource")
+    rid = b"<urn:uuid:" + str(uuid.uuid5(uuid.NAMESPACE_URL, ident.decode("utf-8", "replace"))).encode() + b">"
+    lines = [b"WARC/1.1", b"WARC-Type: " + wtype.encode(), b"WARC-Record-ID: " + rid,
+             b"WARC-Date: " + f[b"warc-date"]]
+    if wtype != "warcinfo":
+        lines.append(b"WARC-Target-URI: " + f[b"warc-target-uri"])
+    ct = b"application/http; msgtype=response" if http else (f[b"content-type"] or b"application/octet-stream")
+    if wtype == "warcinfo":
+        ct = b"text/plain"
+    lines += [b"Content-Type: " + ct, b"Content-Length: " + str(len(http) + len(payload)).encode()]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + http + payload + b"\r\n\r\n"
+
+
+def collection_records(tree, duplicates: str = "revisit", order: str = "source") -> Iterator[tuple[bytes, bool, str]]:
+    """(record bytes, byte-identical to the source's, source name) for every kept record.
+
+    ``order="source"``: the source files' records in their order. ``order="disk"``:
+    the records without a capture file first (in source order), then the
+    captures sorted by the disk and the place on it of their first block, so
+    that the pages stream off each disk in the order of its signature tree."""
+    from concurrent.futures import ThreadPoolExecutor
+    pool = ThreadPoolExecutor(4, thread_name_prefix="export-read")
+    try:
+        yield from _collection_records(tree, duplicates, pool, order)
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def _read_ahead(tree, pool, lines: list, window: int = 64) -> Iterator[tuple]:
+    """(line, payload future or None) with the capture files of the next lines being
+    read by a pool (through a mount, reads of many small files overlap)."""
+    from collections import deque
+    ahead: deque = deque()
+    it = iter(lines)
+
+    def more():
+        for ln in it:
+            fut = pool.submit(tree.read, ln.capture) if ln.where == "file" else None
+            ahead.append((ln, fut))
+            if len(ahead) >= window:
+                return
+    more()
+    while ahead:
+        yield ahead.popleft()
+        if len(ahead) < window // 2:
+            more()
+
+
+def _in_order(tree, order: str) -> Iterator[tuple[bytes, bytes, list]]:
+    """(source, its heads, its index lines) in the order the records are written."""
+    sources = [(src, tree.read(KEEP_DIR + b"/" + src + HEADS_SUFFIX),
+                list(parse_index(tree.read(KEEP_DIR + b"/" + src + INDEX_SUFFIX))))
+               for src in kept_sources(tree)] if order == "disk" else None
+    if sources is None:
+        for src in kept_sources(tree):
+            yield (src, tree.read(KEEP_DIR + b"/" + src + HEADS_SUFFIX),
+                   list(parse_index(tree.read(KEEP_DIR + b"/" + src + INDEX_SUFFIX))))
+        return
+    for src, heads, lines in sources:
+        rest = [ln for ln in lines if ln.where != "file"]
+        if rest:
+            yield src, heads, rest
+    files = []
+    for i, (src, heads, lines) in enumerate(sources):
+        for ln in lines:
+            if ln.where == "file":
+                try:
+                    key = tree.location(ln.capture)
+                except (OSError, FsError, WebfsError):
+                    key = (1 << 30, "")
+                files.append((key, i, ln))
+    files.sort(key=lambda x: x[0])
+    run: list = []
+    for key, i, ln in files:                    # consecutive lines of one source, one group
+        if run and run[0][0] != i:
+            yield sources[run[0][0]][0], sources[run[0][0]][1], [x[1] for x in run]
+            run = []
+        run.append((i, ln))
+    if run:
+        yield sources[run[0][0]][0], sources[run[0][0]][1], [x[1] for x in run]
+
+
+def _collection_records(tree, duplicates: str, pool, order: str = "source") -> Iterator[tuple[bytes, bool, str]]:
+    for src, heads, lines in _in_order(tree, order):
+        for ln, fut in _read_ahead(tree, pool, lines):
+            p = ln.ho
+            head = heads[p:p + ln.wl]
+            p += ln.wl
+            http = heads[p:p + ln.hl]
+            p += ln.hl
+            identical = True
+            if ln.where == "heads":
+                payload = heads[p:p + ln.pl]
+                p += ln.pl
+            else:
+                try:
+                    payload = fut.result()
+                except (OSError, FsError, WebfsError) as exc:
+                    raise WebfsError(f"{_show(ln.capture)}: cannot be read: {exc}") from None
+            tail = heads[p:p + ln.tl]
+            if ln.rtype == "revisit" and duplicates == "full" and ln.capture != b"-" and head.startswith(b"WARC/"):
+                try:
+                    payload = tree.read(ln.capture)
+                except (OSError, FsError, WebfsError):
+                    payload = b""
+                if payload:
+                    head = _set_header(head, b"WARC-Type", b"response")
+                    for h in (b"WARC-Refers-To", b"WARC-Refers-To-Target-URI", b"WARC-Refers-To-Date",
+                              b"WARC-Profile", b"WARC-Block-Digest"):
+                        head = _set_header(head, h, None)
+                    identical = False
+            if not head.startswith(b"WARC/"):
+                yield _arc_to_warc(head, ln.rtype, http, payload, src + b"\t" + str(ln.offset).encode()), \
+                    False, os.fsdecode(src)
+                continue
+            if len(http) + len(payload) != ln.hl + ln.pl or not identical:
+                head = _set_header(head, b"Content-Length", str(len(http) + len(payload)).encode())
+                if not head.endswith(b"\r\n\r\n"):
+                    head = head.rstrip(b"\r\n") + b"\r\n\r\n"
+                identical = False
+                tail = b"\r\n\r\n"
+            yield head + http + payload + tail, identical, os.fsdecode(src)
+
+
+def export(collection: str, out: str, split: Optional[int] = None, duplicates: str = "revisit",
+           progress: Optional[admin.Progress] = None, order: str = "source") -> dict:
+    """Write a collection as per-record gzipped WARC; returns figures."""
+    tree = open_tree(collection)
+    figures = {"records": 0, "identical": 0, "bytes": 0, "files": []}
+    n = 0
+    fh = None
+
+    def next_file():
+        nonlocal n, fh
+        if fh is not None:
+            fh.close()
+        n += 1
+        name = out if split is None else re.sub(r"(\.warc)?(\.gz)?$", "", out) + f"-{n:05d}.warc.gz"
+        fh = open(name, "wb")
+        figures["files"].append(name)
+
+    try:
+        next_file()
+        for data, identical, _src in collection_records(tree, duplicates, order):
+            if split is not None and fh.tell() > 0 and fh.tell() >= split:
+                next_file()
+            c = zlib.compressobj(6, zlib.DEFLATED, 31)
+            fh.write(c.compress(data) + c.flush())
+            figures["records"] += 1
+            figures["identical"] += identical
+            figures["bytes"] += len(data)
+            if progress is not None:
+                progress.advance(1)
+    finally:
+        if fh is not None:
+            fh.close()
+        tree.close()
+    return figures
+
+
+# ---------------------------------------------------------------- versions of a URL
+
+def open_target(target: str):
+    """The whole archive as a tree: a mount point, or any disk of an unmounted archive."""
+    if os.path.isfile(os.path.join(target, "WEBFS-DISK")):
+        return DiskTree(target, "/")
+    if not os.path.isdir(target):
+        raise WebfsError(f"{target}: not a mount point or a disk of an archive")
+    return MountTree(target)
+
+
+def _stamp_key(stamp: str) -> tuple[str, int]:
+    digits, _, n = stamp.partition("~")
+    return digits, int(n or 1)
+
+
+def versions(tree, url: str) -> list[dict]:
+    """Every capture of URL in every collection, oldest first; identical ones share a group."""
+    stem = urlpath.url_to_path(url).encode("utf-8", "surrogateescape")
+    parent, _, leaf = stem.rpartition(b"/")
+    out = []
+    for coll in tree.listdir(b""):
+        if coll.startswith(b".") or not tree.is_dir(coll):
+            continue
+        for name in tree.listdir(coll + b"/" + parent):
+            if not name.startswith(leaf) or name == leaf:
+                continue
+            rel = coll + b"/" + parent + b"/" + name
+            try:
+                got, stamp = urlpath.split_capture_path(os.fsdecode(parent + b"/" + name))
+            except ValueError:
+                continue
+            if got != url or not stamp:
+                continue
+            out.append({"collection": os.fsdecode(coll), "path": os.fsdecode(rel), "stamp": stamp,
+                        "date": _iso(stamp), "size": tree.size(rel), "signature": tree.signature(rel)})
+    out.sort(key=lambda v: (_stamp_key(v["stamp"]), v["collection"]))
+    groups: dict[str, int] = {}
+    for v in out:
+        v["same_as"] = groups.setdefault(v["signature"], len(groups) + 1)
+    return out
+
+
+def _iso(stamp: str) -> str:
+    d = stamp.split("~")[0]
+    return f"{d[0:4]}-{d[4:6]}-{d[6:8]}T{d[8:10]}:{d[10:12]}:{d[12:14]}{d[14:]}Z"
+
+
+def parse_date(text: str) -> str:
+    """A date as 14 digits: 2024, 202401011200, 2024-01-01, 2024-01-01T12:00:00Z ..."""
+    digits = re.sub(r"[^0-9]", "", text.split(".")[0])
+    if len(digits) not in (4, 6, 8, 10, 12, 14):
+        raise WebfsError(f"{text!r}: not a date (YYYY[MM[DD[hh[mm[ss]]]]] or ISO 8601)")
+    return (digits + "0101000000"[len(digits) - 4:]) if len(digits) < 14 else digits
+
+
+def closest(caps: list[dict], at: Optional[str]) -> Optional[dict]:
+    """Memento's rule: the capture nearest in time to ``at`` (the earlier one on a tie);
+    without ``at``, the latest."""
+    if not caps:
+        return None
+    if at is None:
+        return caps[-1]
+    import calendar
+
+    def secs(d14: str) -> int:
+        return calendar.timegm(time.strptime(d14[:14], "%Y%m%d%H%M%S"))
+    want = secs(parse_date(at))
+    return min(caps, key=lambda v: (abs(secs(v["stamp"][:14]) - want), _stamp_key(v["stamp"])))
