@@ -121,9 +121,10 @@ class Step:
 def next_step(sv: Survey, delta: float, room, moved: frozenset = frozenset()) -> tuple[Optional[Step], str]:
     """One step of the procedure on a survey: the move to make, or None and
     why there is none. ``room(disk, bytes)`` says whether a disk has room.
-    Groups in ``moved`` (moved earlier in the same run) stay where they went:
+    Groups in ``moved`` (moved earlier in the same run) are tried last:
     moving one on again copies it twice for what one move to the final
-    target would have done."""
+    target would have done, but a disk made hottest by what moved onto it
+    would otherwise stay hot."""
     if len(sv.disk_heat) < 2:
         return None, "fewer than two disks take part in cooling"
     if sv.mean <= 0:
@@ -134,8 +135,8 @@ def next_step(sv: Survey, delta: float, room, moved: frozenset = frozenset()) ->
         return None, (f"balanced: the hottest disk ({s}, {hs:.1f} reads/s) is within {delta:.0%} "
                       f"of the mean ({sv.mean:.1f} reads/s)")
     targets = sorted((d for d in sv.disk_heat if d != s), key=lambda d: (sv.disk_heat[d], d))
-    candidates = sorted((g for g in sv.groups if g.disk == s and g.grp not in moved),
-                        key=lambda g: -g.temperature)
+    candidates = sorted((g for g in sv.groups if g.disk == s),
+                        key=lambda g: (g.grp in moved, -g.temperature))
     no_room = 0
     for g in candidates:
         for t in targets:
