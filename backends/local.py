@@ -66,17 +66,7 @@ class LocalBackend(Backend):
         except FileNotFoundError:
             self._makedirs(os.path.dirname(full))
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if fsync:
-                os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            _unlink_quietly(tmp)
-            raise
-        os.close(fd)
+        _fill(fd, data, fsync, tmp)
         try:
             os.rename(tmp, full)
         except BaseException:
@@ -107,17 +97,7 @@ class LocalBackend(Backend):
         except FileExistsError:
             self.write_atomic(path, data, fsync)
             return
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if fsync:
-                os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            _unlink_quietly(full)
-            raise
-        os.close(fd)
+        _fill(fd, data, fsync, full)
         if fsync:
             self._fsync_dir(os.path.dirname(full))
 
@@ -203,6 +183,22 @@ class LocalBackend(Backend):
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _fill(fd: int, data: bytes, fsync: bool, path: str) -> None:
+    """Write all of ``data`` to a new file's ``fd`` and close it; if that
+    fails, the half-written file at ``path`` goes too."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if fsync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(path)
+        raise
+    os.close(fd)
 
 
 def _unlink_quietly(path: str) -> None:
