@@ -451,17 +451,22 @@ class Archive:
 
     # -- the lock ------------------------------------------------------------
 
-    def lock(self, holder: str) -> None:
+    def lock(self, holder: str, write: bool = True) -> None:
         """Take the archive lock on every present disk, or raise ArchiveBusy.
 
         flock is dropped by the kernel when a process dies, so the lock of a
         killed daemon is never stale; the file's text only says who held it.
+        Without ``write`` (a check that writes nothing) the lock files are
+        opened read-only and their text is left alone; a disk without one has
+        never been held, so there is nothing to take there.
         """
         taken = []
         try:
             for vol in self.volumes.values():
-                taken.append(_flock(vol.root))
-            for fd in taken:
+                fd = _flock(vol.root, write)
+                if fd is not None:
+                    taken.append(fd)
+            for fd in taken if write else ():
                 _say_holder(fd, holder)
         except BaseException:
             for fd in taken:
@@ -522,11 +527,18 @@ class Archive:
         return None
 
 
-def _flock(root: str) -> int:
-    """The archive lock file of one disk, locked, or ArchiveBusy."""
+def _flock(root: str, write: bool = True) -> Optional[int]:
+    """The archive lock file of one disk, locked, or ArchiveBusy; without
+    ``write``, opened read-only and None when there is none."""
     path = os.path.join(root, LOCK_FILE)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    if write:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    else:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -24,21 +24,19 @@ Exit codes follow e2fsck: 0 clean, 1 problems found and all repaired,
 """
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shutil
-import sqlite3
 import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from . import codecs
 from .backends.local import TMP_SUFFIX
-from .archive import LOCK_FILE, Archive
+from .archive import Archive
 from .block import BlockHeader
 from .catalog import BlockRow, Catalog, catalog_path
-from .errors import ArchiveBusy, ArchiveError, CorruptBlock, WebfsError
+from .errors import ArchiveError, CorruptBlock, WebfsError
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -98,38 +96,11 @@ class ReadOnlyStore(Store):
             shutil.rmtree(self.copy_dir, ignore_errors=True)
 
 
-def _lock_without_writing(archive: Archive, holder: str) -> None:
-    """Hold the archive lock of every present disk, as Archive.lock does, but
-    open the lock files read-only and leave their text (who holds it) alone.
-    A disk without a lock file has never been held: nothing to take there."""
-    fds = []
-    try:
-        for vol in archive.volumes.values():
-            path = os.path.join(vol.root, LOCK_FILE)
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            except FileNotFoundError:
-                continue
-            fds.append(fd)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                who = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
-                raise ArchiveBusy(f"the archive is in use ({who}); "
-                                  "give its mount point instead, or unmount it first") from None
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
-    archive._lock_fds = fds
-    archive._holder = holder
-
-
 def open_readonly(disk: str, holder: str = "webfs fsck") -> Store:
     """Open the archive of ``disk`` for a check that writes nothing to any disk."""
     from .parity import INTENT_FILE, Parity
     archive = Archive.open(disk)
-    _lock_without_writing(archive, holder)
+    archive.lock(holder, write=False)
     copy_dir = ""
     try:
         primary = archive.volumes.get(archive.conf.catalog)
