@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from conftest import BIN, Mounted, sh, webfs
-from t2_cooling import start_reading
+from t4_cooling import start_reading
 
 
 def _json(*args) -> dict:
