@@ -1,7 +1,8 @@
 """kill -9 at chosen points inside commit, parity write-behind and checkpoint
 (WEBFS_TEST_KILL_AT, webfs.testkill), then remount: every file closed before
 the kill reads back identical, no exchange is applied twice by any reader of
-MANIFEST + JOURNAL, and fsck is clean (issue 11, item 10)."""
+MANIFEST + JOURNAL, and fsck is clean (issue 11, item 10). The replay rule
+alone is in t1_journal."""
 from __future__ import annotations
 
 import ctypes
@@ -13,11 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Mounted, webfs
-from webfs.assembly import open_archive
 from webfs import testkill
 from webfs.archive import Archive
 from webfs.recover import read_namespace
-from webfs.manifest import checkpoint_line, checkpoint_of, journal_after_checkpoint
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -137,20 +136,6 @@ def test_kill_inside_checkpoint_never_replays_an_exchange_twice(tmp_path, monkey
     fsck_clean(m)
 
 
-def test_journal_after_checkpoint_rules():
-    man = checkpoint_line(7) + b"-\t0\t40755\t1.000000000\t/\n"
-    assert checkpoint_of(man) == 7
-    old = b"+\tx\n" + checkpoint_line(6) + b"<>\t/a\t/b\n" + checkpoint_line(7) + b"-\t/c\n"
-    assert journal_after_checkpoint(man, old) == b"-\t/c\n"
-    assert journal_after_checkpoint(man, checkpoint_line(7) + b"-\t/d\n") == b"-\t/d\n"
-    # A marker written again by a later attempt: the last one counts.
-    twice = checkpoint_line(7) + b"-\t/x\n" + checkpoint_line(7) + b"-\t/y\n"
-    assert journal_after_checkpoint(man, twice) == b"-\t/y\n"
-    # Old disks (no numbers) and journals without the marker: replay everything.
-    assert journal_after_checkpoint(b"-\t0\t40755\t1.0\t/\n", old) == old
-    assert journal_after_checkpoint(man, b"<>\t/a\t/b\n") == b"<>\t/a\t/b\n"
-
-
 def test_a_bad_kill_point_name_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv(testkill.ENV, "nowhere")
     with pytest.raises(AssertionError, match="no such point"):
@@ -178,23 +163,3 @@ def test_recovery_at_mount_is_summed_up_in_one_or_two_lines(tmp_path, monkeypatc
     finally:
         m.umount()
     fsck_clean(m)
-
-
-def test_a_journal_line_cut_short_by_a_crash_does_not_swallow_the_next(tmp_path):
-    from conftest import make_archive
-    from webfs.manifest import Journal, record_disks
-    disks = make_archive(tmp_path)
-    for d in disks:
-        (d / "meta" / "JOURNAL").write_bytes(b"+\tabc\t12\t100644\t1.0")     # no newline: cut short
-    store = open_archive(str(disks[0]), holder="test")
-    try:
-        appended_to = record_disks(store.archive)
-        j = Journal(store.archive)
-        j.record("-", None, b"/gone")
-        j.flush()
-        j.close()
-    finally:
-        store.close()
-    assert len(appended_to) == 2
-    for d in (disks[i] for i in appended_to):
-        assert (d / "meta" / "JOURNAL").read_bytes().endswith(b"1.0\n-\t/gone\n")
