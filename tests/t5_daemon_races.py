@@ -17,10 +17,13 @@ import signal
 import threading
 import time
 
+import pytest
+
 from conftest import webfs
 from fault_helpers import LONG, daemon_alive, log_problems
 
 DURATION = 60.0 if LONG else 8.0
+pytestmark = pytest.mark.soak                 # longer under make test-long
 
 
 def run_threads(pid, workers, duration):

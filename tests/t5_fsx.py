@@ -208,6 +208,7 @@ class Fsx:
         self.pair.close()
 
 
+@pytest.mark.soak
 @pytest.mark.timeout(3600 if LONG else 300)
 def test_fsx_random_operations_with_mmap_match_a_reference_file(tmp_path):
     seed = int(os.environ.get("WEBFS_FSX_SEED") or random.randrange(1 << 30))

@@ -14,10 +14,13 @@ import sqlite3
 import threading
 import time
 
+import pytest
+
 from conftest import webfs
 from fault_helpers import LONG, daemon_alive, log_problems
 
 DURATION = 60.0 if LONG else 4.0
+pytestmark = pytest.mark.soak                 # longer under make test-long
 
 
 def test_open_racing_a_rename_over_the_target_never_misses_it(mounted):

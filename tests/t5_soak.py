@@ -414,6 +414,7 @@ def soak_mount(tmp_path):
     m.umount()
 
 
+@pytest.mark.soak
 @pytest.mark.timeout(DURATION + 240)
 def test_concurrent_writers_readers_renamers_appenders_deleters_match_the_model(soak_mount):
     m = soak_mount
