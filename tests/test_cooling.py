@@ -15,7 +15,7 @@ import pytest
 from conftest import Mounted, make_archive, sh, webfs
 from webfs.assembly import open_archive
 from webfs import admin
-from webfs.cooling import Group, Survey, apply, next_step
+from webfs.commands.cooling import Group, Survey, apply, next_step
 from webfs.heat import HeatTracker, estimate
 
 

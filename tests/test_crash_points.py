@@ -16,7 +16,7 @@ from conftest import REPO, Mounted, webfs
 from webfs.assembly import open_archive
 from webfs import testkill
 from webfs.archive import Archive
-from webfs.recover import read_namespace
+from webfs.commands.rebuild_catalog import read_namespace
 from webfs.manifest import checkpoint_line, checkpoint_of, journal_after_checkpoint
 
 libc = ctypes.CDLL(None, use_errno=True)

@@ -32,7 +32,7 @@ from webfs.catalog import BlockRow
 from webfs.cli import protection_lines
 from webfs.errors import ArchiveError, CorruptParity, DataLost, NoSpace
 from webfs.parity import (Member, Parity, ParityHeader, size_class, xor_payloads)
-from webfs.rebuild import MAX_THREADS, Pace, measure
+from webfs.commands.rebuild_disk import MAX_THREADS, Pace, measure
 from webfs.signature import ContentKey
 from webfs.store import Store, key_of
 

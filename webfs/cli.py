@@ -16,10 +16,11 @@ from typing import Optional
 import click
 
 from . import __version__, archive as archmod
-from . import daemon, fsck as fsckmod
+from . import daemon
+from .commands import fsck as fsckmod
 from .admin import human
-from . import rebuild as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
-from . import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (register their operations)
+from .commands import rebuild_disk as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
+from .commands import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (register their operations)
 from . import ingest as _ingest, warc as _warc    # noqa: F401  (register their operations)
 from .errors import CatalogUnreadable, WebfsError
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
@@ -229,7 +230,7 @@ def fsck(repair, rebuild, disk):
     try:
         if rebuild:
             from .archive import Archive
-            from .recover import rebuild_catalog
+            from .commands.rebuild_catalog import rebuild_catalog
             archive = Archive.open(disk)
             archive.lock("webfs fsck --rebuild-catalog")
             try:

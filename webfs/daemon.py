@@ -427,7 +427,7 @@ class Daemon:
     def cool(self) -> None:
         """One step of disk cooling (the cool_interval option); a failure is
         logged, and the mount goes on."""
-        from .cooling import background_step
+        from .commands.cooling import background_step
         try:
             background_step(self.store)
         except Exception:

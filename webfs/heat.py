@@ -45,7 +45,7 @@ written) at most every ``save_every`` seconds at a commit, and at every
 sync, so heat survives a remount.
 
 The temperature of a group (heat per byte) and the heat of a disk (the sum
-over its groups) are worked out by ``webfs.cooling``, which knows the sizes
+over its groups) are worked out by ``webfs.commands.cooling``, which knows the sizes
 and the disks.
 """
 from __future__ import annotations

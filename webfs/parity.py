@@ -4,7 +4,8 @@ stripe when their own disk cannot give them.
 
 This module owns the parity file format (``WEBFS-PARITY 1``, see
 webfs-format(5)), the ``stripes`` table, and the ``Parity`` protection the
-store uses. Scrub (``webfs.scrub``) and rebuild (``webfs.rebuild``) build on it.
+store uses. Scrub (``webfs.commands.scrub``) and disk rebuild
+(``webfs.commands.rebuild_disk``) build on it.
 
 **Stripes.** A stripe holds up to G-1 blocks (G = ``group_size``) of one size
 class (a quarter octave of the stored length, so zero-padding to the longest

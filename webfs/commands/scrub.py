@@ -24,15 +24,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import admin
-from .admin import DiskGates, Pace, parallel
-from .backends.local import TMP_SUFFIX
-from .block import HEADER_SIZE, utc_timestamp
-from .catalog import BlockRow
-from .errors import CorruptParity, WebfsError
+from .. import admin
+from ..admin import DiskGates, Pace, parallel
+from ..backends.local import TMP_SUFFIX
+from ..block import HEADER_SIZE, utc_timestamp
+from ..catalog import BlockRow
+from ..errors import CorruptParity, WebfsError
 from .fsck import EXIT_CLEAN, EXIT_LEFT, Report, restore_block
-from .parity import Gate, Member, Parity, ParityHeader, parity_files, xor_payloads
-from .store import Store
+from ..parity import Gate, Member, Parity, ParityHeader, parity_files, xor_payloads
+from ..store import Store
 
 log = logging.getLogger(__name__)
 

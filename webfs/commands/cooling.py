@@ -23,7 +23,7 @@ sum over the groups on it. One cooling step:
 ``webfs cool`` repeats steps until one of them says stop (and prints why);
 the background step makes at most one move per call, as the paper's
 demon does. A moved block leaves its parity stripe and joins another
-(``webfs.rebalance.move_group``), so members and parity stay on distinct
+(``webfs.commands.rebalance.move_group``), so members and parity stay on distinct
 disks whatever the target. The paper's other cost test (no move while the
 source disk has a queue) is not made: an on-demand cool should not refuse
 because the disk it is asked to cool is busy.
@@ -41,15 +41,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional
 
-from . import admin, archive as archmod
-from .admin import Progress, Result, human
-from .block import HEADER_SIZE, percent_decode
-from .catalog import BlockRow
-from .errors import NoSpace
-from .heat import DEFAULT_K
+from .. import admin, archive as archmod
+from ..admin import Progress, Result, human
+from ..block import HEADER_SIZE, percent_decode
+from ..catalog import BlockRow
+from ..errors import NoSpace
+from ..heat import DEFAULT_K
 from .rebalance import MOVER, finish_interrupted, move_group
-from .assembly import open_archive
-from .store import Store
+from ..assembly import open_archive
+from ..store import Store
 
 log = logging.getLogger(__name__)
 

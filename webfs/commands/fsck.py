@@ -5,7 +5,7 @@ row, and reports each problem as a ``Finding``: a header that does not
 parse, content that does not match its signature, a catalog row whose
 block is missing, a block no row knows (an orphan), reference counts that
 disagree (catalog against namespace and pins, header against catalog),
-and leftovers of interrupted writes; and (``webfs.scrub.check_parity``)
+and leftovers of interrupted writes; and (``webfs.commands.scrub.check_parity``)
 parity files that do not parse or list other blocks than the catalog,
 stripes left dirty by an interrupted update, and orphan parity files. With
 ``repair`` it fixes what it can (refs, orphans, leftovers, blocks found on
@@ -31,13 +31,13 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from . import codecs
-from .backends.local import TMP_SUFFIX
-from .archive import Archive
-from .block import BlockHeader
-from .catalog import BlockRow, Catalog, catalog_path
-from .errors import ArchiveError, CorruptBlock, WebfsError
-from .store import Store
+from .. import codecs
+from ..backends.local import TMP_SUFFIX
+from ..archive import Archive
+from ..block import BlockHeader
+from ..catalog import BlockRow, Catalog, catalog_path
+from ..errors import ArchiveError, CorruptBlock, WebfsError
+from ..store import Store
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class ReadOnlyStore(Store):
 
 def open_readonly(disk: str, holder: str = "webfs fsck") -> Store:
     """Open the archive of ``disk`` for a check that writes nothing to any disk."""
-    from .parity import INTENT_FILE, Parity
+    from ..parity import INTENT_FILE, Parity
     archive = Archive.open(disk)
     archive.lock(holder, write=False)
     copy_dir = ""
@@ -157,7 +157,7 @@ def check(store: Store, repair: bool = False,
 def _prune_last_scrub(store: Store) -> None:
     """Blocks the last scrub left damaged that read back good now (this repair
     mended them) are taken off the list status shows."""
-    from .parity import Member, Parity
+    from ..parity import Member, Parity
     import json
     text = store.catalog.get_meta("last_scrub")
     if not text or not isinstance(store.protection, Parity):

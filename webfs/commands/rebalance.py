@@ -40,18 +40,18 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
-from . import admin
-from .admin import Progress, Result, human
-from .archive import DiskInfo, disk_id_text, read_disk_id
-from .backends import open_backend
-from .backends.local import TMP_SUFFIX
-from .block import HEADER_SIZE
-from .catalog import BlockRow
-from .errors import ArchiveError, NoSpace, WebfsError
-from .placement import home_disk
-from .signature import group_dir
-from .store import Store
-from .volume import BLOCKS, CONF_FILE, DISK_ID_FILE, META, PARITY
+from .. import admin
+from ..admin import Progress, Result, human
+from ..archive import DiskInfo, disk_id_text, read_disk_id
+from ..backends import open_backend
+from ..backends.local import TMP_SUFFIX
+from ..block import HEADER_SIZE
+from ..catalog import BlockRow
+from ..errors import ArchiveError, NoSpace, WebfsError
+from ..placement import home_disk
+from ..signature import group_dir
+from ..store import Store
+from ..volume import BLOCKS, CONF_FILE, DISK_ID_FILE, META, PARITY
 
 log = logging.getLogger(__name__)
 
