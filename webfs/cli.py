@@ -18,6 +18,7 @@ import click
 from . import __version__, archive as archmod
 from . import daemon
 from .commands import fsck as fsckmod
+from .commands.report import EXIT_FAILED
 from .admin import human
 from .commands import rebuild_disk as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
 from .commands import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (register their operations)
@@ -247,7 +248,7 @@ def fsck(repair, rebuild, disk):
             store.close()
     except CatalogUnreadable as exc:        # found by the check at open (--repair)
         click.echo(f"webfs fsck: {exc}", err=True)
-        sys.exit(fsckmod.EXIT_FAILED)
+        sys.exit(EXIT_FAILED)
     except sqlite3.DatabaseError as exc:    # found in the private copy (read-only check)
         if type(exc) is not sqlite3.DatabaseError:
             raise           # an integrity or operational error is not a damaged file
@@ -260,7 +261,7 @@ def fsck(repair, rebuild, disk):
             where = f"{CATALOG_FILE} of the archive of {disk}"
         click.echo(f"webfs fsck: {where}: not a usable catalog ({exc}); keep a copy of it, then "
                    f"'webfs fsck --rebuild-catalog {disk}' rebuilds it from the disks", err=True)
-        sys.exit(fsckmod.EXIT_FAILED)
+        sys.exit(EXIT_FAILED)
     for where, what in skipped:
         report.add("record", where, what, fixable=False)
     for f in report.findings:

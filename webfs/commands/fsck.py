@@ -19,8 +19,7 @@ so what a killed process committed is seen but never checkpointed into the
 original), does not reconcile stripes an interrupted process left behind
 (it reports them), and every finding says what ``--repair`` would do.
 
-Exit codes follow e2fsck: 0 clean, 1 problems found and all repaired,
-4 problems left, 8 could not check.
+Findings, the report and its e2fsck exit codes are ``webfs.commands.report``'s.
 """
 from __future__ import annotations
 
@@ -28,58 +27,18 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from .. import codecs
 from ..backends.local import TMP_SUFFIX
 from ..archive import Archive
-from ..block import BlockHeader
 from ..catalog import BlockRow, Catalog, catalog_path
 from ..errors import ArchiveError, CorruptBlock, WebfsError
 from ..store import Store
+from .report import Report, payload_from_redundancy, restored
+from .scrub import check_parity
 
 log = logging.getLogger(__name__)
-
-EXIT_CLEAN, EXIT_REPAIRED, EXIT_LEFT, EXIT_FAILED = 0, 1, 4, 8
-
-
-@dataclass
-class Finding:
-    kind: str
-    where: str
-    what: str
-    repaired: bool = False
-    dry_run: bool = False           # found by a read-only check: --repair would try
-
-    def __str__(self) -> str:
-        mark = ("repaired" if self.repaired else
-                "NOT repaired: read-only check, --repair would mend it" if self.dry_run else
-                "NOT repaired")
-        return f"{self.kind}: {self.where}: {self.what} [{mark}]"
-
-
-@dataclass
-class Report:
-    findings: list[Finding] = field(default_factory=list)
-    blocks_checked: int = 0
-    read_only: bool = False
-    degraded: dict[int, int] = field(default_factory=dict)     # missing disk -> blocks read through parity
-    damaged: set[tuple[str, int, int]] = field(default_factory=set)   # (sig, overflow, disk) reported corrupt
-
-    def add(self, kind: str, where: str, what: str, repaired: bool = False,
-            fixable: bool = True) -> Finding:
-        """A problem; ``fixable``: one --repair would mend (said so in a read-only check)."""
-        f = Finding(kind, where, what, repaired, self.read_only and fixable and not repaired)
-        self.findings.append(f)
-        log.info("%s", f)
-        return f
-
-    @property
-    def exit_code(self) -> int:
-        if not self.findings:
-            return EXIT_CLEAN
-        return EXIT_REPAIRED if all(f.repaired for f in self.findings) else EXIT_LEFT
 
 
 class ReadOnlyStore(Store):
@@ -134,7 +93,6 @@ def open_readonly(disk: str, holder: str = "webfs fsck") -> Store:
 
 def check(store: Store, repair: bool = False,
           progress: Optional[Callable[[int], None]] = None) -> Report:
-    from .scrub import check_parity     # scrub builds on this module's Report
     report = Report(read_only=not repair)
     if repair:      # block files an interrupted write left (meta/intents), before they count as damage
         for line in store.forget_unfinished_writes():
@@ -214,7 +172,7 @@ def _check_files(store: Store, repair: bool, report: Report,
                 if len(data) != header.size or store.signature_fn(data) != sig:
                     raise CorruptBlock("content does not match its signature")
             except (CorruptBlock, OSError, WebfsError) as exc:
-                fixed = repair and row is not None and row.disk == disk and _rewrite_from_redundancy(store, row)
+                fixed = repair and row is not None and row.disk == disk and restored(store, row)
                 report.add("corrupt", where, str(exc).removeprefix(where + ": "), fixed)
                 if fixed:
                     seen.setdefault((sig, overflow), []).append(disk)
@@ -239,35 +197,10 @@ def _check_files(store: Store, repair: bool, report: Report,
 def _readable_through_parity(store: Store, row: BlockRow) -> Optional[str]:
     """None if the block's stripe rebuilds it (checked against its signature), else why not."""
     try:
-        payload = store.protection.reconstruct(row)
-        data = codecs.get(row.codec).decode(payload)
+        payload_from_redundancy(store, row)
     except (OSError, WebfsError) as exc:
         return f"its stripe cannot rebuild it ({exc})"
-    if len(data) != row.size or store.signature_fn(data) != row.sig:
-        return "what its stripe gives does not match its signature"
     return None
-
-
-def _rewrite_from_redundancy(store: Store, row: BlockRow) -> bool:
-    """Put a good copy of a damaged block back on its disk, if redundancy has one."""
-    try:
-        restore_block(store, row)
-    except WebfsError:
-        return False
-    return True
-
-
-def restore_block(store: Store, row: BlockRow, gate=None) -> None:
-    """Write a damaged or lost block back on its disk from redundancy, byte for
-    byte as it was (its header from the catalog row); raise why if it cannot be.
-    ``gate`` bounds the reads per disk (see ``Parity.reconstruct``)."""
-    payload = store.protection.reconstruct(row, gate=gate) if gate else store.protection.reconstruct(row)
-    data = codecs.get(row.codec).decode(payload)
-    if len(data) != row.size or store.signature_fn(data) != row.sig:
-        raise CorruptBlock(f"block {row.block_name}: what its stripe gives does not match its signature")
-    header = BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created, row.name)
-    store.archive.volumes[row.disk].write_block(header, payload, row.overflow, fsync=store.fsync)
-    store.forget_damage(row)
 
 
 def _check_rows(store: Store, repair: bool, report: Report,
@@ -294,7 +227,7 @@ def _check_rows(store: Store, repair: bool, report: Report,
             elif (row.sig, row.overflow, row.disk) in report.damaged:
                 pass            # its file is there but damaged: reported once, as corrupt
             else:
-                fixed = repair and _rewrite_from_redundancy(store, row)
+                fixed = repair and restored(store, row)
                 report.add("missing", where, f"not on disk {row.disk}", fixed)
         for extra in holders:
             if extra != row.disk:

@@ -24,7 +24,7 @@ from typing import Optional
 from .. import signature as sigmod
 from ..archive import Archive
 from ..catalog import Catalog, catalog_path
-from ..errors import ArchiveError, CorruptBlock, WebfsError
+from ..errors import ArchiveError, CorruptBlock
 from ..manifest import JOURNAL, MANIFEST, escape_path, journal_after_checkpoint, unescape_path
 from ..namespace import ROOT_INODE, name_problem
 from ..volume import PARITY

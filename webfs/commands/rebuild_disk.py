@@ -29,11 +29,11 @@ from ..backends import open_backend
 from ..block import HEADER_SIZE, utc_timestamp
 from ..catalog import BlockRow
 from ..errors import ArchiveError, CorruptBlock, WebfsError
-from .fsck import EXIT_CLEAN, EXIT_LEFT, restore_block
 from ..parity import REBUILD_MARKER, Member, Parity
 from ..assembly import open_archive
 from ..store import Store
 from ..volume import DISK_ID_FILE, META, Volume
+from .report import EXIT_CLEAN, EXIT_LEFT, restore_block
 
 READS_PER_DISK = 4              # reads at once on each surviving disk
 MAX_THREADS = 16                # blocks (or parity files) rebuilt at once, at most

@@ -30,9 +30,9 @@ from ..backends.local import TMP_SUFFIX
 from ..block import HEADER_SIZE, utc_timestamp
 from ..catalog import BlockRow
 from ..errors import CorruptParity, WebfsError
-from .fsck import EXIT_CLEAN, EXIT_LEFT, Report, restore_block
 from ..parity import Gate, Member, Parity, ParityHeader, parity_files, xor_payloads
 from ..store import Store
+from .report import EXIT_CLEAN, EXIT_LEFT, Report, restored
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def check_stripe(store: Store, parity: Parity, stripe_id: str, report: Report,
         _proven_good(store, exam, deep)
         for row in exam.rows:
             if row.id in exam.bad:
-                fixed = repair and _restored(store, row)
+                fixed = repair and restored(store, row)
                 report.add("corrupt", f"block {row.block_name} on disk {row.disk}", exam.bad[row.id], fixed)
         if exam.trouble or exam.stale or exam.dirty or exam.mismatch:
             what = exam.trouble or ("parity lists other blocks than the catalog" if exam.stale else
@@ -137,15 +137,6 @@ def _proven_good(store: Store, exam: Exam, deep: bool) -> None:
         for row in exam.rows:
             if row.id not in exam.bad and row.disk in store.archive.volumes:
                 store.forget_damage(row)
-
-
-def _restored(store: Store, row: BlockRow) -> bool:
-    try:
-        restore_block(store, row)
-    except (OSError, WebfsError) as exc:
-        log.info("block %s: not restored: %s", row.block_name, exc)
-        return False
-    return True
 
 
 def check_parity_files(store: Store, parity: Parity, report: Report, repair: bool,
