@@ -15,6 +15,7 @@ import pytest
 from conftest import Mounted, make_archive, sh, webfs
 from webfs.assembly import open_archive
 from webfs import admin
+from webfs.operations import OPERATIONS
 from webfs.commands.cooling import Group, Survey, apply, next_step
 from webfs.heat import HeatTracker, estimate
 
@@ -131,7 +132,7 @@ def test_cooling_moves_groups_and_keeps_every_block_readable(disks):
         for row in rng.choices(ranked, cum_weights=list(itertools.accumulate(
                 1 / (i + 1) for i in range(len(ranked)))), k=4000):
             store.read(row)
-        res = admin.OPERATIONS["cool"](store, admin.Progress(), delta=0.1)
+        res = OPERATIONS["cool"](store, admin.Progress(), delta=0.1)
         f = res.figures
         assert f["moves"] and f["bytes_moved"] > 0
         assert f["ratio_after"] < f["ratio_before"]

@@ -19,6 +19,7 @@ import pytest
 
 from conftest import BIN, Mounted, sh, unmount, webfs
 from webfs import admin
+from webfs.operations import OPERATIONS
 from webfs import ingest
 
 DROP_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]   # root that obeys modes
@@ -225,7 +226,7 @@ def test_a_name_too_long_is_reported(store, tmp_path, monkeypatch):
 
     monkeypatch.setattr(ingest.os, "scandir", scandir)
     notes = []
-    result = admin.OPERATIONS["import"](store, admin.Progress(lambda k, n, t, w: k == "note" and notes.append(w)),
+    result = OPERATIONS["import"](store, admin.Progress(lambda k, n, t, w: k == "note" and notes.append(w)),
                                         sources=[str(src) + "/"], dest="/d")
     assert result.exit_code == 4
     assert len(notes) == 1 and "File name too long (ENAMETOOLONG)" in notes[0], notes

@@ -20,10 +20,8 @@ from . import daemon
 from .commands import fsck as fsckmod
 from .commands.report import EXIT_FAILED
 from .admin import human
-from .commands import rebuild_disk as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
-from .commands import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (register their operations)
-from . import ingest as _ingest, warc as _warc    # noqa: F401  (register their operations)
 from .errors import CatalogUnreadable, WebfsError
+from .operations import OPERATIONS
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 from .assembly import open_archive
 from .store import Store, key_of
@@ -125,7 +123,7 @@ def run_operation(target: str, name: str, as_json: bool = False, unit: str = "bl
 
             signal.signal(signal.SIGINT, stop)
             try:
-                result = admin.OPERATIONS[name](store, progress, **options)
+                result = OPERATIONS[name](store, progress, **options)
             except KeyboardInterrupt:
                 progress.stop_requested.set()
                 raise
@@ -554,7 +552,7 @@ def delete(disk, keys):
 @click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
 def mount(options, foreground, disk, mountpoint):
     """Mount the archive that DISK belongs to on MOUNTPOINT."""
-    daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), foreground=foreground)
+    daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), OPERATIONS, foreground=foreground)
 
 
 @main.command()
@@ -684,7 +682,7 @@ def mount_helper() -> None:
     try:
         opts = daemon.MountOptions.parse(options)
         if not fake:
-            daemon.mount(positional[0], positional[1], opts)
+            daemon.mount(positional[0], positional[1], opts, OPERATIONS)
     except WebfsError as exc:
         click.echo(f"mount.webfs: {exc}", err=True)
         sys.exit(32)                     # mount(8): mount failure

@@ -819,6 +819,11 @@ class Parity(Protection):
         """Is a new block's parity update of this stripe under way?"""
         return self._intents.busy(stripe_id)
 
+    def interrupted(self) -> set[str]:
+        """Stripes whose update an interrupted process left in the intent log
+        (an open with ``recover=False`` leaves them for the caller to report)."""
+        return self._intents.listed()
+
     # -- figures -------------------------------------------------------------
 
     def status(self) -> dict:

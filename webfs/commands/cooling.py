@@ -35,7 +35,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import admin
 from ..admin import Progress, Result, human
 from ..block import HEADER_SIZE, percent_decode
 from ..errors import NoSpace
@@ -157,7 +156,6 @@ def _heat_lines(sv: Survey) -> list[str]:
             for d, h in sorted(sv.disk_heat.items())]
 
 
-@admin.operation("cool")
 def cool(store: Store, progress: Progress, dry_run: bool = False, max_moves: Optional[int] = None,
          delta: float = DEFAULT_DELTA) -> Result:
     """Run the cooling procedure until it says stop (``webfs cool``)."""
@@ -232,7 +230,6 @@ def background_step(store: Store, delta: float = DEFAULT_DELTA) -> None:
         MOVER.release()
 
 
-@admin.operation("heat")
 def heat(store: Store, progress: Progress, top: int = 10) -> Result:
     """Per-disk heat, and the hottest groups with the pages in them (``webfs heat``)."""
     sv = survey(store)

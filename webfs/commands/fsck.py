@@ -133,7 +133,7 @@ def _prune_last_scrub(store: Store) -> None:
                 store.protection.read_member(Member.of(row), verify=True)
                 continue
         except (OSError, WebfsError):
-            pass
+            pass                        # still damaged: it stays on the list
         keep.append(where)
     if keep != last.get("damaged", []):
         last["left"] = max(0, last.get("left", 0) - (len(last["damaged"]) - len(keep)))

@@ -13,7 +13,6 @@ import uuid as uuidmod
 from collections import Counter
 from typing import Iterable
 
-from .. import admin
 from ..admin import Progress, Result, human
 from ..archive import DiskInfo, disk_id_text, read_disk_id
 from ..backends import open_backend
@@ -100,7 +99,6 @@ def plan_rebalance(store: Store) -> tuple[list[tuple[str, int, int]], int]:
 
 # -- operations --------------------------------------------------------------------
 
-@admin.operation("rebalance")
 def rebalance(store: Store, progress: Progress, dry_run: bool = False) -> Result:
     """Move the groups whose home changed to their new home."""
     res = Result()
@@ -140,7 +138,6 @@ def rebalance(store: Store, progress: Progress, dry_run: bool = False) -> Result
     return res
 
 
-@admin.operation("add-disk")
 def add_disk(store: Store, progress: Progress, path: str, weight: float = 1.0) -> Result:
     """Make the directory ``path`` a new disk of the archive."""
     if weight <= 0:
@@ -182,7 +179,6 @@ def _check_new_disk(path: str, archive_uuid: str) -> None:
         raise ArchiveError(f"{path}: a disk of another webfs archive")
 
 
-@admin.operation("remove-disk")
 def remove_disk(store: Store, progress: Progress, disk: int) -> Result:
     """Drain disk ``disk`` onto the others (each group to its rendezvous home
     among them), then forget it."""

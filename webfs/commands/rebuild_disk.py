@@ -85,7 +85,6 @@ def _present(parity: Parity, vol: Volume, row: BlockRow) -> bool:
     return header.refs == row.refs and parity.verified(Member.of(row), payload)
 
 
-@admin.operation("rebuild")
 def rebuild(store: Store, progress: admin.Progress, disk: int, to: str,
             max_rate: Optional[float] = None) -> admin.Result:
     """Reconstruct every block and parity file of disk ``disk`` into ``to``."""

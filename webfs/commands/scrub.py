@@ -182,7 +182,7 @@ def check_parity(store: Store, report: Report, repair: bool) -> None:
     if not repair:
         # A read-only open does not reconcile what an interrupted process left: say it.
         dirty = set(parity.stripe_ids("state != 'ok'"))
-        for stripe_id in sorted(parity._intents.listed() - dirty):
+        for stripe_id in sorted(parity.interrupted() - dirty):
             report.add("parity", f"stripe {stripe_id}", "listed in meta/parity-intent: an update was "
                        "interrupted, its parity may not match; --repair (or a mount) recomputes it")
     for stripe_id in parity.stripe_ids():
@@ -196,7 +196,6 @@ READS_PER_DISK = 4              # reads at once on each disk
 MAX_THREADS = 16                # stripes looked at once, at most
 
 
-@admin.operation("scrub")
 def scrub(store: Store, progress: admin.Progress, repair: bool = False,
           max_rate: Optional[float] = None) -> admin.Result:
     """Read every block and parity file; verify signatures and parity; repair
