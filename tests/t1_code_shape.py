@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Iterator
@@ -189,3 +190,13 @@ def test_the_check_sees_a_cycle_and_a_private_name(tmp_path, monkeypatch):
     (pkg / "b.py").write_text("def f():\n    from . import a\n    return a\n_hidden = 1\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
     assert findings() == ["cycle among webfs.a, webfs.b", "private webfs.a: from webfs.b import _hidden"]
+
+
+def test_every_module_is_in_the_readme_code_map():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    code_map = text[text.index("## Code map"):]
+    code_map = code_map[:code_map.index("\n## ", 1)]
+    missing = [name for name in modules()
+               if not re.search(rf"\b{re.escape(name.rpartition('.')[2])}\b", code_map)]
+    assert not missing, "README's code map does not name: " + ", ".join(missing)
