@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webfs.cooling import Group, Survey, apply, next_step
+from webfs.commands.cooling import Group, Survey, apply, next_step
 from webfs.heat import estimate
 
 

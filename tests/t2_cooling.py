@@ -12,6 +12,7 @@ import pytest
 from conftest import make_archive, webfs
 from webfs.assembly import open_archive
 from webfs import admin
+from webfs.operations import OPERATIONS
 from webfs.heat import HeatTracker
 
 
@@ -54,7 +55,7 @@ def test_cooling_moves_groups_and_keeps_every_block_readable(disks):
         for row in rng.choices(ranked, cum_weights=list(itertools.accumulate(
                 1 / (i + 1) for i in range(len(ranked)))), k=4000):
             store.read(row)
-        res = admin.OPERATIONS["cool"](store, admin.Progress(), delta=0.1)
+        res = OPERATIONS["cool"](store, admin.Progress(), delta=0.1)
         f = res.figures
         assert f["moves"] and f["bytes_moved"] > 0
         assert f["ratio_after"] < f["ratio_before"]

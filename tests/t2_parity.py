@@ -26,12 +26,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from conftest import make_archive, webfs
 from webfs.assembly import open_archive
 from webfs import admin
+from webfs.operations import OPERATIONS
 from webfs.backends.local import TMP_SUFFIX
 from webfs.catalog import BlockRow
 from webfs.cli import protection_lines
 from webfs.errors import ArchiveError, CorruptParity, DataLost, NoSpace
 from webfs.parity import (Member, Parity, ParityHeader, size_class, xor_payloads)
-from webfs.rebuild import MAX_THREADS, Pace, measure
+from webfs.commands.rebuild_disk import MAX_THREADS, Pace, measure
 from webfs.signature import ContentKey
 from webfs.store import Store, key_of
 
@@ -255,7 +256,7 @@ def test_rebuild_resumes_after_an_interruption_and_can_be_paced(tmp_path):
             if len(steps) == 10:
                 progress.stop_requested.set()
     progress = admin.Progress(stop_early)
-    result = admin.OPERATIONS["rebuild"](store, progress, disk=1, to=str(new))
+    result = OPERATIONS["rebuild"](store, progress, disk=1, to=str(new))
     store.close()
     assert result.exit_code == 4 and result.figures["interrupted"]
     assert (new / "meta" / "REBUILDING").exists()
@@ -323,10 +324,10 @@ def test_scrub_checks_stripes_at_once_and_keeps_to_max_rate(tmp_path):
     store = open_store(disks)
     try:
         fill(store, documents(120, seed=9))
-        free = admin.OPERATIONS["scrub"](store, admin.Progress()).figures
+        free = OPERATIONS["scrub"](store, admin.Progress()).figures
         assert free["problems"] == 0 and free["stripes"] == len(store.protection.stripe_ids())
         rate = free["bytes_read"] / 1e6 / 0.5            # MB/s: half a second for all of it
-        paced = admin.OPERATIONS["scrub"](store, admin.Progress(), max_rate=rate).figures
+        paced = OPERATIONS["scrub"](store, admin.Progress(), max_rate=rate).figures
         assert paced["problems"] == 0 and paced["blocks"] == free["blocks"]
         assert paced["seconds"] >= 0.4
     finally:

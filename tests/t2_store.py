@@ -242,7 +242,7 @@ def test_full_disks_raise_nospace_and_keep_what_was_stored(small_disks):
         for dirpath, _, files in os.walk(p / "blocks"):
             for f in files:
                 assert "webfs-tmp" not in f
-    from webfs import fsck
+    from webfs.commands import fsck
     assert fsck.check(store).findings == []
     store.close()
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from conftest import BIN, Mounted, sh, unmount, webfs
 from webfs import admin
+from webfs.operations import OPERATIONS
 from webfs import ingest
 
 DROP_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]   # root that obeys modes
@@ -218,7 +219,7 @@ def test_a_name_too_long_is_reported(store, tmp_path, monkeypatch):
 
     monkeypatch.setattr(ingest.os, "scandir", scandir)
     notes = []
-    result = admin.OPERATIONS["import"](store, admin.Progress(lambda k, n, t, w: k == "note" and notes.append(w)),
+    result = OPERATIONS["import"](store, admin.Progress(lambda k, n, t, w: k == "note" and notes.append(w)),
                                         sources=[str(src) + "/"], dest="/d")
     assert result.exit_code == 4
     assert len(notes) == 1 and "File name too long (ENAMETOOLONG)" in notes[0], notes

@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO, Mounted, webfs
 from webfs import testkill
 from webfs.archive import Archive
-from webfs.recover import read_namespace
+from webfs.commands.rebuild_catalog import read_namespace
 
 libc = ctypes.CDLL(None, use_errno=True)
 

@@ -24,15 +24,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import admin
-from .admin import DiskGates, Pace, parallel
-from .backends.local import TMP_SUFFIX
-from .block import HEADER_SIZE, utc_timestamp
-from .catalog import BlockRow
-from .errors import CorruptParity, WebfsError
-from .fsck import EXIT_CLEAN, EXIT_LEFT, Report, restore_block
-from .parity import Gate, Member, Parity, ParityHeader, parity_files, xor_payloads
-from .store import Store
+from .. import admin
+from ..admin import DiskGates, Pace, parallel
+from ..backends.local import TMP_SUFFIX
+from ..block import HEADER_SIZE, utc_timestamp
+from ..catalog import BlockRow
+from ..errors import CorruptParity, WebfsError
+from ..parity import Gate, Member, Parity, ParityHeader, parity_files, xor_payloads
+from ..store import Store
+from .report import EXIT_CLEAN, EXIT_LEFT, Report, restored
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def check_stripe(store: Store, parity: Parity, stripe_id: str, report: Report,
         _proven_good(store, exam, deep)
         for row in exam.rows:
             if row.id in exam.bad:
-                fixed = repair and _restored(store, row)
+                fixed = repair and restored(store, row)
                 report.add("corrupt", f"block {row.block_name} on disk {row.disk}", exam.bad[row.id], fixed)
         if exam.trouble or exam.stale or exam.dirty or exam.mismatch:
             what = exam.trouble or ("parity lists other blocks than the catalog" if exam.stale else
@@ -137,15 +137,6 @@ def _proven_good(store: Store, exam: Exam, deep: bool) -> None:
         for row in exam.rows:
             if row.id not in exam.bad and row.disk in store.archive.volumes:
                 store.forget_damage(row)
-
-
-def _restored(store: Store, row: BlockRow) -> bool:
-    try:
-        restore_block(store, row)
-    except (OSError, WebfsError) as exc:
-        log.info("block %s: not restored: %s", row.block_name, exc)
-        return False
-    return True
 
 
 def check_parity_files(store: Store, parity: Parity, report: Report, repair: bool,
@@ -191,7 +182,7 @@ def check_parity(store: Store, report: Report, repair: bool) -> None:
     if not repair:
         # A read-only open does not reconcile what an interrupted process left: say it.
         dirty = set(parity.stripe_ids("state != 'ok'"))
-        for stripe_id in sorted(parity._intents.listed() - dirty):
+        for stripe_id in sorted(parity.interrupted() - dirty):
             report.add("parity", f"stripe {stripe_id}", "listed in meta/parity-intent: an update was "
                        "interrupted, its parity may not match; --repair (or a mount) recomputes it")
     for stripe_id in parity.stripe_ids():
@@ -205,7 +196,6 @@ READS_PER_DISK = 4              # reads at once on each disk
 MAX_THREADS = 16                # stripes looked at once, at most
 
 
-@admin.operation("scrub")
 def scrub(store: Store, progress: admin.Progress, repair: bool = False,
           max_rate: Optional[float] = None) -> admin.Result:
     """Read every block and parity file; verify signatures and parity; repair

@@ -2,8 +2,8 @@
 
 This module owns the cooling procedure of Scheuermann, Weikum & Zabback
 ("Disk Cooling in Parallel Disk Systems", seed 002, figure 1), the
-``webfs cool`` and ``webfs heat`` operations, the background step the mount
-runs every ``cool_interval`` seconds, and ``measure``, the benchmark.
+``webfs cool`` and ``webfs heat`` operations, and the background step the
+mount runs every ``cool_interval`` seconds.
 
 Heat comes from ``webfs.heat`` (reads that reached a disk, per group). A
 group's temperature is its heat per byte it holds; a disk's heat is the
@@ -23,33 +23,23 @@ sum over the groups on it. One cooling step:
 ``webfs cool`` repeats steps until one of them says stop (and prints why);
 the background step makes at most one move per call, as the paper's
 demon does. A moved block leaves its parity stripe and joins another
-(``webfs.rebalance.move_group``), so members and parity stay on distinct
+(``webfs.commands.moves``), so members and parity stay on distinct
 disks whatever the target. The paper's other cost test (no move while the
 source disk has a queue) is not made: an on-demand cool should not refuse
 because the disk it is asked to cool is busy.
 """
 from __future__ import annotations
 
-import itertools
 import logging
-import os
-import random
-import threading
-import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional
 
-from . import admin, archive as archmod
-from .admin import Progress, Result, human
-from .block import HEADER_SIZE, percent_decode
-from .catalog import BlockRow
-from .errors import NoSpace
-from .heat import DEFAULT_K
-from .rebalance import MOVER, finish_interrupted, move_group
-from .assembly import open_archive
-from .store import Store
+from ..admin import Progress, Result, human
+from ..block import HEADER_SIZE, percent_decode
+from ..errors import NoSpace
+from ..store import Store
+from .moves import MOVER, finish_interrupted, move_group
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +156,6 @@ def _heat_lines(sv: Survey) -> list[str]:
             for d, h in sorted(sv.disk_heat.items())]
 
 
-@admin.operation("cool")
 def cool(store: Store, progress: Progress, dry_run: bool = False, max_moves: Optional[int] = None,
          delta: float = DEFAULT_DELTA) -> Result:
     """Run the cooling procedure until it says stop (``webfs cool``)."""
@@ -241,7 +230,6 @@ def background_step(store: Store, delta: float = DEFAULT_DELTA) -> None:
         MOVER.release()
 
 
-@admin.operation("heat")
 def heat(store: Store, progress: Progress, top: int = 10) -> Result:
     """Per-disk heat, and the hottest groups with the pages in them (``webfs heat``)."""
     sv = survey(store)
@@ -266,95 +254,3 @@ def heat(store: Store, progress: Progress, top: int = 10) -> Result:
     res.figures = {"k": store.heat.k, "disk_heat": sv.disk_heat, "ratio": sv.ratio,
                    "mean": sv.mean, "groups": out}
     return res
-
-
-# -- the benchmark ----------------------------------------------------------------
-
-def measure(root: str, pages: int = 2000, disks: int = 4, delay: float = 0.005, requests: int = 3000,
-            busy: float = 0.9, s: float = 1.0, hot_disk: Optional[int] = None, delta: float = 0.05,
-            k: int = DEFAULT_K, seed: int = 1) -> dict:
-    """Response time of a skewed read workload before and after cooling (for
-    tools/bench; the paper's figure of merit).
-
-    Makes an archive of ``disks`` disks under ``root`` holding ``pages`` web
-    pages of 10-30 KB, then opens it with every disk serving one I/O at a
-    time in ``delay`` seconds (``Archive.open`` delays), so a disk with more
-    than its share of reads queues them. The workload is open: ``requests``
-    page reads arrive at Poisson times, each page chosen by a Zipf law
-    (exponent ``s``) over a seeded shuffle of the pages, at a rate that keeps
-    the disk with the most popular pages ``busy`` (0.9: busy 90% of the
-    time). With ``hot_disk``, the pages on that disk take the top ranks (a
-    hot collection that landed on one disk); without, the skew among disks
-    is only what hashing a Zipf law gives. The first run is also the heat's
-    learning phase; ``webfs cool`` runs (with ``delta``); the same run (same
-    seed) is made again. Returns the figures."""
-    paths = [os.path.join(root, f"disk{i}") for i in range(disks)]
-    archmod.mkfs(paths)
-    rng = random.Random(seed)
-    store = open_archive(paths[0], holder="webfs cooling benchmark")
-    try:
-        words = [bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
-                 for _ in range(3000)]
-        for i in range(pages):
-            size = rng.randint(10_000, 30_000)
-            text = b"<html><body>" + b" ".join(rng.choice(words) for _ in range(size // 6))
-            store.store(text[:size], name=f"/bench/page-{i}.html".encode(), pin=True)
-            if i % 500 == 499:
-                store.commit()
-        store.commit()
-    finally:
-        store.close()
-    store = open_archive(paths[0], holder="webfs cooling benchmark", delays={i: delay for i in range(disks)}, heat_k=k)
-    try:
-        rows = list(store.catalog.blocks())
-        rng.shuffle(rows)
-        if hot_disk is not None:
-            rows.sort(key=lambda r: r.disk != hot_disk)
-        weights = list(itertools.accumulate(1 / (i + 1) ** s for i in range(len(rows))))
-        share = Counter()
-        for row, w in zip(rows, [1 / (i + 1) ** s for i in range(len(rows))]):
-            share[row.disk] += w / weights[-1]
-        rate = busy / (max(share.values()) * delay)
-        before = _run_workload(store, rows, weights, rate, requests, seed)
-        cooled = cool(store, Progress(), delta=delta).figures
-        after = _run_workload(store, rows, weights, rate, requests, seed)
-    finally:
-        store.close()
-    return {"pages": pages, "disks": disks, "delay_ms": delay * 1e3, "requests": requests,
-            "zipf_s": s, "hot_disk": hot_disk, "rate_per_s": rate, "hottest_disk_busy": busy, "k": k, "delta": delta,
-            "before": before, "after": after,
-            "speedup_mean": before["mean_ms"] / after["mean_ms"] if after["mean_ms"] else None,
-            "moves": len(cooled["moves"]), "bytes_moved": cooled["bytes_moved"],
-            "heat_ratio_before": cooled["ratio_before"], "heat_ratio_after": cooled["ratio_after"]}
-
-
-def _run_workload(store: Store, rows: list[BlockRow], weights: list[float], rate: float,
-                  requests: int, seed: int) -> dict:
-    """Open arrivals at ``rate`` per second; response time = arrival to answer."""
-    rng = random.Random(seed)
-    picks = rng.choices(range(len(rows)), cum_weights=weights, k=requests)
-    gaps = [rng.expovariate(rate) for _ in range(requests)]
-    times: list[float] = []
-    per_disk: Counter = Counter()
-    lock = threading.Lock()
-
-    def serve(row: BlockRow, arrived: float) -> None:
-        fresh = store.catalog.block_by_id(row.id)
-        store.read(fresh)
-        done = time.monotonic()
-        with lock:
-            times.append(done - arrived)
-            per_disk[fresh.disk] += 1
-
-    with ThreadPoolExecutor(max_workers=128) as pool:
-        due = time.monotonic()
-        for pick, gap in zip(picks, gaps):
-            due += gap
-            pause = due - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            pool.submit(serve, rows[pick], due)
-    times.sort()
-    q = lambda f: times[min(len(times) - 1, int(f * len(times)))] * 1e3
-    return {"mean_ms": sum(times) / len(times) * 1e3, "p50_ms": q(0.5), "p90_ms": q(0.9), "p99_ms": q(0.99),
-            "reads_per_disk": {d: per_disk[d] for d in sorted(per_disk)}}

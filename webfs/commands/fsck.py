@@ -5,7 +5,7 @@ row, and reports each problem as a ``Finding``: a header that does not
 parse, content that does not match its signature, a catalog row whose
 block is missing, a block no row knows (an orphan), reference counts that
 disagree (catalog against namespace and pins, header against catalog),
-and leftovers of interrupted writes; and (``webfs.scrub.check_parity``)
+and leftovers of interrupted writes; and (``webfs.commands.scrub.check_parity``)
 parity files that do not parse or list other blocks than the catalog,
 stripes left dirty by an interrupted update, and orphan parity files. With
 ``repair`` it fixes what it can (refs, orphans, leftovers, blocks found on
@@ -19,8 +19,7 @@ so what a killed process committed is seen but never checkpointed into the
 original), does not reconcile stripes an interrupted process left behind
 (it reports them), and every finding says what ``--repair`` would do.
 
-Exit codes follow e2fsck: 0 clean, 1 problems found and all repaired,
-4 problems left, 8 could not check.
+Findings, the report and its e2fsck exit codes are ``webfs.commands.report``'s.
 """
 from __future__ import annotations
 
@@ -28,58 +27,18 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from . import codecs
-from .backends.local import TMP_SUFFIX
-from .archive import Archive
-from .block import BlockHeader
-from .catalog import BlockRow, Catalog, catalog_path
-from .errors import ArchiveError, CorruptBlock, WebfsError
-from .store import Store
+from .. import codecs
+from ..backends.local import TMP_SUFFIX
+from ..archive import Archive
+from ..catalog import BlockRow, Catalog, catalog_path
+from ..errors import ArchiveError, CorruptBlock, WebfsError
+from ..store import Store
+from .report import Report, payload_from_redundancy, restored
+from .scrub import check_parity
 
 log = logging.getLogger(__name__)
-
-EXIT_CLEAN, EXIT_REPAIRED, EXIT_LEFT, EXIT_FAILED = 0, 1, 4, 8
-
-
-@dataclass
-class Finding:
-    kind: str
-    where: str
-    what: str
-    repaired: bool = False
-    dry_run: bool = False           # found by a read-only check: --repair would try
-
-    def __str__(self) -> str:
-        mark = ("repaired" if self.repaired else
-                "NOT repaired: read-only check, --repair would mend it" if self.dry_run else
-                "NOT repaired")
-        return f"{self.kind}: {self.where}: {self.what} [{mark}]"
-
-
-@dataclass
-class Report:
-    findings: list[Finding] = field(default_factory=list)
-    blocks_checked: int = 0
-    read_only: bool = False
-    degraded: dict[int, int] = field(default_factory=dict)     # missing disk -> blocks read through parity
-    damaged: set[tuple[str, int, int]] = field(default_factory=set)   # (sig, overflow, disk) reported corrupt
-
-    def add(self, kind: str, where: str, what: str, repaired: bool = False,
-            fixable: bool = True) -> Finding:
-        """A problem; ``fixable``: one --repair would mend (said so in a read-only check)."""
-        f = Finding(kind, where, what, repaired, self.read_only and fixable and not repaired)
-        self.findings.append(f)
-        log.info("%s", f)
-        return f
-
-    @property
-    def exit_code(self) -> int:
-        if not self.findings:
-            return EXIT_CLEAN
-        return EXIT_REPAIRED if all(f.repaired for f in self.findings) else EXIT_LEFT
 
 
 class ReadOnlyStore(Store):
@@ -98,7 +57,7 @@ class ReadOnlyStore(Store):
 
 def open_readonly(disk: str, holder: str = "webfs fsck") -> Store:
     """Open the archive of ``disk`` for a check that writes nothing to any disk."""
-    from .parity import INTENT_FILE, Parity
+    from ..parity import INTENT_FILE, Parity
     archive = Archive.open(disk)
     archive.lock(holder, write=False)
     copy_dir = ""
@@ -134,7 +93,6 @@ def open_readonly(disk: str, holder: str = "webfs fsck") -> Store:
 
 def check(store: Store, repair: bool = False,
           progress: Optional[Callable[[int], None]] = None) -> Report:
-    from .scrub import check_parity     # scrub builds on this module's Report
     report = Report(read_only=not repair)
     if repair:      # block files an interrupted write left (meta/intents), before they count as damage
         for line in store.forget_unfinished_writes():
@@ -157,7 +115,7 @@ def check(store: Store, repair: bool = False,
 def _prune_last_scrub(store: Store) -> None:
     """Blocks the last scrub left damaged that read back good now (this repair
     mended them) are taken off the list status shows."""
-    from .parity import Member, Parity
+    from ..parity import Member, Parity
     import json
     text = store.catalog.get_meta("last_scrub")
     if not text or not isinstance(store.protection, Parity):
@@ -175,7 +133,7 @@ def _prune_last_scrub(store: Store) -> None:
                 store.protection.read_member(Member.of(row), verify=True)
                 continue
         except (OSError, WebfsError):
-            pass
+            pass                        # still damaged: it stays on the list
         keep.append(where)
     if keep != last.get("damaged", []):
         last["left"] = max(0, last.get("left", 0) - (len(last["damaged"]) - len(keep)))
@@ -214,7 +172,7 @@ def _check_files(store: Store, repair: bool, report: Report,
                 if len(data) != header.size or store.signature_fn(data) != sig:
                     raise CorruptBlock("content does not match its signature")
             except (CorruptBlock, OSError, WebfsError) as exc:
-                fixed = repair and row is not None and row.disk == disk and _rewrite_from_redundancy(store, row)
+                fixed = repair and row is not None and row.disk == disk and restored(store, row)
                 report.add("corrupt", where, str(exc).removeprefix(where + ": "), fixed)
                 if fixed:
                     seen.setdefault((sig, overflow), []).append(disk)
@@ -239,35 +197,10 @@ def _check_files(store: Store, repair: bool, report: Report,
 def _readable_through_parity(store: Store, row: BlockRow) -> Optional[str]:
     """None if the block's stripe rebuilds it (checked against its signature), else why not."""
     try:
-        payload = store.protection.reconstruct(row)
-        data = codecs.get(row.codec).decode(payload)
+        payload_from_redundancy(store, row)
     except (OSError, WebfsError) as exc:
         return f"its stripe cannot rebuild it ({exc})"
-    if len(data) != row.size or store.signature_fn(data) != row.sig:
-        return "what its stripe gives does not match its signature"
     return None
-
-
-def _rewrite_from_redundancy(store: Store, row: BlockRow) -> bool:
-    """Put a good copy of a damaged block back on its disk, if redundancy has one."""
-    try:
-        restore_block(store, row)
-    except WebfsError:
-        return False
-    return True
-
-
-def restore_block(store: Store, row: BlockRow, gate=None) -> None:
-    """Write a damaged or lost block back on its disk from redundancy, byte for
-    byte as it was (its header from the catalog row); raise why if it cannot be.
-    ``gate`` bounds the reads per disk (see ``Parity.reconstruct``)."""
-    payload = store.protection.reconstruct(row, gate=gate) if gate else store.protection.reconstruct(row)
-    data = codecs.get(row.codec).decode(payload)
-    if len(data) != row.size or store.signature_fn(data) != row.sig:
-        raise CorruptBlock(f"block {row.block_name}: what its stripe gives does not match its signature")
-    header = BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created, row.name)
-    store.archive.volumes[row.disk].write_block(header, payload, row.overflow, fsync=store.fsync)
-    store.forget_damage(row)
 
 
 def _check_rows(store: Store, repair: bool, report: Report,
@@ -294,7 +227,7 @@ def _check_rows(store: Store, repair: bool, report: Report,
             elif (row.sig, row.overflow, row.disk) in report.damaged:
                 pass            # its file is there but damaged: reported once, as corrupt
             else:
-                fixed = repair and _rewrite_from_redundancy(store, row)
+                fixed = repair and restored(store, row)
                 report.add("missing", where, f"not on disk {row.disk}", fixed)
         for extra in holders:
             if extra != row.disk:

@@ -21,14 +21,14 @@ import stat
 from collections import Counter, defaultdict
 from typing import Optional
 
-from . import signature as sigmod
-from .archive import Archive
-from .catalog import Catalog, catalog_path
-from .errors import ArchiveError, CorruptBlock, WebfsError
-from .manifest import JOURNAL, MANIFEST, escape_path, journal_after_checkpoint, unescape_path
-from .namespace import ROOT_INODE, name_problem
-from .volume import PARITY
-from .parity import INTENT_FILE as PARITY_INTENTS
+from .. import signature as sigmod
+from ..archive import Archive
+from ..catalog import Catalog, catalog_path
+from ..errors import ArchiveError, CorruptBlock
+from ..manifest import JOURNAL, MANIFEST, escape_path, journal_after_checkpoint, unescape_path
+from ..namespace import ROOT_INODE, name_problem
+from ..volume import PARITY
+from ..parity import INTENT_FILE as PARITY_INTENTS
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ def rebuild_catalog(archive: Archive, progress=None,
     """Write a new catalog on the lowest present disk; return what it did and lost.
     Records of the MANIFEST and JOURNAL that cannot be used are skipped and
     added to ``problems`` (where, what); without the list they are said."""
-    from .parity import CorruptParity, ParityHeader, size_class
+    from ..parity import CorruptParity, ParityHeader, size_class
     if not archive.volumes:
         raise ArchiveError("no disk of the archive is present")
     target = archive.volumes[min(archive.volumes)]

@@ -22,18 +22,18 @@ import time
 from collections import Counter
 from typing import Optional
 
-from . import admin
-from .admin import DiskGates, Pace, parallel
-from .archive import disk_id_text, read_disk_id
-from .backends import open_backend
-from .block import HEADER_SIZE, utc_timestamp
-from .catalog import BlockRow
-from .errors import ArchiveError, CorruptBlock, WebfsError
-from .fsck import EXIT_CLEAN, EXIT_LEFT, restore_block
-from .parity import REBUILD_MARKER, Member, Parity
-from .assembly import open_archive
-from .store import Store
-from .volume import DISK_ID_FILE, META, Volume
+from .. import admin
+from ..admin import DiskGates, Pace, parallel
+from ..archive import disk_id_text, read_disk_id
+from ..backends import open_backend
+from ..block import HEADER_SIZE, utc_timestamp
+from ..catalog import BlockRow
+from ..errors import ArchiveError, CorruptBlock, WebfsError
+from ..parity import REBUILD_MARKER, Member, Parity
+from ..assembly import open_archive
+from ..store import Store
+from ..volume import DISK_ID_FILE, META, Volume
+from .report import EXIT_CLEAN, EXIT_LEFT, restore_block
 
 READS_PER_DISK = 4              # reads at once on each surviving disk
 MAX_THREADS = 16                # blocks (or parity files) rebuilt at once, at most
@@ -85,7 +85,6 @@ def _present(parity: Parity, vol: Volume, row: BlockRow) -> bool:
     return header.refs == row.refs and parity.verified(Member.of(row), payload)
 
 
-@admin.operation("rebuild")
 def rebuild(store: Store, progress: admin.Progress, disk: int, to: str,
             max_rate: Optional[float] = None) -> admin.Result:
     """Reconstruct every block and parity file of disk ``disk`` into ``to``."""
