@@ -202,17 +202,6 @@ class Catalog:
             self.db.rollback()
             self._groups.clear()
 
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """Hold the lock; commit on success, roll back on error."""
-        with self.lock:
-            try:
-                yield self.db
-            except BaseException:
-                self.db.rollback()
-                raise
-            self.db.commit()
-
     def execute(self, sql: str, args=()) -> sqlite3.Cursor:
         with self.lock, _full_is_nospace():
             return self.db.execute(sql, args)
