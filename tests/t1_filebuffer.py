@@ -6,7 +6,7 @@ import os
 
 from hypothesis import given, settings, strategies as st
 
-from webfs.fs import FileBuffer
+from webfs.openfiles import FileBuffer
 from webfs.signature import signature
 
 

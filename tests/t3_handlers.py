@@ -36,7 +36,7 @@ def test_every_handler_turns_any_exception_into_an_errno(store, caplog, monkeypa
         assert info.value.errno == errno.EIO
         assert any("ZeroDivisionError" in (r.exc_text or "") for r in caplog.records), caplog.text
     # forget has no reply: it logs and returns
-    monkeypatch.setattr(ops, "vnodes", None)
+    monkeypatch.setattr(ops, "control", None)
     trio.run(ops.forget, [(1 << 60 | 5, 1)])
 
 

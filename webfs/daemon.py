@@ -249,7 +249,7 @@ class Daemon:
         opened, so no open slips in between; call it without the catalog lock."""
         def free():
             try:
-                self.ops._maybe_free(self.ns.get(ino))
+                self.ops.free_if_unused(self.ns.get(ino))
             except WebfsError:
                 return
             self.store.commit()
@@ -324,18 +324,7 @@ class Daemon:
         """Store every open file's buffer, commit, write the MANIFEST. A file that
         cannot be stored now (a full disk) does not keep the others from it: it
         stays open and dirty for its writer, and the sync fails naming it."""
-        failed = []
-        for of in list(self.ops.open_files.values()):
-            async with of.lock:
-                try:
-                    await self.ops._commit(of)
-                except Exception as exc:
-                    try:
-                        name = self.ns.path_of(of.ino).decode("utf-8", "replace")
-                    except WebfsError:
-                        name = f"inode {of.ino}"
-                    log.error("sync: cannot store %s: %s", name, exc)
-                    failed.append(f"{name} ({exc or type(exc).__name__})")
+        failed = await self.ops.files.commit_all()
         await trio.to_thread.run_sync(self.checkpoint)
         if failed:
             raise WebfsError(f"synced, except {len(failed)} open file(s) that could not be stored: "
@@ -393,7 +382,7 @@ class Daemon:
     async def main(self, ready) -> None:
         self.trio_token = trio.lowlevel.current_trio_token()
         async with trio.open_nursery() as nursery:
-            self.ops.nursery = nursery
+            self.ops.running(nursery)
             nursery.start_soon(self._signals, nursery)
             # Parity of open stripes waits in memory at most about a second.
             nursery.start_soon(self.run_every, 0.5, self._flush_parity, "parity flush")
@@ -466,7 +455,7 @@ class Daemon:
         """Write everything out; what could not be (files whose changes were
         dropped during the mount, a MANIFEST, parity left out of date) goes in
         the report that ``webfs umount`` prints before it exits non-zero."""
-        problems = list(self.ops.failures) if self.ops is not None else []
+        problems = list(self.ops.files.failures) if self.ops is not None else []
         if self.ops is not None:
             from .fs import REQUESTS
             log.info("FUSE requests answered: %s", ", ".join(

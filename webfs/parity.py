@@ -106,7 +106,7 @@ class Member:
 
     @property
     def block_name(self) -> str:
-        return self.sig + (f"~{self.overflow}" if self.overflow else "")
+        return sigmod.block_name(self.sig, self.overflow)
 
     def line(self) -> str:
         return (f"Member: {self.block_name} {self.disk} {self.stored} {self.size} "

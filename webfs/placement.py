@@ -37,10 +37,4 @@ def home_disk(group: str, disks: Sequence[tuple[int, str, float]]) -> int:
     return ranked[0]
 
 
-def all_groups(depth: int) -> Iterable[str]:
-    """Every placement group of a tree of this depth, in order."""
-    width = 2 * (depth - 1)
-    return (f"{i:0{width}x}" for i in range(16 ** width))
-
-
-__all__ = ["score", "ranked_disks", "home_disk", "all_groups", "group_dir"]
+__all__ = ["score", "ranked_disks", "home_disk", "group_dir"]
