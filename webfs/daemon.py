@@ -632,7 +632,8 @@ def _trim_heap() -> None:
         pass
 
 
-def _run(disk: str, mnt: str, opts: MountOptions, operations: dict[str, admin.Operation], ready) -> None:
+def _run(disk: str, mnt: str, opts: MountOptions, operations: dict[str, admin.Operation],
+         ready) -> None:
     _return_big_buffers_to_the_system()
     daemon = Daemon(disk, mnt, opts, operations)
     daemon.open()

@@ -19,12 +19,12 @@ import logging
 import os
 import stat
 from collections import Counter, defaultdict
-from dataclasses import astuple, dataclass
+from dataclasses import astuple
 from typing import Optional
 
 from .. import signature as sigmod
 from ..archive import Archive
-from ..catalog import Catalog, catalog_path
+from ..catalog import BlockRow, Catalog, catalog_path
 from ..errors import ArchiveError, CorruptBlock, CorruptParity
 from ..manifest import JOURNAL, MANIFEST, escape_path, journal_after_checkpoint, unescape_path
 from ..namespace import ROOT_INODE, name_problem
@@ -255,22 +255,6 @@ def _apply_or_why(entries: Entries, line: bytes, where: str) -> Optional[str]:
     return None
 
 
-@dataclass
-class Found:
-    """A block as the disks tell of it: from its own header, or from the
-    header of a parity file that lists it (a block of a lost disk)."""
-    sig: str
-    overflow: int
-    disk: int
-    size: int
-    stored: int
-    codec: str
-    created: str
-    name: str
-    stripe: Optional[str] = None
-    header_refs: Optional[int] = None       # its header's Refs; None when known from parity alone
-
-
 Key = tuple[str, int]                       # (signature, overflow)
 
 
@@ -290,14 +274,14 @@ def rebuild_catalog(archive: Archive, progress=None,
     cat = Catalog(tmp)
     said: list[str] = []
     skipped: list[Problem] = []
-    blocks = _blocks_from_headers(archive, progress, said)
+    blocks, header_refs = _blocks_from_headers(archive, progress, said)
     stripes = _stripes_from_parity(archive, blocks, said, skipped)
-    ids = _write_blocks(cat, archive.conf.depth, blocks, stripes)
+    ids = _write_blocks(cat, blocks, stripes)
     entries, notes = read_namespace(archive, skipped)
     said += notes
     names, missing_blocks = _write_namespace(cat, archive, entries, ids, said, skipped)
-    unnamed = _write_refs(cat, archive, blocks, ids)
-    _write_groups(cat, archive.conf.depth, blocks)
+    unnamed = _write_refs(cat, archive, blocks, header_refs, ids)
+    _write_groups(cat, blocks)
     cat.set_meta("clean", "0")         # the next mount recounts and protects what it must
     cat.commit()
     cat.close()
@@ -327,9 +311,13 @@ def rebuild_catalog(archive: Archive, progress=None,
     return said
 
 
-def _blocks_from_headers(archive: Archive, progress, said: list[str]) -> dict[Key, Found]:
-    """Step 1: every block file's header, on every present disk."""
-    blocks: dict[Key, Found] = {}
+def _blocks_from_headers(archive: Archive, progress,
+                         said: list[str]) -> tuple[dict[Key, BlockRow], dict[Key, int]]:
+    """Step 1: every block file's header, on every present disk: the blocks
+    (rows not yet in the catalog: no id, no references) and the Refs their
+    headers say."""
+    blocks: dict[Key, BlockRow] = {}
+    header_refs: dict[Key, int] = {}
     for disk, vol in sorted(archive.volumes.items()):
         for sig, overflow, rel in vol.iter_blocks():
             if progress:
@@ -341,12 +329,13 @@ def _blocks_from_headers(archive: Archive, progress, said: list[str]) -> dict[Ke
             except (CorruptBlock, OSError) as exc:
                 said.append(f"disk {disk}: {rel}: header unreadable ({exc}); left for scrub")
                 continue
-            blocks[(sig, overflow)] = Found(sig, overflow, disk, h.size, h.stored, h.codec, h.created, h.name,
-                                            header_refs=h.refs)
-    return blocks
+            blocks[(sig, overflow)] = BlockRow(0, sig, overflow, disk, h.size, h.stored, h.codec, 0, 0,
+                                               h.created, h.name, sigmod.group_of(sig, archive.conf.depth), None)
+            header_refs[(sig, overflow)] = h.refs
+    return blocks, header_refs
 
 
-def _stripes_from_parity(archive: Archive, blocks: dict[Key, Found], said: list[str],
+def _stripes_from_parity(archive: Archive, blocks: dict[Key, BlockRow], said: list[str],
                          skipped: list[Problem]) -> list[Stripe]:
     """Step 2: stripes from the parity headers; their members on lost disks
     become blocks too (found from the parity header alone)."""
@@ -367,8 +356,9 @@ def _stripes_from_parity(archive: Archive, blocks: dict[Key, Found], said: list[
                 continue
             disks_mask = 1 << disk
             for m in header.members:
-                found = blocks.setdefault(m.key, Found(m.sig, m.overflow, m.disk, m.size, m.stored, m.codec,
-                                                       m.created, m.name))
+                found = blocks.setdefault(m.key, BlockRow(0, m.sig, m.overflow, m.disk, m.size, m.stored, m.codec,
+                                                          0, 0, m.created, m.name,
+                                                          sigmod.group_of(m.sig, archive.conf.depth), None))
                 found.stripe = header.stripe
                 disks_mask |= 1 << found.disk
             stripes.append(Stripe(header.stripe, disk, size_class(header.length), header.length, "ok",
@@ -376,7 +366,7 @@ def _stripes_from_parity(archive: Archive, blocks: dict[Key, Found], said: list[
     return stripes
 
 
-def _write_blocks(cat: Catalog, depth: int, blocks: dict[Key, Found], stripes: list[Stripe]) -> dict[Key, int]:
+def _write_blocks(cat: Catalog, blocks: dict[Key, BlockRow], stripes: list[Stripe]) -> dict[Key, int]:
     """Step 3: the stripe and block rows; returns each block's row id."""
     for s in stripes:
         cat.execute(f"INSERT OR REPLACE INTO stripes ({STRIPE_COLUMNS}) VALUES (?,?,?,?,?,?,?)", astuple(s))
@@ -384,9 +374,7 @@ def _write_blocks(cat: Catalog, depth: int, blocks: dict[Key, Found], stripes: l
     for key, b in blocks.items():
         cur = cat.execute(
             "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe)"
-            " VALUES (?,?,?,?,?,?,0,0,?,?,?,?)",
-            (b.sig, b.overflow, b.disk, b.size, b.stored, b.codec, b.created, b.name,
-             sigmod.group_of(b.sig, depth), b.stripe))
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", astuple(b)[1:])
         ids[key] = cur.lastrowid
     return ids
 
@@ -457,7 +445,8 @@ def _write_namespace(cat: Catalog, archive: Archive, entries: dict[bytes, tuple]
     return len(entries), missing_blocks
 
 
-def _write_refs(cat: Catalog, archive: Archive, blocks: dict[Key, Found], ids: dict[Key, int]) -> int:
+def _write_refs(cat: Catalog, archive: Archive, blocks: dict[Key, BlockRow], header_refs: dict[Key, int],
+                ids: dict[Key, int]) -> int:
     """Step 5: references are what the names use; a block nobody names is kept,
     pinned with the count its header had; headers are made to agree. Returns
     the blocks no name uses."""
@@ -465,21 +454,19 @@ def _write_refs(cat: Catalog, archive: Archive, blocks: dict[Key, Found], ids: d
     unnamed = 0
     for key, block_id in ids.items():
         refs, pins = used.get(block_id, 0), 0
-        found = blocks.get(key)
-        header_refs = found.header_refs if found is not None else None
         if not refs:
             unnamed += 1
-            refs = pins = max(header_refs or 1, 1)
+            refs = pins = max(header_refs.get(key, 1), 1)
         cat.execute("UPDATE blocks SET refs=?, pins=? WHERE id=?", (refs, pins, block_id))
-        if header_refs is not None and header_refs != refs:
-            archive.volumes[found.disk].set_refs(key[0], key[1], refs)
+        if key in header_refs and header_refs[key] != refs:
+            archive.volumes[blocks[key].disk].set_refs(key[0], key[1], refs)
     return unnamed
 
 
-def _write_groups(cat: Catalog, depth: int, blocks: dict[Key, Found]) -> None:
+def _write_groups(cat: Catalog, blocks: dict[Key, BlockRow]) -> None:
     """Step 6: the group map: each group on the disk that holds most of its blocks."""
     where: defaultdict[str, Counter] = defaultdict(Counter)
     for b in blocks.values():
-        where[sigmod.group_of(b.sig, depth)][b.disk] += 1
+        where[b.grp][b.disk] += 1
     for grp, counts in where.items():
         cat.execute("INSERT INTO groups (grp, disk) VALUES (?,?)", (grp, counts.most_common(1)[0][0]))
