@@ -1,4 +1,6 @@
-"""The mount daemon: mounting, unmounting, crash recovery, and the control socket.
+"""The mount daemon: mounting, unmounting, crash recovery, the periodic tasks
+of a mount (parity flush, checkpoint, cooling: ``run_every``), and the
+control socket.
 
 ``mount`` opens and locks the archive, recovers from an unclean stop,
 mounts the filesystem and (unless in the foreground) detaches, reporting
@@ -24,6 +26,7 @@ import pyfuse3
 import trio
 
 from . import admin, testkill
+from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
 from .heat import DEFAULT_K
@@ -428,7 +431,6 @@ class Daemon:
 
     def cool(self) -> None:
         """One step of disk cooling (the cool_interval option)."""
-        from .commands.cooling import background_step
         background_step(self.store)
 
     async def _signals(self, nursery) -> None:
