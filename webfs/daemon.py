@@ -1,4 +1,6 @@
-"""The mount daemon: mounting, unmounting, crash recovery, and the control socket.
+"""The mount daemon: mounting, unmounting, crash recovery, the periodic tasks
+of a mount (parity flush, checkpoint, cooling: ``run_every``), and the
+control socket.
 
 ``mount`` opens and locks the archive, recovers from an unclean stop,
 mounts the filesystem and (unless in the foreground) detaches, reporting
@@ -24,6 +26,7 @@ import pyfuse3
 import trio
 
 from . import admin, testkill
+from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
 from .heat import DEFAULT_K
@@ -405,7 +408,6 @@ class Daemon:
 
     def cool(self) -> None:
         """One step of disk cooling (the cool_interval option)."""
-        from .commands.cooling import background_step
         background_step(self.store)
 
     async def _signals(self, nursery) -> None:
@@ -609,7 +611,8 @@ def _trim_heap() -> None:
         pass
 
 
-def _run(disk: str, mnt: str, opts: MountOptions, operations: dict[str, admin.Operation], ready) -> None:
+def _run(disk: str, mnt: str, opts: MountOptions, operations: dict[str, admin.Operation],
+         ready) -> None:
     _return_big_buffers_to_the_system()
     daemon = Daemon(disk, mnt, opts, operations)
     daemon.open()
