@@ -48,19 +48,24 @@ deps: apt $(STAMP)
 # directories, t3_* Operations driven without a kernel, t4_* real FUSE mounts,
 # t5_* faults, crashes, kill -9 and soaks.
 
-# Every tier: about 10 minutes at most on 2 cores.
+# Two workers (pytest-xdist), a test file to each in turn: the files share
+# their fixtures and no two tests of one file run at once. PYTEST_ARGS adds
+# options, e.g. PYTEST_ARGS='-n 0' for one process, or '-k store -x'.
+PYTEST := $(BIN)/pytest -q -ra -n 2 --dist loadfile $(PYTEST_ARGS)
+
+# Every tier: under 10 minutes on 2 cores.
 test: deps
-	$(BIN)/pytest -q -ra tests
+	$(PYTEST) tests
 
 # t1-t3: nothing mounted; under a minute.
 test-fast: deps
-	$(BIN)/pytest -q -ra tests/t[1-3]_*.py
+	$(PYTEST) tests/t[1-3]_*.py
 
 # The soaks (marked soak) at their long settings: WEBFS_LONG_TESTS=1 makes them
 # run minutes instead of seconds, do more operations and remounts, and enables
 # the RSS soak over ~100,000 files (WEBFS_RSS_PAGES). Kept out of `make test`.
 test-long: deps
-	WEBFS_LONG_TESTS=1 $(BIN)/pytest -q -ra -m soak tests
+	WEBFS_LONG_TESTS=1 $(PYTEST) -m soak tests
 
 # A 4-disk archive under ./demo, filled with a small sample crawl.
 demo: deps
