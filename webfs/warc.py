@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import functools
 import hashlib
 import io
 import logging
@@ -73,6 +74,54 @@ _ARC_LINE = re.compile(rb"\n([^ \r\n]+) ([0-9.]+|-) ([0-9]{14}) ")
 
 # ---------------------------------------------------------------- reading records
 
+SPILL_AT = 8 << 20          # a record longer than this is not held in memory (see Payload)
+READ_CHUNK = 1 << 20
+
+
+class Payload:
+    """A payload kept out of memory: ``length`` bytes at ``offset`` of a file (the
+    source itself for a plain WARC, a temporary file for a gzipped record)."""
+
+    def __init__(self, fd: int, offset: int, length: int):
+        self.fd = os.dup(fd)           # its own: the reader closes the source before the store reads
+        self.offset = offset
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def pieces(self, size: int) -> Iterator[bytes]:
+        """The payload in pieces of ``size`` bytes (the last one shorter)."""
+        done = 0
+        while done < self.length:
+            want = min(size, self.length - done)
+            parts, got = [], 0
+            while got < want:
+                data = os.pread(self.fd, want - got, self.offset + done + got)
+                if not data:
+                    raise OSError(errno.EIO, "the source file got shorter while it was read")
+                parts.append(data)
+                got += len(data)
+            done += want
+            yield parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def __del__(self):
+        try:
+            os.close(self.fd)
+        except (OSError, AttributeError):
+            pass
+
+
+def payload_pieces(payload, size: int) -> Iterator[bytes]:
+    """A payload (bytes or Payload) in pieces of at most ``size`` bytes; none when empty."""
+    if isinstance(payload, Payload):
+        yield from payload.pieces(size)
+        return
+    mv = memoryview(payload)
+    for i in range(0, len(payload), size):
+        yield bytes(mv[i:i + size])
+
+
 @dataclass
 class Record:
     """One record, raw: what the file holds, cut into its parts."""
@@ -82,7 +131,7 @@ class Record:
     rtype: str
     head: bytes                  # the WARC header block (with its blank line), or the ARC header line
     http: bytes                  # the HTTP header block (with its blank line), or b""
-    payload: bytes
+    payload: object              # bytes, or a Payload when the record is longer than SPILL_AT
     tail: bytes                  # what follows the block (the two CRLFs), as written
     fields: dict = field(default_factory=dict)   # lowercase header name -> raw value (bytes)
     arc: bool = False
@@ -160,6 +209,144 @@ def _cut(raw: bytes, gz: bool, offset: int, length: int, rtype: str, warcio_rec)
     return Record(offset, length, gz, rtype, head, http, payload, tail, fields, arc)
 
 
+class _Sink:
+    """The uncompressed bytes of one gzip member: in memory up to SPILL_AT, then
+    in a temporary file (a multi-GB record is imported with bounded memory)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.length = 0
+        self.file = None
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self.length += len(data)
+        if self.file is not None:
+            self.file.write(data)
+            return
+        self.parts.append(data)
+        if self.length > SPILL_AT:
+            self.file = tempfile.TemporaryFile(prefix="webfs-warc-")
+            self.file.write(b"".join(self.parts))
+            self.parts = []
+
+    def prefix(self) -> bytes:
+        """All of it, or (spilled) its first READ_CHUNK bytes."""
+        if self.file is None:
+            return b"".join(self.parts)
+        self.file.flush()
+        return os.pread(self.file.fileno(), READ_CHUNK, 0)
+
+
+def _strict_record(prefix: bytes, total: int, fd: Optional[int], base: int, gz: bool,
+                   offset: int, length: int) -> Optional[Record]:
+    """A well-formed WARC record (header, Content-Length, block, CRLF CRLF) cut into
+    its parts, or None for anything else (then warcio reads it). ``prefix`` is the
+    record's first bytes, all of them when ``total`` is its length; the rest is
+    at ``base`` of ``fd``, from where a long payload is read when it is stored."""
+    if not prefix.startswith(b"WARC/"):
+        return None
+    m = _BLANK_LINE.search(prefix)
+    if not m:
+        return None
+    head = prefix[:m.end()]
+    fields = _header_fields(head)
+    rtype = fields.get(b"warc-type")
+    try:
+        n = int(fields.get(b"content-length", b""))
+    except ValueError:
+        return None
+    if rtype is None or n < 0 or m.end() + n + 4 != total:
+        return None
+    rtype = rtype.decode("utf-8", "replace")
+    if total == len(prefix):
+        block, tail = prefix[m.end():m.end() + n], prefix[m.end() + n:]
+        if tail != b"\r\n\r\n":
+            return None
+        http, payload = b"", block
+        if _has_http(rtype, fields, block):
+            http, payload = _split_http(block)
+        return Record(offset, length, gz, rtype, head, http, payload, tail, fields)
+    if fd is None or os.pread(fd, 4, base + m.end() + n) != b"\r\n\r\n":
+        return None
+    start = prefix[m.end():]
+    http = b""
+    if _has_http(rtype, fields, start):
+        hm = _BLANK_LINE.search(start)
+        if not hm:
+            return None            # an HTTP header block of more than READ_CHUNK: warcio's
+        http = start[:hm.end()]
+    payload = Payload(fd, base + m.end() + len(http), n - len(http))
+    return Record(offset, length, gz, rtype, head, http, payload, b"\r\n\r\n", fields)
+
+
+def _strict_gz(fh, start: int, size: int) -> Iterator[object]:
+    """Well-formed records of a per-record gzip file from ``start``, read without
+    warcio (one decompression, no Python per line); returns where it stopped."""
+    pos = start
+    fh.seek(pos)
+    buf = b""
+    while pos < size:
+        if len(buf) < 3:
+            buf += fh.read(READ_CHUNK)
+        if buf[:3] != b"\x1f\x8b\x08":
+            return pos
+        d = zlib.decompressobj(31)
+        sink = _Sink()
+        fed, data = len(buf), buf
+        try:
+            while True:
+                sink.write(d.decompress(data, 1 << 22))
+                if d.eof:
+                    break
+                data = d.unconsumed_tail
+                if not data:
+                    data = fh.read(READ_CHUNK)
+                    if not data:
+                        return pos               # cut short: warcio says so
+                    fed += len(data)
+        except zlib.error:
+            return pos
+        buf = d.unused_data
+        length = fed - len(buf) - len(d.unconsumed_tail)
+        prefix = sink.prefix()
+        spill = sink.file
+        rec = _strict_record(prefix, sink.length, spill.fileno() if spill else None, 0, True, pos, length)
+        if rec is None:
+            return pos
+        yield rec
+        pos += length
+    return pos
+
+
+def _strict_plain(fh, start: int, size: int) -> Iterator[object]:
+    """Well-formed records of a plain WARC file from ``start``, each followed by the
+    next record or the end of the file; returns where it stopped."""
+    fd = fh.fileno()
+    pos = start
+    while pos < size:
+        prefix = os.pread(fd, min(READ_CHUNK, size - pos), pos)
+        m = _BLANK_LINE.search(prefix) if prefix.startswith(b"WARC/") else None
+        if not m:
+            return pos
+        try:
+            n = int(_header_fields(prefix[:m.end()]).get(b"content-length", b""))
+        except ValueError:
+            return pos
+        total = m.end() + n + 4
+        if n < 0 or pos + total > size or (pos + total < size and os.pread(fd, 5, pos + total) != b"WARC/"):
+            return pos
+        if total <= SPILL_AT and total > len(prefix):
+            prefix = os.pread(fd, total, pos)
+        rec = _strict_record(prefix[:total], total, fd, pos, False, pos, total)
+        if rec is None:
+            return pos
+        yield rec
+        pos += total
+    return pos
+
+
 def _resync(fh, start: int, gz: bool, arc: bool) -> Optional[int]:
     """The offset of the next thing that looks like a record after ``start``."""
     fh.seek(start)
@@ -230,12 +417,15 @@ def _whole_file_gzip(fh) -> bool:
 
 
 def _records(fh, size: int, gz: bool, ArchiveIterator) -> Iterator[object]:
+    """Well-formed records are read directly; from the first that is not (or an
+    ARC), warcio reads the rest and says what is wrong."""
     with open(f"/proc/self/fd/{fh.fileno()}", "rb") as raw_fh:   # our own offset: warcio reads fh
-        yield from _records_of(fh, raw_fh, size, gz, ArchiveIterator)
+        start = yield from (_strict_gz(raw_fh, 0, size) if gz else _strict_plain(raw_fh, 0, size))
+        if start < size:
+            yield from _records_of(fh, raw_fh, size, gz, ArchiveIterator, start)
 
 
-def _records_of(fh, raw_fh, size: int, gz: bool, ArchiveIterator) -> Iterator[object]:
-    start = 0
+def _records_of(fh, raw_fh, size: int, gz: bool, ArchiveIterator, start: int) -> Iterator[object]:
     arc = False
     while start < size:
         fh.seek(start)
@@ -325,23 +515,33 @@ def _is_gz(fh, offset: int) -> bool:
     return m == b"\x1f\x8b"
 
 
-def check_digest(value: bytes, data: bytes) -> Optional[bool]:
-    """Whether a WARC digest (``sha1:BASE32``, ``sha256:...``) matches; None if it cannot tell."""
-    algo, sep, want = value.partition(b":")
-    if not sep:
-        return None
-    name = {b"sha1": "sha1", b"sha256": "sha256", b"sha-256": "sha256", b"md5": "md5",
-            b"sha512": "sha512"}.get(algo.strip().lower())
-    if name is None:
-        return None
-    digest = hashlib.new(name, data).digest()
-    want = want.strip()
-    try:
-        if len(want) == len(digest) * 2:
-            return bytes.fromhex(want.decode()) == digest
-        return base64.b32decode(want.upper() + b"=" * (-len(want) % 8)) == digest
-    except (ValueError, UnicodeDecodeError):
-        return False
+_DIGESTS = {b"sha1": "sha1", b"sha256": "sha256", b"sha-256": "sha256", b"md5": "md5", b"sha512": "sha512"}
+
+
+class DigestCheck:
+    """A WARC digest (``sha1:BASE32``, ``sha256:HEX``, ...) checked over data fed in pieces."""
+
+    def __init__(self, value: bytes):
+        algo, sep, want = value.partition(b":")
+        name = _DIGESTS.get(algo.strip().lower()) if sep else None
+        self.want = want.strip()
+        self.hash = hashlib.new(name) if name else None
+
+    def update(self, data: bytes) -> None:
+        if self.hash is not None:
+            self.hash.update(data)
+
+    def matches(self) -> Optional[bool]:
+        """Whether it matches; None if it cannot tell (an unknown algorithm)."""
+        if self.hash is None:
+            return None
+        digest, want = self.hash.digest(), self.want
+        try:
+            if len(want) == len(digest) * 2:
+                return bytes.fromhex(want.decode()) == digest
+            return base64.b32decode(want.upper() + b"=" * (-len(want) % 8)) == digest
+        except (ValueError, UnicodeDecodeError):
+            return False
 
 
 # ---------------------------------------------------------------- importing
@@ -390,12 +590,7 @@ class WarcImporter(Importer):
             return item
         parent_path, _, name = path.rpartition(b"/")
         parent = self._dir(parent_path)
-        node = None
-        if parent.ino is not None:
-            try:
-                node = self.ns.lookup(parent.ino, name)
-            except FsError:
-                node = None
+        node = self._name_in(parent, name)
         st = SimpleNamespace(st_mode=stat.S_IFDIR | 0o755, st_uid=self.uid, st_gid=self.gid,
                              st_atime_ns=time.time_ns(), st_mtime_ns=time.time_ns(), st_rdev=0)
         item = Item("dir", b"", parent, name, self.top.path + b"/" + path, st)
@@ -408,8 +603,8 @@ class WarcImporter(Importer):
         self._pending_dirs.append(item)
         return item
 
-    def _file(self, path: bytes, data: bytes, mtime_ns: int, xattrs: list, identity: bytes,
-              src: bytes, share: Optional[object] = None) -> Optional[Item]:
+    def _file(self, path: bytes, data, mtime_ns: int, xattrs: list, identity: bytes,
+              src: bytes, share: Optional[object] = None, digest: Optional[bytes] = None) -> Optional[Item]:
         """A file item for a path below the collection; None when it is there already."""
         parent_path, _, name = path.rpartition(b"/")
         parent = self._dir(parent_path)
@@ -420,7 +615,7 @@ class WarcImporter(Importer):
         item.size = len(data) if share is None else 0
         item.warc_identity = identity
         if share is None:
-            item.future = self.pool.submit(self._store_bytes, item, data)
+            item.future = self.pool.submit(self._store_bytes, item, data, digest)
         else:
             item.future = self.pool.submit(self._share, item, share)
         item.warc_future = item.future
@@ -476,7 +671,8 @@ class WarcImporter(Importer):
             else:
                 self.wc.other += 1
             if where == b"heads":
-                heads.write(rec.payload)
+                for piece in payload_pieces(rec.payload, READ_CHUNK):
+                    heads.write(piece)
             heads.write(rec.tail)
             index.append(b"\t".join([
                 str(rec.offset).encode(), str(rec.length).encode(), b"gz" if rec.gz else b"-",
@@ -599,12 +795,8 @@ class WarcImporter(Importer):
                 item = self._file(path, b"", mtime, xattrs, identity, src, share=orig)
             self.wc.captures += 1
             return item, path
-        if digest:
-            ok = check_digest(digest, rec.payload)
-            if ok is False:
-                self._report(f"{where}: WARC-Payload-Digest {_show(digest)} does not match the payload; "
-                             "imported as read")
-        item = self._file(path, rec.payload, mtime, xattrs, identity, src)
+        item = self._file(path, rec.payload, mtime, xattrs, identity, src, digest=digest)
+        item.warc_where = where
         if digest and digest not in self.by_digest:
             self.by_digest[digest] = item
         self.wc.captures += 1
@@ -636,16 +828,25 @@ class WarcImporter(Importer):
 
     # -- worker threads ----------------------------------------------------------
 
-    def _store_bytes(self, item: Item, data: bytes) -> None:
+    def _store_bytes(self, item: Item, data, digest: Optional[bytes] = None) -> None:
+        """Store a payload (bytes or Payload) piece by piece, checking its WARC digest
+        on the way (here, not in the walk: hashing releases the GIL)."""
         rows = []
+        check = DigestCheck(digest) if digest else None
         try:
-            mv = memoryview(data)
-            for i in range(0, max(len(data), 1), self.max_block):
-                rows.append(self.store.store(bytes(mv[i:i + self.max_block]), name=item.path))
+            for piece in payload_pieces(data, self.max_block):
+                if check is not None:
+                    check.update(piece)
+                rows.append(self.store.store(piece, name=item.path))
+            if not rows:
+                rows.append(self.store.store(b"", name=item.path))
         except BaseException:
             for row in rows:
                 self.store.release(row)
             raise
+        if check is not None and check.matches() is False:
+            item.warning = (f"{getattr(item, 'warc_where', _show(item.path))}: WARC-Payload-Digest "
+                            f"{_show(digest)} does not match the payload; imported as read")
         item.rows, item.size = rows, len(data)
         item.kept_rows = list(rows)
 
@@ -717,6 +918,7 @@ def digest_of(fields: dict) -> Optional[bytes]:
     return fields.get(b"warc-payload-digest")
 
 
+@functools.lru_cache(maxsize=4096)
 def _date_ns(date: bytes) -> int:
     try:
         s = date.decode("ascii")
