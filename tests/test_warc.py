@@ -457,3 +457,63 @@ def test_kill_9_then_rerun_finishes_the_import(tmp_path):
     finally:
         t.close()
     assert webfs("fsck", disks[0], check=False).returncode == 0
+
+
+# ---------------------------------------------------------------- revisits and long records
+
+def test_revisit_before_its_original_is_resolved_at_the_end(tmp_path):
+    import base64
+    import hashlib
+    disks = make_archive(tmp_path, 3)
+    body = b"<html>the original</html>"
+    digest = "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
+    http = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
+    src = tmp_path / "a.warc.gz"
+    with open(src, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        rev = w.create_revisit_record("http://example.com/again.html", digest, "http://example.com/orig.html",
+                                      "2024-01-03T12:00:00Z", http_headers=http)
+        rev.rec_headers.replace_header("WARC-Date", "2024-01-02T12:00:00Z")
+        w.write_record(rev)
+        w.write_record(w.create_warc_record("http://example.com/orig.html", "response", payload=io.BytesIO(body),
+                                            http_headers=http, warc_headers_dict={"WARC-Date": "2024-01-03T12:00:00Z"}))
+    _, fig = imp(disks[0], src, check=True)
+    assert (fig["revisits_resolved"], fig["revisits_unresolved"], fig["problems"]) == (1, 0, [])
+    t = tree(disks[0], "/c")
+    try:
+        again = urlpath.capture_path("http://example.com/again.html", "2024-01-02T12:00:00Z").encode()
+        orig = urlpath.capture_path("http://example.com/orig.html", "2024-01-03T12:00:00Z").encode()
+        assert t.read(again) == body
+        assert [r.sig for r in t.ns.contents(t._ino(again))] == [r.sig for r in t.ns.contents(t._ino(orig))]
+    finally:
+        t.close()
+    out = tmp_path / "out.warc.gz"
+    assert b"(100%) byte-identical" in webfs("export-warc", f"{disks[0]}:/c", out).stdout
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_a_record_longer_than_memory_allows_is_streamed(tmp_path, gz):
+    """A 48 MiB record (pieces of 64 KiB) is imported without being held in
+    memory: the import's peak RSS stays far below the record, and it comes back."""
+    import subprocess
+    disks = make_archive(tmp_path, 3, max_block=65536)
+    chunk = os.urandom(1 << 20)
+    body = chunk * 48
+    src = write_warc(tmp_path / ("big.warc.gz" if gz else "big.warc"), [("http://example.com/big.bin", body),
+                                                                       ("http://example.com/after", b"after")], gz=gz)
+    small = write_warc(tmp_path / "small.warc", [("http://example.com/small", b"small")], gz=gz)
+
+    def peak_kib(warc_file, collection):
+        proc = subprocess.run(["/usr/bin/time", "-f", "maxrss %M", str(BIN / "webfs"), "import-warc",
+                               "--collection", collection, str(warc_file), f"{disks[0]}:/"],
+                              capture_output=True, check=True)
+        return int(proc.stderr.decode().rsplit("maxrss ", 1)[1].split()[0])
+    base, peak = peak_kib(small, "small"), peak_kib(src, "c")
+    assert peak - base < 24 * 1024, f"peak RSS {peak} KiB for a 48 MiB record, {base} KiB for a small one"
+    t = tree(disks[0], "/c")
+    try:
+        stem = urlpath.capture_path("http://example.com/big.bin", "20240101120000").encode()
+        assert len(t.ns.contents(t._ino(stem))) == 48 * 16
+        assert t.read(stem) == body
+    finally:
+        t.close()

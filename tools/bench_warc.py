@@ -19,16 +19,9 @@ import time
 
 from bench_lib import BenchError, log, rmtree, run, timed
 from bench_targets import Webfs
+from bench_webfs import median, section_fail
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _median(xs):
-    xs = sorted(x for x in xs if x is not None)
-    if not xs:
-        return None
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def write_warc(crawl, out):
@@ -113,13 +106,12 @@ def warc_section(ctx):
             log("warc: cdxj-indexer %.2f s, import-warc %.2f s (%.2fx); tar %.2f s, export-warc %.2f s "
                 "(%.2fx)", r["cdxj"], r["import"], r["cdxj"] / r["import"], r["tar"], r["export"],
                 r["tar"] / r["export"])
-        med = info["median"] = {k: _median([x.get(k) for x in runs]) for k in ("cdxj", "import", "tar", "export")}
+        med = info["median"] = {k: median([x.get(k) for x in runs]) for k in ("cdxj", "import", "tar", "export")}
         info["import_vs_cdxj"] = med["cdxj"] / med["import"]
         info["export_vs_tar"] = med["tar"] / med["export"]
     except (BenchError, OSError, ValueError) as e:
         info["error"] = str(e)[-1000:]
-        log("FAILED warc: %s", str(e).splitlines()[0] if str(e) else "")
-        ctx.failures.append({"target": "webfs", "where": "warc", "error": str(e)[-3000:]})
+        section_fail(ctx, "warc", "webfs", e)
     finally:
         web.destroy()
         rmtree(work)

@@ -48,7 +48,7 @@ from typing import Iterator, Optional
 from . import admin, urlpath
 from .admin import human
 from .errors import FsError, WebfsError
-from .ingest import Importer, Item, _close_namespace, _open_namespace, _problem, _show
+from .ingest import Importer, Item, import_namespace, show_path
 from .namespace import ROOT_INODE
 from .assembly import open_archive
 from .store import Store
@@ -228,7 +228,8 @@ class _Sink:
         self.parts.append(data)
         if self.length > SPILL_AT:
             self.file = tempfile.TemporaryFile(prefix="webfs-warc-")
-            self.file.write(b"".join(self.parts))
+            for part in self.parts:
+                self.file.write(part)
             self.parts = []
 
     def prefix(self) -> bytes:
@@ -560,6 +561,20 @@ class WarcCounts:
     problems: list = field(default_factory=list)
 
 
+@dataclass
+class Revisit:
+    """A revisit record's capture, waiting for its original (same payload digest)."""
+    path: bytes
+    payload: object
+    mtime: int
+    xattrs: list
+    identity: bytes
+    src: bytes
+    digest: Optional[bytes]
+    where: str
+    uri: bytes
+
+
 class WarcImporter(Importer):
     """The bulk importer, fed records of web archive files instead of a tree."""
 
@@ -570,8 +585,9 @@ class WarcImporter(Importer):
         self.dirs: dict[bytes, Item] = {}          # path below the collection -> its directory item
         self.by_digest: dict[bytes, object] = {}   # payload digest -> Item (this import) or inode
         self.taken: set[bytes] = set()             # capture paths given out in this import
-        self.existing_names: dict[int, dict] = {}  # directory inode -> its names before this import
+        self.names_before: dict[int, dict] = {}  # directory inode -> its names before this import
         self.stored_digests: Optional[dict] = None # payload digest -> inode, of earlier imports
+        self.revisits_left: list[Revisit] = []     # revisits whose original was not met yet
 
     # The walk: each source file's records, then its kept files.
     def count(self, sources: list[bytes]) -> Optional[int]:
@@ -582,6 +598,10 @@ class WarcImporter(Importer):
         self.dirs[b""] = dest
         for src in sources:
             yield from self._source(src)
+        # Revisits met before their original: resolved now that every record was read.
+        for rv in self.revisits_left:
+            yield self._revisit(rv, self._original(rv.digest))
+        self.revisits_left = []
 
     def _dir(self, path: bytes) -> Item:
         """The item of a directory below the collection (made in this import or found)."""
@@ -596,7 +616,7 @@ class WarcImporter(Importer):
         item = Item("dir", b"", parent, name, self.top.path + b"/" + path, st)
         if node is not None:
             if not node.is_dir:
-                item.failed = f"{_show(item.path)}: already there and not a directory"
+                item.failed = f"{show_path(item.path)}: already there and not a directory"
             else:
                 item.skip, item.ino, item.existing = True, node.id, node
         self.dirs[path] = item
@@ -604,7 +624,8 @@ class WarcImporter(Importer):
         return item
 
     def _file(self, path: bytes, data, mtime_ns: int, xattrs: list, identity: bytes,
-              src: bytes, share: Optional[object] = None, digest: Optional[bytes] = None) -> Optional[Item]:
+              src: bytes, share: Optional[object] = None, digest: Optional[bytes] = None,
+              where: str = "") -> Optional[Item]:
         """A file item for a path below the collection; None when it is there already."""
         parent_path, _, name = path.rpartition(b"/")
         parent = self._dir(parent_path)
@@ -614,6 +635,7 @@ class WarcImporter(Importer):
         item.xattrs = xattrs
         item.size = len(data) if share is None else 0
         item.warc_identity = identity
+        item.warc_where = where or show_path(item.path)     # its record, in messages
         if share is None:
             item.future = self.pool.submit(self._store_bytes, item, data, digest)
         else:
@@ -651,10 +673,9 @@ class WarcImporter(Importer):
         keep = KEEP_DIR
         for rec in _prefetched(read_records(os.fsdecode(src))):
             if isinstance(rec, Problem):
-                self._report(f"{_show(src)}: offset {rec.offset}: {rec.text}")
+                self._report(f"{show_path(src)}: offset {rec.offset}: {rec.text}")
                 continue
             self.wc.records += 1
-            self.progress.advance(0)
             capture = b"-"
             where = b"heads"
             ho = heads.tell()
@@ -662,7 +683,7 @@ class WarcImporter(Importer):
             heads.write(rec.http)
             problem = rec.fields.get(b"x-problem")
             if problem:
-                self._report(f"{_show(src)}: offset {rec.offset}: {problem.decode()}; imported as read")
+                self._report(f"{show_path(src)}: offset {rec.offset}: {problem.decode()}; imported as read")
             item = None
             if rec.rtype in CAPTURE_TYPES:
                 item, capture = self._capture(src, name, rec)
@@ -700,11 +721,11 @@ class WarcImporter(Importer):
         the names it gave out."""
         if parent.ino is None or parent.existing is None:
             return None
-        names = self.existing_names.get(parent.ino)
+        names = self.names_before.get(parent.ino)
         if names is None:
-            if len(self.existing_names) > 10_000:
-                self.existing_names.clear()
-            names = self.existing_names[parent.ino] = self._existing(parent)
+            if len(self.names_before) > 10_000:
+                self.names_before.clear()
+            names = self.names_before[parent.ino] = self.names_in(parent)
         return names.get(name)
 
     def _kept_name(self, path: bytes, ident: bytes) -> Optional[bytes]:
@@ -737,7 +758,7 @@ class WarcImporter(Importer):
     def _capture(self, src: bytes, name: bytes, rec: Record) -> tuple[Optional[Item], bytes]:
         f = rec.fields
         uri = f.get(b"warc-target-uri", b"")
-        where = f"{_show(src)}: offset {rec.offset}"
+        where = f"{show_path(src)}: offset {rec.offset}"
         if not uri:
             self._report(f"{where}: a {rec.rtype} record without a WARC-Target-URI; kept in the heads only")
             return None, b"-"
@@ -745,12 +766,12 @@ class WarcImporter(Importer):
         if clean.startswith(b"<") and clean.endswith(b">"):
             clean = clean[1:-1].strip(b" \t")
         if clean != uri:
-            self._report(f"{where}: WARC-Target-URI written as {_show(uri)}; filed under {_show(clean)}")
+            self._report(f"{where}: WARC-Target-URI written as {show_path(uri)}; filed under {show_path(clean)}")
         date = f.get(b"arc-date") or f.get(b"warc-date", b"")
         try:
             urlpath.stamp(date.decode("ascii"))
         except (ValueError, UnicodeDecodeError):
-            self._report(f"{where}: no usable date ({_show(date)}); kept in the heads only")
+            self._report(f"{where}: no usable date ({show_path(date)}); kept in the heads only")
             return None, b"-"
         stem = urlpath.url_to_path(clean).encode("utf-8", "surrogateescape")
         identity = name + b"\t" + str(rec.offset).encode()
@@ -781,27 +802,37 @@ class WarcImporter(Importer):
         mtime = _date_ns(date)
         digest = f.get(b"warc-payload-digest")
         if rec.rtype == "revisit":
-            orig = self.by_digest.get(digest) if digest else None
-            if orig is None and digest:
-                orig = self._stored_with_digest(digest)
-            if orig is None:
-                self.wc.revisits_unresolved += 1
-                self._report(f"{where}: revisit of {_show(clean)} whose original (digest "
-                             f"{_show(digest or b'none')}) is not here; kept as an empty file")
-                item = self._file(path, rec.payload, mtime, xattrs + [(b"user.warc.revisit", b"unresolved")],
-                                  identity, src)
-            else:
-                self.wc.revisits_resolved += 1
-                item = self._file(path, b"", mtime, xattrs, identity, src, share=orig)
             self.wc.captures += 1
-            return item, path
-        item = self._file(path, rec.payload, mtime, xattrs, identity, src, digest=digest)
-        item.warc_where = where
+            rv = Revisit(path, rec.payload, mtime, xattrs, identity, src, digest, where, clean)
+            orig = self._original(digest)
+            if orig is None and digest:
+                self.revisits_left.append(rv)   # its original may come later in this import
+                return None, path
+            return self._revisit(rv, orig), path
+        item = self._file(path, rec.payload, mtime, xattrs, identity, src, digest=digest, where=where)
         if digest and digest not in self.by_digest:
             self.by_digest[digest] = item
         self.wc.captures += 1
         self.wc.bytes += len(rec.payload)
         return item, path
+
+    def _original(self, digest: Optional[bytes]):
+        """The capture (Item of this import, or inode) whose payload has this digest, or None."""
+        if not digest:
+            return None
+        orig = self.by_digest.get(digest)
+        return orig if orig is not None else self._stored_with_digest(digest)
+
+    def _revisit(self, rv: "Revisit", orig) -> Item:
+        """A revisit's file: its original's blocks, or (none) what the record holds, said."""
+        if orig is None:
+            self.wc.revisits_unresolved += 1
+            self._report(f"{rv.where}: revisit of {show_path(rv.uri)} whose original (digest "
+                         f"{show_path(rv.digest or b'none')}) is not here; kept as an empty file")
+            return self._file(rv.path, rv.payload, rv.mtime, rv.xattrs + [(b"user.warc.revisit", b"unresolved")],
+                              rv.identity, rv.src)
+        self.wc.revisits_resolved += 1
+        return self._file(rv.path, b"", rv.mtime, rv.xattrs, rv.identity, rv.src, share=orig)
 
     def _stored_with_digest(self, digest: bytes) -> Optional[int]:
         """A file stored before this import whose payload has this digest (its inode):
@@ -831,24 +862,20 @@ class WarcImporter(Importer):
     def _store_bytes(self, item: Item, data, digest: Optional[bytes] = None) -> None:
         """Store a payload (bytes or Payload) piece by piece, checking its WARC digest
         on the way (here, not in the walk: hashing releases the GIL)."""
-        rows = []
         check = DigestCheck(digest) if digest else None
-        try:
+
+        def pieces() -> Iterator[bytes]:
             for piece in payload_pieces(data, self.max_block):
                 if check is not None:
                     check.update(piece)
-                rows.append(self.store.store(piece, name=item.path))
-            if not rows:
-                rows.append(self.store.store(b"", name=item.path))
-        except BaseException:
-            for row in rows:
-                self.store.release(row)
-            raise
+                yield piece
+            if not len(data):
+                yield b""                    # an empty capture is one empty block
+        self.store_pieces(item, pieces())
         if check is not None and check.matches() is False:
-            item.warning = (f"{getattr(item, 'warc_where', _show(item.path))}: WARC-Payload-Digest "
-                            f"{_show(digest)} does not match the payload; imported as read")
-        item.rows, item.size = rows, len(data)
-        item.kept_rows = list(rows)
+            item.warning = (f"{item.warc_where}: WARC-Payload-Digest "
+                            f"{show_path(digest)} does not match the payload; imported as read")
+        item.kept_rows = list(item.rows)
 
     def _share(self, item: Item, orig) -> None:
         """A revisit: the original's blocks, one more reference each."""
@@ -871,9 +898,6 @@ class WarcImporter(Importer):
             raise
         item.rows = taken
         item.size = sum(r.size for r in rows)
-
-    def _count_file(self, item: Item) -> None:
-        super()._count_file(item)
 
 
 def _prefetched(gen, depth: int = 256):
@@ -953,13 +977,6 @@ def warc_summary(wc: WarcCounts, c, seconds: float, stopped: bool) -> list[str]:
 def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest: str,
                 collection: Optional[str] = None, mount_dev: Optional[int] = None) -> admin.Result:
     """Import web archive files into the collection DEST/NAME."""
-    if getattr(store, "read_only", False):
-        raise WebfsError("the archive is mounted read-only")
-    ns = getattr(store, "namespace", None)
-    own = ns is None
-    journal = None
-    if own:
-        ns, journal = _open_namespace(store)
     if collection is None:
         base = os.path.basename(sources[0]) if sources else "warc"
         collection = re.sub(r"(\.w?arc)?(\.gz)?$", "", base) or "warc"
@@ -967,15 +984,9 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
         raise WebfsError(f"{collection!r}: a collection is one name, without '/' or '@'")
     started = time.monotonic()
     target = os.path.join(dest, collection)
-    importer = WarcImporter(store, ns, progress, getattr(store, "invalidate_inode", None),
-                            getattr(store, "invalidate_entry", None), getattr(store, "free_unused", None),
-                            collection=os.fsencode(collection))
-    importer.avoid_dev = mount_dev
-    try:
+    with import_namespace(store) as ns:
+        importer = WarcImporter.into(store, ns, progress, mount_dev, collection=os.fsencode(collection))
         counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(target))
-    finally:
-        if own:
-            _close_namespace(store, ns, journal)
     seconds = time.monotonic() - started
     stopped = progress.stopping
     wc = importer.wc
@@ -1195,7 +1206,14 @@ def _read_ahead(tree, pool, lines: list, window: int = 64) -> Iterator[tuple]:
             more()
 
 
-def _in_order(tree, order: str) -> Iterator[tuple[bytes, bytes, list]]:
+def _located(tree, capture: bytes) -> tuple[int, str]:
+    try:
+        return tree.location(capture)
+    except (OSError, FsError, WebfsError):
+        return (1 << 30, "")
+
+
+def _in_order(tree, order: str, pool) -> Iterator[tuple[bytes, bytes, list]]:
     """(source, its heads, its index lines) in the order the records are written."""
     sources = [(src, tree.read(KEEP_DIR + b"/" + src + HEADS_SUFFIX),
                 list(parse_index(tree.read(KEEP_DIR + b"/" + src + INDEX_SUFFIX))))
@@ -1209,16 +1227,10 @@ def _in_order(tree, order: str) -> Iterator[tuple[bytes, bytes, list]]:
         rest = [ln for ln in lines if ln.where != "file"]
         if rest:
             yield src, heads, rest
-    files = []
-    for i, (src, heads, lines) in enumerate(sources):
-        for ln in lines:
-            if ln.where == "file":
-                try:
-                    key = tree.location(ln.capture)
-                except (OSError, FsError, WebfsError):
-                    key = (1 << 30, "")
-                files.append((key, i, ln))
-    files.sort(key=lambda x: x[0])
+    caps = [(i, ln) for i, (_, _, lines) in enumerate(sources) for ln in lines if ln.where == "file"]
+    # where each capture's first block is: a getxattr or two through a mount, so in parallel
+    keys = pool.map(lambda c: _located(tree, c[1].capture), caps, chunksize=64)
+    files = sorted(((key, i, ln) for key, (i, ln) in zip(keys, caps)), key=lambda x: x[0])
     run: list = []
     for key, i, ln in files:                    # consecutive lines of one source, one group
         if run and run[0][0] != i:
@@ -1230,7 +1242,7 @@ def _in_order(tree, order: str) -> Iterator[tuple[bytes, bytes, list]]:
 
 
 def _collection_records(tree, duplicates: str, pool, order: str = "source") -> Iterator[tuple[bytes, bool, str]]:
-    for src, heads, lines in _in_order(tree, order):
+    for src, heads, lines in _in_order(tree, order, pool):
         for ln, fut in _read_ahead(tree, pool, lines):
             p = ln.ho
             head = heads[p:p + ln.wl]
@@ -1245,7 +1257,7 @@ def _collection_records(tree, duplicates: str, pool, order: str = "source") -> I
                 try:
                     payload = fut.result()
                 except (OSError, FsError, WebfsError) as exc:
-                    raise WebfsError(f"{_show(ln.capture)}: cannot be read: {exc}") from None
+                    raise WebfsError(f"{show_path(ln.capture)}: cannot be read: {exc}") from None
             tail = heads[p:p + ln.tl]
             if ln.rtype == "revisit" and duplicates == "full" and ln.capture != b"-" and head.startswith(b"WARC/"):
                 try:
@@ -1288,23 +1300,42 @@ def export(collection: str, out: str, split: Optional[int] = None, duplicates: s
         fh = open(name, "wb")
         figures["files"].append(name)
 
+    def write(member: bytes, identical: bool, size: int) -> None:
+        if split is not None and fh.tell() > 0 and fh.tell() >= split:
+            next_file()
+        fh.write(member)
+        figures["records"] += 1
+        figures["identical"] += identical
+        figures["bytes"] += size
+        if progress is not None:
+            progress.advance(1)
+
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+    # Records are compressed by two threads (zlib lets go of the GIL), written in order.
+    zpool = ThreadPoolExecutor(2, thread_name_prefix="export-gzip")
+    window: deque = deque()
     try:
         next_file()
         for data, identical, _src in collection_records(tree, duplicates, order):
-            if split is not None and fh.tell() > 0 and fh.tell() >= split:
-                next_file()
-            c = zlib.compressobj(6, zlib.DEFLATED, 31)
-            fh.write(c.compress(data) + c.flush())
-            figures["records"] += 1
-            figures["identical"] += identical
-            figures["bytes"] += len(data)
-            if progress is not None:
-                progress.advance(1)
+            window.append((zpool.submit(_gzip_member, data), identical, len(data)))
+            if len(window) >= 64:
+                fut, identical, size = window.popleft()
+                write(fut.result(), identical, size)
+        while window:
+            fut, identical, size = window.popleft()
+            write(fut.result(), identical, size)
     finally:
+        zpool.shutdown(cancel_futures=True)
         if fh is not None:
             fh.close()
         tree.close()
     return figures
+
+
+def _gzip_member(data: bytes) -> bytes:
+    c = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return c.compress(data) + c.flush()
 
 
 # ---------------------------------------------------------------- versions of a URL
