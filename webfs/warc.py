@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import stat
+import struct
 import tempfile
 import time
 import zlib
@@ -76,6 +77,7 @@ _ARC_LINE = re.compile(rb"\n([^ \r\n]+) ([0-9.]+|-) ([0-9]{14}) ")
 
 SPILL_AT = 8 << 20          # a record longer than this is not held in memory (see Payload)
 READ_CHUNK = 1 << 20
+READERS = 12                # capture files read at once by export-warc (through a mount, reads overlap)
 
 
 class Payload:
@@ -135,6 +137,18 @@ class Record:
     tail: bytes                  # what follows the block (the two CRLFs), as written
     fields: dict = field(default_factory=dict)   # lowercase header name -> raw value (bytes)
     arc: bool = False
+    gzip: bytes = b""            # the index's gz column: how to make the gzip member again (gzip_recipe)
+
+
+def gzip_recipe(member: bytes, crc: int) -> bytes:
+    """The index's gz column for a gzip member: ``gz:LEVEL:HEADER:CRC`` (zlib's
+    level its header's XFL names, the member's 10 header bytes in hex, the CRC-32
+    of the whole member), from which export-warc tries to make the very member
+    again; plain ``gz`` when the header has optional fields (a name, a comment)."""
+    if len(member) < 10 or member[3] != 0:
+        return b"gz"
+    level = {2: 9, 4: 1}.get(member[8], 6)
+    return b"gz:%d:%s:%08x" % (level, member[:10].hex().encode(), crc)
 
 
 @dataclass
@@ -295,10 +309,12 @@ def _strict_gz(fh, start: int, size: int) -> Iterator[object]:
             return pos
         d = zlib.decompressobj(31)
         sink = _Sink()
-        fed, data = len(buf), buf
+        fed, data, crc, head = len(buf), buf, 0, buf[:10]
         try:
             while True:
                 sink.write(d.decompress(data, 1 << 22))
+                used = len(data) - len(d.unconsumed_tail) - len(d.unused_data)
+                crc = zlib.crc32(memoryview(data)[:used], crc)
                 if d.eof:
                     break
                 data = d.unconsumed_tail
@@ -316,6 +332,7 @@ def _strict_gz(fh, start: int, size: int) -> Iterator[object]:
         rec = _strict_record(prefix, sink.length, spill.fileno() if spill else None, 0, True, pos, length)
         if rec is None:
             return pos
+        rec.gzip = gzip_recipe(head, crc)
         yield rec
         pos += length
     return pos
@@ -494,11 +511,14 @@ def _raw(fh, prev, end: Optional[int]) -> object:
         else:
             data = fh.read(length)
             gz = data[:2] == b"\x1f\x8b"
-            if gz:
-                d = zlib.decompressobj(31)
-                data = d.decompress(data)
-                cut = not d.eof
+        member = data
+        if gz:
+            d = zlib.decompressobj(31)
+            data = d.decompress(member)
+            cut = not d.eof
         rec = _cut(data, gz, offset, len(data) if not gz else length, rtype, None)
+        if gz and not cut:
+            rec.gzip = gzip_recipe(member, zlib.crc32(member))
     except (ValueError, zlib.error, OSError) as exc:
         return Problem(offset, f"unreadable record: {_say(exc)}")
     if cut:
@@ -696,7 +716,7 @@ class WarcImporter(Importer):
                     heads.write(piece)
             heads.write(rec.tail)
             index.append(b"\t".join([
-                str(rec.offset).encode(), str(rec.length).encode(), b"gz" if rec.gz else b"-",
+                str(rec.offset).encode(), str(rec.length).encode(), rec.gzip or (b"gz" if rec.gz else b"-"),
                 rec.rtype.encode() or b"-", str(ho).encode(), str(len(rec.head)).encode(),
                 str(len(rec.http)).encode(), str(len(rec.payload)).encode(), str(len(rec.tail)).encode(),
                 where, capture]) + b"\n")
@@ -1112,6 +1132,7 @@ class IndexLine:
     offset: int
     length: int
     gz: bool
+    gzip: bytes                  # the gz column as written (gzip_recipe)
     rtype: str
     ho: int
     wl: int
@@ -1127,7 +1148,7 @@ def parse_index(data: bytes) -> Iterator[IndexLine]:
         if not line or line.startswith(b"#"):
             continue
         f = line.split(b"\t")
-        yield IndexLine(int(f[0]), int(f[1]), f[2] == b"gz", f[3].decode(), int(f[4]), int(f[5]),
+        yield IndexLine(int(f[0]), int(f[1]), f[2].startswith(b"gz"), f[2], f[3].decode(), int(f[4]), int(f[5]),
                         int(f[6]), int(f[7]), int(f[8]), f[9].decode(), f[10])
 
 
@@ -1171,22 +1192,22 @@ def _arc_to_warc(rec_head: bytes, rtype: str, http: bytes, payload: bytes, ident
     return b"\r\n".join(lines) + b"\r\n\r\n" + http + payload + b"\r\n\r\n"
 
 
-def collection_records(tree, duplicates: str = "revisit", order: str = "source") -> Iterator[tuple[bytes, bool, str]]:
-    """(record bytes, byte-identical to the source's, source name) for every kept record.
+def collection_records(tree, duplicates: str = "revisit", order: str = "source") -> Iterator[tuple[bytes, bool, str, bytes]]:
+    """(record bytes, byte-identical to the source's, source name, its gz column) for every kept record.
 
     ``order="source"``: the source files' records in their order. ``order="disk"``:
     the records without a capture file first (in source order), then the
     captures sorted by the disk and the place on it of their first block, so
     that the pages stream off each disk in the order of its signature tree."""
     from concurrent.futures import ThreadPoolExecutor
-    pool = ThreadPoolExecutor(4, thread_name_prefix="export-read")
+    pool = ThreadPoolExecutor(READERS, thread_name_prefix="export-read")
     try:
         yield from _collection_records(tree, duplicates, pool, order)
     finally:
         pool.shutdown(cancel_futures=True)
 
 
-def _read_ahead(tree, pool, lines: list, window: int = 64) -> Iterator[tuple]:
+def _read_ahead(tree, pool, lines: list, window: int = 4 * READERS) -> Iterator[tuple]:
     """(line, payload future or None) with the capture files of the next lines being
     read by a pool (through a mount, reads of many small files overlap)."""
     from collections import deque
@@ -1241,7 +1262,7 @@ def _in_order(tree, order: str, pool) -> Iterator[tuple[bytes, bytes, list]]:
         yield sources[run[0][0]][0], sources[run[0][0]][1], [x[1] for x in run]
 
 
-def _collection_records(tree, duplicates: str, pool, order: str = "source") -> Iterator[tuple[bytes, bool, str]]:
+def _collection_records(tree, duplicates: str, pool, order: str = "source") -> Iterator[tuple[bytes, bool, str, bytes]]:
     for src, heads, lines in _in_order(tree, order, pool):
         for ln, fut in _read_ahead(tree, pool, lines):
             p = ln.ho
@@ -1272,7 +1293,7 @@ def _collection_records(tree, duplicates: str, pool, order: str = "source") -> I
                     identical = False
             if not head.startswith(b"WARC/"):
                 yield _arc_to_warc(head, ln.rtype, http, payload, src + b"\t" + str(ln.offset).encode()), \
-                    False, os.fsdecode(src)
+                    False, os.fsdecode(src), b""
                 continue
             if len(http) + len(payload) != ln.hl + ln.pl or not identical:
                 head = _set_header(head, b"Content-Length", str(len(http) + len(payload)).encode())
@@ -1280,14 +1301,14 @@ def _collection_records(tree, duplicates: str, pool, order: str = "source") -> I
                     head = head.rstrip(b"\r\n") + b"\r\n\r\n"
                 identical = False
                 tail = b"\r\n\r\n"
-            yield head + http + payload + tail, identical, os.fsdecode(src)
+            yield head + http + payload + tail, identical, os.fsdecode(src), ln.gzip if identical else b""
 
 
 def export(collection: str, out: str, split: Optional[int] = None, duplicates: str = "revisit",
            progress: Optional[admin.Progress] = None, order: str = "source") -> dict:
     """Write a collection as per-record gzipped WARC; returns figures."""
     tree = open_tree(collection)
-    figures = {"records": 0, "identical": 0, "bytes": 0, "files": []}
+    figures = {"records": 0, "identical": 0, "gzip_identical": 0, "bytes": 0, "files": []}
     n = 0
     fh = None
 
@@ -1300,12 +1321,14 @@ def export(collection: str, out: str, split: Optional[int] = None, duplicates: s
         fh = open(name, "wb")
         figures["files"].append(name)
 
-    def write(member: bytes, identical: bool, size: int) -> None:
+    def write(made: tuple[bytes, bool], identical: bool, size: int) -> None:
+        member, same_member = made
         if split is not None and fh.tell() > 0 and fh.tell() >= split:
             next_file()
         fh.write(member)
         figures["records"] += 1
         figures["identical"] += identical
+        figures["gzip_identical"] += same_member
         figures["bytes"] += size
         if progress is not None:
             progress.advance(1)
@@ -1317,8 +1340,8 @@ def export(collection: str, out: str, split: Optional[int] = None, duplicates: s
     window: deque = deque()
     try:
         next_file()
-        for data, identical, _src in collection_records(tree, duplicates, order):
-            window.append((zpool.submit(_gzip_member, data), identical, len(data)))
+        for data, identical, _src, recipe in collection_records(tree, duplicates, order):
+            window.append((zpool.submit(_gzip_member, data, recipe), identical, len(data)))
             if len(window) >= 64:
                 fut, identical, size = window.popleft()
                 write(fut.result(), identical, size)
@@ -1333,9 +1356,19 @@ def export(collection: str, out: str, split: Optional[int] = None, duplicates: s
     return figures
 
 
-def _gzip_member(data: bytes) -> bytes:
+def _gzip_member(data: bytes, recipe: bytes) -> tuple[bytes, bool]:
+    """A record as a gzip member: (the source's very member, True) when its recipe
+    makes one with the kept CRC-32 (zlib at the level and header the source's
+    member had), else (zlib level 6, False)."""
+    if recipe.startswith(b"gz:"):
+        _, level, head, crc = recipe.split(b":")
+        c = zlib.compressobj(int(level), zlib.DEFLATED, -zlib.MAX_WBITS)
+        member = (bytes.fromhex(head.decode()) + c.compress(data) + c.flush()
+                  + struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF))
+        if zlib.crc32(member) == int(crc, 16):
+            return member, True
     c = zlib.compressobj(6, zlib.DEFLATED, 31)
-    return c.compress(data) + c.flush()
+    return c.compress(data) + c.flush(), False
 
 
 # ---------------------------------------------------------------- versions of a URL
