@@ -521,3 +521,34 @@ def test_a_record_longer_than_memory_allows_is_streamed(tmp_path, gz):
         assert t.read(stem) == body
     finally:
         t.close()
+
+
+def test_a_revisit_whose_original_never_comes_is_kept_and_reported(tmp_path):
+    disks = make_archive(tmp_path, 3)
+    http = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
+    src = tmp_path / "a.warc.gz"
+    with open(src, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        w.write_record(w.create_revisit_record("http://example.com/gone.html", "sha1:" + "A" * 32,
+                                               "http://example.com/gone.html", "2024-01-01T12:00:00Z",
+                                               http_headers=http))
+    proc, fig = imp(disks[0], src)
+    assert proc.returncode == 4 and (fig["revisits_resolved"], fig["revisits_unresolved"]) == (0, 1)
+    assert any("is not here" in p for p in fig["problems"])
+    t = tree(disks[0], "/c")
+    try:
+        [name] = t.listdir(b"http/example.com")
+        assert t.ns.getxattr(t._ino(b"http/example.com/" + name), b"user.warc.revisit") == b"unresolved"
+    finally:
+        t.close()
+
+
+def test_a_payload_whose_source_got_shorter_is_an_error(tmp_path):
+    f = tmp_path / "source.warc"
+    f.write_bytes(b"a" * 100)
+    fd = os.open(f, os.O_RDONLY)
+    payload = warc.Payload(fd, 10, 80)
+    os.close(fd)
+    f.write_bytes(b"a" * 50)
+    with pytest.raises(OSError, match="shorter"):
+        list(payload.pieces(32))
