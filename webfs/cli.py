@@ -393,7 +393,8 @@ def export_warc(split, duplicates, order, collection, out):
         bar.close()
     share = fig["identical"] / fig["records"] if fig["records"] else 1.0
     click.echo(f"exported {fig['records']} records ({human(fig['bytes'])}) into {len(fig['files'])} file(s); "
-               f"{fig['identical']} ({share:.0%}) byte-identical to the records imported")
+               f"{fig['identical']} ({share:.0%}) byte-identical to the records imported, "
+               f"{fig['gzip_identical']} of them in the very gzip member of the source")
 
 
 @main.command()
