@@ -169,6 +169,8 @@ class Journal:
         # ``stale`` says that is not where the rule puts them (a checkpoint moves them).
         self.disks = self._holders()
         self.stale = self.disks != record_disks(archive)
+        # A JOURNAL with no MANIFEST under it (a new archive) wants one.
+        self.anchored = any(archive.volumes[i].backend.exists(MANIFEST) for i in self.disks)
         self.grown = 0
         self.limit = limit
         for index in self.disks[:1]:
@@ -180,8 +182,9 @@ class Journal:
                 pass
 
     def wants_checkpoint(self) -> bool:
-        """The JOURNAL is past its bound, or a record disk is gone."""
-        return (self.grown > self.limit or self.disks != record_disks(self.archive)
+        """The JOURNAL is past its bound, has no MANIFEST under it, or a record disk is gone."""
+        return (self.grown > self.limit or not self.anchored
+                or self.disks != record_disks(self.archive)
                 or any(self._opened.get(i, v) is not v for i, v in self.archive.volumes.items()))
 
     def _holders(self) -> list[int]:
@@ -406,7 +409,7 @@ class Journal:
                 log.warning("disk %d: cannot write %s: %s", vol.index, MANIFEST, exc)
         if not written:
             return              # the old records stay where they are, and appends with them
-        self.disks, self.stale, self._asked = disks, False, False
+        self.disks, self.stale, self._asked, self.anchored = disks, False, False, True
         self.limit = max(self.min_limit, staged.size // 2)
         note = records_text(disks)
         for vol in self.archive.volumes.values():
