@@ -669,3 +669,29 @@ TestParityModel = ParityModel.TestCase
 TestParityModel.settings = settings(max_examples=50, stateful_step_count=30, deadline=None,
                                     suppress_health_check=[HealthCheck.too_slow])
 
+
+
+def test_blocks_stored_at_once_by_many_threads_agree_with_their_parity(tmp_path, caplog):
+    """webfs import and a mount store from several threads. A stripe is in the
+    catalog as soon as its first block is placed; a block that joins it
+    before that first block's parity exists must wait for it, not find no
+    parity file (and have its own parity overwritten by the first's)."""
+    from concurrent.futures import ThreadPoolExecutor
+    disks = make_archive(tmp_path, 4)
+    docs = documents(800, seed=11, median=5.0, sigma=0.5)
+    store = open_archive(str(disks[0]), holder="test")
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)         # threads interleave as on a busy machine
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: store.store(docs[i], name=b"/d%d" % i, pin=True), range(len(docs))))
+        store.commit()
+        store.protection.flush()
+    finally:
+        sys.setswitchinterval(switch)
+    try:
+        found = OPERATIONS["scrub"](store, admin.Progress()).figures
+    finally:
+        store.close()
+    assert found["problems"] == 0, found
+    assert not [r.getMessage() for r in caplog.records if "cannot add block" in r.getMessage()]

@@ -41,6 +41,7 @@ the catalog lock.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -380,23 +381,32 @@ class Parity(Protection):
     def block_added(self, row: BlockRow, payload: bytes) -> None:
         if self.width < 1:
             return
-        with self.catalog.lock:
-            placed = self._place(row)
-            if placed is None:
-                return
-            stripe_id, parity_disk, new = placed
-            self._intents.begin(stripe_id)
-        held = False
-        try:
-            with self._locks(stripe_id):
+        with contextlib.ExitStack() as stripe_locked:
+            with self.catalog.lock:
+                placed = self._place(row)
+                if placed is None:
+                    return
+                stripe_id, parity_disk, new = placed
+                self._intents.begin(stripe_id)
+                if new:
+                    # The stripe is in the catalog from here on, its parity not
+                    # yet anywhere: hold its lock (nobody else can) before the
+                    # catalog's goes, so a block that joins it meanwhile waits
+                    # for this parity instead of finding none.
+                    stripe_locked.enter_context(self._locks(stripe_id))
+            held = False
+            try:
+                if not new:
+                    stripe_locked.enter_context(self._locks(stripe_id))
                 held = self._xor_in(stripe_id, parity_disk, Member.of(row), payload, new)
-        except (OSError, WebfsError) as exc:
-            log.warning("stripe %s: cannot add block %s to its parity on disk %d (%s); recomputing it",
-                        stripe_id, row.block_name, parity_disk, exc)
-            self._reconcile_or_mark(stripe_id)
-        finally:
-            if not held:
-                self._intents.done(stripe_id)
+            except (OSError, WebfsError) as exc:
+                log.warning("stripe %s: cannot add block %s to its parity on disk %d (%s); "
+                            "recomputing it", stripe_id, row.block_name, parity_disk, exc)
+                stripe_locked.close()
+                self._reconcile_or_mark(stripe_id)
+            finally:
+                if not held:
+                    self._intents.done(stripe_id)
 
     def _place(self, row: BlockRow) -> Optional[tuple[str, int, bool]]:
         """Choose the stripe a new block joins (or start one) and record it in
