@@ -28,6 +28,8 @@ CATALOG_FILE = "meta/catalog.db"
 CACHE_KIB = 2048                # SQLite page cache of one connection, KiB
 WAL_LIMIT = 8 << 20             # bytes of WAL kept after a checkpoint
 
+# The tables below repeat one shape (a few columns, a composite primary key,
+# an index): that is SQL declaring tables, not logic to share.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS blocks (
@@ -191,6 +193,11 @@ class Catalog:
     def commit(self) -> None:
         with self.lock, _full_is_nospace():
             self.db.commit()
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file, as far as no reader holds it back."""
+        with self.lock:
+            self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     @property
     def uncommitted(self) -> bool:

@@ -320,16 +320,17 @@ class Operations(pyfuse3.Operations):
 
     @translate_errors
     async def unlink(self, parent_inode, name, ctx):
-        self._check_writable(parent_inode, name)
-        node = self.ns.unlink(parent_inode, name)
-        self.free_if_unused(node)
-        await self.commits.commit()
+        await self._remove(self.ns.unlink, parent_inode, name)
 
     @translate_errors
     async def rmdir(self, parent_inode, name, ctx):
-        self._check_writable(parent_inode, name)
-        node = self.ns.rmdir(parent_inode, name)
-        self.free_if_unused(node)
+        await self._remove(self.ns.rmdir, parent_inode, name)
+
+    async def _remove(self, remove, parent: int, name: bytes) -> None:
+        """unlink or rmdir: the name goes, committed before the answer; the inode
+        too if nothing else holds it."""
+        self._check_writable(parent, name)
+        self.free_if_unused(remove(parent, name))
         await self.commits.commit()
 
     @translate_errors

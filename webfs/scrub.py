@@ -191,7 +191,7 @@ def check_parity(store: Store, report: Report, repair: bool) -> None:
     if not repair:
         # A read-only open does not reconcile what an interrupted process left: say it.
         dirty = set(parity.stripe_ids("state != 'ok'"))
-        for stripe_id in sorted(parity._intents.listed() - dirty):
+        for stripe_id in sorted(parity.interrupted() - dirty):
             report.add("parity", f"stripe {stripe_id}", "listed in meta/parity-intent: an update was "
                        "interrupted, its parity may not match; --repair (or a mount) recomputes it")
     for stripe_id in parity.stripe_ids():
