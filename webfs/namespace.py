@@ -53,7 +53,7 @@ def now_ns() -> int:
 def name_problem(name: bytes) -> Optional[str]:
     """Why ``name`` cannot be one entry of a directory, or None if it can.
     The one rule for every name, whether it comes through FUSE or from a
-    plain-text record on the disks (MANIFEST, JOURNAL: ``webfs.recover``)."""
+    plain-text record on the disks (MANIFEST, JOURNAL: ``webfs.commands.rebuild_catalog``)."""
     if len(name) > NAME_MAX:
         return f"name longer than {NAME_MAX} bytes"
     if not name:
