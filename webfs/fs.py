@@ -161,7 +161,7 @@ class Operations(pyfuse3.Operations):
         size = self.files.size(node.id)
         a.st_size = node.size if size is None else size
         a.st_blksize = 128 * 1024
-        a.st_blocks = (a.st_size + 511) // 512
+        a.st_blocks = (a.st_size + 511) // 512        # st_blocks counts POSIX's 512-byte units
         a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns = node.atime_ns, node.mtime_ns, node.ctime_ns
         return a
 

@@ -51,6 +51,10 @@ class Protection:
         """Write the redundancy that has waited long enough (after a commit, in
         the store's background worker)."""
 
+    def files_on(self, disk: int) -> int:
+        """How many files of redundancy (parity files) a disk holds."""
+        return 0
+
     def out_of_date(self) -> int:
         """How many units of redundancy (parity stripes) are known to be stale."""
         return 0

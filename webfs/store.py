@@ -479,7 +479,7 @@ class Store:
                           "why": self.archive.missing.get(d.index),
                           "blocks": blocks, "payload_bytes": payload,
                           "free_bytes": free, "total_bytes": total})
-        stored_total = totals["stored_bytes"] + 512 * totals["blocks"]
+        stored_total = totals["stored_bytes"] + HEADER_SIZE * totals["blocks"]
         return {
             "archive": self.conf.uuid, "label": self.conf.label, "depth": self.conf.depth,
             "group_size": self.conf.group_size, "codec": self.conf.codec, "level": self.conf.level,

@@ -110,6 +110,9 @@ class StripeLayout:
         return [r[0] for r in self.catalog.query(
             f"SELECT id FROM stripes {'WHERE ' + where if where else ''} ORDER BY id", args)]
 
+    def parity_disks(self) -> dict[str, int]:
+        return dict(self.catalog.query("SELECT id, parity_disk FROM stripes"))
+
     def mark_dirty(self, stripe_id: str) -> None:
         """Its parity may disagree with the catalog: reconciled at the next open or repair."""
         self.catalog.execute("UPDATE stripes SET state='dirty' WHERE id=?", (stripe_id,))

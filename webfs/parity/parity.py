@@ -118,6 +118,13 @@ class Parity(Protection):
         """Blocks whose parity is still only in memory."""
         return self.write_behind.blocks
 
+    def files_on(self, disk: int) -> int:
+        return len(self.layout.stripe_ids("parity_disk=?", (disk,)))
+
+    def parity_disks(self) -> dict[str, int]:
+        """stripe id -> the disk of its parity file, of every stripe."""
+        return self.layout.parity_disks()
+
     def out_of_date(self) -> int:
         return len(self.layout.stripe_ids("state != 'ok'"))
 
