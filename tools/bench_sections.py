@@ -210,6 +210,7 @@ def daemon(ctx):
 
 
 import bench_datapath  # noqa: E402
+import bench_warc  # noqa: E402
 import bench_webfs  # noqa: E402
 
 SECTIONS = {
@@ -221,4 +222,5 @@ SECTIONS = {
     "daemon": (daemon, "FUSE daemon CPU time and peak memory"),
     **bench_datapath.SECTIONS,
     **bench_webfs.SECTIONS,
+    **bench_warc.SECTIONS,
 }
