@@ -16,15 +16,13 @@ the ``stripes`` table, and the ``Parity`` protection the store uses. Its rooms:
 
 Scrub and disk rebuild build on it.
 """
-from ..errors import CorruptParity
 from .format import REBUILD_MARKER, Key, Member, ParityHeader, parity_files, xor_payloads
 from .intents import INTENT_FILE, IntentLog
-from .layout import Stripe, size_class
+from .layout import STRIPE_COLUMNS, Stripe, size_class
 from .parity import Parity
 from .stripeio import Gate
 from .writebehind import WRITE_BEHIND
 
-# CorruptParity is webfs.errors'; callers have long imported it from here too.
 __all__ = ["Parity", "ParityHeader", "Member", "IntentLog", "Stripe", "Key", "Gate", "xor_payloads",
            "size_class", "parity_files", "REBUILD_MARKER", "INTENT_FILE", "WRITE_BEHIND",
-           "CorruptParity"]
+           "STRIPE_COLUMNS"]
