@@ -438,9 +438,10 @@ CRASH_CHILD = textwrap.dedent("""
     import os, signal, sys
     from webfs import parity
     from webfs.assembly import open_archive
+    from webfs.parity.stripeio import StripeIO
     where, disk = sys.argv[1], sys.argv[2]
     store = open_archive(disk, holder="crash test")
-    real_write = parity.Parity._write_parity
+    real_write = StripeIO.write_parity
     real_removed = parity.Parity.block_removed
     def die():
         os.kill(os.getpid(), signal.SIGKILL)
@@ -455,7 +456,7 @@ CRASH_CHILD = textwrap.dedent("""
             die()
     def removed(self, row, payload):
         die()
-    parity.Parity._write_parity = write
+    StripeIO.write_parity = write
     parity.Parity.block_removed = removed
     if where == "release":
         row = store.catalog.block_by_id(int(sys.argv[3]))

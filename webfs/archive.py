@@ -220,33 +220,31 @@ class Config:
         if "format" in a and a["format"].strip() != str(FORMAT_VERSION):
             raise ConfigError(f"{where}: format version {_shown(a['format'])} is not "
                               f"{FORMAT_VERSION}; this webfs cannot read it")
-        values = {}
-        for key in ARCHIVE_KEYS.values():
-            if key.name not in a:
-                if key.required:
-                    raise ConfigError(f"{where}: [archive] has no {key.name} (cut short?); "
-                                      + _copy_advice(where))
-                values[key.name] = key.default
-            else:
-                values[key.name] = key.parse(a[key.name], where)
+        values = _section_values(ARCHIVE_KEYS, a, "archive", where)
         del values["format"]
         conf = cls(**values)
         for sect in cp.sections():
             if sect.startswith("disk"):
                 index = DISK_INDEX.parse(sect[4:], where, sect)
                 s = cp[sect]
-                fields = {}
-                for key in DISK_KEYS.values():
-                    if key.name not in s:
-                        if key.required:
-                            raise ConfigError(f"{where}: [{sect}] has no {key.name} (cut short?); "
-                                              + _copy_advice(where))
-                        fields[key.name] = key.default
-                    else:
-                        fields[key.name] = key.parse(s[key.name], where, sect)
+                fields = _section_values(DISK_KEYS, s, sect, where)
                 conf.disks.append(DiskInfo(index, fields["uuid"], fields["weight"], fields["path"]))
         conf.disks.sort(key=lambda d: d.index)
         return conf.validate(where)
+
+
+def _section_values(keys: dict[str, ConfKey], section, name: str, where: str) -> dict:
+    """The values of one section's keys (defaults for those left out), or
+    ConfigError for a required key that is missing."""
+    values = {}
+    for key in keys.values():
+        if key.name not in section:
+            if key.required:
+                raise ConfigError(f"{where}: [{name}] has no {key.name} (cut short?); " + _copy_advice(where))
+            values[key.name] = key.default
+        else:
+            values[key.name] = key.parse(section[key.name], where, name)
+    return values
 
 
 def _copy_advice(where: str) -> str:

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from .block import HEADER_SIZE
 from .errors import CatalogUnreadable, NoSpace
 from .signature import block_name
 
@@ -28,6 +29,8 @@ CATALOG_FILE = "meta/catalog.db"
 CACHE_KIB = 2048                # SQLite page cache of one connection, KiB
 WAL_LIMIT = 8 << 20             # bytes of WAL kept after a checkpoint
 
+# The tables below repeat one shape (a few columns, a composite primary key,
+# an index): that is SQL declaring tables, not logic to share.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS blocks (
@@ -192,6 +195,11 @@ class Catalog:
         with self.lock, _full_is_nospace():
             self.db.commit()
 
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file, as far as no reader holds it back."""
+        with self.lock:
+            self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
     @property
     def uncommitted(self) -> bool:
         """Does the connection hold changes not yet committed?"""
@@ -249,6 +257,41 @@ class Catalog:
         """(signature, overflow) of every block of one placement group, in order."""
         return [tuple(r) for r in self.query(
             "SELECT sig, overflow FROM blocks WHERE grp=? ORDER BY sig, overflow", (grp,))]
+
+    def _where(self, grp: Optional[str], disk: Optional[int], unprotected: bool) -> tuple[str, tuple]:
+        conds, args = [], []
+        if grp is not None:
+            conds.append("grp=?")
+            args.append(grp)
+        if disk is not None:
+            conds.append("disk=?")
+            args.append(disk)
+        if unprotected:
+            conds.append("stripe IS NULL")
+        return (" WHERE " + " AND ".join(conds) if conds else ""), tuple(args)
+
+    def block_count(self, *, grp: Optional[str] = None, disk: Optional[int] = None,
+                    unprotected: bool = False) -> int:
+        """Blocks of a placement group, on a disk, in no parity stripe (any that apply)."""
+        where, args = self._where(grp, disk, unprotected)
+        return self.scalar(f"SELECT COUNT(*) FROM blocks{where}", args)
+
+    def block_ids(self, *, disk: Optional[int] = None, unprotected: bool = False) -> list[int]:
+        """Ids of the blocks on a disk, or in no parity stripe, in id order."""
+        where, args = self._where(None, disk, unprotected)
+        return [r[0] for r in self.query(f"SELECT id FROM blocks{where} ORDER BY id", args)]
+
+    def group_usage(self, groups: Optional[list[str]] = None) -> list[tuple[str, int, int, int]]:
+        """(group, disk, blocks, bytes with their headers) of the given groups (all if None)."""
+        where = f" WHERE grp IN ({','.join('?' * len(groups))})" if groups is not None else ""
+        return [tuple(r) for r in self.query(
+            f"SELECT grp, disk, COUNT(*), SUM(stored) + {HEADER_SIZE} * COUNT(*) FROM blocks{where} "
+            "GROUP BY grp, disk", groups or ())]
+
+    def group_samples(self, grp: str, most: int = 5) -> list[tuple[str, str]]:
+        """(signature, Name: hint) of a group's first blocks, to show what it holds."""
+        return [tuple(r) for r in self.query(
+            "SELECT sig, name FROM blocks WHERE grp=? ORDER BY id LIMIT ?", (grp, most))]
 
     def block_by_id(self, block_id: int) -> Optional[BlockRow]:
         rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id=?", (block_id,))
@@ -333,6 +376,10 @@ class Catalog:
         self.execute("DELETE FROM groups WHERE disk=?", (disk,))
         with self.lock:
             self._groups.clear()
+
+    def group_accesses(self) -> list[tuple[str, str]]:
+        """(group, access times as saved by set_group_heats) of every group read so far."""
+        return [tuple(r) for r in self.query("SELECT grp, accesses FROM groups WHERE accesses != ''")]
 
     def set_group_heats(self, rows: list[tuple[str, float, str]]) -> None:
         """(group, heat, access times) of groups that hold a block; a group

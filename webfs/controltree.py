@@ -114,7 +114,7 @@ class ControlTree:
         a.st_uid, a.st_gid = self.owner
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = times_ns
         a.st_blksize = 128 * 1024
-        a.st_blocks = (a.st_size + 511) // 512
+        a.st_blocks = (a.st_size + 511) // 512        # st_blocks counts POSIX's 512-byte units
         return a
 
     def children(self, node: VirtualNode) -> list[tuple[bytes, VirtualNode]]:

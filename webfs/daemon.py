@@ -148,14 +148,12 @@ def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
             store.correct_refs(row, expected)
     said += store.forget_unfinished_writes()
     # Blocks whose parity was still in memory (written behind) when the daemon died.
-    protect = getattr(store.protection, "protect", None)
-    if protect is not None:
-        for row in list(store.catalog.blocks("stripe IS NULL")):
-            try:
-                if protect(row, store.read_payload(row)):
-                    said.append(f"block {row.block_name}: put into a parity stripe")
-            except WebfsError as exc:
-                said.append(f"block {row.block_name}: cannot be protected now ({exc})")
+    for row in list(store.catalog.blocks("stripe IS NULL")):
+        try:
+            if store.protection.protect(row, store.read_payload(row)):
+                said.append(f"block {row.block_name}: put into a parity stripe")
+        except WebfsError as exc:
+            said.append(f"block {row.block_name}: cannot be protected now ({exc})")
     store.commit()
     return said
 
@@ -191,7 +189,7 @@ class Daemon:
         self.ns = ns
         store.journal = journal
         ns.ensure_root(os.getuid(), os.getgid())
-        stripes = list(getattr(store.protection, "recovered", []))
+        stripes = list(store.protection.recovered)
         for stripe_id, done in stripes:
             log.info("recovery: stripe %s: %s (an interrupted update)", stripe_id, done)
         if store.catalog.get_meta("clean") == "0":
@@ -324,9 +322,7 @@ class Daemon:
     def _flush_parity(self) -> None:
         from .parity import WRITE_BEHIND
         self.store.check_disks()
-        flush = getattr(self.store.protection, "flush", None)
-        if flush is not None:
-            flush(older_than=WRITE_BEHIND)
+        self.store.protection.flush(older_than=WRITE_BEHIND)
 
     def _checkpoint_soon(self) -> None:
         """A checkpoint in a thread of its own, now: the JOURNAL passed its size
@@ -476,7 +472,7 @@ class Daemon:
                 except Exception as exc:
                     log.exception("cannot write parity at unmount")
                     problems.append(f"cannot write parity: {exc}")
-                stale = self.store.catalog.scalar("SELECT COUNT(*) FROM stripes WHERE state != 'ok'") or 0
+                stale = self.store.protection.out_of_date()
                 if stale:
                     problems.append(f"{stale} parity stripe(s) out of date (the blocks are intact; "
                                     "run 'webfs scrub --repair' or 'webfs fsck --repair')")

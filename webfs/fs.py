@@ -162,7 +162,7 @@ class Operations(pyfuse3.Operations):
         size = self.files.size(node.id)
         a.st_size = node.size if size is None else size
         a.st_blksize = 128 * 1024
-        a.st_blocks = (a.st_size + 511) // 512
+        a.st_blocks = (a.st_size + 511) // 512        # st_blocks counts POSIX's 512-byte units
         a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns = node.atime_ns, node.mtime_ns, node.ctime_ns
         return a
 
@@ -336,16 +336,17 @@ class Operations(pyfuse3.Operations):
 
     @translate_errors
     async def unlink(self, parent_inode, name, ctx):
-        self._check_writable(parent_inode, name)
-        node = self.ns.unlink(parent_inode, name)
-        self.free_if_unused(node)
-        await self.commits.commit()
+        await self._remove(self.ns.unlink, parent_inode, name)
 
     @translate_errors
     async def rmdir(self, parent_inode, name, ctx):
-        self._check_writable(parent_inode, name)
-        node = self.ns.rmdir(parent_inode, name)
-        self.free_if_unused(node)
+        await self._remove(self.ns.rmdir, parent_inode, name)
+
+    async def _remove(self, remove, parent: int, name: bytes) -> None:
+        """unlink or rmdir: the name goes, committed before the answer; the inode
+        too if nothing else holds it."""
+        self._check_writable(parent, name)
+        self.free_if_unused(remove(parent, name))
         await self.commits.commit()
 
     @translate_errors

@@ -118,7 +118,7 @@ class HeatTracker:
         self._load()
 
     def _load(self) -> None:
-        for grp, text in self.catalog.query("SELECT grp, accesses FROM groups WHERE accesses != ''"):
+        for grp, text in self.catalog.group_accesses():
             try:
                 times = sorted(float(t) for t in text.split())
             except ValueError:

@@ -3,7 +3,7 @@
 The store calls it as blocks come and go; ``webfs.parity`` implements it with
 declustered parity stripes, and the base class here protects nothing (an
 archive of one disk, tests). Neither the store nor parity imports the other:
-``webfs.archive_open.open_archive`` puts them together.
+``webfs.assembly.open_archive`` puts them together.
 """
 from __future__ import annotations
 
@@ -32,8 +32,17 @@ class Protection:
         """The payload of a block that its disk cannot give, or DataLost."""
         raise DataLost(f"block {row.block_name} on disk {row.disk} cannot be read and has no parity")
 
-    def flush(self) -> None:
-        """Write whatever redundancy still waits in memory."""
+    # Stripes an interrupted process left, made to agree at open: (stripe id, what was done).
+    recovered: tuple[tuple[str, str], ...] = ()
+
+    def protect(self, row: BlockRow, payload: bytes) -> bool:
+        """Give redundancy to a block stored without it (no other disk could
+        take it then); the caller commits. True if the block now has it."""
+        return False
+
+    def flush(self, older_than: float = 0.0) -> None:
+        """Write whatever redundancy still waits in memory (that has waited
+        ``older_than`` seconds)."""
 
     def committed(self) -> None:
         """The catalog's changes so far are durable."""
@@ -41,6 +50,14 @@ class Protection:
     def flush_due(self) -> None:
         """Write the redundancy that has waited long enough (after a commit, in
         the store's background worker)."""
+
+    def files_on(self, disk: int) -> int:
+        """How many files of redundancy (parity files) a disk holds."""
+        return 0
+
+    def out_of_date(self) -> int:
+        """How many units of redundancy (parity stripes) are known to be stale."""
+        return 0
 
     def close(self) -> None:
         pass

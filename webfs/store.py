@@ -136,7 +136,7 @@ class Store:
         # and a checkpoint inside a transaction fails ("database table is locked").
         with self.catalog.lock:
             self.commit()
-            self.catalog.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            self.catalog.checkpoint()
         for vol in self.archive.volumes.values():
             vol.backend.sync()
 
@@ -251,10 +251,7 @@ class Store:
     def has_room(self, disk: int, needed: int) -> bool:
         """Can a disk take this many more bytes of blocks? Room is left for
         metadata: more on the disk that holds the catalog."""
-        free, total = self.archive.volumes[disk].backend.free_space()
-        reserve = min(256 << 20, total // 16) if disk == self.conf.catalog \
-            else min(64 << 20, total // 50)
-        return free >= needed + reserve
+        return self.archive.volumes[disk].has_room(needed, holds_catalog=disk == self.conf.catalog)
 
     def _write_new(self, header: BlockHeader, payload: bytes, overflow: int, grp: str) -> int:
         needed = len(payload) + HEADER_SIZE
@@ -325,11 +322,11 @@ class Store:
     def read(self, row: BlockRow) -> bytes:
         """The document of a block, checked against its signature."""
         try:
-            return self._decode_checked(row, self.read_payload(row))
+            return self.decode_checked(row, self.read_payload(row))
         except CorruptBlock as exc:
             self._report(row, str(exc))
         try:
-            return self._decode_checked(row, self.protection.reconstruct(row))
+            return self.decode_checked(row, self.protection.reconstruct(row))
         except CorruptBlock as exc:
             raise DataLost(f"block {row.block_name} on disk {row.disk} is damaged, and what its "
                            f"parity stripe gives is not it either ({exc})") from None
@@ -371,14 +368,14 @@ class Store:
                 header = BlockHeader.parse(raw[:HEADER_SIZE], f"disk {disk}")
                 if (header.codec, header.stored, len(raw) - HEADER_SIZE) != (row.codec, row.stored, row.stored):
                     raise CorruptBlock("header disagrees with the catalog")
-                self._decode_checked(row, raw[HEADER_SIZE:])
+                self.decode_checked(row, raw[HEADER_SIZE:])
                 return raw
             except FileNotFoundError:
                 continue
             except (OSError, WebfsError) as exc:
                 self._report(row, f"disk {disk}: {exc}")
         payload = self.protection.reconstruct(row)
-        self._decode_checked(row, payload)
+        self.decode_checked(row, payload)
         return BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created,
                            row.name).encode() + payload
 
@@ -387,12 +384,12 @@ class Store:
         adding and dropping references, moving its blocks."""
         return self._sig_locks(sig)
 
-    def _decode_checked(self, row: BlockRow, payload: bytes) -> bytes:
-        data = codecs.get(row.codec).decode(payload)
-        if len(data) != row.size or self.signature_fn(data) != row.sig:
-            raise CorruptBlock(f"block {row.block_name} on disk {row.disk}: "
-                               "content does not match its signature")
-        return data
+    def decode_checked(self, row: BlockRow, payload: bytes) -> bytes:
+        """A block's document from its payload, checked against its signature."""
+        try:
+            return codecs.decode_checked(row.codec, payload, row.size, row.sig, self.signature_fn)
+        except CorruptBlock as exc:
+            raise CorruptBlock(f"block {row.block_name} on disk {row.disk}: {exc}") from None
 
     def _report(self, row: BlockRow, why: str) -> None:
         """Log a damaged block once per process, not on every read."""
@@ -482,7 +479,7 @@ class Store:
                           "why": self.archive.missing.get(d.index),
                           "blocks": blocks, "payload_bytes": payload,
                           "free_bytes": free, "total_bytes": total})
-        stored_total = totals["stored_bytes"] + 512 * totals["blocks"]
+        stored_total = totals["stored_bytes"] + HEADER_SIZE * totals["blocks"]
         return {
             "archive": self.conf.uuid, "label": self.conf.label, "depth": self.conf.depth,
             "group_size": self.conf.group_size, "codec": self.conf.codec, "level": self.conf.level,

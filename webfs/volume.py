@@ -54,6 +54,13 @@ class Volume:
     def parity_path(self, stripe_id: str) -> str:
         return f"{PARITY}/{sigmod.location(stripe_id, self.depth)}"
 
+    def has_room(self, needed: int, holds_catalog: bool = False) -> bool:
+        """Can this disk take this many more bytes of blocks or parity? Room is
+        left for metadata: more on the disk that holds the catalog."""
+        free, total = self.backend.free_space()
+        reserve = min(256 << 20, total // 16) if holds_catalog else min(64 << 20, total // 50)
+        return free >= needed + reserve
+
     def has_block(self, sig: str, overflow: int = 0) -> bool:
         return self.backend.exists(self.block_path(sig, overflow))
 

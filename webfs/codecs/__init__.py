@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from . import gzip, identity
-from ..errors import UnknownCodec
+from ..errors import CorruptBlock, UnknownCodec
 
 
 class Codec(NamedTuple):
@@ -52,6 +52,16 @@ def get(name: str) -> Codec:
         return CODECS[name]
     except KeyError:
         raise UnknownCodec(f"unknown codec {name!r} (known: {', '.join(sorted(CODECS))})")
+
+
+def decode_checked(codec: str, payload: bytes, size: int, sig: str,
+                   signature_fn: Callable[[bytes], str]) -> bytes:
+    """The document a payload decodes to, if it is the one signed (its size and
+    signature); else CorruptBlock (UnknownCodec for a codec not known here)."""
+    data = get(codec).decode(payload)
+    if len(data) != size or signature_fn(data) != sig:
+        raise CorruptBlock("content does not match its signature")
+    return data
 
 
 def looks_compressed(data: bytes) -> bool:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..admin import Progress, Result, human
-from ..block import HEADER_SIZE, percent_decode
+from ..block import percent_decode
 from ..errors import NoSpace
 from ..store import Store
 from .moves import MOVER, finish_interrupted, move_group
@@ -88,9 +88,7 @@ def survey(store: Store) -> Survey:
         chunk = names[i:i + 500]
         per_group: dict[str, Counter] = {}
         sizes: Counter = Counter()
-        for grp, disk, n, nbytes in store.catalog.query(
-                f"SELECT grp, disk, COUNT(*), SUM(stored) + {HEADER_SIZE} * COUNT(*) FROM blocks "
-                f"WHERE grp IN ({','.join('?' * len(chunk))}) GROUP BY grp, disk", chunk):
+        for grp, disk, n, nbytes in store.catalog.group_usage(chunk):
             per_group.setdefault(grp, Counter())[disk] += n
             sizes[grp] += nbytes
         for grp, where in per_group.items():
@@ -243,8 +241,7 @@ def heat(store: Store, progress: Progress, top: int = 10) -> Result:
         res.say("hottest groups:")
     out = []
     for g in hot:
-        pages = [percent_decode(name).decode("utf-8", "replace") or sig for sig, name in store.catalog.query(
-            "SELECT sig, name FROM blocks WHERE grp=? ORDER BY id LIMIT 5", (g.grp,))]
+        pages = [percent_decode(name).decode("utf-8", "replace") or sig for sig, name in store.catalog.group_samples(g.grp)]
         res.say(f"  {g.grp}  disk {g.disk}  {g.heat:8.1f} reads/s  {g.temperature * 1024:8.3f} per KiB  "
                 f"{g.blocks} block(s), {human(g.bytes)}")
         for p in pages:

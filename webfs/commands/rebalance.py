@@ -16,7 +16,6 @@ from typing import Iterable
 from ..admin import Progress, Result, human
 from ..archive import DiskInfo, disk_id_text, read_disk_id
 from ..backends import open_backend
-from ..block import HEADER_SIZE
 from ..errors import ArchiveError, NoSpace, WebfsError
 from ..placement import home_disk
 from ..store import Store
@@ -46,7 +45,7 @@ def run_moves(store: Store, progress: Progress, moves: list[tuple[str, int, int]
             done = move_group(store, grp, dst, home=dst)
         except NoSpace as exc:
             log.warning("%s", exc)
-            failed += store.catalog.scalar("SELECT COUNT(*) FROM blocks WHERE grp=?", (grp,))
+            failed += store.catalog.block_count(grp=grp)
             progress.advance(1)
             continue
         groups[src, dst] += 1
@@ -66,7 +65,7 @@ def _moves_lines(groups: Counter, nbytes: Counter, verb: str) -> list[str]:
 def group_locations(store: Store) -> dict[str, Counter]:
     """group -> blocks per disk, for every group that holds a block."""
     out: dict[str, Counter] = {}
-    for grp, disk, n in store.catalog.query("SELECT grp, disk, COUNT(*) FROM blocks GROUP BY grp, disk"):
+    for grp, disk, n, _ in store.catalog.group_usage():
         out.setdefault(grp, Counter())[disk] = n
     return out
 
@@ -111,8 +110,9 @@ def rebalance(store: Store, progress: Progress, dry_run: bool = False) -> Result
             raise ArchiveError(f"disk(s) {', '.join(map(str, absent))} are missing; "
                                "the groups whose home they are cannot be moved there")
         if dry_run:
-            sizes = dict(store.catalog.query(
-                f"SELECT grp, SUM(stored) + {HEADER_SIZE} * COUNT(*) FROM blocks GROUP BY grp"))
+            sizes: Counter = Counter()
+            for grp, _, _, group_bytes in store.catalog.group_usage():
+                sizes[grp] += group_bytes
             groups = Counter((src, dst) for _, src, dst in moves)
             nbytes = Counter()
             for grp, src, dst in moves:
@@ -201,8 +201,7 @@ def remove_disk(store: Store, progress: Progress, disk: int) -> Result:
         groups, nbytes, failed, stopped = run_moves(store, progress, moves, f"draining disk {disk}")
         if not stopped:
             stopped = _move_parity_off(store, progress, disk)
-        left = store.catalog.scalar("SELECT COUNT(*) FROM blocks WHERE disk=?", (disk,)) + \
-            store.catalog.scalar("SELECT COUNT(*) FROM stripes WHERE parity_disk=?", (disk,))
+        left = store.catalog.block_count(disk=disk) + store.protection.files_on(disk)
         res.say(f"moved {sum(groups.values())} group(s), {human(sum(nbytes.values()))}, off disk {disk}")
         res.lines += _moves_lines(groups, nbytes, "moved")
         if stopped or left:

@@ -93,7 +93,7 @@ def rebuild(store: Store, progress: admin.Progress, disk: int, to: str,
         raise WebfsError("this archive is opened without parity; nothing to rebuild from")
     parity.flush()
     vol = replacement(store, disk, to)
-    block_ids = [r[0] for r in store.catalog.query("SELECT id FROM blocks WHERE disk=? ORDER BY id", (disk,))]
+    block_ids = store.catalog.block_ids(disk=disk)
     stripe_ids = parity.stripe_ids("parity_disk=?", (disk,))
     progress.set_total(len(block_ids) + len(stripe_ids), f"rebuilding disk {disk}")
     started = time.monotonic()

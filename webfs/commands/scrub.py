@@ -143,7 +143,7 @@ def check_parity_files(store: Store, parity: Parity, report: Report, repair: boo
                        temporaries: bool) -> int:
     """Find parity files that no stripe (or not this disk's) owns; with
     ``temporaries``, also leftovers of interrupted writes. Returns files seen."""
-    owner = dict(store.catalog.query("SELECT id, parity_disk FROM stripes"))
+    owner = parity.parity_disks()
     seen = 0
     for disk, vol in sorted(store.archive.volumes.items()):
         for stripe_id, rel in parity_files(vol):
@@ -211,7 +211,7 @@ def scrub(store: Store, progress: admin.Progress, repair: bool = False,
     report = Report()
     counts = Counter()
     stripe_ids = parity.stripe_ids()
-    loose = [r[0] for r in store.catalog.query("SELECT id FROM blocks WHERE stripe IS NULL ORDER BY id")]
+    loose = store.catalog.block_ids(unprotected=True)
     progress.set_total(len(stripe_ids) + len(loose), "scrubbing")
     pace = Pace(max_rate)
     gate = DiskGates(READS_PER_DISK)
@@ -272,7 +272,7 @@ def _scrub_result(store: Store, parity: Parity, report: Report, counts: Counter,
     result = admin.Result(exit_code=EXIT_LEFT if left or stopped else EXIT_CLEAN)
     for f in report.findings:
         result.say(str(f))
-    unprotected = store.catalog.scalar("SELECT COUNT(*) FROM blocks WHERE stripe IS NULL")
+    unprotected = store.catalog.block_count(unprotected=True)
     read = sum(reads.values())
     result.say(f"{'interrupted: ' if stopped else ''}scrubbed {counts['blocks']} block(s) in "
                f"{counts['stripes']} stripe(s) and {counts['parity_files']} parity file(s), "

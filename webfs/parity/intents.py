@@ -1,0 +1,81 @@
+"""``meta/parity-intent``: the stripes whose parity file may be ahead of the
+committed catalog (crash window 1 of ``webfs.parity``)."""
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from typing import Optional
+
+from .. import signature as sigmod
+from ..volume import META
+
+INTENT_FILE = f"{META}/parity-intent"
+
+
+class IntentLog:
+    """``meta/parity-intent``: stripes whose parity file may be ahead of the
+    committed catalog, one id per line. An id is appended before a parity
+    rewrite for a block the catalog has not committed; the file is emptied
+    once no rewrite is running and every rewrite since has been committed."""
+
+    def __init__(self, path: str, fsync: bool):
+        self.path = path
+        self.fsync = fsync
+        self._lock = threading.Lock()
+        self._fd: Optional[int] = None
+        self._written = False
+        self._inflight: Counter[str] = Counter()
+        self._uncommitted: set[str] = set()
+
+    def listed(self) -> set[str]:
+        try:
+            with open(self.path, "r", encoding="ascii", errors="replace") as f:
+                return {line for line in f.read().split() if sigmod.is_signature(line)}
+        except FileNotFoundError:
+            return set()
+
+    def begin(self, stripe_id: str) -> None:
+        with self._lock:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(self._fd, f"{stripe_id}\n".encode())
+            if self.fsync:
+                os.fsync(self._fd)
+            self._written = True
+            self._inflight[stripe_id] += 1
+            self._uncommitted.add(stripe_id)
+
+    def done(self, stripe_id: str) -> None:
+        with self._lock:
+            self._inflight[stripe_id] -= 1
+            if not self._inflight[stripe_id]:
+                del self._inflight[stripe_id]
+            self._settle()
+
+    def busy(self, stripe_id: str) -> bool:
+        """Is a parity rewrite of this stripe under way?"""
+        with self._lock:
+            return stripe_id in self._inflight
+
+    def committed(self) -> None:
+        with self._lock:
+            self._uncommitted.clear()
+            self._settle()
+
+    def _settle(self) -> None:
+        if self._written and not self._inflight and not self._uncommitted:
+            os.ftruncate(self._fd, 0)
+            self._written = False
+
+    def clear(self) -> None:
+        with self._lock:
+            if os.path.exists(self.path):
+                os.truncate(self.path, 0)
+            self._written = False
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

@@ -1,0 +1,215 @@
+"""Stripe layout: which stripe a new block joins, and the ``stripes`` table.
+
+A stripe holds up to G-1 blocks (G = ``group_size``) of one size class (a
+quarter octave of the stored length, so zero-padding to the longest member
+stays under 25 %), each on a different disk, and a parity file on a disk
+that holds none of them. With G = C (disks) every stripe spans every disk,
+like RAID-5; with G < C stripes are declustered (Golubchik & Muntz): losing
+a disk costs each survivor only about (G-1)/(C-1) of a full read.
+
+A new block joins the fullest open stripe of its class that has no member
+and no parity on the block's disk, among those the one whose disks share
+the fewest stripes with the block's disk; if none fits, it starts a stripe
+whose parity goes to the disk sharing the fewest stripes with it (then the
+one with the fewest parity files). That keeps every pair of disks sharing
+about the same number of stripes and leaves few stripes open. The counters
+live in memory and are recounted from the catalog at open.
+"""
+from __future__ import annotations
+
+import itertools
+import uuid as uuidmod
+from collections import Counter
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
+
+from ..archive import Archive
+from ..block import HEADER_SIZE
+from ..catalog import BLOCK_COLUMNS, BlockRow, Catalog
+from ..volume import Volume
+
+STRIPE_COLUMNS = "id, parity_disk, size_class, length, state, members, disks"
+
+
+def size_class(stored: int) -> int:
+    """Quarter-octave class of a stored length: members of one class differ by < 25 %."""
+    k = max(stored, 1).bit_length() - 1
+    return 4 * k + ((stored >> (k - 2)) & 3 if k >= 2 else 0)
+
+
+def bits(mask: int) -> list[int]:
+    """The disks of a stripe's disk mask."""
+    return [i for i in range(mask.bit_length()) if mask >> i & 1]
+
+
+def pair(a: int, b: int) -> tuple[int, int]:
+    return (a, b) if a < b else (b, a)
+
+
+def disk_mask(parity_disk: int, rows: list[BlockRow]) -> int:
+    """Bit i set: disk i holds a member or the parity."""
+    disks = 1 << parity_disk
+    for r in rows:
+        disks |= 1 << r.disk
+    return disks
+
+
+def has_room(vol: Volume, stored: int) -> bool:
+    """Room for a parity file of this length, leaving what the store leaves for metadata."""
+    return vol.has_room(stored + HEADER_SIZE)
+
+
+@dataclass
+class Stripe:
+    id: str
+    parity_disk: int
+    size_class: int
+    length: int
+    state: str
+    members: int
+    disks: int          # bit i set: disk i holds a member or the parity
+
+
+class Placement(NamedTuple):
+    """Where a new block's parity goes."""
+    stripe_id: str
+    parity_disk: int
+    new: bool           # a stripe started for it (no parity file yet)
+
+
+class StripeLayout:
+    """The ``stripes`` table and the counters that balance it: stripes shared
+    by each pair of disks and parity files on each disk, per size class (so
+    balanced counts are balanced bytes), and bytes over all classes (to break
+    ties in classes too sparse to balance on their own). Callers hold the
+    catalog lock."""
+
+    def __init__(self, archive: Archive, catalog: Catalog):
+        self.archive = archive
+        self.catalog = catalog
+        self.pairs: dict[int, Counter[tuple[int, int]]] = {}
+        self.parities: dict[int, Counter[int]] = {}
+        self.pair_bytes: Counter[tuple[int, int]] = Counter()
+        self.parity_bytes: Counter[int] = Counter()
+        self.recount()
+
+    @property
+    def width(self) -> int:
+        """Most members a stripe takes: G-1, and fewer than the disks."""
+        return min(self.archive.conf.group_size, len(self.archive.conf.disks)) - 1
+
+    def stripe(self, stripe_id: str) -> Optional[Stripe]:
+        rows = self.catalog.query(f"SELECT {STRIPE_COLUMNS} FROM stripes WHERE id=?", (stripe_id,))
+        return Stripe(*rows[0]) if rows else None
+
+    def members(self, stripe_id: str) -> list[BlockRow]:
+        return [BlockRow(*r) for r in self.catalog.query(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE stripe=? ORDER BY id", (stripe_id,))]
+
+    def stripe_ids(self, where: str = "", args=()) -> list[str]:
+        return [r[0] for r in self.catalog.query(
+            f"SELECT id FROM stripes {'WHERE ' + where if where else ''} ORDER BY id", args)]
+
+    def parity_disks(self) -> dict[str, int]:
+        return dict(self.catalog.query("SELECT id, parity_disk FROM stripes"))
+
+    def mark_dirty(self, stripe_id: str) -> None:
+        """Its parity may disagree with the catalog: reconciled at the next open or repair."""
+        self.catalog.execute("UPDATE stripes SET state='dirty' WHERE id=?", (stripe_id,))
+
+    def agreed(self, stripe_id: str, parity_disk: int, rows: list[BlockRow]) -> None:
+        """Its parity file now lists exactly these members."""
+        self.catalog.execute(
+            "UPDATE stripes SET state='ok', length=?, members=?, disks=? WHERE id=?",
+            (max(r.stored for r in rows), len(rows), disk_mask(parity_disk, rows), stripe_id))
+
+    def dropped(self, stripe: Stripe) -> None:
+        """A stripe with no member left goes (its parity file is removed by the caller)."""
+        self.catalog.execute("DELETE FROM stripes WHERE id=?", (stripe.id,))
+        self.counters(stripe.size_class)[1][stripe.parity_disk] -= 1
+        self.parity_bytes[stripe.parity_disk] -= stripe.length
+
+    def member_left(self, row: BlockRow) -> None:
+        """A member leaves its stripe: its disk shares the stripe with the others no more."""
+        stripe = self.stripe(row.stripe)
+        if stripe is not None:
+            pairs, _ = self.counters(stripe.size_class)
+            for x in bits(stripe.disks):
+                pairs[pair(row.disk, x)] -= 1
+                self.pair_bytes[pair(row.disk, x)] -= row.stored
+
+    def recount(self) -> None:
+        """Recount, from the catalog, the stripes each pair of disks shares and
+        the parity files on each disk, per size class."""
+        for counter in (self.pairs, self.parities, self.pair_bytes, self.parity_bytes):
+            counter.clear()
+        for cls, disks, parity_disk, n, length in self.catalog.query(
+                "SELECT size_class, disks, parity_disk, COUNT(*), SUM(length) FROM stripes "
+                "GROUP BY size_class, disks, parity_disk"):
+            pairs, parities = self.counters(cls)
+            for p in itertools.combinations(bits(disks), 2):
+                pairs[p] += n
+                self.pair_bytes[p] += length
+            parities[parity_disk] += n
+            self.parity_bytes[parity_disk] += length
+
+    def counters(self, cls: int) -> tuple[Counter[tuple[int, int]], Counter[int]]:
+        return self.pairs.setdefault(cls, Counter()), self.parities.setdefault(cls, Counter())
+
+    def pair_counts(self) -> dict[tuple[int, int], int]:
+        """Stripes shared by each pair of configured disks."""
+        total: Counter[tuple[int, int]] = sum(self.pairs.values(), Counter())
+        return {p: total[p] for p in itertools.combinations(self.archive.disk_indexes, 2)}
+
+    def place(self, row: BlockRow) -> Optional[Placement]:
+        """Choose the stripe a new block joins (or start one) and record it in
+        the catalog; None when no other disk can take its parity."""
+        d, cls = row.disk, size_class(row.stored)
+        volumes = self.archive.volumes
+        pairs, parities = self.counters(cls)
+
+        def shared(disks: int) -> tuple[int, int]:
+            return (sum(pairs[pair(d, x)] for x in bits(disks)),
+                    sum(self.pair_bytes[pair(d, x)] for x in bits(disks)))
+
+        best = None
+        draining = {i.index for i in self.archive.conf.disks if i.weight <= 0}
+        # Its own size class first; a neighbouring one rather than a new stripe.
+        for stripe_id, parity_disk, disks, members, their_cls in self.catalog.query(
+                "SELECT id, parity_disk, disks, members, size_class FROM stripes "
+                "WHERE size_class BETWEEN ? AND ? AND members<? AND state='ok'",
+                (cls - 1, cls + 1, self.width)):
+            if disks >> d & 1 or parity_disk not in volumes or parity_disk in draining:
+                continue
+            rank = (abs(their_cls - cls), -members, shared(disks), stripe_id)
+            if (best is None or rank < best[0]) and has_room(volumes[parity_disk], row.stored):
+                best = (rank, stripe_id, parity_disk, disks)
+        if best is not None:
+            _, stripe_id, parity_disk, disks = best
+            self.catalog.execute(
+                "UPDATE stripes SET members=members+1, disks=disks|?, length=MAX(length, ?) "
+                "WHERE id=?", (1 << d, row.stored, stripe_id))
+            new = False
+        else:
+            # Fewest stripes shared with this disk first: that puts parity where
+            # blocks are scarce, so every disk ends up in as many stripes (blocks
+            # plus parity files) as another; fewest parity files breaks ties.
+            candidates = sorted((pairs[pair(d, p)], parities[p], self.pair_bytes[pair(d, p)],
+                                 self.parity_bytes[p], p)
+                                for p in volumes if p != d and p not in draining)
+            parity_disk = next((c[-1] for c in candidates if has_room(volumes[c[-1]], row.stored)), None)
+            if parity_disk is None:
+                return None
+            stripe_id, disks = uuidmod.uuid4().hex, 1 << parity_disk
+            self.catalog.execute(
+                "INSERT INTO stripes (id, parity_disk, size_class, length, members, disks) "
+                "VALUES (?, ?, ?, ?, 1, ?)", (stripe_id, parity_disk, cls, row.stored, disks | 1 << d))
+            parities[parity_disk] += 1
+            self.parity_bytes[parity_disk] += row.stored
+            new = True
+        for x in bits(disks):
+            pairs[pair(d, x)] += 1
+            self.pair_bytes[pair(d, x)] += row.stored
+        self.catalog.execute("UPDATE blocks SET stripe=? WHERE id=?", (stripe_id, row.id))
+        row.stripe = stripe_id
+        return Placement(stripe_id, parity_disk, new)

@@ -1,0 +1,81 @@
+"""Parity written behind: the parity of stripes not yet full, kept in memory.
+
+A stripe's parity file is written when the stripe fills, when it has waited
+``WRITE_BEHIND`` seconds (or more than ``WRITE_BEHIND_BYTES`` wait in all),
+or at sync and close: a stripe of G-1 small blocks costs one parity file
+write instead of G-1. Until it is written, the intents of the blocks it
+holds stay listed in ``meta/parity-intent``, so a crash recomputes it at the
+next open (crash window 1 of ``webfs.parity``).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from ..volume import Volume
+from .format import ParityHeader
+from .intents import IntentLog
+
+WRITE_BEHIND = 1.0
+WRITE_BEHIND_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class UnwrittenParity:
+    """A stripe's parity that waits in memory."""
+    volume: Volume              # where it goes
+    header: ParityHeader
+    payload: bytes
+    intents: int                # intents it holds, released when it is written or given up
+    since: float                # time.monotonic() of its first change since the last write
+
+
+class WriteBehind:
+    """Stripes whose parity waits in memory, by stripe id (thread-safe)."""
+
+    def __init__(self, intents: IntentLog):
+        self.intents = intents
+        self._waiting: dict[str, UnwrittenParity] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, stripe_id: str) -> Optional[UnwrittenParity]:
+        return self._waiting.get(stripe_id)
+
+    def __contains__(self, stripe_id: str) -> bool:
+        return stripe_id in self._waiting
+
+    def hold(self, stripe_id: str, volume: Volume, header: ParityHeader, payload: bytes) -> None:
+        """Keep a stripe's new parity in memory, with one more intent."""
+        with self._lock:
+            held, since = 0, time.monotonic()
+            old = self._waiting.pop(stripe_id, None)
+            if old is not None:
+                held, since = old.intents, old.since
+                self._bytes -= len(old.payload)
+            self._waiting[stripe_id] = UnwrittenParity(volume, header, payload, held + 1, since)
+            self._bytes += len(payload)
+
+    def due(self, older_than: float) -> list[str]:
+        """Stripes that have waited long enough (all of them past the byte bound)."""
+        now = time.monotonic()
+        with self._lock:
+            return [sid for sid, entry in self._waiting.items()
+                    if now - entry.since >= older_than or self._bytes > WRITE_BEHIND_BYTES]
+
+    def forget(self, stripe_id: str) -> None:
+        """The parity in memory is on its disk now (or given up): release its intents."""
+        with self._lock:
+            entry = self._waiting.pop(stripe_id, None)
+            if entry is not None:
+                self._bytes -= len(entry.payload)
+        for _ in range(entry.intents if entry else 0):
+            self.intents.done(stripe_id)
+
+    @property
+    def blocks(self) -> int:
+        """Blocks whose parity is still only in memory."""
+        with self._lock:
+            return sum(len(e.header.members) for e in self._waiting.values())
