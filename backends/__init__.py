@@ -81,8 +81,41 @@ class Backend(abc.ABC):
         """A path the OS can open for this file, if the disk is local."""
         return None
 
+    def close(self) -> None:
+        """The archive is closed: hand over what is kept only locally (S3: meta/)."""
+
+    @property
+    def location(self) -> str:
+        """Where the disk is, as webfs.conf, logs and status name it (no secrets)."""
+        return self.root
+
+    @property
+    def domain(self) -> str:
+        """The failure domain this disk is in by default: ``""`` (its own),
+        or, for an object store, its endpoint."""
+        return ""
+
+
+def is_url(location: str) -> bool:
+    """Is this disk location a URL (s3://, s3+http://) rather than a directory?"""
+    from .s3 import is_url as s3_url
+    return s3_url(location)
+
+
+def normalize(location: str) -> str:
+    """A disk location as webfs.conf records it: a canonical URL, or an absolute path.
+    ValueError (naming the location) for a URL that cannot be a disk."""
+    if is_url(location):
+        from .s3 import DiskURL
+        return str(DiskURL.parse(location))
+    return os.path.abspath(location)
+
 
 def open_backend(location: str, delay: float = 0.0) -> Backend:
-    """The backend for a disk location (today: a local directory)."""
+    """The backend for a disk location: a local directory, or a disk URL
+    (``s3://HOST:PORT/BUCKET[/PREFIX]``, ``s3+http://...``)."""
+    if is_url(location):
+        from .s3 import open_s3
+        return open_s3(location)
     from .local import LocalBackend
     return LocalBackend(os.path.abspath(location), delay=delay)

@@ -30,6 +30,7 @@ from .heat import DEFAULT_K
 from .manifest import JOURNAL_LIMIT, Journal, manifest_chunks
 from .namespace import Namespace
 from .assembly import open_archive
+from .backends.s3 import ENV as S3_OPTIONS, configure as configure_s3
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class MountOptions:
     disk_delay: dict[int, float] = field(default_factory=dict)   # simulated service time per I/O
     fuse_debug: bool = False
     extra: list[str] = field(default_factory=list)
+    backend: dict[str, str] = field(default_factory=dict)   # S3 disks: s3_credentials, state_dir, ...
 
     @classmethod
     def parse(cls, text: str) -> "MountOptions":
@@ -98,6 +100,8 @@ class MountOptions:
                     raise ArchiveError(f"disk_delay takes INDEX:SECONDS[,INDEX:SECONDS...], not {value!r}") from None
             elif key == "debug":
                 opts.fuse_debug = True
+            elif key in S3_OPTIONS:
+                opts.backend[key] = value
             elif key in ("defaults", "auto", "noauto", "user", "nouser", "nofail", "_netdev",
                          "exec", "noexec", "suid", "nosuid", "dev", "nodev", "atime", "noatime",
                          "relatime", "async"):
@@ -525,6 +529,10 @@ class Daemon:
 def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = False) -> None:
     """Mount an archive; returns when unmounted (foreground) or once mounted (background)."""
     mnt = os.path.abspath(mountpoint)
+    try:
+        configure_s3(opts.backend)
+    except ValueError as exc:
+        raise ArchiveError(str(exc)) from None
     if not os.path.isdir(mnt):
         raise ArchiveError(f"{mountpoint}: mount point is not a directory")
     if os.path.ismount(mnt):

@@ -88,6 +88,8 @@ class Store:
         self.catalog.close()
         if self._intents_fd is not None:
             os.close(self._intents_fd)
+        for vol in self.archive.volumes.values():
+            vol.backend.close()         # an S3 disk copies its meta/ to the bucket
         self.archive.unlock()
 
     def commit(self) -> None:
