@@ -210,6 +210,7 @@ class S3Backend(Backend):
         self._down_until = 0.0
         self._last_ok = 0.0
         self._published: dict[str, tuple] = {}      # meta/ file -> its stamp when last copied
+        self.fetched = False                        # identity and meta/ brought from the bucket
 
     def __repr__(self) -> str:
         return f"S3Backend({self.location!r})"
@@ -232,7 +233,9 @@ class S3Backend(Backend):
             raise self._client_error(exc, path) from None
         except BotoCoreError as exc:
             # Refused, timed out, cut: botocore has retried already.
-            first = time.monotonic() >= self._down_until
+            # Said once per outage, and only of an endpoint that answered before:
+            # one that never did is reported by whoever asked (mkfs, mount).
+            first = time.monotonic() >= self._down_until and self._last_ok > 0
             self._down_until = time.monotonic() + DOWN_SECONDS
             if first:
                 log.error("%s: endpoint down (%s); reads come from parity, writes go to other disks",
@@ -562,6 +565,7 @@ class S3Backend(Backend):
             self._call("head_bucket", "", Bucket=self.url.bucket)
         except FileNotFoundError:
             self._call("create_bucket", "", Bucket=self.url.bucket)
+        self.fetched = True                         # a new disk: ours is the only side
         import shutil
         shutil.rmtree(self.root, ignore_errors=True)     # a state directory of an earlier disk here
         os.makedirs(os.path.join(self.root, "meta"), exist_ok=True)
@@ -577,12 +581,11 @@ def open_s3(location: str, fetch: bool = True) -> S3Backend:
     url = DiskURL.parse(location)
     key = str(url)
     with _OPEN_LOCK:
-        backend = _OPEN.get(key)
-        if backend is None:
-            backend = S3Backend(url)
-            if fetch:
-                backend.fetch()
-            _OPEN[key] = backend
+        backend = _OPEN.get(key) or S3Backend(url)
+        if fetch and not backend.fetched:
+            backend.fetch()
+            backend.fetched = True
+        _OPEN[key] = backend
     return backend
 
 

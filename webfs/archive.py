@@ -389,13 +389,9 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
             raise ArchiveError(f"{root}: {what}; refusing to make an archive here (use --force "
                                "to overwrite; what is there is left alone except webfs files)")
     for root in roots:
-        if is_url(root):
-            from .backends.s3 import open_s3
-            open_s3(root, fetch=False).create()
-            continue
-        if force:
+        if force and not is_url(root):
             _clear_webfs_files(root)
-        os.makedirs(os.path.join(root, META), exist_ok=True)
+        make_disk_root(root)
     for d in conf.disks:
         be = open_backend(d.path)
         be.write_atomic(DISK_ID_FILE, disk_id_text(conf, d).encode(), fsync=True)
@@ -428,6 +424,28 @@ def check_new_remote(locations: list[str]) -> None:
             why = open_s3(location, fetch=False).check_new()
             if why is not None:
                 raise ArchiveError(f"{location}: {why}; refusing to make a disk there")
+
+
+def not_empty(location: str) -> bool:
+    """Does this directory, or bucket (prefix), hold anything? (ArchiveError if
+    the bucket cannot be asked.)"""
+    if not is_url(location):
+        return os.path.isdir(location) and bool(os.listdir(location))
+    from .backends.s3 import open_s3
+    why = open_s3(location, fetch=False).check_new()
+    if why is not None and not why.startswith(("not empty", "holds a webfs disk")):
+        raise ArchiveError(f"{location}: {why}")
+    return why is not None
+
+
+def make_disk_root(location: str) -> None:
+    """Make the place a new disk's files go: its directory and meta/, or its
+    bucket (if absent) and a fresh state directory."""
+    if is_url(location):
+        from .backends.s3 import open_s3
+        open_s3(location, fetch=False).create()
+    else:
+        os.makedirs(os.path.join(location, META), exist_ok=True)
 
 
 def _clear_webfs_files(root: str) -> None:

@@ -37,10 +37,18 @@ def home_disk(group: str, disks: Sequence[tuple[int, str, float]]) -> int:
     return ranked[0]
 
 
+def domain_mask(disks: Iterable, index: int) -> int:
+    """Bit i set for every disk i in the failure domain of disk ``index`` (itself
+    included): a parity stripe takes at most one of them (``DiskInfo`` in)."""
+    disks = list(disks)
+    mine = next((d.failure_domain for d in disks if d.index == index), None)
+    return sum(1 << d.index for d in disks if d.failure_domain == mine) | 1 << index
+
+
 def all_groups(depth: int) -> Iterable[str]:
     """Every placement group of a tree of this depth, in order."""
     width = 2 * (depth - 1)
     return (f"{i:0{width}x}" for i in range(16 ** width))
 
 
-__all__ = ["score", "ranked_disks", "home_disk", "all_groups", "group_dir"]
+__all__ = ["score", "ranked_disks", "home_disk", "domain_mask", "all_groups", "group_dir"]

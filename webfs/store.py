@@ -480,6 +480,7 @@ class Store:
                 free, total = vol.backend.free_space()
             blocks, payload = per_disk.get(d.index, (0, 0))
             disks.append({"index": d.index, "uuid": d.uuid, "path": d.path, "weight": d.weight,
+                          "domain": d.failure_domain,
                           "state": "present" if vol else "missing",
                           "why": self.archive.missing.get(d.index),
                           "blocks": blocks, "payload_bytes": payload,
