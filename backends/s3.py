@@ -184,6 +184,9 @@ class S3Backend(Backend):
     domain: str = ""
 
     def __init__(self, url: DiskURL):
+        # No credentials must not mean a probe of the EC2 instance metadata
+        # address (a second's wait, and traffic off this machine) unless asked for.
+        os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
         import boto3
         from botocore.config import Config as BotoConfig
         self.url = url
@@ -222,7 +225,8 @@ class S3Backend(Backend):
 
     def _call(self, op: str, path: str, **kwargs):
         """One request, bounded per disk; botocore errors become OSErrors naming the disk."""
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import (BotoCoreError, ClientError, NoCredentialsError,
+                                         PartialCredentialsError)
         if time.monotonic() < self._down_until:
             raise EndpointDown(errno.EHOSTDOWN, "endpoint down (not asked again for a few seconds)",
                                f"{self.location}/{path}")
@@ -231,6 +235,10 @@ class S3Backend(Backend):
                 answer = getattr(self.client, op)(**kwargs)
         except ClientError as exc:
             raise self._client_error(exc, path) from None
+        except (NoCredentialsError, PartialCredentialsError):
+            raise PermissionError(errno.EACCES, "no S3 credentials (set AWS_ACCESS_KEY_ID and "
+                                  "AWS_SECRET_ACCESS_KEY, write ~/.aws/credentials, or give "
+                                  "-o s3_credentials=FILE)", self.location) from None
         except BotoCoreError as exc:
             # Refused, timed out, cut: botocore has retried already.
             # Said once per outage, and only of an endpoint that answered before:
@@ -275,8 +283,12 @@ class S3Backend(Backend):
             return body.read()
 
     def _put(self, path: str, data: bytes) -> None:
-        self._call("put_object", path, Bucket=self.url.bucket, Key=self._key(path), Body=bytes(data))
         self._forget(path)
+        self._call("put_object", path, Bucket=self.url.bucket, Key=self._key(path), Body=bytes(data))
+        if not self._is_local(path):
+            # Write-through: a parity file is read back at the next member's XOR,
+            # a block at its next reference (Refs): no GET for either.
+            self._remember(path, bytes(data))
 
     def _delete(self, path: str) -> None:
         self._call("delete_object", path, Bucket=self.url.bucket, Key=self._key(path))

@@ -30,6 +30,7 @@ SECTION_TITLES = {
     "readers": "Concurrent readers on slow disks (webfs only)",
     "cooling": "Disk cooling (webfs only)",
     "memory": "Daemon memory against archive size (webfs only)",
+    "s3": "Disks on SeaweedFS (S3) against local disks and rclone mount",
 }
 
 
@@ -696,7 +697,10 @@ def render_scale(result):
     return out
 
 
-RENDERERS = {"rebuild": render_rebuild, "readers": render_readers, "scale": render_scale, "cooling": render_cooling, "memory": render_memory}
+import bench_s3  # noqa: E402
+
+RENDERERS = {"rebuild": render_rebuild, "readers": render_readers, "scale": render_scale, "cooling": render_cooling, "memory": render_memory,
+             "s3": bench_s3.render}
 
 
 # ----------------------------------------------------------------- chart
