@@ -210,8 +210,14 @@ class S3Backend(Backend):
         self._cache_bytes = 0
         self._cache_limit = _setting("block_cache", DEFAULT_CACHE)
         self._cache_lock = threading.Lock()
-        self._down_until = 0.0
+        self._down_until = 0.0                      # 0: up; else down until then (monotonic)
         self._last_ok = 0.0
+        self._probing = threading.Lock()
+        self._probe_client = session.client(
+            "s3", endpoint_url=url.endpoint, region_name=session.region_name or "us-east-1",
+            config=BotoConfig(connect_timeout=CONNECT_TIMEOUT, read_timeout=CONNECT_TIMEOUT,
+                              retries={"total_max_attempts": 1}, s3={"addressing_style": "path"}),
+            **_credentials(url))
         self._published: dict[str, tuple] = {}      # meta/ file -> its stamp when last copied
         self.fetched = False                        # identity and meta/ brought from the bucket
 
@@ -227,7 +233,7 @@ class S3Backend(Backend):
         """One request, bounded per disk; botocore errors become OSErrors naming the disk."""
         from botocore.exceptions import (BotoCoreError, ClientError, NoCredentialsError,
                                          PartialCredentialsError)
-        if time.monotonic() < self._down_until:
+        if self._down_until and not self._back_up():
             raise EndpointDown(errno.EHOSTDOWN, "endpoint down (not asked again for a few seconds)",
                                f"{self.location}/{path}")
         try:
@@ -243,7 +249,7 @@ class S3Backend(Backend):
             # Refused, timed out, cut: botocore has retried already.
             # Said once per outage, and only of an endpoint that answered before:
             # one that never did is reported by whoever asked (mkfs, mount).
-            first = time.monotonic() >= self._down_until and self._last_ok > 0
+            first = not self._down_until and self._last_ok > 0
             self._down_until = time.monotonic() + DOWN_SECONDS
             if first:
                 log.error("%s: endpoint down (%s); reads come from parity, writes go to other disks",
@@ -252,6 +258,27 @@ class S3Backend(Backend):
                                f"{self.location}/{path}") from None
         self._last_ok = time.monotonic()
         return answer
+
+    def _back_up(self) -> bool:
+        """After an outage: is the endpoint answering again? One thread asks,
+        with a short timeout and no retry, once DOWN_SECONDS have passed; the
+        others fail at once meanwhile, so a hung server stalls no one for long."""
+        if time.monotonic() < self._down_until or not self._probing.acquire(blocking=False):
+            return False
+        try:
+            if not self._down_until:
+                return True                 # another thread found it back
+            from botocore.exceptions import BotoCoreError, ClientError
+            try:
+                self._probe_client.head_bucket(Bucket=self.url.bucket)
+            except (BotoCoreError, ClientError):
+                self._down_until = time.monotonic() + DOWN_SECONDS
+                return False
+            log.warning("%s: endpoint answers again", self.location)
+            self._down_until = 0.0
+            return True
+        finally:
+            self._probing.release()
 
     def _client_error(self, exc, path: str) -> OSError:
         code = str(exc.response.get("Error", {}).get("Code", ""))
@@ -436,8 +463,8 @@ class S3Backend(Backend):
     def present(self) -> bool:
         """Reachable: not failed in the last DOWN_SECONDS, and answered lately or now."""
         now = time.monotonic()
-        if now < self._down_until:
-            return False
+        if self._down_until:
+            return self._back_up()
         if now - self._last_ok < 2.0:
             return True
         try:

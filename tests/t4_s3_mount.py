@@ -170,3 +170,30 @@ def test_rebuild_a_dead_domain_onto_a_new_bucket(weeds, tmp_path, corpus):
     finally:
         unmount(mnt)
         weeds[2].start()
+
+
+@pytest.mark.skipif(not os.environ.get("WEBFS_LONG_TESTS"), reason="long: WEBFS_LONG_TESTS=1 (make test-long)")
+def test_a_hung_server_does_not_hang_the_mount(weeds, tmp_path, corpus):
+    """A server that stops answering (SIGSTOP: connections open, no reply) costs
+    the reads one timeout, then its disk fails fast and parity serves."""
+    import signal
+    import subprocess
+    disks = [w.url(_bucket(f"h{i}")) for i, w in enumerate(weeds)]
+    webfs("mkfs", *disks)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    src = _site(corpus)
+    webfs("mount", disks[0], mnt)
+    try:
+        sh(f"cp -r '{src}' '{mnt}/site'")
+        webfs("sync", mnt)
+        unmount(mnt)
+        webfs("mount", disks[0], mnt)
+        os.killpg(weeds[2].proc.pid, signal.SIGSTOP)
+        try:
+            proc = subprocess.run(["diff", "-r", str(src), str(mnt / "site")], capture_output=True, timeout=120)
+            assert proc.returncode == 0, proc.stdout.decode()
+        finally:
+            os.killpg(weeds[2].proc.pid, signal.SIGCONT)
+    finally:
+        unmount(mnt)

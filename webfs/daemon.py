@@ -291,7 +291,7 @@ class Daemon:
         info = {b"user.webfs.control": self.socket_path.encode(),
                 b"user.webfs.pid": str(os.getpid()).encode(),
                 b"user.webfs.archive": self.store.conf.uuid.encode(),
-                b"user.webfs.disks": "\n".join(v.root for v in self.store.archive.volumes.values()).encode()}
+                b"user.webfs.disks": "\n".join(v.backend.location for v in self.store.archive.volumes.values()).encode()}
         self.ops.root_xattrs.update(info)
 
     def serve_request(self, rfile, wfile) -> None:

@@ -166,7 +166,7 @@ def _rebuild_result(store: Store, disk: int, vol: Volume, counts: Counter, lost:
     result = admin.Result(exit_code=EXIT_LEFT if lost or stopped else EXIT_CLEAN)
     for line in lost:
         result.say(f"lost: {line}")
-    result.say(f"{'interrupted (run again to resume): ' if stopped else ''}disk {disk} at {vol.root}: "
+    result.say(f"{'interrupted (run again to resume): ' if stopped else ''}disk {disk} at {vol.backend.location}: "
                f"{counts['blocks_rebuilt']} block(s) rebuilt, {counts['blocks_present']} already there, "
                f"{counts['parity_rebuilt']} parity file(s) rebuilt, {counts['parity_present']} already there, "
                f"{len(lost)} lost; {written / 1e6:.1f} MB written in {seconds:.1f} s "
