@@ -461,12 +461,10 @@ class S3Backend(Backend):
         return ROOM, ROOM
 
     def present(self) -> bool:
-        """Reachable: not failed in the last DOWN_SECONDS, and answered lately or now."""
-        now = time.monotonic()
+        """Reachable: not failed in the last DOWN_SECONDS, and answering now (one
+        HEAD: callers ask after an error, or before replacing the disk)."""
         if self._down_until:
             return self._back_up()
-        if now - self._last_ok < 2.0:
-            return True
         try:
             self._call("head_bucket", "", Bucket=self.url.bucket)
         except OSError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import uuid
 
@@ -43,7 +44,7 @@ def test_a_dead_server_loses_nothing_and_writes_go_on(weeds, tmp_path, corpus):
     try:
         sh(f"cp -r '{src}' '{mnt}/site'")
         first = _status(mnt)
-        sh(f"cp -r '{src}' '{mnt}/again'")             # every page is a duplicate
+        sh(f"rsync -a '{src}/' '{mnt}/again/'")        # every page is a duplicate
         sh(f"diff -r '{src}' '{mnt}/site'")
         st = _status(mnt)
         assert st["blocks"] == first["blocks"] > 0 and st["references"] > first["references"]
@@ -92,6 +93,10 @@ def test_new_machine_mounts_from_urls_and_buckets_recover_without_webfs(weeds, t
     try:
         sh(f"cp -r '{src}' '{mnt}/site'")
         sh(f"mv '{mnt}/site/' '{mnt}/moved'")
+        os.kill(int(os.getxattr(mnt, "user.webfs.pid")), signal.SIGKILL)   # what close() stored stays
+        sh(f"fusermount3 -uz '{mnt}'")
+        webfs("mount", disks[0], mnt)
+        sh(f"diff -r '{src}' '{mnt}/moved'")
     finally:
         unmount(mnt)
     # A new machine: no state directory, nothing but the URLs and the credentials.
@@ -176,7 +181,6 @@ def test_rebuild_a_dead_domain_onto_a_new_bucket(weeds, tmp_path, corpus):
 def test_a_hung_server_does_not_hang_the_mount(weeds, tmp_path, corpus):
     """A server that stops answering (SIGSTOP: connections open, no reply) costs
     the reads one timeout, then its disk fails fast and parity serves."""
-    import signal
     import subprocess
     disks = [w.url(_bucket(f"h{i}")) for i, w in enumerate(weeds)]
     webfs("mkfs", *disks)

@@ -48,6 +48,9 @@ def replacement(store: Store, index: int, to: str) -> Volume:
     info = archive.conf.disk(index)
     to = normalize(to)
     present = archive.volumes.get(index)
+    if present is not None and not present.backend.present():
+        archive.lose(index, "it does not answer")      # dead, but nothing had asked it since
+        present = None
     if present is not None:
         if present.backend.location != to and os.path.realpath(present.root) != os.path.realpath(to):
             raise ArchiveError(f"disk {index} is present at {present.root}; 'webfs rebuild' "
