@@ -198,14 +198,19 @@ class S3Backend(Backend):
         requests = _setting("s3_requests", DEFAULT_REQUESTS)
         self._slots = threading.BoundedSemaphore(requests)
         session = boto3.session.Session()
-        self.client = session.client(
-            "s3", endpoint_url=url.endpoint, region_name=session.region_name or "us-east-1",
-            config=BotoConfig(connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
-                              retries={"total_max_attempts": ATTEMPTS, "mode": "standard"},
-                              max_pool_connections=requests, s3={"addressing_style": "path"},
-                              request_checksum_calculation="when_required",
-                              response_checksum_validation="when_required"),
-            **_credentials(url))
+        keys = _credentials(url)
+
+        def client(read_timeout: float, attempts: int):
+            return session.client(
+                "s3", endpoint_url=url.endpoint, region_name=session.region_name or "us-east-1",
+                config=BotoConfig(connect_timeout=CONNECT_TIMEOUT, read_timeout=read_timeout,
+                                  retries={"total_max_attempts": attempts, "mode": "standard"},
+                                  max_pool_connections=requests, s3={"addressing_style": "path"},
+                                  request_checksum_calculation="when_required",
+                                  response_checksum_validation="when_required"),
+                **keys)
+        self.client = client(READ_TIMEOUT, ATTEMPTS)
+        self._probe_client = client(CONNECT_TIMEOUT, 1)     # is it back? (see _back_up)
         self._cache: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._cache_bytes = 0
         self._cache_limit = _setting("block_cache", DEFAULT_CACHE)
@@ -213,11 +218,6 @@ class S3Backend(Backend):
         self._down_until = 0.0                      # 0: up; else down until then (monotonic)
         self._last_ok = 0.0
         self._probing = threading.Lock()
-        self._probe_client = session.client(
-            "s3", endpoint_url=url.endpoint, region_name=session.region_name or "us-east-1",
-            config=BotoConfig(connect_timeout=CONNECT_TIMEOUT, read_timeout=CONNECT_TIMEOUT,
-                              retries={"total_max_attempts": 1}, s3={"addressing_style": "path"}),
-            **_credentials(url))
         self._published: dict[str, tuple] = {}      # meta/ file -> its stamp when last copied
         self.fetched = False                        # identity and meta/ brought from the bucket
 

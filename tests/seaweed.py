@@ -95,8 +95,17 @@ class Weed:
         client = self.client()
         probe = f"webfs-probe-{os.getpid()}"
         deadline = time.monotonic() + START_TIMEOUT
+        tries = 0
         while True:
             if self.proc.poll() is not None:
+                log = (self.dir / "weed.log").read_bytes()[-4000:]
+                if b"address already in use" in log and tries < 3:
+                    # A port we picked was taken meanwhile (by another test run): new ones.
+                    tries += 1
+                    self.ports = dict(zip(PORTS, free_ports(len(PORTS))))
+                    client = self.client()
+                    self.start(wait=False)
+                    continue
                 raise RuntimeError(f"weed {self.name} exited {self.proc.returncode}; see {self.dir}/weed.log")
             try:
                 if not any(b["Name"] == probe for b in client.list_buckets().get("Buckets", [])):

@@ -30,6 +30,23 @@ def _status(target) -> dict:
     return json.loads(webfs("status", "--json", target).stdout)
 
 
+def _mounted_site(weeds, tmp_path, corpus, tag: str):
+    """A bucket on each server made an archive, mounted, with one site copied
+    in: (disk URLs, mount point, the site's source)."""
+    disks = [w.url(_bucket(f"{tag}{i}")) for i, w in enumerate(weeds)]
+    webfs("mkfs", *disks)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    src = _site(corpus)
+    webfs("mount", disks[0], mnt)
+    try:
+        sh(f"cp -r '{src}' '{mnt}/site'")
+    except BaseException:
+        unmount(mnt)
+        raise
+    return disks, mnt, src
+
+
 def test_a_dead_server_loses_nothing_and_writes_go_on(weeds, tmp_path, corpus):
     """Four disks in three failure domains: two buckets on one server, one on
     another, one local directory. Killing the server with two disks loses no
@@ -84,18 +101,12 @@ def test_a_dead_server_loses_nothing_and_writes_go_on(weeds, tmp_path, corpus):
 
 
 def test_new_machine_mounts_from_urls_and_buckets_recover_without_webfs(weeds, tmp_path, corpus, monkeypatch):
-    disks = [w.url(_bucket(f"n{i}")) for i, w in enumerate(weeds)]
-    webfs("mkfs", *disks)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    src = _site(corpus)
-    webfs("mount", disks[1], mnt)
+    disks, mnt, src = _mounted_site(weeds, tmp_path, corpus, "n")
     try:
-        sh(f"cp -r '{src}' '{mnt}/site'")
         sh(f"mv '{mnt}/site/' '{mnt}/moved'")
         os.kill(int(os.getxattr(mnt, "user.webfs.pid")), signal.SIGKILL)   # what close() stored stays
         sh(f"fusermount3 -uz '{mnt}'")
-        webfs("mount", disks[0], mnt)
+        webfs("mount", disks[1], mnt)
         sh(f"diff -r '{src}' '{mnt}/moved'")
     finally:
         unmount(mnt)
@@ -157,14 +168,8 @@ def test_bad_disks_are_refused_in_one_line_naming_them(weeds, tmp_path):
 
 @pytest.mark.skipif(not os.environ.get("WEBFS_LONG_TESTS"), reason="long: WEBFS_LONG_TESTS=1 (make test-long)")
 def test_rebuild_a_dead_domain_onto_a_new_bucket(weeds, tmp_path, corpus):
-    disks = [w.url(_bucket(f"r{i}")) for i, w in enumerate(weeds)]
-    webfs("mkfs", *disks)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    src = _site(corpus)
-    webfs("mount", disks[0], mnt)
+    disks, mnt, src = _mounted_site(weeds, tmp_path, corpus, "r")
     try:
-        sh(f"cp -r '{src}' '{mnt}/site'")
         webfs("sync", mnt)
         weeds[2].kill()
         new = weeds[1].url(_bucket("replacement"))
@@ -182,14 +187,8 @@ def test_a_hung_server_does_not_hang_the_mount(weeds, tmp_path, corpus):
     """A server that stops answering (SIGSTOP: connections open, no reply) costs
     the reads one timeout, then its disk fails fast and parity serves."""
     import subprocess
-    disks = [w.url(_bucket(f"h{i}")) for i, w in enumerate(weeds)]
-    webfs("mkfs", *disks)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    src = _site(corpus)
-    webfs("mount", disks[0], mnt)
+    disks, mnt, src = _mounted_site(weeds, tmp_path, corpus, "h")
     try:
-        sh(f"cp -r '{src}' '{mnt}/site'")
         webfs("sync", mnt)
         unmount(mnt)
         webfs("mount", disks[0], mnt)
