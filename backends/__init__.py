@@ -15,6 +15,7 @@ class Backend(abc.ABC):
     """A disk root that holds files."""
 
     root: str
+    bounded = True              # has a size (free_space means something); an object store has none
 
     @abc.abstractmethod
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:

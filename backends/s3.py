@@ -182,6 +182,7 @@ class S3Backend(Backend):
 
     location: str = ""          # plain attributes here, not the base class's properties
     domain: str = ""
+    bounded = False
 
     def __init__(self, url: DiskURL):
         # No credentials must not mean a probe of the EC2 instance metadata

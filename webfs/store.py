@@ -476,7 +476,7 @@ class Store:
         for d in self.conf.disks:
             vol = self.archive.volumes.get(d.index)
             free = total = None
-            if vol is not None:
+            if vol is not None and vol.backend.bounded:
                 free, total = vol.backend.free_space()
             blocks, payload = per_disk.get(d.index, (0, 0))
             disks.append({"index": d.index, "uuid": d.uuid, "path": d.path, "weight": d.weight,
