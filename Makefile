@@ -1,5 +1,6 @@
 # webfs — the two commands are `make demo` and `make test`; both install what they need.
 # Root on Debian: apt packages are installed when missing; everything Python goes in .venv.
+# `make help` lists the targets.
 
 PYTHON    ?= python3
 VENV      := .venv
@@ -9,9 +10,20 @@ STAMP     := $(VENV)/.installed
 PREFIX    ?= /usr/local
 MANDIR    ?= $(PREFIX)/share/man
 
-.PHONY: all deps apt test test-long demo bench bench-full install uninstall clean distclean
+.PHONY: all help deps apt test test-fast test-long demo bench bench-full install uninstall clean distclean
 
 all: deps
+
+help:
+	@echo 'make demo        a 4-disk archive under ./demo, a sample crawl copied in, and the pywb sample crawls under ./demo-warc'
+	@echo 'make test        the whole test suite, tiers t1-t5 (under 10 minutes on 2 cores)'
+	@echo 'make test-fast   tiers t1-t3 only: no FUSE mount; under a minute'
+	@echo 'make test-long   the soaks (pytest -m soak) with WEBFS_LONG_TESTS=1: longer runs, more operations'
+	@echo 'make bench       tools/bench against a plain directory, bindfs and mergerfs (15-20 minutes)'
+	@echo 'make bench-full  the same on 10 GB crawls (hours)'
+	@echo 'make install     man pages, webfs in $(PREFIX)/bin, mount.webfs and mount.fuse.webfs in /sbin'
+	@echo 'make deps        Debian packages when missing, everything Python in .venv'
+	@echo 'make clean       demo, bench results and caches; make distclean also .venv'
 
 # Install only the Debian packages that are missing, so a ready machine pays nothing.
 apt:
@@ -31,13 +43,24 @@ $(STAMP): setup.cfg pyproject.toml
 
 deps: apt $(STAMP)
 
-# The test suite: unit, property and real-mount tests (about 10 minutes at most on 2 cores).
+# The tests come in tiers, by file name (as S3QL's): t1_* pure units (no disks,
+# no mounts), t2_* store, catalog, namespace and commands on temporary
+# directories, t3_* Operations driven without a kernel, t4_* real FUSE mounts,
+# t5_* faults, crashes, kill -9 and soaks.
+
+# Every tier: about 10 minutes at most on 2 cores.
 test: deps
 	$(BIN)/pytest -q -ra tests
 
-# Long soaks and big corpora, kept out of `make test`.
+# t1-t3: nothing mounted; under a minute.
+test-fast: deps
+	$(BIN)/pytest -q -ra tests/t[1-3]_*.py
+
+# The soaks (marked soak) at their long settings: WEBFS_LONG_TESTS=1 makes them
+# run minutes instead of seconds, do more operations and remounts, and enables
+# the RSS soak over ~100,000 files (WEBFS_RSS_PAGES). Kept out of `make test`.
 test-long: deps
-	WEBFS_LONG_TESTS=1 $(BIN)/pytest -q -ra tests
+	WEBFS_LONG_TESTS=1 $(BIN)/pytest -q -ra -m soak tests
 
 # A 4-disk archive under ./demo, filled with a small sample crawl.
 demo: deps

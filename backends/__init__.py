@@ -36,10 +36,6 @@ class Backend(abc.ABC):
         """Overwrite bytes of an existing file in place (fixed-width fields)."""
 
     @abc.abstractmethod
-    def append(self, path: str, data: bytes, fsync: bool = False) -> None:
-        """Append to a file, creating it."""
-
-    @abc.abstractmethod
     def open_append(self, path: str) -> int:
         """An OS file descriptor that appends to a file (created if absent), for logs."""
 
@@ -77,10 +73,6 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def present(self) -> bool:
         """Is the disk still there (its root reachable)?"""
-
-    def local_path(self, path: str) -> str | None:
-        """A path the OS can open for this file, if the disk is local."""
-        return None
 
     def close(self) -> None:
         """The archive is closed: hand over what is kept only locally (S3: meta/)."""

@@ -47,9 +47,6 @@ class LocalBackend(Backend):
             with self._arm:
                 time.sleep(self.delay)
 
-    def local_path(self, path: str) -> str:
-        return self._path(path)
-
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         self._wait()
         with open(self._path(path), "rb", buffering=0) as f:
@@ -118,15 +115,6 @@ class LocalBackend(Backend):
         except FileNotFoundError:
             self._makedirs(os.path.dirname(full))
             return os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def append(self, path: str, data: bytes, fsync: bool = False) -> None:
-        fd = self.open_append(path)
-        try:
-            os.write(fd, data)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def rename(self, src: str, dst: str) -> None:
         self._wait()

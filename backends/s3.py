@@ -385,15 +385,6 @@ class S3Backend(Backend):
         whole[offset:offset + len(data)] = data
         self.write_atomic(path, bytes(whole))
 
-    def append(self, path: str, data: bytes, fsync: bool = False) -> None:
-        if self._is_local(path):
-            return self.local.append(path, data, fsync)
-        try:
-            old = self.read(path)
-        except FileNotFoundError:
-            old = b""
-        self.write_atomic(path, old + data)
-
     def open_append(self, path: str) -> int:
         if not self._is_local(path):
             raise OSError(errno.ENOTSUP, "only meta/ files can be appended to by descriptor",
@@ -471,9 +462,6 @@ class S3Backend(Backend):
         except OSError:
             return False
         return True
-
-    def local_path(self, path: str) -> Optional[str]:
-        return self.local.local_path(path) if self._is_local(path) else None
 
     def _stamp(self, path: str) -> tuple:
         """What tells that a local meta/ file changed: size and mtime (with a catalog's WAL)."""

@@ -38,9 +38,6 @@ def store(disks):
 def webfs(*args, check=True, input=None, **kwargs) -> subprocess.CompletedProcess:
     """Run the installed webfs command as a user would."""
     env = dict(kwargs.pop("env", os.environ), PATH=f"{BIN}:{os.environ['PATH']}")
-    if os.environ.get("WEBFS_TRACE_SH"):
-        import time
-        print(time.strftime("%H:%M:%S"), "webfs", *args, file=sys.stderr)
     proc = subprocess.run([str(BIN / "webfs"), *map(str, args)], capture_output=True,
                           input=input, env=env, **kwargs)
     if check and proc.returncode != 0:
@@ -92,9 +89,6 @@ def mounted(tmp_path):
 
 def sh(cmd: str, cwd=None, check=True) -> subprocess.CompletedProcess:
     """Run a shell command line as a user would type it."""
-    if os.environ.get("WEBFS_TRACE_SH"):
-        import time
-        print(time.strftime("%H:%M:%S"), cmd, file=sys.stderr)
     proc = subprocess.run(cmd, shell=True, cwd=cwd, capture_output=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd!r} exited {proc.returncode}:\n"

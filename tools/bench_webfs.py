@@ -98,19 +98,19 @@ def copy_in(ctx, t, crawls, max_bytes=None):
     return files, nbytes, seconds
 
 
-# Runs webfs.rebuild.measure in a Python that imports webfs, and adds what
+# Runs webfs.commands.rebuild_disk.measure in a Python that imports webfs, and adds what
 # the kernel counted for the process during the call (/proc/self/io): rchar,
 # the bytes its read calls returned (block and parity files, catalog, conf),
 # and read_bytes, what it made the kernel fetch from the device.
 REBUILD_RUN = r"""
 import json, sys, time
-from webfs import rebuild
+from webfs.commands import rebuild_disk
 def io():
     with open("/proc/self/io") as f:
         return {k: int(v) for k, v in (line.split(": ") for line in f)}
 disk, index, to = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 a = io(); t0 = time.perf_counter()
-fig = rebuild.measure(disk, index, to)
+fig = rebuild_disk.measure(disk, index, to)
 t1 = time.perf_counter(); b = io()
 print(json.dumps({"figures": fig, "call_seconds": t1 - t0, "rchar": b["rchar"] - a["rchar"],
                   "read_bytes": b["read_bytes"] - a["read_bytes"]}))
@@ -128,7 +128,7 @@ def webfs_python(ctx):
     except (OSError, TypeError):
         pass
     for py in cands:
-        if run([py, "-c", "import webfs.rebuild"], check=False).returncode == 0:
+        if run([py, "-c", "import webfs.commands.rebuild_disk"], check=False).returncode == 0:
             return py
     return None
 
@@ -210,7 +210,7 @@ def rebuild(ctx):
         log("%s: %d files, %.1f MB in %.1f s; parity overhead %s (1/(G-1) = %.3f)", name, files,
             nbytes / 1e6, secs, prot.get("parity_overhead"), 1 / (g - 1))
     py = webfs_python(ctx)
-    info["how"] = "webfs.rebuild.measure()" if py else "webfs rebuild --json"
+    info["how"] = "webfs.commands.rebuild_disk.measure()" if py else "webfs rebuild --json"
     for rep in range(ctx.repeat):
         k = rep % len(configs) if configs else 0
         for t, cfg, where in configs[k:] + configs[:k]:
@@ -218,7 +218,7 @@ def rebuild(ctx):
             new = os.path.join(t.root, "rebuilt-%d" % rep)
             drop_caches()
             if py:
-                run([py, "-c", "import webfs.rebuild"], check=False)   # its modules cached again
+                run([py, "-c", "import webfs.commands.rebuild_disk"], check=False)   # its modules cached again
                 argv = [py, "-c", REBUILD_RUN, t.backing()[0], str(lost), new]
             else:
                 run([o.webfs_cmd, "--version"], check=False)

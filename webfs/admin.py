@@ -1,13 +1,14 @@
-"""Admin operations: one function per long-running command (scrub, rebuild,
-rebalance, cool, ...), run in-process on an unmounted archive, or inside the
-daemon of a mounted one, so a command given a mount point and a command
-given a disk do exactly the same work.
+"""What admin operations are made of: one function per long-running command
+(scrub, rebuild, rebalance, cool, ...), run in-process on an unmounted
+archive, or inside the daemon of a mounted one, so a command given a mount
+point and a command given a disk do exactly the same work.
 
-An operation is ``fn(store, progress, **options) -> Result``, registered with
-``@operation("name")``. It must be safe to run while the mount serves
+An operation is ``fn(store, progress, **options) -> Result``, named in
+``webfs.operations``. It must be safe to run while the mount serves
 readers and writers (the store is thread-safe). ``Progress`` reports work
 done; the CLI draws it as a bar. ``Result`` carries the lines to print, the
-exit status, and any figures for ``--json``.
+exit status, and any figures for ``--json``. ``Pace``, ``parallel`` and
+``DiskGates`` are what the operations that read every disk share.
 """
 from __future__ import annotations
 
@@ -19,16 +20,6 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-OPERATIONS: dict[str, Callable[..., "Result"]] = {}
-
-
-def operation(name: str):
-    def register(fn):
-        OPERATIONS[name] = fn
-        return fn
-    return register
-
 
 @dataclass
 class Result:
@@ -45,6 +36,9 @@ class Result:
     @classmethod
     def from_json(cls, d: dict) -> "Result":
         return cls(d.get("lines", []), d.get("exit_code", 0), d.get("figures", {}))
+
+
+Operation = Callable[..., Result]       # fn(store, progress, **options)
 
 
 class Progress:
@@ -88,7 +82,6 @@ def human(n: Optional[float]) -> str:
     return str(n)
 
 
-@operation("status")
 def status(store, progress: Progress) -> Result:
     """The archive's figures (what `webfs status` prints), from inside a daemon."""
     return Result(figures=store.status())

@@ -518,9 +518,6 @@ class Archive:
     def disk_indexes(self) -> list[int]:
         return [d.index for d in self.conf.disks]
 
-    def volume(self, index: int) -> Optional[Volume]:
-        return self.volumes.get(index)
-
     @property
     def first_volume(self) -> Volume:
         """The disk that holds the catalog, or else the present disk with the lowest index."""

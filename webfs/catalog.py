@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from .errors import CatalogUnreadable, NoSpace
+from .signature import block_name
 
 SCHEMA_VERSION = 1
 CATALOG_FILE = "meta/catalog.db"
@@ -136,7 +137,7 @@ class BlockRow:
 
     @property
     def block_name(self) -> str:
-        return self.sig + (f"~{self.overflow}" if self.overflow else "")
+        return block_name(self.sig, self.overflow)
 
 
 GROUP_CACHE = 8192        # groups whose disk is kept in memory (of 65,536 at depth 3)
@@ -201,17 +202,6 @@ class Catalog:
             self.db.rollback()
             self._groups.clear()
 
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """Hold the lock; commit on success, roll back on error."""
-        with self.lock:
-            try:
-                yield self.db
-            except BaseException:
-                self.db.rollback()
-                raise
-            self.db.commit()
-
     def execute(self, sql: str, args=()) -> sqlite3.Cursor:
         with self.lock, _full_is_nospace():
             return self.db.execute(sql, args)
@@ -243,6 +233,22 @@ class Catalog:
         rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig=? AND overflow=?",
                           (sig, overflow))
         return BlockRow(*rows[0]) if rows else None
+
+    def group_prefix_exists(self, prefix: str) -> bool:
+        """Whether any block's placement group starts with these hex digits."""
+        return bool(self.scalar("SELECT 1 FROM blocks WHERE grp >= ? AND grp < ? LIMIT 1",
+                                (prefix, prefix + "g")))
+
+    def group_prefixes(self, prefix: str, length: int) -> list[str]:
+        """The distinct first ``length`` hex digits of the groups under a prefix, in order."""
+        return [r[0] for r in self.query(
+            "SELECT DISTINCT substr(grp, 1, ?) FROM blocks WHERE grp >= ? AND grp < ? ORDER BY 1",
+            (length, prefix, prefix + "g"))]
+
+    def blocks_in_group(self, grp: str) -> list[tuple[str, int]]:
+        """(signature, overflow) of every block of one placement group, in order."""
+        return [tuple(r) for r in self.query(
+            "SELECT sig, overflow FROM blocks WHERE grp=? ORDER BY sig, overflow", (grp,))]
 
     def block_by_id(self, block_id: int) -> Optional[BlockRow]:
         rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id=?", (block_id,))

@@ -16,13 +16,13 @@ from typing import Optional
 import click
 
 from . import __version__, archive as archmod
-from . import daemon, fsck as fsckmod
+from . import daemon
+from .commands import fsck as fsckmod
+from .commands.report import EXIT_FAILED
 from .admin import human
-from . import rebuild as _rebuild, scrub as _scrub    # noqa: F401  (register their operations)
-from . import cooling as _cooling, rebalance as _rebalance    # noqa: F401  (register their operations)
-from . import ingest as _ingest, warc as _warc    # noqa: F401  (register their operations)
 from .backends import is_url, normalize
 from .errors import CatalogUnreadable, WebfsError
+from .operations import OPERATIONS
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 from .assembly import open_archive
 from .store import Store, key_of
@@ -142,7 +142,7 @@ def run_operation(target: str, name: str, as_json: bool = False, unit: str = "bl
 
             signal.signal(signal.SIGINT, stop)
             try:
-                result = admin.OPERATIONS[name](store, progress, **options)
+                result = OPERATIONS[name](store, progress, **options)
             except KeyboardInterrupt:
                 progress.stop_requested.set()
                 raise
@@ -248,7 +248,7 @@ def fsck(repair, rebuild, disk):
     try:
         if rebuild:
             from .archive import Archive
-            from .recover import rebuild_catalog
+            from .commands.rebuild_catalog import rebuild_catalog
             archive = Archive.open(disk)
             archive.lock("webfs fsck --rebuild-catalog")
             try:
@@ -265,7 +265,7 @@ def fsck(repair, rebuild, disk):
             store.close()
     except CatalogUnreadable as exc:        # found by the check at open (--repair)
         click.echo(f"webfs fsck: {exc}", err=True)
-        sys.exit(fsckmod.EXIT_FAILED)
+        sys.exit(EXIT_FAILED)
     except sqlite3.DatabaseError as exc:    # found in the private copy (read-only check)
         if type(exc) is not sqlite3.DatabaseError:
             raise           # an integrity or operational error is not a damaged file
@@ -278,7 +278,7 @@ def fsck(repair, rebuild, disk):
             where = f"{CATALOG_FILE} of the archive of {disk}"
         click.echo(f"webfs fsck: {where}: not a usable catalog ({exc}); keep a copy of it, then "
                    f"'webfs fsck --rebuild-catalog {disk}' rebuilds it from the disks", err=True)
-        sys.exit(fsckmod.EXIT_FAILED)
+        sys.exit(EXIT_FAILED)
     for where, what in skipped:
         report.add("record", where, what, fixable=False)
     for f in report.findings:
@@ -572,7 +572,7 @@ def delete(disk, keys):
 @click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
 def mount(options, foreground, disk, mountpoint):
     """Mount the archive that DISK belongs to on MOUNTPOINT."""
-    daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), foreground=foreground)
+    daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), OPERATIONS, foreground=foreground)
 
 
 @main.command()
@@ -702,7 +702,7 @@ def mount_helper() -> None:
     try:
         opts = daemon.MountOptions.parse(options)
         if not fake:
-            daemon.mount(positional[0], positional[1], opts)
+            daemon.mount(positional[0], positional[1], opts, OPERATIONS)
     except WebfsError as exc:
         click.echo(f"mount.webfs: {exc}", err=True)
         sys.exit(32)                     # mount(8): mount failure

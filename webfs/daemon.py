@@ -176,8 +176,10 @@ def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
 class Daemon:
     """One mounted archive."""
 
-    def __init__(self, disk: str, mountpoint: str, opts: MountOptions):
+    def __init__(self, disk: str, mountpoint: str, opts: MountOptions,
+                 operations: dict[str, admin.Operation]):
         self.disk = disk
+        self.operations = operations            # what the control socket runs, by name
         self.mountpoint = os.path.abspath(mountpoint)
         self.opts = opts
         self.store: Optional[Store] = None
@@ -251,7 +253,7 @@ class Daemon:
         opened, so no open slips in between; call it without the catalog lock."""
         def free():
             try:
-                self.ops._maybe_free(self.ns.get(ino))
+                self.ops.free_if_unused(self.ns.get(ino))
             except WebfsError:
                 return
             self.store.commit()
@@ -306,7 +308,7 @@ class Daemon:
                 trio.from_thread.run(self.flush_all, trio_token=self.trio_token)
                 result = admin.Result(["synced"])
             else:
-                fn = admin.OPERATIONS.get(name)
+                fn = self.operations.get(name)
                 if fn is None:
                     raise WebfsError(f"the daemon knows no operation {name!r}")
                 progress = admin.Progress(lambda kind, n, total, what: send(
@@ -326,18 +328,7 @@ class Daemon:
         """Store every open file's buffer, commit, write the MANIFEST. A file that
         cannot be stored now (a full disk) does not keep the others from it: it
         stays open and dirty for its writer, and the sync fails naming it."""
-        failed = []
-        for of in list(self.ops.open_files.values()):
-            async with of.lock:
-                try:
-                    await self.ops._commit(of)
-                except Exception as exc:
-                    try:
-                        name = self.ns.path_of(of.ino).decode("utf-8", "replace")
-                    except WebfsError:
-                        name = f"inode {of.ino}"
-                    log.error("sync: cannot store %s: %s", name, exc)
-                    failed.append(f"{name} ({exc or type(exc).__name__})")
+        failed = await self.ops.files.commit_all()
         await trio.to_thread.run_sync(self.checkpoint)
         if failed:
             raise WebfsError(f"synced, except {len(failed)} open file(s) that could not be stored: "
@@ -395,18 +386,18 @@ class Daemon:
     async def main(self, ready) -> None:
         self.trio_token = trio.lowlevel.current_trio_token()
         async with trio.open_nursery() as nursery:
-            self.ops.nursery = nursery
+            self.ops.running(nursery)
             nursery.start_soon(self._signals, nursery)
             # Parity of open stripes waits in memory at most about a second.
-            nursery.start_soon(self._every, 0.5, self._flush_parity)
+            nursery.start_soon(self.run_every, 0.5, self._flush_parity, "parity flush")
             # Changes of names and attributes alone are committed within a second.
             nursery.start_soon(self._commit_changes)
             if self.opts.manifest_interval > 0:
-                nursery.start_soon(self._every, self.opts.manifest_interval, self.checkpoint)
+                nursery.start_soon(self.run_every, self.opts.manifest_interval, self.checkpoint, "checkpoint")
             if os.environ.get("WEBFS_TRACEMALLOC"):
-                nursery.start_soon(self._every, 10.0, self._trace_memory)
+                nursery.start_soon(self.run_every, 10.0, self._trace_memory, "memory trace")
             if self.opts.cool_interval > 0 and not self.opts.read_only:
-                nursery.start_soon(self._every, self.opts.cool_interval, self.cool)
+                nursery.start_soon(self.run_every, self.opts.cool_interval, self.cool, "background cooling")
             ready()
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
@@ -429,13 +420,9 @@ class Daemon:
             f.write("".join(f"  {s.size >> 10:8d} kB {s.count:8d} {s.traceback}\n" for s in stats[:15]))
 
     def cool(self) -> None:
-        """One step of disk cooling (the cool_interval option); a failure is
-        logged, and the mount goes on."""
-        from .cooling import background_step
-        try:
-            background_step(self.store)
-        except Exception:
-            log.exception("background cooling failed")
+        """One step of disk cooling (the cool_interval option)."""
+        from .commands.cooling import background_step
+        background_step(self.store)
 
     async def _signals(self, nursery) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
@@ -453,21 +440,26 @@ class Daemon:
                 except Exception:
                     log.exception("periodic commit failed")
 
-    async def _every(self, seconds: float, fn) -> None:
+    async def run_every(self, seconds: float, fn, what: str) -> None:
+        """Run ``fn`` in a worker thread every ``seconds`` while mounted. Whatever
+        one run raises is logged and the next period runs it again: a periodic
+        task never ends the mount. A webfs error (a missing disk) says what is
+        wrong in one line; anything else (an sqlite3 error, a bug) is logged
+        with its traceback."""
         while True:
             await trio.sleep(seconds)
             try:
                 await trio.to_thread.run_sync(fn)
             except WebfsError as exc:
-                log.warning("%s failed: %s", fn.__name__, exc)
-            except Exception:       # a full disk, a bug: logged, and the mount goes on
-                log.exception("%s failed", fn.__name__)
+                log.warning("%s failed: %s; it runs again in %g s", what, exc, seconds)
+            except Exception:
+                log.exception("%s failed; it runs again in %g s", what, seconds)
 
     def close(self) -> None:
         """Write everything out; what could not be (files whose changes were
         dropped during the mount, a MANIFEST, parity left out of date) goes in
         the report that ``webfs umount`` prints before it exits non-zero."""
-        problems = list(self.ops.failures) if self.ops is not None else []
+        problems = list(self.ops.files.failures) if self.ops is not None else []
         if self.ops is not None:
             from .fs import REQUESTS
             log.info("FUSE requests answered: %s", ", ".join(
@@ -526,8 +518,11 @@ class Daemon:
             log.error("cannot write the unmount report %s: %s", path, exc)
 
 
-def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = False) -> None:
-    """Mount an archive; returns when unmounted (foreground) or once mounted (background)."""
+def mount(disk: str, mountpoint: str, opts: MountOptions, operations: dict[str, admin.Operation],
+          foreground: bool = False) -> None:
+    """Mount an archive; returns when unmounted (foreground) or once mounted
+    (background). ``operations`` (``webfs.operations.OPERATIONS``, given by the
+    command line, which knows every command) are what its control socket runs."""
     mnt = os.path.abspath(mountpoint)
     try:
         configure_s3(opts.backend)
@@ -538,7 +533,7 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = Fal
     if os.path.ismount(mnt):
         raise ArchiveError(f"{mountpoint}: something is already mounted there")
     if foreground:
-        _run(disk, mnt, opts, lambda: None)
+        _run(disk, mnt, opts, operations, lambda: None)
         return
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -563,7 +558,7 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, foreground: bool = Fal
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
-        _run(disk, mnt, opts, ready)
+        _run(disk, mnt, opts, operations, ready)
     except BaseException as exc:     # tell the parent, whatever it was
         status = 1
         # After ready() nobody reads the pipe and stderr is /dev/null: the log
@@ -634,9 +629,9 @@ def _trim_heap() -> None:
         pass
 
 
-def _run(disk: str, mnt: str, opts: MountOptions, ready) -> None:
+def _run(disk: str, mnt: str, opts: MountOptions, operations: dict[str, admin.Operation], ready) -> None:
     _return_big_buffers_to_the_system()
-    daemon = Daemon(disk, mnt, opts)
+    daemon = Daemon(disk, mnt, opts, operations)
     daemon.open()
     real_mnt = os.path.realpath(mnt)
     try:

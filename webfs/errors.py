@@ -56,3 +56,15 @@ class FsError(WebfsError):
         import os
         super().__init__(message or os.strerror(errno))
         self.errno = errno
+
+
+def errno_of(exc: BaseException) -> int:
+    """The errno a caller is told for an error: its own, ENOSPC for a full disk, else EIO."""
+    import errno
+    if isinstance(exc, FsError):
+        return exc.errno
+    if isinstance(exc, NoSpace):
+        return errno.ENOSPC
+    if isinstance(exc, OSError) and exc.errno:
+        return exc.errno
+    return errno.EIO

@@ -45,7 +45,7 @@ written) at most every ``save_every`` seconds at a commit, and at every
 sync, so heat survives a remount.
 
 The temperature of a group (heat per byte) and the heat of a disk (the sum
-over its groups) are worked out by ``webfs.cooling``, which knows the sizes
+over its groups) are worked out by ``webfs.commands.cooling``, which knows the sizes
 and the disks.
 """
 from __future__ import annotations
@@ -67,7 +67,9 @@ _TINY = 1e-6                        # seconds: reads closer than this count as t
 def estimate(times: tuple[float, ...] | list[float], k: int, now: float,
              since: Optional[float] = None) -> float:
     """The heat of one group from the times of its last (up to k) reads:
-    the paper's k/(t_n − t_{n−k+1}), aged by a pseudo-request at ``now``.
+    (n−1)/(t_n − t_1) over the n reads of its window (the paper counts k
+    intervals where there are k−1; see the comment below), aged by a
+    pseudo-request at ``now``.
 
     With ``since`` (the first read this process saw) a group whose window
     is not full gets its reads since then counted over the time since then,

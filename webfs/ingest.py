@@ -681,7 +681,6 @@ def summary(c: Counts, seconds: float, stopped: bool) -> list[str]:
     return lines
 
 
-@admin.operation("import")
 def import_(store: Store, progress: admin.Progress, sources: list[str], dest: str,
             mount_dev: Optional[int] = None) -> admin.Result:
     """Import SRC trees into DEST (a path from the archive's root)."""

@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Optional
 
 from .catalog import BLOCK_COLUMNS, BlockRow
 from .errors import FsError
+from .signature import block_name
 from .store import Store
 
 ROOT_INODE = 1
@@ -52,7 +53,7 @@ def now_ns() -> int:
 def name_problem(name: bytes) -> Optional[str]:
     """Why ``name`` cannot be one entry of a directory, or None if it can.
     The one rule for every name, whether it comes through FUSE or from a
-    plain-text record on the disks (MANIFEST, JOURNAL: ``webfs.recover``)."""
+    plain-text record on the disks (MANIFEST, JOURNAL: ``webfs.commands.rebuild_catalog``)."""
     if len(name) > NAME_MAX:
         return f"name longer than {NAME_MAX} bytes"
     if not name:
@@ -148,6 +149,31 @@ class Namespace:
             "WHERE d.parent=? AND d.rowid>? ORDER BY d.rowid LIMIT ?", (parent, after, limit))
         return [(r[0], r[1], Inode(*r[2:])) for r in rows]
 
+    def position(self, ino: int) -> Optional[tuple[int, int]]:
+        """(parent, offset) of one of an inode's names, or None if it has none."""
+        rows = self.cat.query("SELECT parent, rowid FROM dentries WHERE inode=? LIMIT 1", (ino,))
+        return tuple(rows[0]) if rows else None
+
+    def names_of(self, ino: int) -> list[tuple[int, bytes]]:
+        """(parent, name) of every name of an inode."""
+        return [tuple(r) for r in self.cat.query(
+            "SELECT parent, name FROM dentries WHERE inode=?", (ino,))]
+
+    def has_file_before(self, parent: int, offset: int) -> bool:
+        """Whether a file with content comes before an offset in its directory."""
+        return bool(self.cat.query(
+            "SELECT 1 FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
+            "WHERE d.parent=? AND d.rowid<? LIMIT 1", (parent, offset)))
+
+    def first_pieces_after(self, parent: int, offset: int, limit: int) -> list[tuple[int, BlockRow]]:
+        """(offset, first block) of the next files with content after an offset, in order."""
+        cols = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))
+        rows = self.cat.query(
+            f"SELECT d.rowid, {cols} FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
+            "JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? "
+            "ORDER BY d.rowid LIMIT ?", (parent, offset, limit))
+        return [(r[0], BlockRow(*r[1:])) for r in rows]
+
     def path_of(self, ino: int) -> bytes:
         """The path of an inode from the root (one of its names, for hints and journals)."""
         if ino == ROOT_INODE:
@@ -181,7 +207,7 @@ class Namespace:
             for ino, sig, overflow in self.cat.query(
                     "SELECT c.inode, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
                     f"WHERE c.inode IN ({','.join('?' * len(part))}) ORDER BY c.inode, c.piece", part):
-                names.setdefault(ino, []).append(sig + (f"~{overflow}" if overflow else ""))
+                names.setdefault(ino, []).append(block_name(sig, overflow))
         return {ino: ",".join(v) for ino, v in names.items()}
 
     def readlink(self, ino: int) -> bytes:

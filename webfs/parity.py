@@ -4,7 +4,8 @@ stripe when their own disk cannot give them.
 
 This module owns the parity file format (``WEBFS-PARITY 1``, see
 webfs-format(5)), the ``stripes`` table, and the ``Parity`` protection the
-store uses. Scrub (``webfs.scrub``) and rebuild (``webfs.rebuild``) build on it.
+store uses. Scrub (``webfs.commands.scrub``) and disk rebuild
+(``webfs.commands.rebuild_disk``) build on it.
 
 **Stripes.** A stripe holds up to G-1 blocks (G = ``group_size``) of one size
 class (a quarter octave of the stored length, so zero-padding to the longest
@@ -106,7 +107,7 @@ class Member:
 
     @property
     def block_name(self) -> str:
-        return self.sig + (f"~{self.overflow}" if self.overflow else "")
+        return sigmod.block_name(self.sig, self.overflow)
 
     def line(self) -> str:
         return (f"Member: {self.block_name} {self.disk} {self.stored} {self.size} "
@@ -819,6 +820,11 @@ class Parity(Protection):
     def busy(self, stripe_id: str) -> bool:
         """Is a new block's parity update of this stripe under way?"""
         return self._intents.busy(stripe_id)
+
+    def interrupted(self) -> set[str]:
+        """Stripes whose update an interrupted process left in the intent log
+        (an open with ``recover=False`` leaves them for the caller to report)."""
+        return self._intents.listed()
 
     # -- figures -------------------------------------------------------------
 

@@ -45,10 +45,4 @@ def domain_mask(disks: Iterable, index: int) -> int:
     return sum(1 << d.index for d in disks if d.failure_domain == mine) | 1 << index
 
 
-def all_groups(depth: int) -> Iterable[str]:
-    """Every placement group of a tree of this depth, in order."""
-    width = 2 * (depth - 1)
-    return (f"{i:0{width}x}" for i in range(16 ** width))
-
-
-__all__ = ["score", "ranked_disks", "home_disk", "domain_mask", "all_groups", "group_dir"]
+__all__ = ["score", "ranked_disks", "home_disk", "domain_mask", "group_dir"]

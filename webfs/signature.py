@@ -54,11 +54,16 @@ def group_dir(group: str) -> str:
     return "/".join(group[i:i + 2] for i in range(0, len(group), 2))
 
 
+def block_name(sig: str, overflow: int = 0) -> str:
+    """How MANIFEST, parity headers and logs name a block: 'sig', or 'sig~N' for
+    an overflow block (a different document with the same signature)."""
+    return sig + (f"~{overflow}" if overflow else "")
+
+
 def location(sig: str, depth: int, overflow: int = 0) -> str:
     """Relative path of a block (or parity file) below blocks/ (or parity/)."""
     cut = 2 * (depth - 1)
-    name = sig[cut:] + (f"~{overflow}" if overflow else "")
-    return f"{group_dir(sig[:cut])}/{name}"
+    return f"{group_dir(sig[:cut])}/{block_name(sig, overflow)[cut:]}"
 
 
 def parse_location(relpath: str) -> Optional[tuple[str, int]]:
@@ -80,13 +85,12 @@ class ContentKey(NamedTuple):
     disk: Optional[int] = None
 
     def __str__(self) -> str:
-        text = self.sig + (f"~{self.overflow}" if self.overflow else "")
-        return text if self.disk is None else f"{text}@{self.disk}"
+        return self.block_name if self.disk is None else f"{self.block_name}@{self.disk}"
 
     @property
     def block_name(self) -> str:
         """The key without the disk: what MANIFEST and parity headers record."""
-        return self.sig + (f"~{self.overflow}" if self.overflow else "")
+        return block_name(self.sig, self.overflow)
 
     @classmethod
     def parse(cls, text: str) -> "ContentKey":

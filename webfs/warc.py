@@ -747,7 +747,6 @@ def warc_summary(wc: WarcCounts, c, seconds: float, stopped: bool) -> list[str]:
     return lines
 
 
-@admin.operation("import-warc")
 def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest: str,
                 collection: Optional[str] = None, mount_dev: Optional[int] = None) -> admin.Result:
     """Import web archive files into the collection DEST/NAME."""

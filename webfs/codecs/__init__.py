@@ -1,15 +1,17 @@
 """Payload codecs and the choice of one per document.
 
 A codec turns a document into a block payload and back. Each codec is one
-small module in this package that calls ``register``; adding one (zstd,
-say) is a new module plus an import below. ``choose`` picks identity for
-content that is already compressed (by its magic bytes) or that the default
-codec would shrink by less than 5 %.
+small module in this package with ``encode(document, level)`` and
+``decode(payload)``; adding one (zstd, say) is a new module plus its line in
+``CODECS``. ``encode`` here picks identity for content that is already
+compressed (by its magic bytes) or that the default codec would shrink by
+less than 5 %.
 """
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from . import gzip, identity
 from ..errors import UnknownCodec
 
 
@@ -19,7 +21,10 @@ class Codec(NamedTuple):
     decode: Callable[[bytes], bytes]        # payload -> document
 
 
-_REGISTRY: dict[str, Codec] = {}
+CODECS: dict[str, Codec] = {c.name: c for c in (
+    Codec("gzip", gzip.encode, gzip.decode),
+    Codec("identity", identity.encode, identity.decode),
+)}
 
 # Saving less than this fraction is not worth the decompression on every read.
 MIN_SAVING = 0.05
@@ -42,20 +47,11 @@ _COMPRESSED_MAGIC = [
 ]
 
 
-def register(codec: Codec) -> Codec:
-    _REGISTRY[codec.name] = codec
-    return codec
-
-
 def get(name: str) -> Codec:
     try:
-        return _REGISTRY[name]
+        return CODECS[name]
     except KeyError:
-        raise UnknownCodec(f"unknown codec {name!r} (known: {', '.join(sorted(_REGISTRY))})")
-
-
-def names() -> list[str]:
-    return sorted(_REGISTRY)
+        raise UnknownCodec(f"unknown codec {name!r} (known: {', '.join(sorted(CODECS))})")
 
 
 def looks_compressed(data: bytes) -> bool:
@@ -69,6 +65,3 @@ def encode(data: bytes, default: str, level: int) -> tuple[str, bytes]:
         if len(payload) <= len(data) * (1 - MIN_SAVING):
             return default, payload
     return "identity", data
-
-
-from . import gzip, identity  # noqa: E402,F401  (each registers itself)

@@ -1,0 +1,99 @@
+"""Namespace driven directly, without a kernel: POSIX rules on names, links,
+renames and attributes, and the journal it tells every change to."""
+from __future__ import annotations
+
+import errno
+import stat
+
+import pytest
+
+from webfs.errors import FsError
+from webfs.namespace import ROOT_INODE, Namespace
+
+
+@pytest.fixture
+def ns(store):
+    journal = []
+    ns = Namespace(store, journal=lambda *args, **kwargs: journal.append(args[:3]))
+    ns.ensure_root()
+    ns.journal_lines = journal
+    return ns
+
+
+def mkdir(ns, parent, name):
+    return ns.create(parent, name, stat.S_IFDIR | 0o755, 0, 0)
+
+
+def mkfile(ns, parent, name):
+    return ns.create(parent, name, stat.S_IFREG | 0o644, 0, 0)
+
+
+def errno_of(call) -> int:
+    with pytest.raises(FsError) as info:
+        call()
+    return info.value.errno
+
+
+def test_create_lookup_and_list(ns):
+    d = mkdir(ns, ROOT_INODE, b"crawl")
+    f = mkfile(ns, d.id, b"index.html")
+    assert ns.lookup(d.id, b"index.html").id == f.id
+    assert [name for _, name, _ in ns.entries(d.id)] == [b"index.html"]
+    assert ns.path_of(f.id) == b"/crawl/index.html"
+    assert ns.get(d.id).nlink == 2 and ns.get(ROOT_INODE).nlink == 3
+    assert errno_of(lambda: mkfile(ns, d.id, b"index.html")) == errno.EEXIST
+    assert errno_of(lambda: ns.lookup(d.id, b"nothing")) == errno.ENOENT
+    assert errno_of(lambda: mkfile(ns, f.id, b"x")) == errno.ENOTDIR
+    assert errno_of(lambda: mkfile(ns, d.id, b"x" * 256)) == errno.ENAMETOOLONG
+    assert any(line[0] == "+" for line in ns.journal_lines)
+
+
+def test_hard_links_count_and_unlink_keeps_the_inode_for_its_other_name(ns):
+    f = mkfile(ns, ROOT_INODE, b"a")
+    ns.link(f.id, ROOT_INODE, b"b")
+    assert ns.get(f.id).nlink == 2
+    assert sorted(name for _, name in ns.names_of(f.id)) == [b"a", b"b"]
+    assert ns.unlink(ROOT_INODE, b"a").nlink == 1
+    assert ns.lookup(ROOT_INODE, b"b").id == f.id
+    d = mkdir(ns, ROOT_INODE, b"d")
+    assert errno_of(lambda: ns.link(d.id, ROOT_INODE, b"d2")) == errno.EPERM
+
+
+def test_rmdir_of_a_full_directory_and_rename_over_a_target(ns):
+    d = mkdir(ns, ROOT_INODE, b"d")
+    mkfile(ns, d.id, b"f")
+    assert errno_of(lambda: ns.rmdir(ROOT_INODE, b"d")) == errno.ENOTEMPTY
+    g = mkfile(ns, ROOT_INODE, b"g")
+    replaced = ns.rename(ROOT_INODE, b"g", d.id, b"f")
+    assert replaced is not None and replaced.nlink == 0
+    assert ns.lookup(d.id, b"f").id == g.id
+    assert errno_of(lambda: ns.rename(ROOT_INODE, b"d", d.id, b"inside")) == errno.EINVAL
+    e = mkdir(ns, ROOT_INODE, b"e")
+    assert errno_of(lambda: ns.rename(ROOT_INODE, b"e", d.id, b"f")) == errno.ENOTDIR
+    ns.rename(ROOT_INODE, b"e", d.id, b"f", exchange=True)
+    assert ns.lookup(d.id, b"f").id == e.id and ns.lookup(ROOT_INODE, b"e").id == g.id
+
+
+def test_symlink_attributes_and_xattrs(ns):
+    link = ns.create(ROOT_INODE, b"l", stat.S_IFLNK | 0o777, 0, 0, 0, b"target/path")
+    assert ns.readlink(link.id) == b"target/path"
+    f = mkfile(ns, ROOT_INODE, b"f")
+    assert errno_of(lambda: ns.readlink(f.id)) == errno.EINVAL
+    assert ns.set_attrs(f.id, mode=stat.S_IFREG | 0o600, uid=7).uid == 7
+    ns.setxattr(f.id, b"user.a", b"1")
+    assert ns.getxattr(f.id, b"user.a") == b"1" and ns.listxattr(f.id) == [b"user.a"]
+    ns.removexattr(f.id, b"user.a")
+    assert errno_of(lambda: ns.getxattr(f.id, b"user.a")) == errno.ENODATA
+
+
+def test_contents_replace_and_free_give_the_blocks_back(ns, store):
+    f = mkfile(ns, ROOT_INODE, b"f")
+    row = store.store(b"some page", name=b"/f")
+    ns.set_contents(f.id, [row], 9, 1)
+    store.commit()
+    assert [r.sig for r in ns.contents(f.id)] == [row.sig]
+    assert ns.block_names([f.id]) == {f.id: row.sig}
+    ns.unlink(ROOT_INODE, b"f")
+    ns.free(f.id)
+    store.commit()
+    assert store.catalog.block(row.sig) is None

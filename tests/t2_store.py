@@ -1,0 +1,258 @@
+"""The store against a model: store/retrieve/release in all three modes."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from hypothesis import settings, strategies as st, HealthCheck
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from webfs.block import BlockHeader, HEADER_SIZE
+from webfs.errors import ArchiveBusy, ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock
+from webfs.signature import signature
+from webfs.assembly import open_archive
+
+from conftest import make_archive, tmpfs_disks
+
+
+def weak_signature(data: bytes) -> str:
+    """A signature with 4 possible values, so collisions (fake duplicates) are common."""
+    return signature(data[:1])[:30] + "%02x" % (len(data) % 4)
+
+
+DOCS = st.sampled_from([b"", b"a", b"b", b"ab", b"ba", b"abcd", b"abce", b"x" * 100, b"y" * 100,
+                        b"<html>" + b"text " * 200]) | st.binary(max_size=64)
+
+
+class StoreModel(RuleBasedStateMachine):
+    """Every live reference reads back its document; refs match; blocks vanish with the last ref."""
+
+    def __init__(self):
+        super().__init__()
+        import tempfile
+        self.tmp = tempfile.mkdtemp(prefix="webfs-model-")
+        make_archive(__import__("pathlib").Path(self.tmp), disks=3)
+        self.store = open_archive(os.path.join(self.tmp, "disk0"), signature_fn=weak_signature)
+        self.refs: list[tuple[int, bytes, str]] = []       # (block id, document, mode)
+
+    def teardown(self):
+        self.store.close()
+        shutil.rmtree(self.tmp)
+
+    @rule(doc=DOCS, mode=st.sampled_from(["force-new", "regular", "compare"]))
+    def store_doc(self, doc, mode):
+        row = self.store.store(doc, name=b"/doc", mode=mode)
+        self.store.commit()
+        if mode == "compare":
+            # compare mode never merges different documents
+            assert self.store.read(row) == doc
+        if mode == "force-new":
+            assert row.refs == 1
+        self.refs.append((row.id, doc, mode))
+
+    @precondition(lambda self: self.refs)
+    @rule(data=st.data())
+    def release(self, data):
+        i = data.draw(st.integers(0, len(self.refs) - 1))
+        block_id, doc, mode = self.refs.pop(i)
+        row = self.store.catalog.block_by_id(block_id)
+        left = self.store.release(row)
+        self.store.commit()
+        still = sum(1 for b, _, _ in self.refs if b == block_id)
+        assert left == still
+        vol = self.store.archive.volumes[row.disk]
+        assert vol.has_block(row.sig, row.overflow) == bool(still)
+
+    @invariant()
+    def everything_reads_back(self):
+        counts = Counter(b for b, _, _ in self.refs)
+        rows = {r.id: r for r in self.store.catalog.blocks()}
+        assert set(rows) == set(counts)
+        for block_id, doc, mode in self.refs:
+            row = rows[block_id]
+            assert row.refs == counts[block_id]
+            got = self.store.read(row)
+            if mode != "regular":       # regular may merge a fake duplicate of the same size
+                assert got == doc
+            header = self.store.archive.volumes[row.disk].read_header(row.sig, row.overflow)
+            assert header.refs == row.refs
+
+
+TestStoreModel = StoreModel.TestCase
+TestStoreModel.settings = settings(max_examples=60, stateful_step_count=25, deadline=None,
+                                   suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_regular_mode_merges_a_fake_duplicate_and_compare_does_not(tmp_path):
+    make_archive(tmp_path, disks=2)
+    store = open_archive(str(tmp_path / "disk0"), signature_fn=lambda d: "0" * 32)
+    a = store.store(b"first", mode="compare")
+    b = store.store(b"other", mode="compare")
+    assert (a.overflow, b.overflow) == (0, 1)
+    assert store.archive.volumes[b.disk].has_block("0" * 32, 1)
+    assert store.read(b) == b"other"
+    c = store.store(b"third", mode="regular")       # same size as 'first': Webstore's regular mode merges
+    assert c.id == a.id and c.refs == 2
+    store.close()
+
+
+def test_duplicates_share_a_block_and_the_header_counts_them(store):
+    rows = [store.store(b"<html>same page</html>" * 50, name=f"/c{i}/index.html".encode()) for i in range(3)]
+    assert len({r.id for r in rows}) == 1
+    row = rows[-1]
+    header = store.archive.volumes[row.disk].read_header(row.sig)
+    assert header.refs == 3
+    assert header.name == "/c0/index.html"       # the first name it was stored under
+
+
+def test_a_document_that_looks_like_a_block_header(store):
+    fake = BlockHeader("f" * 32, 5, 5, "identity", 7, "2026-01-01T00:00:00Z", "x").encode() + b"hello"
+    row = store.store(fake)
+    assert store.read(row) == fake
+    raw = store.archive.volumes[row.disk].read_raw(row.sig)
+    assert BlockHeader.parse(raw[:HEADER_SIZE]).signature == signature(fake)
+
+
+@pytest.fixture
+def lonely(tmp_path):
+    """A one-disk archive: no parity, so damage cannot be repaired."""
+    make_archive(tmp_path, disks=1)
+    s = open_archive(str(tmp_path / "disk0"))
+    yield s
+    s.close()
+
+
+def test_corrupt_payload_is_never_returned(lonely):
+    store = lonely
+    row = store.store(b"some page " * 300)
+    vol = store.archive.volumes[row.disk]
+    path = os.path.join(vol.root, vol.block_path(row.sig))
+    raw = bytearray(open(path, "rb").read())
+    raw[-20] ^= 0xFF
+    open(path, "wb").write(raw)
+    with pytest.raises((CorruptBlock, DataLost)):
+        store.read(row)
+
+
+def test_corrupt_payload_is_read_from_parity(store):
+    doc = b"some page " * 300
+    row = store.store(doc)
+    store.commit()
+    vol = store.archive.volumes[row.disk]
+    path = os.path.join(vol.root, vol.block_path(row.sig))
+    raw = bytearray(open(path, "rb").read())
+    raw[-20] ^= 0xFF
+    open(path, "wb").write(raw)
+    assert store.read(row) == doc
+
+
+def test_payload_shorter_than_stored_is_corrupt(lonely):
+    store = lonely
+    row = store.store(b"some page " * 300)
+    vol = store.archive.volumes[row.disk]
+    path = os.path.join(vol.root, vol.block_path(row.sig))
+    os.truncate(path, os.path.getsize(path) - 10)
+    with pytest.raises(CorruptBlock, match="payload is"):
+        vol.read_block(row.sig)
+    with pytest.raises((CorruptBlock, DataLost)):
+        store.read(row)
+
+
+def test_unknown_codec_in_header(lonely):
+    store = lonely
+    row = store.store(b"page " * 300)
+    vol = store.archive.volumes[row.disk]
+    path = os.path.join(vol.root, vol.block_path(row.sig))
+    raw = open(path, "rb").read().replace(b"Codec: gzip", b"Codec: lzma")
+    open(path, "wb").write(raw)
+    with pytest.raises((CorruptBlock, DataLost)):
+        store.read(row)
+
+
+def test_archive_with_a_missing_disk_opens_and_writes_elsewhere(disks):
+    shutil.rmtree(disks[2])
+    store = open_archive(str(disks[1]))
+    assert list(store.archive.missing) == [2]
+    rows = [store.store(f"page {i}".encode() * 20) for i in range(200)]
+    assert all(r.disk != 2 for r in rows)
+    assert all(store.read(r) == f"page {i}".encode() * 20 for i, r in enumerate(rows))
+    store.close()
+
+
+def test_lock_refuses_a_second_user(disks):
+    first = open_archive(str(disks[0]), holder="first")
+    with pytest.raises(ArchiveBusy, match="first"):
+        open_archive(str(disks[3]), holder="second")
+    first.close()
+    open_archive(str(disks[3])).close()
+
+
+def test_a_killed_holder_leaves_no_stale_lock(disks):
+    proc = subprocess.Popen([sys.executable, "-c", f"""
+import time
+from webfs.assembly import open_archive
+store = open_archive({str(disks[2])!r}, holder="doomed")
+print('locked', flush=True)
+time.sleep(60)
+"""], stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"locked\n"
+    with pytest.raises(ArchiveBusy):
+        open_archive(str(disks[0]))
+    proc.kill()
+    proc.wait()
+    open_archive(str(disks[0])).close()
+
+
+def test_not_an_archive(tmp_path):
+    with pytest.raises(ArchiveError, match="not a webfs disk"):
+        open_archive(str(tmp_path))
+
+
+def test_no_such_block(store):
+    from webfs.signature import ContentKey
+    with pytest.raises(NoSuchBlock):
+        store.retrieve(ContentKey("a" * 32))
+
+
+@pytest.fixture
+def small_disks(tmp_path):
+    """Two disks on 3 MiB tmpfs mounts: real ENOSPC."""
+    with tmpfs_disks(tmp_path, 2, "3m") as disks:
+        yield disks
+
+
+def test_full_disks_raise_nospace_and_keep_what_was_stored(small_disks):
+    store = open_archive(str(small_disks[0]))
+    stored = []
+    with pytest.raises(NoSpace):
+        for i in range(1000):
+            doc = os.urandom(64 * 1024)
+            row = store.store(doc, pin=True)
+            store.commit()
+            stored.append((row, doc))
+    assert len(stored) > 10
+    for row, doc in stored:
+        assert store.read(row) == doc
+    # No temporary file or half block is left behind.
+    for p in small_disks:
+        for dirpath, _, files in os.walk(p / "blocks"):
+            for f in files:
+                assert "webfs-tmp" not in f
+    from webfs.commands import fsck
+    assert fsck.check(store).findings == []
+    store.close()
+
+
+def test_storing_again_before_the_release_commits_keeps_the_new_block(store):
+    doc = b"a page that goes and comes back " * 40
+    row = store.store(doc, pin=True)
+    store.commit()
+    store.release(row, pin=True)
+    again = store.store(doc, pin=True)
+    store.commit()
+    assert store.read(again) == doc
+    assert store.archive.volumes[again.disk].has_block(again.sig, again.overflow)

@@ -1,0 +1,329 @@
+"""webfs import-warc / export-warc: WARC and ARC in as page trees, faithfully out
+again, on archives in temporary directories (DISK:/PATH). Through a mount and
+replayed by pywb: t4_warc; an import killed with kill -9: t5_warc."""
+from __future__ import annotations
+
+import glob
+import gzip
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, make_archive, webfs
+from webfs import urlpath, warc
+
+warcio = pytest.importorskip("warcio")
+from warcio.archiveiterator import ArchiveIterator  # noqa: E402
+from warcio.statusandheaders import StatusAndHeaders  # noqa: E402
+from warcio.warcwriter import WARCWriter  # noqa: E402
+
+SAMPLES = sorted(glob.glob(str(BIN.parent / "sample_archive" / "warcs" / "*")))
+
+
+# ---------------------------------------------------------------- making WARCs
+
+def _rid(n: int) -> str:
+    return f"<urn:uuid:00000000-0000-4000-8000-{n:012d}>"
+
+
+def write_warc(path: Path, pages, gz: bool = True, date: str = "2024-01-01T12:00:00Z",
+               every_type: bool = False, start: int = 1) -> Path:
+    """pages: [(url, body)]; with every_type, one record of each WARC type too."""
+    n = start
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=gz)
+        info = w.create_warcinfo_record(path.name, {"software": "webfs-tests", "format": "WARC 1.1"})
+        info.rec_headers.replace_header("WARC-Record-ID", _rid(n)); n += 1
+        w.write_record(info)
+        for url, body in pages:
+            http = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8"),
+                                              ("X-Test", "yes")], protocol="HTTP/1.1")
+            rec = w.create_warc_record(url, "response", payload=io.BytesIO(body), http_headers=http,
+                                       warc_headers_dict={"WARC-Date": date, "WARC-Record-ID": _rid(n)})
+            n += 1
+            w.write_record(rec)
+            req = w.create_warc_record(url, "request", payload=io.BytesIO(b""),
+                                       http_headers=StatusAndHeaders("GET / HTTP/1.1", [("Host", "example.com")],
+                                                                     is_http_request=True),
+                                       warc_headers_dict={"WARC-Date": date, "WARC-Record-ID": _rid(n)})
+            n += 1
+            w.write_record(req)
+        if every_type:
+            url, body = pages[0]
+            res = w.create_warc_record("http://example.com/res.txt", "resource", payload=io.BytesIO(b"a resource\n"),
+                                       warc_content_type="text/plain",
+                                       warc_headers_dict={"WARC-Date": date, "WARC-Record-ID": _rid(n)})
+            n += 1
+            w.write_record(res)
+            meta = w.create_warc_record(url, "metadata", payload=io.BytesIO(b"outlink: http://example.com/x\n"),
+                                        warc_content_type="application/warc-fields",
+                                        warc_headers_dict={"WARC-Date": date, "WARC-Record-ID": _rid(n)})
+            n += 1
+            w.write_record(meta)
+            conv = w.create_warc_record(url, "conversion", payload=io.BytesIO(b"page 0 as text"),
+                                        warc_content_type="text/plain",
+                                        warc_headers_dict={"WARC-Date": date, "WARC-Record-ID": _rid(n)})
+            n += 1
+            w.write_record(conv)
+            import base64
+            import hashlib
+            pd = "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
+            http = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8"), ("X-Test", "yes")],
+                                    protocol="HTTP/1.1")
+            rev = w.create_revisit_record("http://example.com/copy.html", pd, url, "2024-01-01T12:00:00Z",
+                                          http_headers=http)
+            rev.rec_headers.replace_header("WARC-Record-ID", _rid(n)); n += 1
+            rev.rec_headers.replace_header("WARC-Date", "2024-01-02T12:00:00Z")
+            w.write_record(rev)
+    return path
+
+
+def records_of(path) -> list[dict]:
+    out = []
+    with open(path, "rb") as f:
+        for r in ArchiveIterator(f, arc2warc=True):
+            h = r.rec_headers
+            out.append({"type": r.rec_type, "uri": h.get_header("WARC-Target-URI"),
+                        "date": h.get_header("WARC-Date"), "id": h.get_header("WARC-Record-ID"),
+                        "http": r.http_headers.to_str() if r.http_headers else None,
+                        "payload": r.raw_stream.read()})
+    return out
+
+
+def imp(disk: Path, *warcs, collection="c", check=False):
+    proc = webfs("import-warc", "--json", "--collection", collection, *warcs, f"{disk}:/", check=check)
+    return proc, json.loads(proc.stdout)["figures"] if proc.stdout.strip().startswith(b"{") else {}
+
+
+def tree(disk: Path, path: str = "/") -> warc.DiskTree:
+    return warc.DiskTree(str(disk), path)
+
+
+# ---------------------------------------------------------------- round trips
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_round_trip_every_record_type(tmp_path, gz):
+    disks = make_archive(tmp_path, 3)
+    pages = [(f"http://example.com/p{i}.html", b"<html>page %d</html>" % i) for i in range(20)]
+    src = write_warc(tmp_path / ("a.warc.gz" if gz else "a.warc"), pages, gz=gz, every_type=True)
+    proc, fig = imp(disks[0], src, check=True)
+    assert fig["records"] == 1 + 40 + 4 and fig["captures"] == 20 + 1 + 1
+    assert fig["revisits_resolved"] == 1 and not fig["problems"]
+    out = tmp_path / "out.warc.gz"
+    res = webfs("export-warc", f"{disks[0]}:/c", out)
+    assert b"45 records" in res.stdout and b"(100%) byte-identical" in res.stdout
+    assert records_of(out) == records_of(src)
+    # every record byte-identical, uncompressed
+    got = [r for r in warc.read_records(str(out))]
+    want = [r for r in warc.read_records(str(src))]
+    assert [g.head + g.http + g.payload + g.tail for g in got] == [w.head + w.http + w.payload + w.tail for w in want]
+
+
+def test_captures_are_files_with_their_fields(tmp_path):
+    disks = make_archive(tmp_path, 3)
+    pages = [("http://example.com/p0.html", b"<html>zero</html>"), ("http://example.com/a/", b"dir page"),
+             ("http://example.com/p0.html", b"<html>zero again</html>")]     # same URL, same second
+    src = write_warc(tmp_path / "a.warc.gz", pages, every_type=True)
+    imp(disks[0], src, check=True)
+    t = tree(disks[0], "/c")
+    try:
+        stem = urlpath.url_to_path("http://example.com/p0.html").encode()
+        assert t.read(stem + b"20240101120000") == b"<html>zero</html>"
+        assert t.read(stem + b"20240101120000~2") == b"<html>zero again</html>"
+        assert t.read(urlpath.capture_path("http://example.com/a/", "20240101120000").encode()) == b"dir page"
+        # the revisit of p0's digest under another URL has p0's bytes, as a reference
+        copy = urlpath.capture_path("http://example.com/copy.html", "2024-01-02T12:00:00Z").encode()
+        assert t.read(copy) == b"<html>zero</html>"
+        ino = t._ino(stem + b"20240101120000")
+        x = {n: t.ns.getxattr(ino, n) for n in t.ns.listxattr(ino)}
+        assert x[b"user.warc.target-uri"] == b"http://example.com/p0.html"
+        assert x[b"user.warc.date"] == b"2024-01-01T12:00:00Z"
+        assert x[b"user.warc.record-id"] == _rid(2).encode()
+        assert x[b"user.warc.payload-digest"].startswith(b"sha1:")
+        assert x[b"user.http.status"] == b"200"
+        assert x[b"user.http.content-type"] == b"text/html; charset=utf-8"
+        assert [r.sig for r in t.ns.contents(t._ino(copy))] == [r.sig for r in t.ns.contents(ino)]
+        assert t.listdir(b"@warc") == [b"a.warc.gz.heads", b"a.warc.gz.index"]
+    finally:
+        t.close()
+
+
+def test_rerun_is_a_resume(tmp_path):
+    disks = make_archive(tmp_path, 3)
+    src = write_warc(tmp_path / "a.warc.gz", [(f"http://e.com/{i}", b"x%d" % i) for i in range(10)])
+    imp(disks[0], src, check=True)
+    proc, fig = imp(disks[0], src, check=True)
+    assert fig["already"] == 10 and fig["files"] == 0
+    t = tree(disks[0], "/c")
+    try:
+        assert t.listdir(b"@warc") == [b"a.warc.gz.heads", b"a.warc.gz.index"]
+        assert len(t.listdir(b"http/e.com")) == 10
+    finally:
+        t.close()
+
+
+def test_two_crawls_store_unchanged_pages_once(tmp_path):
+    disks = make_archive(tmp_path, 3)
+    pages = [(f"http://site.org/p{i}.html", os.urandom(2000)) for i in range(100)]
+    day1 = write_warc(tmp_path / "day1.warc.gz", pages)
+    changed = [(u, os.urandom(2000) if i % 50 == 0 else b) for i, (u, b) in enumerate(pages)]
+    day2 = write_warc(tmp_path / "day2.warc.gz", changed, date="2024-01-02T12:00:00Z", start=1000)
+    _, f1 = imp(disks[0], day1, collection="day1", check=True)
+    _, f2 = imp(disks[0], day2, collection="day2", check=True)
+    assert f1["captures"] == f2["captures"] == 100
+    assert f2["dup_files"] >= 98        # the 98 unchanged pages (request records may add more)
+    caps = json.loads(webfs("versions", "--json", "http://site.org/p1.html", disks[0]).stdout)
+    assert [(c["collection"], c["date"]) for c in caps] == [("day1", "2024-01-01T12:00:00Z"),
+                                                            ("day2", "2024-01-02T12:00:00Z")]
+    assert caps[0]["same_as"] == caps[1]["same_as"] == 1          # identical
+    caps = json.loads(webfs("versions", "--json", "http://site.org/p0.html", disks[0]).stdout)
+    assert [c["same_as"] for c in caps] == [1, 2]                 # changed
+    at = lambda d: webfs("url", "--at", d, "http://site.org/p0.html", disks[0]).stdout.decode().strip()
+    assert at("2023").startswith("/day1/") and at("2024-01-01T23:59:59Z").startswith("/day1/")
+    assert at("20240102").startswith("/day1/")     # a tie: the earlier
+    assert at("2024010213").startswith("/day2/") and at("2030").startswith("/day2/")
+    assert webfs("url", "http://site.org/nothing", disks[0], check=False).returncode == 1
+
+
+@pytest.mark.skipif(not SAMPLES, reason="pywb's sample archive is not installed")
+def test_pywb_samples_round_trip(tmp_path, capsys):
+    disks = make_archive(tmp_path, 3)
+    total = same = 0
+    for i, src in enumerate(SAMPLES):
+        name = os.path.basename(src)
+        proc, fig = imp(disks[0], src, collection=f"s{i}")
+        if "bad" in name:
+            assert proc.returncode == 4
+            continue
+        out = tmp_path / f"{i}.warc.gz"
+        res = webfs("export-warc", f"{disks[0]}:/s{i}", out)
+        got, want = records_of(out), records_of(src)
+        assert len(got) == len(want), name
+        for g, w in zip(got, want):
+            if name.endswith((".arc", ".arc.gz")):
+                w = dict(w, id=g["id"])              # ARC records have no record ids: made up
+                if w["type"] == "warcinfo":          # warcio drops the ARC file header's text; we keep it
+                    w = dict(w, payload=g["payload"])
+            assert g == w, name
+        words = res.stdout.split()
+        total += int(words[1])
+        same += int(words[words.index(b"byte-identical") - 2].rstrip(b";"))
+        print(name, res.stdout.decode().strip())
+    print(f"pywb samples: {same} of {total} records byte-identical")
+    assert total > 0
+
+
+# ---------------------------------------------------------------- hostile input
+
+def _one(url=b"http://example.com/x", body=b"body", date=b"2024-01-01T12:00:00Z", eol=b"\r\n",
+         length=None, digest=None) -> bytes:
+    http = b"HTTP/1.1 200 OK" + eol + b"Content-Type: text/plain" + eol + eol
+    block = http + body
+    h = [b"WARC/1.0", b"WARC-Type: response", b"WARC-Target-URI: " + url, b"WARC-Date: " + date,
+         b"WARC-Record-ID: <urn:uuid:" + os.urandom(4).hex().encode() + b">",
+         b"Content-Type: application/http; msgtype=response",
+         b"Content-Length: " + str(len(block) if length is None else length).encode()]
+    if digest:
+        h.append(b"WARC-Payload-Digest: " + digest)
+    return eol.join(h) + eol + eol + block + b"\r\n\r\n"
+
+
+def _gz(data: bytes) -> bytes:
+    return gzip.compress(data)
+
+
+GOOD = _one(b"http://example.com/good", b"good page")
+HOSTILE = {
+    "whole-file-gzip": (_gz(GOOD + _one(b"http://example.com/2")), "whole-file gzip"),
+    "gzip-cut": (_gz(GOOD) + _gz(_one(b"http://example.com/cut", b"y" * 5000))[:60], "offset"),
+    "plain-cut": (GOOD + _one(b"http://example.com/cut", b"y" * 500)[:300], "offset"),
+    "wrong-length": (_one(b"http://example.com/wl", b"0123456789", length=3) + GOOD, "Content-Length"),
+    "garbage-first": (b"GARBAGE\n" * 10 + GOOD, "offset 0"),
+    "empty": (b"", "empty file"),
+    "bad-digest": (_one(digest=b"sha1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA") + GOOD, "does not match"),
+    "angle-uri": (_one(b"<http://example.com/angle>") + GOOD, "written as"),
+    "crcrlf": (_one(b"http://example.com/crcr", eol=b"\r\r\n") + GOOD, ""),
+    "arc-minus-one": (b"http://example.com/a 1.2.3.4 20240101120000 text/html -1\nHTTP/1.0 200 OK\n\nhi\n"
+                      + b"http://example.com/b 1.2.3.4 20240101120000 text/html 2\nhi\n", "offset"),
+    "arc-nan": (b"http://example.com/a 1.2.3.4 20240101120000 text/html many\nHTTP/1.0 200 OK\n\nhi\n", "offset"),
+    "dots": (_one(b"http://example.com/a/../../../etc/passwd") + _one(b"http://example.com/%2F..%2F/%00")
+             + GOOD, ""),
+    "long": (_one(b"http://example.com/" + b"a" * 5000) + GOOD, ""),
+    "nfc-nfd": (_one("http://example.com/caf\u00e9".encode()) + _one("http://example.com/cafe\u0301".encode())
+                + GOOD, ""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_input(tmp_path, case):
+    disks = make_archive(tmp_path, 3)
+    keep = write_warc(tmp_path / "keep.warc.gz", [("http://example.com/kept", b"kept before")])
+    imp(disks[0], keep, collection="before", check=True)
+    data, says = HOSTILE[case]
+    src = tmp_path / f"{case}.warc"
+    src.write_bytes(data)
+    proc, fig = imp(disks[0], src, collection="c")
+    text = (proc.stdout + proc.stderr).decode()
+    assert proc.returncode in (0, 4), text
+    if says:
+        assert proc.returncode == 4 and says in text, text
+        assert str(src) in text
+    t = tree(disks[0])
+    try:
+        assert t.listdir(b"") == [b"before", b"c"]           # nothing outside the collection
+        assert t.read(b"before/" + urlpath.capture_path("http://example.com/kept",
+                                                        "20240101120000").encode()) == b"kept before"
+        if GOOD in data or _gz(GOOD) in data:
+            assert t.read(b"c/" + urlpath.capture_path("http://example.com/good",
+                                                       "20240101120000").encode()) == b"good page"
+    finally:
+        t.close()
+    if case in ("dots", "long", "nfc-nfd"):
+        assert fig["captures"] == data.count(b"WARC/1.0")
+        out = tmp_path / "out.warc.gz"
+        webfs("export-warc", f"{disks[0]}:/c", out)
+        assert [r["uri"] for r in records_of(out)] == [r["uri"] for r in records_of(src)]
+
+
+# ---------------------------------------------------------------- without webfs
+
+def test_records_come_back_without_webfs(tmp_path):
+    """webfs-recover gets the collection's files back; webfs-warc-rebuild (sh,
+    coreutils, gzip) writes the source's records from them, byte for byte."""
+    import subprocess
+    from conftest import REPO
+    disks = make_archive(tmp_path, 3)
+    pages = [(f"http://example.com/p{i}.html", b"<html>page %d</html>" % i) for i in range(5)]
+    src = write_warc(tmp_path / "a.warc.gz", pages, every_type=True)
+    imp(disks[0], src, check=True)
+    arc = SAMPLES and [s for s in SAMPLES if s.endswith("example.arc.gz")]
+    if arc:
+        imp(disks[0], arc[0], check=True)
+    out = tmp_path / "recovered"
+    subprocess.run(["sh", str(REPO / "tools" / "webfs-recover"), *map(str, disks), str(out)],
+                   check=True, capture_output=True, env={"PATH": "/usr/bin:/bin"})
+    for name, source in [("a.warc.gz", src)] + ([("example.arc.gz", arc[0])] if arc else []):
+        for ext in ("warc", "warc.gz"):
+            rebuilt = tmp_path / f"rebuilt-{name}.{ext}"
+            subprocess.run(["sh", str(REPO / "tools" / "webfs-warc-rebuild"), str(out / "c"), name, str(rebuilt)],
+                           check=True, capture_output=True, env={"PATH": "/usr/bin:/bin"})
+            got = [r.head + r.http + r.payload + r.tail for r in warc.read_records(str(rebuilt))]
+            want = [r.head + r.http + r.payload + r.tail for r in warc.read_records(str(source))]
+            assert got == want and len(got) > 1, name
+
+
+def test_duplicates_full_writes_revisits_as_responses(tmp_path):
+    disks = make_archive(tmp_path, 3)
+    pages = [("http://example.com/p0.html", b"<html>zero</html>")]
+    src = write_warc(tmp_path / "a.warc.gz", pages, every_type=True)
+    imp(disks[0], src, check=True)
+    out = tmp_path / "full.warc.gz"
+    res = webfs("export-warc", "--duplicates", "full", f"{disks[0]}:/c", out)
+    assert b"byte-identical" in res.stdout
+    got = {r["uri"]: r for r in records_of(out) if r["type"] == "response"}
+    copy = got["http://example.com/copy.html"]
+    assert copy["payload"] == b"<html>zero</html>" and copy["id"] == _rid(7)
+    assert [r["type"] for r in records_of(out)].count("revisit") == 0

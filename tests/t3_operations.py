@@ -1,0 +1,173 @@
+"""Operations driven directly, without a kernel (S3QL's t3 tier): requests in,
+replies out, on an archive of temporary disks. What a real mount adds (the
+kernel's caches, tools) is in the real-mount tests."""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+import pyfuse3
+import pytest
+import trio
+
+from webfs.assembly import open_archive
+from webfs.controltree import CONTROL_DIR
+from webfs.fs import Operations
+from webfs.namespace import ROOT_INODE, Namespace
+
+
+class Ctx:
+    uid = os.getuid()
+    gid = os.getgid()
+    pid = os.getpid()
+    umask = 0o022
+
+
+CTX = Ctx()
+
+
+class Fields:
+    """pyfuse3.SetattrFields, whose attributes only the kernel's request sets."""
+
+    def __init__(self, **set_):
+        for name in ("mode", "uid", "gid", "size", "atime", "mtime", "ctime"):
+            setattr(self, f"update_{name}", set_.get(f"update_{name}", False))
+
+
+@pytest.fixture
+def ops(store):
+    ns = Namespace(store)
+    ns.ensure_root()
+    return Operations(store, ns, buffer_bound=1 << 16)
+
+
+async def write_file(ops, name: bytes, data: bytes, parent: int = ROOT_INODE) -> int:
+    info, attrs = await ops.create(parent, name, 0o644, os.O_WRONLY, CTX)
+    for off in range(0, len(data), 1 << 17):
+        assert await ops.write(info.fh, off, data[off:off + (1 << 17)]) == len(data[off:off + (1 << 17)])
+    await ops.flush(info.fh)
+    await ops.release(info.fh)
+    return attrs.st_ino
+
+
+async def read_file(ops, ino: int) -> bytes:
+    info = await ops.open(ino, os.O_RDONLY, CTX)
+    out, off = [], 0
+    while True:
+        chunk = await ops.read(info.fh, off, 1 << 17)
+        if not chunk:
+            break
+        out.append(chunk)
+        off += len(chunk)
+    await ops.release(info.fh)
+    return b"".join(out)
+
+
+def test_a_closed_file_is_committed_and_reads_back(disks):
+    store = open_archive(str(disks[0]), holder="test")
+    ns = Namespace(store)
+    ns.ensure_root()
+    ops = Operations(store, ns, buffer_bound=1 << 16)
+    data = os.urandom(300_000)          # past buffer_bound: the buffer spills to a file
+
+    async def main():
+        ino = await write_file(ops, b"page.html", data)
+        assert not store.catalog.uncommitted        # close returned: the commit is done
+        assert (await ops.getattr(ino)).st_size == len(data)
+        assert await read_file(ops, ino) == data
+        sig = await ops.getxattr(ino, b"user.webfs.signature", CTX)
+        return ino, sig
+    ino, sig = trio.run(main)
+    # What close committed is on the disks: another opening of the archive sees it.
+    store.close()
+    again = open_archive(str(disks[0]), holder="test")
+    try:
+        ns = Namespace(again)
+        node = ns.lookup(ROOT_INODE, b"page.html")
+        assert node.id == ino and node.size == len(data)
+        assert b"".join(again.read(r) for r in ns.contents(ino)) == data
+        assert ",".join(r.block_name for r in ns.contents(ino)).encode() == sig
+    finally:
+        again.close()
+
+
+def test_rewrite_truncate_and_unlink(ops, store):
+    async def main():
+        ino = await write_file(ops, b"f", b"first version")
+        info = await ops.open(ino, os.O_WRONLY | os.O_TRUNC, CTX)
+        await ops.write(info.fh, 0, b"second")
+        await ops.release(info.fh)
+        assert await read_file(ops, ino) == b"second"
+        attr = pyfuse3.EntryAttributes()
+        attr.st_size = 3
+        fields = Fields(update_size=True)
+        assert (await ops.setattr(ino, attr, fields, None, CTX)).st_size == 3
+        assert await read_file(ops, ino) == b"sec"
+        await ops.unlink(ROOT_INODE, b"f", CTX)
+        assert (await ops.lookup(ROOT_INODE, b"f", CTX)).st_ino == 0     # a negative entry
+    trio.run(main)
+
+
+def test_an_open_unlinked_file_stays_readable_until_its_last_close(ops, store):
+    async def main():
+        ino = await write_file(ops, b"f", b"still here")
+        info = await ops.open(ino, os.O_RDONLY, CTX)
+        await ops.unlink(ROOT_INODE, b"f", CTX)
+        assert await ops.read(info.fh, 0, 100) == b"still here"
+        await ops.release(info.fh)
+        await ops.forget([(ino, 1)])        # create's lookup: the kernel lets go
+        assert ops.ns.count_inodes() == 1
+    trio.run(main)
+
+
+def test_names_directories_and_the_control_tree(ops, store):
+    async def main():
+        d = await ops.mkdir(ROOT_INODE, b"crawl", 0o755, CTX)
+        ino = await write_file(ops, b"a.html", b"<html>a</html>", parent=d.st_ino)
+        assert (await ops.lookup(d.st_ino, b"a.html", CTX)).st_ino == ino
+        assert (await ops.lookup(d.st_ino, b"..", CTX)).st_ino == ROOT_INODE
+        await ops.rename(d.st_ino, b"a.html", ROOT_INODE, b"b.html", 0, CTX)
+        assert (await ops.lookup(ROOT_INODE, b"b.html", CTX)).st_ino == ino
+        with pytest.raises(pyfuse3.FUSEError) as info:
+            await ops.mkdir(ROOT_INODE, CONTROL_DIR, 0o755, CTX)
+        assert info.value.errno == errno.EEXIST
+        # .webfs/blocks/<group path>/<rest> is the block, read-only
+        sig = (await ops.getxattr(ino, b"user.webfs.signature", CTX)).decode()
+        node = await ops.lookup(ROOT_INODE, CONTROL_DIR, CTX)
+        node = await ops.lookup(node.st_ino, b"blocks", CTX)
+        chars = 2 * (store.conf.depth - 1)
+        for i in range(0, chars, 2):
+            node = await ops.lookup(node.st_ino, sig[i:i + 2].encode(), CTX)
+            assert stat.S_ISDIR(node.st_mode)
+        block = await ops.lookup(node.st_ino, sig[chars:].encode(), CTX)
+        assert block.st_size == len(b"<html>a</html>")
+        info = await ops.open(block.st_ino, os.O_RDONLY, CTX)
+        assert await ops.read(info.fh, 0, 100) == b"<html>a</html>"
+        with pytest.raises(pyfuse3.FUSEError) as info:
+            await ops.open(block.st_ino, os.O_WRONLY, CTX)
+        assert info.value.errno == errno.EROFS
+        await ops.forget([(block.st_ino, 1)])
+    trio.run(main)
+
+
+def test_a_store_that_fails_at_close_drops_the_new_content(ops, store, monkeypatch):
+    from webfs.errors import NoSpace
+
+    async def main():
+        ino = await write_file(ops, b"f", b"kept")
+        info = await ops.open(ino, os.O_WRONLY | os.O_TRUNC, CTX)
+        await ops.write(info.fh, 0, b"never stored")
+
+        def full(*args, **kwargs):
+            raise NoSpace("planted: every disk is full")
+        monkeypatch.setattr(store, "store", full)
+        with pytest.raises(pyfuse3.FUSEError) as err:
+            await ops.flush(info.fh)
+        assert err.value.errno == errno.ENOSPC
+        with pytest.raises(pyfuse3.FUSEError):
+            await ops.release(info.fh)         # the kernel ignores a release's error
+        monkeypatch.undo()
+        assert await read_file(ops, ino) == b"kept"
+        assert len(ops.files.failures) == 1 and "dropped" in ops.files.failures[0]
+    trio.run(main)

@@ -1,0 +1,264 @@
+"""webfs import: trees into a mount (the daemon reads them) or into DISK:/PATH,
+checked against cp -a into a plain directory, with the real command (killed
+with kill -9 mid-way: t5_import)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import BIN, Mounted, sh, unmount, webfs
+from webfs import admin
+from webfs.operations import OPERATIONS
+from webfs import ingest
+
+DROP_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]   # root that obeys modes
+
+
+def snapshot(root: bytes) -> dict:
+    """What cp -a keeps, for every path below root: type and mode, owner, size,
+    mtime and atime, symlink target, xattrs, and which names share an inode."""
+    out, inodes = {}, {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            rel = os.path.relpath(p, root)
+            is_dir = os.path.isdir(p) and not os.path.islink(p)
+            entry = {"mode": oct(st.st_mode), "uid": st.st_uid, "gid": st.st_gid,
+                     "size": 0 if is_dir else st.st_size, "mtime": st.st_mtime_ns,
+                     "atime": None if is_dir else st.st_atime_ns}
+            if os.path.islink(p):
+                entry["target"] = os.readlink(p)
+            else:
+                entry["xattrs"] = sorted((n, os.getxattr(p, n)) for n in os.listxattr(p)
+                                         if n.startswith("user."))
+            if not is_dir:
+                inodes.setdefault(st.st_ino, []).append(rel)
+            out[rel] = entry
+    links = sorted(sorted(v) for v in inodes.values() if len(v) > 1)
+    return {"entries": out, "links": links}
+
+
+def diff_r(a: Path, b: Path) -> None:
+    """diff -r finds no difference (it calls two FIFOs different: they are compared by snapshot)."""
+    proc = sh(f"diff -r --no-dereference '{a}' '{b}'", check=False)
+    lines = [ln for ln in proc.stdout.decode(errors="replace").splitlines()
+             if not re.fullmatch(r"File .* is a fifo while file .* is a fifo", ln)]
+    assert proc.returncode in (0, 1) and not lines, lines
+
+
+def assert_same(got: dict, want: dict) -> None:
+    """Two snapshots agree; if not, say which paths and fields differ."""
+    diffs = [(p, k, got["entries"].get(p, {}).get(k), v)
+             for p, e in want["entries"].items() for k, v in e.items()
+             if got["entries"].get(p, {}).get(k) != v]
+    assert not diffs and got == want, diffs[:10] or (got["links"], want["links"])
+
+
+def make_tree(src: Path) -> None:
+    """Hard links, symlinks, odd names, empty files, a FIFO, xattrs, owners,
+    modes and old times, a file of several pieces."""
+    b = os.fsencode(src)
+    (src / "site" / "img").mkdir(parents=True)
+    (src / "site" / "index.html").write_text("<html>index</html>\n" * 100)
+    (src / "site" / "copy.html").write_text("<html>index</html>\n" * 100)     # a duplicate
+    (src / "site" / "img" / "a.png").write_bytes(os.urandom(30000))
+    os.link(src / "site" / "index.html", src / "site" / "hard.html")
+    os.link(src / "site" / "index.html", src / "site" / "img" / "hard2.html")   # 3 names
+    os.symlink("index.html", src / "site" / "rel-link")
+    os.symlink("/nonexistent/target", src / "site" / "dangling")
+    os.symlink("img", src / "site" / "dirlink")
+    (src / "site" / "empty").write_bytes(b"")
+    os.mkfifo(src / "site" / "fifo")
+    (src / "site" / "with space.txt").write_text("space")
+    (src / "site" / "new\nline").write_text("newline")
+    with open(os.path.join(b, b"site", b"bad-\xff\xfe-utf8"), "wb") as f:
+        f.write(b"latin-1 name")
+    (src / "site" / ("n" * 255)).write_text("longest name")
+    (src / "big.bin").write_bytes(os.urandom(9 << 20))                          # 3 pieces
+    os.setxattr(src / "site" / "index.html", "user.mime", b"text/html")
+    os.setxattr(src / "site" / "img", "user.kind", b"images")
+    os.chown(src / "site" / "img" / "a.png", 1234, 5678)
+    os.lchown(src / "site" / "rel-link", 4321, 8765)
+    os.chmod(src / "site" / "with space.txt", 0o640)
+    (src / "empty-dir").mkdir(mode=0o700)
+    set_times(src)
+
+
+def set_times(src: Path) -> None:
+    """Old mtimes, and atimes an hour ahead (after their ctime, and within a
+    day), so that reading the tree (cp -a, the import) leaves them (relatime)."""
+    now = time.time_ns() + 3600 * 10**9
+    for i, p in enumerate(sorted(src.rglob("*"), reverse=True)):
+        os.utime(p, ns=(now + i, 1_400_000_000_987_654_321 + i), follow_symlinks=False)
+    os.utime(src, ns=(now, 1_400_000_000_000_000_001))
+
+
+def import_(*args, check=False, **kw):
+    proc = webfs("import", *args, check=False, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace"))
+    return proc
+
+
+def test_import_keeps_what_cp_a_keeps_and_a_rerun_imports_nothing(mounted, tmp_path):
+    src = tmp_path / "src"
+    make_tree(src)
+    want = snapshot(os.fsencode(src))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    sh(f"cp -a '{src}' '{plain}/'")
+    os.listdir(mounted.mnt)                       # the kernel has the root's attributes cached
+    root_nlink = os.stat(mounted.mnt).st_nlink
+    assert not (mounted.mnt / "crawls").exists()  # ... and has looked the new name up in vain
+    out = import_(src, mounted.mnt / "crawls", check=True)
+    text = out.stdout.decode()
+    assert "problem" not in text and "imported 9 files" in text and "4 directories" in text, text
+    assert "2 hard links" in text and "3 symlinks" in text and "1 special files" in text, text
+    assert os.stat(mounted.mnt).st_nlink == root_nlink + 1      # the new directory shows at once
+    assert (mounted.mnt / "crawls" / "src" / "site" / "index.html").is_file()
+    got = snapshot(os.fsencode(mounted.mnt / "crawls" / "src"))
+    assert_same(got, snapshot(os.fsencode(plain / "src")))
+    assert_same(got, want)
+    diff_r(plain / "src", mounted.mnt / "crawls" / "src")
+    inos = {os.stat(mounted.mnt / "crawls" / "src" / "site" / p).st_ino
+            for p in ("index.html", "hard.html", "img/hard2.html")}
+    assert len(inos) == 1 and os.stat(mounted.mnt / "crawls/src/site/index.html").st_nlink == 3
+    # A second run finds everything there.
+    blocks = json.loads(webfs("status", "--json", mounted.mnt).stdout)["blocks"]
+    again = import_(src, mounted.mnt / "crawls", check=True).stdout.decode()
+    assert again.startswith("nothing new"), again
+    assert json.loads(webfs("status", "--json", mounted.mnt).stdout)["blocks"] == blocks
+    # A changed file is replaced in place; the kernel's cached pages are dropped.
+    page = mounted.mnt / "crawls" / "src" / "site" / "copy.html"
+    assert page.read_text().startswith("<html>index")
+    (src / "site" / "copy.html").write_text("changed since\n")
+    again = import_(src, mounted.mnt / "crawls", check=True).stdout.decode()
+    assert "1 changed files replaced" in again, again
+    assert page.read_text() == "changed since\n"
+    mounted.umount()
+    assert webfs("fsck", mounted.disks[0], check=False).returncode == 0
+
+
+def test_trailing_slash_imports_the_contents(mounted, tmp_path):
+    src = tmp_path / "crawl"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "p.html").write_text("p")
+    import_(f"{src}/", mounted.mnt / "x" / "y", check=True)
+    assert (mounted.mnt / "x" / "y" / "a" / "p.html").read_text() == "p"
+    assert not (mounted.mnt / "x" / "y" / "crawl").exists()
+    assert os.stat(mounted.mnt / "x" / "y").st_mtime_ns == os.stat(src).st_mtime_ns
+    mounted.remount("ro")
+    proc = import_(src, mounted.mnt)
+    assert proc.returncode == 1 and b"read-only" in proc.stderr
+
+
+def test_what_cannot_be_imported_is_reported_and_the_rest_goes_on(tmp_path):
+    """An unreadable file and directory (a daemon without CAP_DAC_OVERRIDE, so
+    modes hold for it as for anyone), and a name webfs keeps for itself."""
+    src = tmp_path / "src"
+    (src / "closed").mkdir(parents=True)
+    (src / "closed" / "inside").write_text("x")
+    (src / "secret").write_text("no")
+    (src / "fine").write_text("yes")
+    (src / ".webfs").mkdir()
+    os.chmod(src / "secret", 0)
+    os.chmod(src / "closed", 0)
+    m = Mounted.__new__(Mounted)
+    m.root, m.disks, m.mnt, m.options = tmp_path, [tmp_path / f"d{i}" for i in range(3)], tmp_path / "mnt", ""
+    m.mnt.mkdir()
+    webfs("mkfs", *m.disks)
+    subprocess.run([*DROP_DAC, str(BIN / "webfs"), "mount", str(m.disks[0]), str(m.mnt)], check=True)
+    try:
+        proc = import_(f"{src}/", src / "missing", m.mnt)
+        out, err = proc.stdout.decode(), proc.stderr.decode()
+        assert proc.returncode == 4, out + err
+        assert f"{src}/secret: Permission denied (EACCES)" in out
+        assert f"{src}/closed: Permission denied (EACCES)" in out
+        assert f"{src}/.webfs: the name .webfs in the root is webfs's own" in out
+        assert f"{src}/missing: No such file or directory (ENOENT)" in out
+        assert "4 problem(s)" in out
+        assert (m.mnt / "fine").read_text() == "yes"
+        assert (m.mnt / "closed").is_dir()              # made, as cp -a makes it
+        assert not (m.mnt / "secret").exists()
+    finally:
+        unmount(m.mnt)
+
+
+def test_a_name_too_long_is_reported(store, tmp_path, monkeypatch):
+    """No local filesystem holds a 256-byte name, so the walk is shown one."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ok").write_text("ok")
+    real = os.scandir
+
+    class Fake:
+        def __init__(self, name, path):
+            self.name, self.path = name, path
+
+        def is_dir(self, follow_symlinks=True):
+            return False
+
+    class Listing:
+        def __init__(self, d):
+            self.entries = list(real(d)) + [Fake(b"L" * 256, os.path.join(d, b"L" * 256))]
+
+        def __enter__(self):
+            return iter(self.entries)
+
+        def __exit__(self, *exc):
+            return False
+
+    def scandir(d):
+        # ingest walks bytes paths; the store's own listings (str) stay real
+        return Listing(d) if isinstance(d, bytes) else real(d)
+
+    monkeypatch.setattr(ingest.os, "scandir", scandir)
+    notes = []
+    result = OPERATIONS["import"](store, admin.Progress(lambda k, n, t, w: k == "note" and notes.append(w)),
+                                        sources=[str(src) + "/"], dest="/d")
+    assert result.exit_code == 4
+    assert len(notes) == 1 and "File name too long (ENAMETOOLONG)" in notes[0], notes
+    assert result.figures["files"] == 1
+
+
+def test_import_into_an_unmounted_archive_then_mount(tmp_path, corpus):
+    m = Mounted.__new__(Mounted)
+    m.root, m.disks, m.mnt, m.options = tmp_path, [tmp_path / f"disk{i}" for i in range(4)], tmp_path / "mnt", ""
+    m.mnt.mkdir()
+    webfs("mkfs", *m.disks)
+    src = corpus / "crawl-001"
+    out = import_(src, f"{m.disks[1]}:/crawls", check=True).stdout.decode()
+    assert "imported" in out
+    again = import_(src, f"{m.disks[2]}:/crawls", check=True).stdout.decode()
+    assert again.startswith("nothing new"), again
+    assert webfs("fsck", m.disks[0], check=False).returncode == 0
+    # The archive's own disks are not walked (they would grow as they are read).
+    proc = import_(tmp_path, f"{m.disks[0]}:/self")
+    assert proc.returncode == 4 and proc.stdout.decode().count("is part of the archive") == 4
+    m.mount()
+    try:
+        sh(f"diff -r '{src}' '{m.mnt}/crawls/crawl-001'")
+        assert snapshot(os.fsencode(m.mnt / "crawls" / "crawl-001"))["entries"].keys() == \
+            snapshot(os.fsencode(src))["entries"].keys()
+    finally:
+        m.umount()
+    # The plain-text records know every name too (recovery without the catalog).
+    manifest = (m.disks[1] / "meta" / "MANIFEST").read_bytes()     # the record disk beside the catalog's
+    assert manifest.count(b"\t/crawls/crawl-001/") == sum(1 for _ in src.rglob("*"))
+
+
+def test_the_same_tree_twice_stores_no_new_block(mounted, corpus):
+    src = corpus / "crawl-001"
+    import_(src, mounted.mnt / "one", check=True)
+    before = json.loads(webfs("status", "--json", mounted.mnt).stdout)
+    out = import_(src, mounted.mnt / "two", check=True).stdout.decode()
+    after = json.loads(webfs("status", "--json", mounted.mnt).stdout)
+    assert after["blocks"] == before["blocks"]
+    assert after["references"] > before["references"]
+    assert re.search(r" 0 new blocks", out), out
+    sh(f"diff -r '{mounted.mnt}/one/crawl-001' '{mounted.mnt}/two/crawl-001'")

@@ -1,0 +1,124 @@
+"""Budgets of issue 10, item 8: meta/ bytes per file at rest, the JOURNAL's
+size bound, the two copies of the plain-text records (the daemon's RSS
+staying flat while files are copied in, a soak: t5_rss)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, Mounted
+
+from webfs.manifest import JOURNAL, MANIFEST, RECORDS
+
+AIM_AT_REST = 700           # bytes of meta/ per file, catalog and records on every disk
+NOW_AT_REST = 900           # what this code keeps to (~820 B on the 3,000-page corpus): no regression
+
+
+def make_corpus(out: Path, pages: int) -> int:
+    subprocess.run([sys.executable, str(REPO / "tools" / "make-corpus"), "--pages", str(pages),
+                    "--crawls", "1", "--images-per-page", "0", str(out)], check=True,
+                   capture_output=True)
+    return sum(len(files) for _, _, files in os.walk(out))
+
+
+def meta_bytes(disks: list[Path]) -> int:
+    return sum(p.stat().st_size for d in disks for p in (d / "meta").iterdir() if p.is_file())
+
+
+def size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.fixture(scope="module")
+def copied(tmp_path_factory):
+    """3,000 pages copied into a 4-disk mount with a 64 KiB JOURNAL bound,
+    the JOURNAL's size sampled all along; then unmounted."""
+    root = tmp_path_factory.mktemp("budget")
+    files = make_corpus(root / "corpus", 3000)
+    limit = 64 << 10
+    (root / "archive").mkdir()
+    m = Mounted(root / "archive", options=f"journal_limit={limit}")
+    over, samples, done = [], [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            bound = 2 * max(limit, size(m.disks[0] / MANIFEST) // 2)
+            for d in m.disks:
+                j = size(d / JOURNAL)
+                if j > bound:
+                    over.append((d.name, j, bound))
+            samples[0] += 1
+            time.sleep(0.01)
+    t = threading.Thread(target=sample)
+    t.start()
+    try:
+        subprocess.run(["cp", "-r", str(root / "corpus"), str(m.mnt / "c")], check=True)
+    finally:
+        done.set()
+        t.join()
+        m.umount()
+    return m, files, over, samples[0]
+
+
+def test_journal_stays_within_its_size_bound(copied):
+    m, files, over, samples = copied
+    assert samples > 10
+    # The bound is the larger of journal_limit and half the MANIFEST; a
+    # checkpoint starts when it is passed, and what comes while it runs may
+    # take the JOURNAL past it, not to twice it.
+    assert not over, over[:5]
+
+
+def test_records_are_on_two_disks_named_in_records(copied):
+    m, files, _, _ = copied
+    have = [d for d in m.disks if (d / MANIFEST).exists()]
+    assert have == m.disks[:2], have                 # the catalog disk and the next one
+    assert len({(d / MANIFEST).read_bytes() for d in have}) == 1
+    assert not [d for d in m.disks if (d / JOURNAL).exists() and d not in have]
+    for d in m.disks:
+        assert (d / RECORDS).read_bytes().endswith(b"\nDisks: 0 1\n")
+
+
+def test_meta_per_file_at_rest(copied):
+    m, files, _, _ = copied
+    per_file = meta_bytes(m.disks) / files
+    assert per_file <= NOW_AT_REST, per_file
+
+
+@pytest.mark.xfail(strict=True, reason="the catalog alone holds ~530 B per file (sig and stripe ids "
+                   "as text, a rowid table per index); with two ~150 B record copies that is ~820 B")
+def test_meta_per_file_at_rest_meets_the_aim(copied):
+    m, files, _, _ = copied
+    assert meta_bytes(m.disks) / files <= AIM_AT_REST
+
+
+def test_records_written_on_every_disk_move_to_two(tmp_path):
+    """Disks written before (a MANIFEST and JOURNAL on every disk) mount, and
+    the first checkpoint leaves the records on two disks; a disk that holds
+    an older copy keeps none after it."""
+    m = Mounted(tmp_path)
+    (m.mnt / "f").write_bytes(b"x" * 100)
+    m.umount()
+    for d in m.disks[2:]:
+        for name in (MANIFEST, JOURNAL):
+            shutil.copy2(m.disks[0] / name, d / name)
+        (d / RECORDS).unlink()
+    m.mount()
+    try:
+        (m.mnt / "g").write_bytes(b"y" * 100)
+        assert not (m.disks[3] / MANIFEST).exists()
+        assert b"\t/g\n" in (m.disks[1] / JOURNAL).read_bytes()
+    finally:
+        m.umount()
+    assert [d for d in m.disks if (d / MANIFEST).exists()] == m.disks[:2]
+    assert b"\t/g\n" in (m.disks[1] / MANIFEST).read_bytes()

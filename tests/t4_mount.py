@@ -1,0 +1,354 @@
+"""A real webfs mount driven with the shell tools a user would use (a kill -9
+during cp -r and a full disk: t5_mount_crashes)."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Mounted, sh, unmount, webfs
+
+
+def tree_listing(root: Path) -> list[tuple]:
+    """What ls -l / stat would show, for every path below root (inode numbers aside)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            st = p.lstat()
+            rel = str(p.relative_to(root))
+            size = st.st_size if not p.is_dir() else 0
+            out.append((rel, oct(st.st_mode), size, st.st_mtime_ns if not p.is_dir() else 0))
+    return out
+
+
+def test_cp_r_of_a_crawl_reads_back_identical(mounted, corpus):
+    src = corpus / "crawl-001"
+    sh(f"cp -a '{src}' '{mounted.mnt}/crawl-001'")
+    sh(f"diff -r '{src}' '{mounted.mnt}/crawl-001'")
+    count = lambda d: sh(f"find '{d}' | wc -l").stdout
+    assert count(src) == count(mounted.mnt / "crawl-001")
+    # Directory sizes differ between filesystems; the files' apparent sizes must not.
+    du = lambda d: sh(f"cd '{d}' && find . -type f -print0 | du -c --apparent-size --block-size=1 "
+                      "--files0-from=- | tail -n 1").stdout
+    assert du(src) == du(mounted.mnt / "crawl-001")
+    grep = lambda d: sorted(sh(f"cd '{d}' && grep -rl zyzzogeton .").stdout.split())
+    assert grep(src) == grep(mounted.mnt / "crawl-001") and len(grep(src)) == 3
+    assert tree_listing(src) == tree_listing(mounted.mnt / "crawl-001")
+    # The same tree after a remount, and after the MANIFEST has been written.
+    mounted.remount()
+    sh(f"diff -r '{src}' '{mounted.mnt}/crawl-001'")
+    assert tree_listing(src) == tree_listing(mounted.mnt / "crawl-001")
+
+
+def test_rsync_and_tar_in_and_out(mounted, corpus):
+    src = corpus / "crawl-001"
+    sh(f"rsync -a '{src}/' '{mounted.mnt}/by-rsync/'")
+    sh(f"diff -r '{src}' '{mounted.mnt}/by-rsync'")
+    assert tree_listing(src) == tree_listing(mounted.mnt / "by-rsync")
+    # A second rsync finds nothing to do.
+    out = sh(f"rsync -ai '{src}/' '{mounted.mnt}/by-rsync/'").stdout
+    assert out.strip() == b""
+    sh(f"mkdir '{mounted.mnt}/by-tar' && tar -C '{src}' -cf - . | tar -C '{mounted.mnt}/by-tar' -xf -")
+    sh(f"diff -r '{src}' '{mounted.mnt}/by-tar'")
+    # tar out of the mount gives the same bytes as tar of the source.
+    a = sh(f"tar -C '{src}' --sort=name -cf - . | md5sum").stdout
+    b = sh(f"tar -C '{mounted.mnt}/by-tar' --sort=name -cf - . | md5sum").stdout
+    assert a == b
+
+
+def _block_refs(mnt: Path, path: Path) -> list[int]:
+    return [int(x) for x in os.getxattr(path, "user.webfs.refs").split(b",")]
+
+
+def test_two_copies_of_a_crawl_are_stored_once(mounted, corpus):
+    src = corpus / "crawl-001"
+    sh(f"cp -r '{src}' '{mounted.mnt}/one'")
+    st1 = json.loads(webfs("status", "--json", mounted.mnt).stdout)
+    sh(f"cp -r '{src}' '{mounted.mnt}/two'")
+    st2 = json.loads(webfs("status", "--json", mounted.mnt).stdout)
+    assert st2["blocks"] == st1["blocks"]                    # nothing new stored
+    assert st2["logical_bytes"] == 2 * st1["logical_bytes"]
+    assert st2["dedup_ratio"] >= 2 * st1["dedup_ratio"] * 0.99
+    # Refs equal the number of paths that use the block.
+    by_sig: dict[str, list[Path]] = {}
+    for p in (mounted.mnt / "one").rglob("*"):
+        if p.is_file():
+            by_sig.setdefault(os.getxattr(p, "user.webfs.signature").decode(), []).append(p)
+    for sig, paths in list(by_sig.items())[:200]:
+        if sig:
+            assert _block_refs(mounted.mnt, paths[0]) == [2 * len(paths)]
+    sh(f"rm -r '{mounted.mnt}/one'")
+    sh(f"diff -r '{src}' '{mounted.mnt}/two'")
+    st3 = json.loads(webfs("status", "--json", mounted.mnt).stdout)
+    assert st3["blocks"] == st1["blocks"]                    # nothing still used was freed
+    mounted.umount()
+    assert webfs("fsck", mounted.disks[0]).returncode == 0
+
+
+def test_two_writers_of_the_same_new_page_make_one_block(mounted):
+    page = b"<html>" + b"the same page, written twice at once " * 400 + b"</html>"
+    barrier = threading.Barrier(2)
+
+    def writer(name):
+        barrier.wait()
+        (mounted.mnt / name).write_bytes(page)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in ("a.html", "b.html")]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    sig_a = os.getxattr(mounted.mnt / "a.html", "user.webfs.signature")
+    assert sig_a == os.getxattr(mounted.mnt / "b.html", "user.webfs.signature")
+    assert _block_refs(mounted.mnt, mounted.mnt / "a.html") == [2]
+    st = json.loads(webfs("status", "--json", mounted.mnt).stdout)
+    assert st["blocks"] == 1
+
+
+def test_large_file_is_split_into_pieces_and_reads_at_any_offset(mounted, tmp_path):
+    data = os.urandom(50 * 1024 * 1024 + 12345)
+    src = tmp_path / "big.bin"
+    src.write_bytes(data)
+    sh(f"cp '{src}' '{mounted.mnt}/big.bin'")
+    sigs = os.getxattr(mounted.mnt / "big.bin", "user.webfs.signature").split(b",")
+    assert len(sigs) == 13                                   # 4 MiB pieces
+    disks = set(os.getxattr(mounted.mnt / "big.bin", "user.webfs.disk").split(b","))
+    assert len(disks) > 1                                    # striped over the disks
+    mounted.remount()
+    sh(f"cmp '{src}' '{mounted.mnt}/big.bin'")
+    rng = random.Random(5)
+    piece = 4 * 1024 * 1024
+    with open(mounted.mnt / "big.bin", "rb") as f:
+        for _ in range(60):
+            boundary = rng.randrange(1, 13) * piece
+            off = max(0, boundary - rng.randrange(1, 300000))
+            n = rng.randrange(1, 700000)
+            f.seek(off)
+            assert f.read(n) == data[off:off + n]
+    # mmap reads
+    import mmap
+    with open(mounted.mnt / "big.bin", "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
+        assert m[piece - 10:piece + 10] == data[piece - 10:piece + 10]
+        assert m[-100:] == data[-100:]
+
+
+def test_overwrite_append_and_random_writes(mounted):
+    p = mounted.mnt / "f.txt"
+    p.write_bytes(b"hello world\n" * 1000)
+    with open(p, "ab") as f:
+        f.write(b"appended\n")
+    with open(p, "r+b") as f:
+        f.seek(5)
+        f.write(b"XXXXX")
+        f.seek(20000)
+        f.write(b"past the end")
+    expect = bytearray(b"hello world\n" * 1000 + b"appended\n")
+    expect[5:10] = b"XXXXX"
+    expect.extend(bytes(20000 - len(expect)))
+    expect[20000:] = b"past the end"
+    assert p.read_bytes() == bytes(expect)
+    os.truncate(p, 100)
+    assert p.read_bytes() == bytes(expect[:100])
+    mounted.remount()
+    assert p.read_bytes() == bytes(expect[:100])
+    sh(f"truncate -s 0 '{p}'")
+    assert p.read_bytes() == b""
+    # A shorter rewrite through open(O_TRUNC) leaves nothing of the longer one.
+    sh(f"printf 'first version, the longer\\n' > '{p}' && printf 'second\\n' > '{p}'")
+    assert p.read_bytes() == b"second\n"
+    mounted.remount()
+    assert p.read_bytes() == b"second\n"
+
+
+def test_posix_details(mounted):
+    m = mounted.mnt
+    (m / "a").write_text("A")
+    (m / "b").write_text("B")
+    sh(f"mv '{m}/a' '{m}/b'")
+    assert (m / "b").read_text() == "A" and not (m / "a").exists()
+    sh(f"ln '{m}/b' '{m}/hard' && ln -s b '{m}/soft'")
+    assert (m / "hard").stat().st_nlink == 2 and (m / "hard").stat().st_ino == (m / "b").stat().st_ino
+    assert os.readlink(m / "soft") == "b" and (m / "soft").read_text() == "A"
+    sh(f"chmod 640 '{m}/b' && chown 123:456 '{m}/b' && touch -d '2001-02-03 04:05:06' '{m}/b'")
+    st = (m / "b").stat()
+    assert oct(st.st_mode & 0o777) == oct(0o640) and (st.st_uid, st.st_gid) == (123, 456)
+    assert time.gmtime(st.st_mtime)[:3] == (2001, 2, 3)
+    # rm of an open file: reads go on until close
+    (m / "open.txt").write_bytes(b"still here" * 1000)
+    with open(m / "open.txt", "rb") as f:
+        os.unlink(m / "open.txt")
+        assert not (m / "open.txt").exists()
+        assert f.read() == b"still here" * 1000
+    # O_EXCL
+    fd = os.open(m / "excl", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    os.close(fd)
+    with pytest.raises(FileExistsError):
+        os.open(m / "excl", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    # ENOTEMPTY, ENAMETOOLONG
+    (m / "d" / "e").mkdir(parents=True)
+    with pytest.raises(OSError) as exc:
+        os.rmdir(m / "d")
+    assert exc.value.errno == errno.ENOTEMPTY
+    with pytest.raises(OSError) as exc:
+        (m / ("x" * 256)).write_text("too long")
+    assert exc.value.errno == errno.ENAMETOOLONG
+    (m / ("y" * 255)).write_text("just fits")
+    # odd names: spaces, newlines, backslashes, non-UTF-8 bytes
+    odd = [b"with space", b"new\nline", b"back\\slash", b"latin1-\xe9\xff", b"tab\there"]
+    for name in odd:
+        with open(os.path.join(os.fsencode(m), name), "wb") as f:
+            f.write(name * 3)
+    assert set(odd) <= set(os.listdir(os.fsencode(m)))
+    # rename of a directory across directories, over an empty directory
+    (m / "src" / "sub").mkdir(parents=True)
+    (m / "src" / "sub" / "f").write_text("moved")
+    (m / "dst").mkdir()
+    (m / "dst" / "empty").mkdir()
+    os.rename(m / "src" / "sub", m / "dst" / "empty")
+    assert (m / "dst" / "empty" / "f").read_text() == "moved"
+    with pytest.raises(OSError) as exc:
+        os.rename(m / "dst", m / "dst" / "empty" / "inside")
+    assert exc.value.errno == errno.EINVAL
+    # user xattrs
+    sh(f"setfattr -n user.origin -v https://example.org/ '{m}/b'")
+    assert sh(f"getfattr --only-values -n user.origin '{m}/b'").stdout == b"https://example.org/"
+    assert b"user.origin" in sh(f"getfattr -d '{m}/b'").stdout
+    with pytest.raises(OSError) as exc:
+        os.setxattr(m / "b", "user.webfs.refs", b"99")
+    assert exc.value.errno == errno.EPERM
+    mounted.remount()
+    assert (m / "hard").read_text() == "A" and os.readlink(m / "soft") == "b"
+    for name in odd:
+        with open(os.path.join(os.fsencode(m), name), "rb") as f:
+            assert f.read() == name * 3
+    assert os.getxattr(m / "b", "user.origin") == b"https://example.org/"
+    assert (m / "b").stat().st_uid == 123
+    mounted.umount()
+    assert webfs("fsck", mounted.disks[0]).returncode == 0
+
+
+def test_the_webfs_tree_shows_blocks_and_is_hidden(mounted):
+    page = b"<html>visible as a block</html>" * 30
+    (mounted.mnt / "p.html").write_bytes(page)
+    sig = os.getxattr(mounted.mnt / "p.html", "user.webfs.signature").decode()
+    assert ".webfs" not in os.listdir(mounted.mnt)
+    block = mounted.mnt / ".webfs" / "blocks" / sig[:2] / sig[2:4] / sig[4:]
+    assert block.read_bytes() == page
+    assert sig[4:] in os.listdir(block.parent)
+    assert sh(f"find '{mounted.mnt}/.webfs' -type f | wc -l").stdout.strip() == b"1"
+    with pytest.raises(OSError):
+        block.write_bytes(b"no")
+    assert os.getxattr(mounted.mnt / "p.html", "user.webfs.codec") == b"gzip"
+    assert int(os.getxattr(mounted.mnt / "p.html", "user.webfs.disk")) in range(4)
+    du = sh(f"du -s --apparent-size --block-size=1 '{mounted.mnt}'").stdout.split()[0]
+    assert int(du) < 2 * len(page) + 4096                   # du does not walk .webfs
+
+
+def test_second_mount_is_refused_and_a_killed_daemon_leaves_no_stale_lock(mounted, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    proc = webfs("mount", mounted.disks[1], other, check=False)
+    assert proc.returncode == 1 and b"in use" in proc.stderr
+    proc = webfs("fsck", mounted.disks[2], check=False)
+    assert proc.returncode == 1 and b"mount point" in proc.stderr
+    (mounted.mnt / "kept.txt").write_text("closed before the kill")
+    os.kill(mounted.pid(), signal.SIGKILL)
+    time.sleep(0.5)
+    unmount(mounted.mnt)
+    mounted.mount()
+    assert (mounted.mnt / "kept.txt").read_text() == "closed before the kill"
+
+
+def test_read_only_mount(mounted):
+    (mounted.mnt / "x").write_text("x")
+    mounted.remount("ro")
+    assert (mounted.mnt / "x").read_text() == "x"
+    with pytest.raises(OSError) as exc:
+        (mounted.mnt / "y").write_text("y")
+    assert exc.value.errno == errno.EROFS
+
+
+@pytest.fixture
+def mount_helpers():
+    """mount.webfs and mount.fuse.webfs where mount(8) looks for them, as `make install` puts them."""
+    made = []
+    for name in ("mount.webfs", "mount.fuse.webfs"):
+        path = Path("/sbin") / name
+        if not path.exists():
+            path.symlink_to(Path(sys.executable).parent / "mount.webfs")
+            made.append(path)
+    yield
+    for path in made:
+        path.unlink()
+
+
+@pytest.mark.parametrize("fstype", ["webfs", "fuse.webfs"])
+def test_mount_t_and_fstab(tmp_path, mount_helpers, fstype):
+    disks = [tmp_path / f"d{i}" for i in range(3)]
+    webfs("mkfs", *disks)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    sh(f"mount -t {fstype} -o store_mode=regular '{disks[1]}' '{mnt}'")
+    try:
+        (mnt / "page.html").write_text("<html>mounted by mount(8)</html>")
+    finally:
+        unmount(mnt)
+    fstab = tmp_path / "fstab"
+    fstab.write_text(f"{disks[0]} {mnt} {fstype} defaults,noauto,ro 0 0\n")
+    sh(f"mount -T '{fstab}' '{mnt}'")
+    try:
+        assert (mnt / "page.html").read_text() == "<html>mounted by mount(8)</html>"
+        assert b"ro," in sh(f"grep ' {mnt} ' /proc/mounts").stdout
+    finally:
+        unmount(mnt)
+    proc = sh(f"mount -t {fstype} -o nonsense=1 '{disks[0]}' '{mnt}'", check=False)
+    assert proc.returncode != 0 and b"unknown mount option" in proc.stderr
+
+
+def test_many_readers_at_once(mounted, corpus):
+    src = corpus / "crawl-001"
+    sh(f"cp -r '{src}' '{mounted.mnt}/c'")
+    files = sorted(p.relative_to(src) for p in src.rglob("*") if p.is_file())
+    mounted.remount()                                  # cold: nothing in the kernel's cache
+    errors = []
+
+    def reader(seed):
+        rng = random.Random(seed)
+        for rel in rng.sample(files, 150):
+            with open(mounted.mnt / "c" / rel, "rb") as f:
+                if f.read() != (src / rel).read_bytes():
+                    errors.append(rel)
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors
+
+
+def test_allow_other(tmp_path):
+    import tempfile
+    m = Mounted(tmp_path, disks=2)
+    m.umount()
+    m.mnt = Path(tempfile.mkdtemp(prefix="webfs-allow-other-"))   # pytest's tmp is root-only
+    os.chmod(m.mnt, 0o755)
+    m.mount()
+    try:
+        (m.mnt / "page.html").write_text("for everyone")
+        os.chmod(m.mnt / "page.html", 0o644)
+        proc = sh(f"runuser -u nobody -- cat '{m.mnt}/page.html'", check=False)
+        assert proc.returncode != 0                     # FUSE keeps other users out by default
+        m.remount("allow_other")
+        assert sh(f"runuser -u nobody -- cat '{m.mnt}/page.html'").stdout == b"for everyone"
+        proc = sh(f"runuser -u nobody -- sh -c 'echo x > {m.mnt}/mine'", check=False)
+        assert proc.returncode != 0                     # permissions still apply (default_permissions)
+    finally:
+        m.umount()
+        m.mnt.rmdir()

@@ -1,0 +1,107 @@
+"""Recovery without webfs (tools/webfs-recover, tools/webfs-unparity) on disks
+written by the real webfs through a mount; the hand-written archives, the tools'
+runners and the checks are t2_recover_tools'."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from t2_recover_tools import (Built, apply_op, assert_same_tree, blocks_on_disks,
+                              expected_without_manifest, history, recover, tree, unparity)
+from t2_recover_tools import restricted_bin, tools  # noqa: F401  (the fixtures, by name)
+
+
+# ------------------------------------------------- the real webfs, if any --
+
+WEBFS = shutil.which("webfs", path=str(Path(sys.executable).parent))
+needs_mount = pytest.mark.skipif(
+    not (WEBFS and os.path.exists("/dev/fuse") and os.geteuid() == 0),
+    reason="needs the webfs command, /dev/fuse and root")
+
+
+def build_archive_real(root: Path, ops) -> Built:
+    """build_archive() through a real webfs mount: the history is played on the
+    mount, 'webfs sync' at the checkpoint; the disks are copied while still
+    mounted (a live JOURNAL), then unmounted (a final MANIFEST). The original is
+    the tree the remounted archive shows."""
+    run = lambda *a: subprocess.run([WEBFS, *map(str, a)], check=True, capture_output=True,
+                                    timeout=120)
+    disks = [root / f"disk{i}" for i in range(4)]
+    mnt = root / "mnt"
+    mnt.mkdir()
+    run("mkfs", *disks)
+    run("mount", disks[0], mnt)
+    try:
+        for op in ops:
+            if op[0] == "checkpoint":
+                run("sync", mnt)
+            else:
+                apply_op(mnt, op)
+        journal, size, still = disks[0] / "meta" / "JOURNAL", -1, 0
+        for _ in range(100):                    # until the journal stops growing
+            time.sleep(0.1)
+            now = journal.stat().st_size
+            still, size = (still + 1, size) if now == size else (0, now)
+            if still >= 10:
+                break
+        snapshot = []
+        for d in disks:
+            shutil.copytree(d, root / ("snap-" + d.name), symlinks=True,
+                            ignore=shutil.ignore_patterns("lock"))
+            snapshot.append(root / ("snap-" + d.name))
+    finally:
+        run("umount", mnt)
+    run("mount", disks[0], mnt)
+    try:
+        orig = root / "view"
+        subprocess.run(["cp", "-a", f"{mnt}/.", str(orig)], check=True)
+    finally:
+        run("umount", mnt)
+    return Built(disks, orig, 3, blocks_on_disks(disks, 3), snapshot)
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory) -> Built:
+    return build_archive_real(tmp_path_factory.mktemp("real"), history(11))
+
+
+@needs_mount
+def test_real_webfs_recover_lose_a_disk_and_no_manifest(real, tools, restricted_bin, tmp_path):
+    disks = []
+    for d in real.disks:
+        shutil.copytree(d, tmp_path / d.name, symlinks=True)
+        disks.append(tmp_path / d.name)
+    recover(tools, restricted_bin, tmp_path, *disks, tmp_path / "out")
+    assert_same_tree(real.orig, tmp_path / "out", root_attrs=False)
+    shutil.rmtree(disks[1])
+    alive = disks[:1] + disks[2:]
+    unparity(tools, restricted_bin, "--out", tmp_path / "u", *alive)
+    recover(tools, restricted_bin, tmp_path, *alive, tmp_path / "u", tmp_path / "out2")
+    assert_same_tree(real.orig, tmp_path / "out2", root_attrs=False)
+    for d in alive:
+        shutil.rmtree(d / "meta")
+    recover(tools, restricted_bin, tmp_path, *alive, tmp_path / "u", tmp_path / "out3")
+    got = {p: v[3] for p, v in tree(tmp_path / "out3").items() if v[0] != "dir"}
+    assert got == expected_without_manifest(real.blocks)
+
+
+@needs_mount
+def test_real_webfs_journal_replay(real, tools, restricted_bin, tmp_path):
+    """Disks copied while mounted: MANIFEST at the checkpoint plus a live JOURNAL."""
+    assert (real.snapshot[0] / "meta" / "JOURNAL").stat().st_size > 0
+    out = tmp_path / "out"
+    recover(tools, restricted_bin, tmp_path, *real.snapshot, out)
+    a, b = tree(real.orig), tree(out)
+    del a[b"/"], b[b"/"]
+    assert sorted(a) == sorted(b)
+    dirs = [p for p in a if a[p] != b[p] and a[p][0] == "dir" and a[p][:2] == b[p][:2]]
+    assert {p: a[p] for p in a if p not in dirs} == {p: b[p] for p in b if p not in dirs}
+    if dirs:
+        pytest.xfail(f"the JOURNAL lacks the new mtimes of {len(dirs)} directories "
+                     "(entries created, removed or renamed in them): " + repr(dirs[:3]))

@@ -1,0 +1,113 @@
+"""webfs import-warc / export-warc through a real mount, and pywb replaying the
+mount (the WARC writers and readers are t2_warc's)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from conftest import BIN, Mounted, webfs
+from t2_warc import records_of, write_warc
+
+
+# ---------------------------------------------------------------- through a mount
+
+def test_import_into_a_mount(tmp_path):
+    m = Mounted(tmp_path, disks=3)
+    try:
+        pages = [("http://example.com/", b"<html>home</html>"), ("http://example.com/a/b.html", b"<html>b</html>")]
+        src = write_warc(tmp_path / "crawl.warc.gz", pages, every_type=True)
+        webfs("import-warc", src, m.mnt)
+        coll = m.mnt / "crawl"
+        home = coll / "http" / "example.com" / "@20240101120000"
+        assert home.read_bytes() == b"<html>home</html>"
+        assert os.getxattr(home, "user.warc.target-uri") == b"http://example.com/"
+        assert os.getxattr(home, "user.http.status") == b"200"
+        assert (coll / "http/example.com/a/b.html@20240101120000").read_bytes() == b"<html>b</html>"
+        assert sorted(os.listdir(coll / "@warc")) == ["crawl.warc.gz.heads", "crawl.warc.gz.index"]
+        out = tmp_path / "out.warc.gz"
+        res = webfs("export-warc", "--split", "1K", coll, out)
+        assert b"(100%) byte-identical" in res.stdout
+        parts = sorted(tmp_path.glob("out-*.warc.gz"))
+        assert len(parts) > 1
+        got = []
+        for p in parts:
+            got += records_of(p)
+        assert got == records_of(src)
+        ordered = tmp_path / "ordered.warc.gz"
+        res = webfs("export-warc", "--order", "disk", coll, ordered)
+        assert b"(100%) byte-identical" in res.stdout
+        key = lambda r: (r["id"], r["type"])
+        assert sorted(records_of(ordered), key=key) == sorted(records_of(src), key=key)
+        assert records_of(ordered)[0]["type"] == "warcinfo"
+        caps = json.loads(webfs("versions", "--json", "http://example.com/a/b.html", m.mnt).stdout)
+        assert [c["path"] for c in caps] == ["crawl/http/example.com/a/b.html@20240101120000"]
+        assert webfs("url", "http://example.com/", m.mnt).stdout.decode().strip() == str(home)
+    finally:
+        m.umount()
+
+
+# ---------------------------------------------------------------- replay by pywb
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, tries: int = 100) -> tuple[int, bytes]:
+    import time
+    import urllib.error
+    import urllib.request
+    for _ in range(tries):
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"{url}: no answer")
+
+
+@pytest.mark.skipif(not (BIN / "wayback").exists(), reason="pywb is not installed")
+def test_pywb_replays_the_mount(tmp_path):
+    import subprocess
+    m = Mounted(tmp_path, disks=3)
+    procs = []
+    try:
+        pages = [("http://example.com/", b"<html><body>first home</body></html>"),
+                 ("http://example.com/a.txt", b"plain text")]
+        webfs("import-warc", write_warc(tmp_path / "crawl.warc.gz", pages), m.mnt)
+        later = [("http://example.com/", b"<html><body>second home</body></html>")]
+        webfs("import-warc", "--collection", "crawl",
+              write_warc(tmp_path / "later.warc.gz", later, date="2024-02-01T12:00:00Z", start=500), m.mnt)
+        p1, p2 = _free_port(), _free_port()
+        pw = tmp_path / "pywb"
+        rep = subprocess.Popen([str(BIN / "webfs"), "replay", "--port", str(p1), str(m.mnt / "crawl"), str(pw)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs.append(rep)
+        assert b"now run" in b"".join(rep.stdout.readline() for _ in range(3))
+        cdxj = (m.mnt / "crawl" / "@warc" / "index.cdxj").read_bytes()
+        assert cdxj.count(b"\n") == 3 and cdxj.splitlines() == sorted(cdxj.splitlines())
+        way = subprocess.Popen([str(BIN / "wayback"), "-p", str(p2), "-b", "127.0.0.1"], cwd=pw,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(way)
+        base = f"http://127.0.0.1:{p2}/crawl"
+        status, body = _get(f"{base}/20240101120000id_/http://example.com/")
+        assert status == 200 and body == pages[0][1]
+        status, body = _get(f"{base}/20240201id_/http://example.com/")
+        assert status == 200 and body == later[0][1]
+        status, body = _get(f"{base}/2024id_/http://example.com/a.txt")
+        assert status == 200 and body == b"plain text"
+        status, tm = _get(f"{base}/timemap/link/http://example.com/")
+        assert status == 200
+        assert b"20240101120000" in tm and b"20240201120000" in tm and tm.count(b'rel="memento"') + \
+            tm.count(b'rel="first memento"') + tm.count(b'rel="last memento"') >= 2
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=20)
+        m.umount()

@@ -1,0 +1,244 @@
+"""Checking an archive against itself, and mending what can be mended.
+
+``check`` reads every block file on every present disk and every catalog
+row, and reports each problem as a ``Finding``: a header that does not
+parse, content that does not match its signature, a catalog row whose
+block is missing, a block no row knows (an orphan), reference counts that
+disagree (catalog against namespace and pins, header against catalog),
+and leftovers of interrupted writes; and (``webfs.commands.scrub.check_parity``)
+parity files that do not parse or list other blocks than the catalog,
+stripes left dirty by an interrupted update, and orphan parity files. With
+``repair`` it fixes what it can (refs, orphans, leftovers, blocks found on
+another disk, parity brought up to date; damaged blocks through the store's
+protection) and says what it could not.
+
+Without ``repair`` nothing on the disks is written, as ``e2fsck -n``:
+``open_readonly`` takes the archive lock without writing the lock file,
+checks a private copy of the catalog (its database and write-ahead log,
+so what a killed process committed is seen but never checkpointed into the
+original), does not reconcile stripes an interrupted process left behind
+(it reports them), and every finding says what ``--repair`` would do.
+
+Findings, the report and its e2fsck exit codes are ``webfs.commands.report``'s.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from typing import Callable, Optional
+
+from .. import codecs
+from ..backends.local import TMP_SUFFIX
+from ..archive import Archive
+from ..catalog import BlockRow, Catalog, catalog_path
+from ..errors import ArchiveError, CorruptBlock, WebfsError
+from ..store import Store
+from .report import Report, payload_from_redundancy, restored
+from .scrub import check_parity
+
+log = logging.getLogger(__name__)
+
+
+class ReadOnlyStore(Store):
+    """A Store over a private copy of the catalog, for a check that writes nothing."""
+
+    copy_dir = ""
+
+    def close(self) -> None:
+        try:
+            self.protection.close()         # its intent log is in the copy's directory
+            self.catalog.close()
+        finally:
+            self.archive.unlock()
+            shutil.rmtree(self.copy_dir, ignore_errors=True)
+
+
+def open_readonly(disk: str, holder: str = "webfs fsck") -> Store:
+    """Open the archive of ``disk`` for a check that writes nothing to any disk."""
+    from ..parity import INTENT_FILE, Parity
+    archive = Archive.open(disk)
+    archive.lock(holder, write=False)
+    copy_dir = ""
+    try:
+        primary = archive.volumes.get(archive.conf.catalog)
+        if primary is None or not os.path.exists(catalog_path(primary.root)):
+            raise ArchiveError(
+                f"disk {archive.conf.catalog}, which holds the catalog, is missing or has lost it; "
+                f"'webfs fsck --rebuild-catalog {disk}' rebuilds it from the other disks")
+        original = catalog_path(primary.root)
+        copy_dir = tempfile.mkdtemp(prefix="webfs-fsck-")
+        copy = os.path.join(copy_dir, os.path.basename(original))
+        # The database and its write-ahead log, as they are: a killed process's
+        # commits are in the log, and opening the original would fold them in.
+        for suffix in ("", "-wal"):
+            if os.path.exists(original + suffix):
+                shutil.copyfile(original + suffix, copy + suffix)
+        intents = os.path.join(primary.root, INTENT_FILE)
+        if os.path.exists(intents):
+            shutil.copyfile(intents, os.path.join(copy_dir, os.path.basename(INTENT_FILE)))
+        catalog = Catalog(copy)
+        parity = Parity(archive, catalog, recover=False)
+        store = ReadOnlyStore(archive, catalog, protection=parity)
+        store.copy_dir = copy_dir
+        store.catalog_file = original
+        return store
+    except BaseException:
+        archive.unlock()
+        if copy_dir:
+            shutil.rmtree(copy_dir, ignore_errors=True)
+        raise
+
+
+def check(store: Store, repair: bool = False,
+          progress: Optional[Callable[[int], None]] = None) -> Report:
+    report = Report(read_only=not repair)
+    if repair:      # block files an interrupted write left (meta/intents), before they count as damage
+        for line in store.forget_unfinished_writes():
+            report.add("unfinished-write", "meta/intents", line, repaired=True)
+    store.protection.flush()
+    check_parity(store, report, repair)
+    seen = _check_files(store, repair, report, progress)
+    _check_rows(store, repair, report, seen)
+    for disk, why in sorted(store.archive.missing.items()):
+        n = report.degraded.get(disk, 0)
+        report.add("missing-disk", f"disk {disk}",
+                   f"{why}; {n} block(s) on it read back through parity (degraded, not lost) "
+                   f"until 'webfs rebuild --disk {disk} --to NEWDIR'", fixable=False)
+    if repair:
+        _prune_last_scrub(store)
+        store.commit()
+    return report
+
+
+def _prune_last_scrub(store: Store) -> None:
+    """Blocks the last scrub left damaged that read back good now (this repair
+    mended them) are taken off the list status shows."""
+    from ..parity import Member, Parity
+    import json
+    text = store.catalog.get_meta("last_scrub")
+    if not text or not isinstance(store.protection, Parity):
+        return
+    last = json.loads(text)
+    keep = []
+    for where in last.get("damaged", []):
+        parts = where.split()            # "block SIG[~N] on disk D"
+        row = None
+        if len(parts) == 5 and parts[0] == "block":
+            sig, _, n = parts[1].partition("~")
+            row = store.catalog.block(sig, int(n or 0))
+        try:
+            if row is not None and row.disk in store.archive.volumes:
+                store.protection.read_member(Member.of(row), verify=True)
+                continue
+        except (OSError, WebfsError):
+            pass                        # still damaged: it stays on the list
+        keep.append(where)
+    if keep != last.get("damaged", []):
+        last["left"] = max(0, last.get("left", 0) - (len(last["damaged"]) - len(keep)))
+        last["damaged"] = keep
+        store.catalog.set_meta("last_scrub", json.dumps(last))
+
+
+def _check_files(store: Store, repair: bool, report: Report,
+                 progress: Optional[Callable[[int], None]]) -> dict[tuple[str, int], list[int]]:
+    """Read every block file; return (sig, overflow) -> disks holding a good copy."""
+    seen: dict[tuple[str, int], list[int]] = {}
+    damaged = report.damaged
+    for disk, vol in sorted(store.archive.volumes.items()):
+        for rel in list(vol.stray_files()):
+            where = f"disk {disk}: {rel}"
+            if rel.endswith(TMP_SUFFIX):
+                if repair:
+                    vol.backend.remove(rel)
+                report.add("leftover", where, "temporary file of an interrupted write", repair)
+            else:
+                report.add("stranger", where, "not a block file name; left alone")
+        for sig, overflow, rel in vol.iter_blocks():
+            report.blocks_checked += 1
+            if progress:
+                progress(1)
+            where = f"disk {disk}: {rel}"
+            row = store.catalog.block(sig, overflow)
+            try:
+                header, payload = vol.read_block(sig, overflow)
+                if row is not None and (header.size, header.stored, header.codec) != \
+                        (row.size, row.stored, row.codec):
+                    raise CorruptBlock(f"header says Size {header.size}, Stored {header.stored}, "
+                                       f"Codec {header.codec}; the catalog {row.size}, {row.stored}, "
+                                       f"{row.codec}")
+                data = codecs.get(header.codec).decode(payload)
+                if len(data) != header.size or store.signature_fn(data) != sig:
+                    raise CorruptBlock("content does not match its signature")
+            except (CorruptBlock, OSError, WebfsError) as exc:
+                fixed = repair and row is not None and row.disk == disk and restored(store, row)
+                report.add("corrupt", where, str(exc).removeprefix(where + ": "), fixed)
+                if fixed:
+                    seen.setdefault((sig, overflow), []).append(disk)
+                else:
+                    damaged.add((sig, overflow, disk))
+                continue
+            seen.setdefault((sig, overflow), []).append(disk)
+            if row is None:
+                if repair:
+                    vol.remove_block(sig, overflow)
+                report.add("orphan", where, "block that no catalog entry knows", repair)
+                continue
+            if row.disk != disk:
+                continue        # a second copy; _check_rows decides
+            if header.refs != row.refs:
+                if repair:
+                    vol.set_refs(sig, overflow, row.refs)
+                report.add("refs", where, f"header says Refs {header.refs}, catalog {row.refs}", repair)
+    return seen
+
+
+def _readable_through_parity(store: Store, row: BlockRow) -> Optional[str]:
+    """None if the block's stripe rebuilds it (checked against its signature), else why not."""
+    try:
+        payload_from_redundancy(store, row)
+    except (OSError, WebfsError) as exc:
+        return f"its stripe cannot rebuild it ({exc})"
+    return None
+
+
+def _check_rows(store: Store, repair: bool, report: Report,
+                seen: dict[tuple[str, int], list[int]]) -> None:
+    cat = store.catalog
+    used = cat.namespace_refs()
+    for row in list(cat.blocks()):
+        where = f"block {row.block_name}"
+        holders = seen.get((row.sig, row.overflow), [])
+        if row.disk not in holders:
+            if holders:
+                if repair:
+                    cat.set_block_disk(row.id, holders[0])
+                report.add("misplaced", where, f"catalog says disk {row.disk}, found on disk {holders[0]}", repair)
+                row.disk = holders[0]
+            elif row.disk in store.archive.missing:
+                # Degraded, not lost, if its stripe gives it back: counted, not a finding
+                # each (the missing disk is one finding); lost if not.
+                why = _readable_through_parity(store, row)
+                if why is None:
+                    report.degraded[row.disk] = report.degraded.get(row.disk, 0) + 1
+                else:
+                    report.add("lost", where, f"on missing disk {row.disk}, and {why}", fixable=False)
+            elif (row.sig, row.overflow, row.disk) in report.damaged:
+                pass            # its file is there but damaged: reported once, as corrupt
+            else:
+                fixed = repair and restored(store, row)
+                report.add("missing", where, f"not on disk {row.disk}", fixed)
+        for extra in holders:
+            if extra != row.disk:
+                if repair:
+                    store.archive.volumes[extra].remove_block(row.sig, row.overflow)
+                report.add("duplicate", where, f"second copy on disk {extra}", repair)
+        expected = row.pins + used.get(row.id, 0)
+        if row.refs != expected:
+            counted = row.refs
+            if repair:
+                store.correct_refs(row, expected, mirror=row.disk in holders)
+            report.add("refs", where, f"catalog counts {counted} references, "
+                       f"{expected} exist", repair)
+

@@ -1,0 +1,431 @@
+"""Rebuilding the catalog from what the disks hold, when the catalog is lost.
+
+The catalog is an index. Every block's header says what it is; every parity
+file lists its stripe's members (so blocks of a lost disk are known too);
+the MANIFEST and JOURNAL on every disk name every file (a symlink's target
+is its block: the namespace reads it on first use). ``rebuild_catalog``
+reads them all and writes a new catalog on a surviving disk, so losing any
+one disk, the catalog's included, loses no file that was closed before.
+
+What the plain-text records do not keep is lost with the catalog and said
+so: owners (files come back owned by the user running the rebuild), xattrs,
+and which names were hard links of one inode (they come back as separate
+files with the same blocks). A block that no name uses is kept, pinned,
+rather than thrown away.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections import Counter, defaultdict
+from typing import Optional
+
+from .. import signature as sigmod
+from ..archive import Archive
+from ..catalog import Catalog, catalog_path
+from ..errors import ArchiveError, CorruptBlock
+from ..manifest import JOURNAL, MANIFEST, escape_path, journal_after_checkpoint, unescape_path
+from ..namespace import ROOT_INODE, name_problem
+from ..volume import PARITY
+from ..parity import INTENT_FILE as PARITY_INTENTS
+
+log = logging.getLogger(__name__)
+
+
+Problem = tuple[str, str]          # (where: "disk N: meta/JOURNAL line K", what)
+
+FILE_TYPES = (stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK, stat.S_IFIFO, stat.S_IFSOCK,
+              stat.S_IFCHR, stat.S_IFBLK)
+
+
+class Entries(dict):
+    """path -> (sigs, size, mode, mtime_ns, where), counting for every path how
+    many listed paths lie below it, so 'is anything listed below P' is one
+    lookup, not a scan (a MANIFEST has millions of lines)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.below: Counter[bytes] = Counter()
+
+    @staticmethod
+    def _ancestors(path: bytes):
+        parent = path.rpartition(b"/")[0]
+        while parent:
+            yield parent
+            parent = parent.rpartition(b"/")[0]
+
+    def __setitem__(self, path: bytes, value: tuple) -> None:
+        if path not in self:
+            for a in self._ancestors(path):
+                self.below[a] += 1
+        super().__setitem__(path, value)
+
+    def __delitem__(self, path: bytes) -> None:
+        super().__delitem__(path)
+        for a in self._ancestors(path):
+            self.below[a] -= 1
+
+    def pop(self, path: bytes, *default):
+        if path in self:
+            value = self[path]
+            del self[path]
+            return value
+        return super().pop(path, *default)
+
+    def has_below(self, path: bytes) -> bool:
+        return self.below[path] > 0
+
+
+def path_problem(path: bytes) -> Optional[str]:
+    """Why a path from a plain-text record cannot name an entry, or None.
+    Every component must pass the namespace's own rule (``name_problem``)."""
+    if not path.startswith(b"/"):
+        return "not an absolute path"
+    if path == b"/":
+        return None
+    for part in path[1:].split(b"/"):
+        why = name_problem(part)
+        if why is not None:
+            return why
+    return None
+
+
+def _unescape(text: bytes) -> bytes:
+    """A record's path, unescaped; ValueError for an escape the writer never makes
+    (webfs-recover refuses the same ones)."""
+    path = unescape_path(text)
+    if escape_path(path) != text:
+        raise ValueError(f"bad escape in path {text[:60]!r}")
+    return path
+
+
+def _show(path: bytes) -> str:
+    text = path.decode("utf-8", "backslashreplace")
+    return repr(text if len(text) <= 80 else text[:60] + "..." + f"({len(path)} bytes)")
+
+
+def read_namespace(archive: Archive, problems: Optional[list[Problem]] = None
+                   ) -> tuple[dict[bytes, tuple], list[str]]:
+    """path -> (sigs, size, mode, mtime_ns, where) from the newest MANIFEST plus
+    its JOURNAL. A record that is not usable (a name FUSE would refuse, a
+    rename out of the tree or into itself, a parent that is not a directory)
+    is skipped and added to ``problems`` with its file and line."""
+    said = []
+    problems = [] if problems is None else problems
+    best: Optional[tuple[float, object]] = None
+    for vol in archive.volumes.values():
+        try:
+            mtime = os.stat(os.path.join(vol.root, MANIFEST)).st_mtime
+        except FileNotFoundError:
+            continue
+        if best is None or mtime > best[0]:
+            best = (mtime, vol)
+    entries = Entries()
+    if best is None:
+        said.append("no MANIFEST on any disk: names come from the journal alone")
+        vols = list(archive.volumes.values())
+        source = vols[0] if vols else None
+    else:
+        source = best[1]
+        manifest = source.backend.read(MANIFEST)
+        lines = manifest.split(b"\n")
+        if lines[-1]:
+            problems.append((f"disk {source.index}: {MANIFEST} line {len(lines)}",
+                             "incomplete last line: skipped"))
+        for n, line in enumerate(lines[:-1], 1):
+            if line and not line.startswith(b"#\t"):      # the checkpoint line, notes
+                _apply(entries, b"+\t" + line, f"disk {source.index}: {MANIFEST} line {n}", problems)
+    if source is not None:
+        try:
+            journal = source.backend.read(JOURNAL)
+        except FileNotFoundError:
+            journal = b""
+        first = 1
+        if best is not None:        # only what the MANIFEST does not hold yet
+            rest = journal_after_checkpoint(manifest, journal)
+            first += journal[:len(journal) - len(rest)].count(b"\n")
+            journal = rest
+        lines = journal.split(b"\n")
+        for n, line in enumerate(lines[:-1], first):
+            if line:
+                _apply(entries, line, f"disk {source.index}: {JOURNAL} line {n}", problems)
+        if lines[-1]:
+            said.append(f"disk {source.index}: {JOURNAL} line {len(lines) + first - 1}: incomplete "
+                        "(a write cut short by a crash); ignored")
+        said.append(f"names from disk {source.index}: {len(entries)} entries")
+    return entries, said
+
+
+def _apply(entries: Entries, line: bytes, where: str, problems: list[Problem]) -> None:
+    """Apply one MANIFEST entry or JOURNAL line to ``entries``, or say why not."""
+    why = _apply_or_why(entries, line, where)
+    if why:
+        problems.append((where, why + ": skipped"))
+        log.warning("%s: %s: skipped", where, why)
+
+
+def _parent_problem(entries: dict[bytes, tuple], path: bytes) -> Optional[str]:
+    """Why ``path`` cannot be placed: an ancestor that is listed but is not a directory."""
+    parent = path.rpartition(b"/")[0]
+    while parent:
+        if parent in entries and not stat.S_ISDIR(entries[parent][2]):
+            return f"{_show(parent)}, a parent of {_show(path)}, is not a directory"
+        parent = parent.rpartition(b"/")[0]
+    return None
+
+
+def _apply_or_why(entries: Entries, line: bytes, where: str) -> Optional[str]:
+    fields = line.split(b"\t")
+    op = fields[0]
+    if op == b"#":
+        return None             # a checkpoint marker or a note, not a change
+    try:
+        if op == b"+" and len(fields) == 6:
+            path = _unescape(fields[5])
+            why = path_problem(path)
+            if why:
+                return f"path {_show(path)}: {why}"
+            sigs = [] if fields[1] == b"-" else fields[1].decode("ascii").split(",")
+            for text in sigs:
+                sigmod.ContentKey.parse(text)
+            size, mode = int(fields[2]), int(fields[3], 8)
+            if size < 0 or stat.S_IFMT(mode) not in FILE_TYPES or mode >> 16:
+                return f"bad size {size} or mode {mode:o}"
+            if path == b"/" and not stat.S_ISDIR(mode):
+                return f"the root must be a directory, not mode {mode:o}"
+            if stat.S_ISDIR(mode) and sigs:
+                return "a directory with blocks"
+            why = _parent_problem(entries, path)
+            if why:
+                return why
+            secs, _, frac = fields[4].decode("ascii").partition(".")
+            if not frac.isdigit() and frac:
+                return f"bad mtime {fields[4][:40]!r}"
+            mtime = int(secs) * 10**9 + int((frac + "000000000")[:9])
+            if not stat.S_ISDIR(mode) and entries.has_below(path):
+                # names are listed below it: keep them rather than the contradiction
+                return f"{_show(path)} is not a directory, but names below it are listed"
+            entries[path] = (sigs, size, mode, mtime, where)
+        elif op == b"-" and len(fields) == 2:
+            gone = _unescape(fields[1])
+            why = path_problem(gone)
+            if why:
+                return f"path {_show(gone)}: {why}"
+            if gone == b"/":
+                return "removes the root"
+            for p in [p for p in entries if p == gone or p.startswith(gone + b"/")]:
+                del entries[p]
+        elif op in (b">", b"<>") and len(fields) == 3:
+            old, new = _unescape(fields[1]), _unescape(fields[2])
+            for p in (old, new):
+                why = path_problem(p)
+                if why:
+                    return f"path {_show(p)}: {why}"
+            if b"/" in (old, new):
+                return "renames the root"
+            if old == new:
+                return None
+            if new.startswith(old + b"/") or (op == b"<>" and old.startswith(new + b"/")):
+                return f"moves {_show(old)} into itself"
+            moved = {p: v for p, v in entries.items() if p == old or p.startswith(old + b"/")}
+            if not moved:
+                return None     # already applied (a journal replayed over a newer MANIFEST)
+            why = _parent_problem(entries, new) or (op == b"<>" and _parent_problem(entries, old))
+            if why:
+                return why
+            if op == b"<>":
+                other = {p: v for p, v in entries.items() if p == new or p.startswith(new + b"/")}
+                for p in list(moved) + list(other):
+                    del entries[p]
+                for p, v in other.items():
+                    entries[old + p[len(new):]] = v
+            else:
+                for p in [p for p in entries if p == new or p.startswith(new + b"/")]:
+                    del entries[p]
+                for p in moved:
+                    del entries[p]
+            for p, v in moved.items():
+                entries[new + p[len(old):]] = v
+        else:
+            return f"not a record this version knows ({len(fields)} fields, operation {op[:10]!r})"
+    except (ValueError, UnicodeDecodeError) as exc:
+        return f"does not parse ({exc})"
+    return None
+
+
+def rebuild_catalog(archive: Archive, progress=None,
+                    problems: Optional[list[Problem]] = None) -> list[str]:
+    """Write a new catalog on the lowest present disk; return what it did and lost.
+    Records of the MANIFEST and JOURNAL that cannot be used are skipped and
+    added to ``problems`` (where, what); without the list they are said."""
+    from ..parity import CorruptParity, ParityHeader, size_class
+    if not archive.volumes:
+        raise ArchiveError("no disk of the archive is present")
+    target = archive.volumes[min(archive.volumes)]
+    path = catalog_path(target.root)
+    tmp = path + ".rebuild"
+    for p in (tmp, tmp + "-wal", tmp + "-shm"):
+        if os.path.exists(p):
+            os.unlink(p)
+    cat = Catalog(tmp)
+    said = []
+    depth = archive.conf.depth
+    max_block = archive.conf.max_block
+    blocks: dict[tuple[str, int], list] = {}
+    header_refs: dict[tuple[str, int], int] = {}
+    skipped: list[Problem] = []
+    disk_indexes = set(archive.disk_indexes)
+    # 1. blocks from their headers
+    for disk, vol in sorted(archive.volumes.items()):
+        for sig, overflow, rel in vol.iter_blocks():
+            if progress:
+                progress(1)
+            if (sig, overflow) in blocks:
+                continue
+            try:
+                h = vol.read_header(sig, overflow)
+            except (CorruptBlock, OSError) as exc:
+                said.append(f"disk {disk}: {rel}: header unreadable ({exc}); left for scrub")
+                continue
+            blocks[(sig, overflow)] = [sig, overflow, disk, h.size, h.stored, h.codec, h.created, h.name, None]
+            header_refs[(sig, overflow)] = h.refs
+    # 2. stripes from parity headers; members of lost disks become rows too
+    stripes = []
+    for disk, vol in sorted(archive.volumes.items()):
+        for rel in vol.backend.list(PARITY):
+            try:
+                raw = vol.backend.read(rel, 0, 1 << 20)
+                header, _ = ParityHeader.parse(raw, f"disk {disk}: {rel}")
+            except (CorruptParity, OSError) as exc:
+                said.append(f"{exc}; that stripe is not protected until scrub")
+                continue
+            strange = sorted({m.disk for m in header.members} - disk_indexes)
+            if strange:
+                skipped.append((f"disk {disk}: {rel}", f"a member on disk {strange[0]}, which is not "
+                                "a disk of the archive: skipped; that stripe is not protected until scrub"))
+                continue
+            disks_mask = 1 << disk
+            for m in header.members:
+                row = blocks.setdefault(m.key, [m.sig, m.overflow, m.disk, m.size, m.stored, m.codec,
+                                                m.created, m.name, None])
+                row[8] = header.stripe
+                disks_mask |= 1 << row[2]
+            stripes.append((header.stripe, disk, size_class(header.length), header.length,
+                            len(header.members), disks_mask))
+    for s in stripes:
+        cat.execute("INSERT OR REPLACE INTO stripes (id, parity_disk, size_class, length, state, members, disks)"
+                    " VALUES (?,?,?,?, 'ok', ?,?)", s)
+    ids = {}
+    for key, (sig, overflow, disk, size, stored, codec, created, name, stripe) in blocks.items():
+        cur = cat.execute(
+            "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe)"
+            " VALUES (?,?,?,?,?,?,0,0,?,?,?,?)",
+            (sig, overflow, disk, size, stored, codec, created, name, sigmod.group_of(sig, depth), stripe))
+        ids[key] = cur.lastrowid
+    # 3. the namespace
+    entries, notes = read_namespace(archive, skipped)
+    said += notes
+    root = entries.pop(b"/", None)
+    root_mode, t_root = (root[2], root[3]) if root else \
+        (stat.S_IFDIR | 0o755, max((v[3] for v in entries.values()), default=0))
+    uid, gid = os.getuid(), os.getgid()
+    cat.execute("INSERT INTO inodes (id, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns)"
+                " VALUES (?,?,?,?,0,2,?,?,?)", (ROOT_INODE, root_mode, uid, gid, t_root, t_root, t_root))
+    dirs = {b"": ROOT_INODE}          # only directories can be parents
+    missing_blocks = 0
+    for p in sorted(entries, key=lambda p: (p.count(b"/"), p)):
+        sigs, size, mode, mtime, where = entries[p]
+        parent_path, _, name = p.rpartition(b"/")
+        parent = dirs.get(parent_path)
+        if parent is None:
+            above = [parent_path[:i] for i in range(len(parent_path), 0, -1)
+                     if parent_path[i:i + 1] in (b"/", b"")]
+            if any(q in entries and q not in dirs for q in above):
+                skipped.append((where, f"a parent of {_show(p)} is not a directory "
+                                "(or was skipped): skipped"))
+                continue
+            # A directory no record lists (a damaged MANIFEST): make it, keep the file.
+            parent = ROOT_INODE
+            walked = b""
+            for part in parent_path[1:].split(b"/"):
+                walked += b"/" + part
+                if walked not in dirs:
+                    cur = cat.execute("INSERT INTO inodes (mode, uid, gid, size, nlink, atime_ns, mtime_ns,"
+                                      " ctime_ns) VALUES (?,?,?,0,2,?,?,?)",
+                                      (stat.S_IFDIR | 0o755, os.getuid(), os.getgid(), mtime, mtime, mtime))
+                    cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
+                                (parent, part, cur.lastrowid))
+                    cat.execute("UPDATE inodes SET nlink=nlink+1 WHERE id=?", (parent,))
+                    dirs[walked] = cur.lastrowid
+                    said.append(f"{_show(walked)}: a directory no record lists; made with mode 755")
+                parent = dirs[walked]
+        cur = cat.execute("INSERT INTO inodes (mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns)"
+                          " VALUES (?,?,?,?,?,?,?,?)",
+                          (mode, uid, gid, size, 2 if stat.S_ISDIR(mode) else 1, mtime, mtime, mtime))
+        ino = cur.lastrowid
+        cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
+        if stat.S_ISDIR(mode):
+            dirs[p] = ino
+            cat.execute("UPDATE inodes SET nlink=nlink+1 WHERE id=?", (parent,))
+            continue
+        for piece, text in enumerate(sigs):
+            key = sigmod.ContentKey.parse(text)
+            block_id = ids.get((key.sig, key.overflow))
+            if block_id is None:
+                # Keep the file, but reading the lost piece gives EIO, never wrong bytes.
+                missing_blocks += 1
+                said.append(f"{p!r}: block {text} is on no disk and in no stripe: the file is lost")
+                piece_size = min(max_block, size - piece * max_block)
+                cur = cat.execute(
+                    "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp)"
+                    " VALUES (?,?,-1,?,0,'identity',0,0,'',?,?)",
+                    (key.sig, key.overflow, piece_size, p.decode("utf-8", "replace")[:400],
+                     sigmod.group_of(key.sig, depth)))
+                block_id = ids[(key.sig, key.overflow)] = cur.lastrowid
+            cat.execute("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)", (ino, piece, block_id))
+    # 4. references: what the names use; a block nobody names is kept, pinned
+    #    with the count its header had; headers are made to agree.
+    used = cat.namespace_refs()
+    unnamed = 0
+    for key, block_id in ids.items():
+        refs, pins = used.get(block_id, 0), 0
+        if not refs:
+            unnamed += 1
+            refs = pins = max(header_refs.get(key, 1), 1)
+        cat.execute("UPDATE blocks SET refs=?, pins=? WHERE id=?", (refs, pins, block_id))
+        if key in header_refs and header_refs[key] != refs:
+            archive.volumes[blocks[key][2]].set_refs(key[0], key[1], refs)
+    # 5. the group map: where most of each group's blocks are
+    where = defaultdict(Counter)
+    for sig, overflow, disk, *_ in blocks.values():
+        where[sigmod.group_of(sig, depth)][disk] += 1
+    for grp, counts in where.items():
+        cat.execute("INSERT INTO groups (grp, disk) VALUES (?,?)", (grp, counts.most_common(1)[0][0]))
+    cat.set_meta("clean", "0")         # the next mount recounts and protects what it must
+    cat.commit()
+    cat.close()
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.unlink(path + suffix)
+    os.replace(tmp, path)
+    # The stripes are what the parity files say: intents of the old catalog are void.
+    for vol in archive.volumes.values():
+        intents = os.path.join(vol.root, PARITY_INTENTS)
+        if os.path.exists(intents):
+            os.unlink(intents)
+    archive.conf.catalog = target.index
+    archive.save_config()
+    said.insert(0, f"rebuilt the catalog on disk {target.index}: {len(blocks)} blocks, "
+                   f"{len(stripes)} stripes, {len(entries)} names")
+    if problems is not None:
+        problems.extend(skipped)
+    else:
+        said += [f"{where}: {what}" for where, what in skipped]
+    said.append("owners, xattrs and hard-link identity are not in the plain-text records: "
+                "files belong to the rebuilding user, hard links come back as copies")
+    if unnamed:
+        said.append(f"{unnamed} block(s) named by no file kept as pinned ('webfs delete' drops them)")
+    if missing_blocks:
+        said.append(f"{missing_blocks} block(s) lost")
+    return said

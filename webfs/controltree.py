@@ -1,0 +1,134 @@
+"""The read-only ``.webfs`` tree of a mount: the signature tree, browsable.
+
+It owns the virtual inodes (numbers from ``VIRTUAL_BASE`` up) that stand for
+``.webfs``, ``.webfs/blocks``, the directories of the signature tree down to
+the placement groups, and one file per block, named as on the disks
+(``<rest>[~n]``). What exists is asked of the catalog at each lookup; nothing
+here is stored. Who may look in (the user who mounted, and root) is checked
+by ``webfs.fs``, which also reads the blocks' bytes through its piece reader.
+"""
+from __future__ import annotations
+
+import errno
+import stat
+
+import pyfuse3
+
+from .catalog import BlockRow, Catalog
+from .errors import FsError
+from .namespace import ROOT_INODE
+from .signature import block_name
+
+CONTROL_DIR = b".webfs"
+VIRTUAL_BASE = 1 << 60          # inode numbers of the .webfs tree start here
+VIRTUAL_TIMEOUT = 1.0           # blocks come and go: the kernel keeps these entries briefly
+
+
+def is_virtual(ino: int) -> bool:
+    return ino >= VIRTUAL_BASE
+
+
+class VirtualNode:
+    """An entry of the read-only .webfs tree: a directory prefix or one block."""
+
+    def __init__(self, ino: int, kind: str, key: str, overflow: int = 0):
+        self.ino, self.kind, self.key, self.overflow = ino, kind, key, overflow
+
+
+class ControlTree:
+    """The virtual inodes of ``.webfs``, made as the kernel looks them up and
+    dropped when it forgets them."""
+
+    def __init__(self, catalog: Catalog, depth: int, owner: tuple[int, int]):
+        self.catalog = catalog
+        self.group_chars = 2 * (depth - 1)      # hex digits that name a placement group
+        self.owner = owner
+        self.nodes: dict[int, VirtualNode] = {}
+        self.by_key: dict[tuple[str, str, int], int] = {}
+
+    def node(self, ino: int) -> VirtualNode:
+        node = self.nodes.get(ino)
+        if node is None:
+            raise FsError(errno.ENOENT)
+        return node
+
+    def forget(self, ino: int) -> None:
+        node = self.nodes.pop(ino, None)
+        if node is not None:
+            self.by_key.pop((node.kind, node.key, node.overflow), None)
+
+    def _node_for(self, kind: str, key: str, overflow: int = 0) -> VirtualNode:
+        ident = (kind, key, overflow)
+        ino = self.by_key.get(ident)
+        if ino is None:
+            ino = VIRTUAL_BASE + len(self.by_key) + 1
+            while ino in self.nodes:
+                ino += 1
+            self.nodes[ino] = VirtualNode(ino, kind, key, overflow)
+            self.by_key[ident] = ino
+        return self.nodes[ino]
+
+    def lookup(self, parent: int, name: bytes) -> VirtualNode:
+        if parent == ROOT_INODE:
+            return self._node_for("root", "")
+        node = self.node(parent)
+        text = name.decode("ascii", "replace")
+        if node.kind == "root":
+            if name == b"blocks":
+                return self._node_for("dir", "")
+            raise FsError(errno.ENOENT)
+        if node.kind != "dir":
+            raise FsError(errno.ENOTDIR)
+        if len(node.key) < self.group_chars:
+            key = node.key + text
+            if len(text) == 2 and self.catalog.group_prefix_exists(key):
+                return self._node_for("dir", key)
+            raise FsError(errno.ENOENT)
+        rest, _, ovf = text.partition("~")
+        if ovf and not ovf.isdigit():
+            raise FsError(errno.ENOENT)
+        sig = node.key + rest
+        if self.catalog.block(sig, int(ovf or 0)) is None:
+            raise FsError(errno.ENOENT)
+        return self._node_for("block", sig, int(ovf or 0))
+
+    def block(self, ino: int) -> BlockRow:
+        """The block a virtual file stands for, as the catalog has it now."""
+        node = self.node(ino)
+        row = self.catalog.block(node.key, node.overflow)
+        if row is None:
+            raise FsError(errno.ENOENT)
+        return row
+
+    def attrs(self, node: VirtualNode, times_ns: int) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node.ino
+        a.entry_timeout = a.attr_timeout = VIRTUAL_TIMEOUT
+        if node.kind == "block":
+            a.st_mode = stat.S_IFREG | 0o400
+            a.st_size = self.block(node.ino).size
+            a.st_nlink = 1
+        else:
+            a.st_mode = stat.S_IFDIR | 0o500
+            a.st_nlink = 2
+        a.st_uid, a.st_gid = self.owner
+        a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = times_ns
+        a.st_blksize = 128 * 1024
+        a.st_blocks = (a.st_size + 511) // 512
+        return a
+
+    def children(self, node: VirtualNode) -> list[tuple[bytes, VirtualNode]]:
+        if node.kind == "root":
+            return [(b"blocks", self._node_for("dir", ""))]
+        width = self.group_chars
+        if len(node.key) < width:
+            return [(prefix[-2:].encode(), self._node_for("dir", prefix))
+                    for prefix in self.catalog.group_prefixes(node.key, len(node.key) + 2)]
+        return [(block_name(sig, ovf)[width:].encode(), self._node_for("block", sig, ovf))
+                for sig, ovf in self.catalog.blocks_in_group(node.key)]
+
+    def readdir(self, ino: int, start_id: int, token, times_ns: int) -> None:
+        children = self.children(self.node(ino))
+        for i, (name, child) in enumerate(children[start_id:], start_id + 1):
+            if not pyfuse3.readdir_reply(token, name, self.attrs(child, times_ns), i):
+                return
