@@ -17,7 +17,7 @@ descriptors, flock and SQLite: it lives in a local *state directory*
 a snapshot of the catalog taken with SQLite's backup API. Opening the disk
 fetches ``WEBFS-DISK`` and ``webfs.conf`` (which also proves the endpoint,
 the credentials and the bucket), and the ``meta/`` copy when the state
-directory has none or an older checkpoint: so an archive whose disks are all
+directory has no catalog or an older copy (``meta/COPY``): so an archive whose disks are all
 in object stores mounts on a new machine from its URLs alone.
 
 **Credentials** come from botocore's usual chain (``AWS_ACCESS_KEY_ID``...,
@@ -49,7 +49,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from . import Backend
+from .base import Backend
 from .local import LocalBackend
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ LOCAL_PREFIX = "meta/"                  # lives in the state directory
 IDENTITY = ("WEBFS-DISK", "webfs.conf")  # in the bucket, mirrored in the state directory
 PUBLISHED = ("meta/MANIFEST", "meta/JOURNAL", "meta/RECORDS")
 CATALOG = "meta/catalog.db"
+COPY = "meta/COPY"                      # the number of the last copy of meta/ to the bucket
 DOWN_SECONDS = 10.0                     # an endpoint that failed is not asked again for this long
 CONNECT_TIMEOUT = 2.0
 READ_TIMEOUT = 10.0
@@ -476,7 +477,10 @@ class S3Backend(Backend):
 
     def sync(self) -> None:
         """Copy meta/ to the bucket: the records and a consistent catalog snapshot
-        (what changed since the last copy, or since it was fetched)."""
+        (what changed since the last copy, or since it was fetched), then the
+        copy's number (``meta/COPY``), last, so a copy cut short is not taken
+        for a newer one."""
+        copied = False
         for path in PUBLISHED:
             stamp = self._stamp(path)
             if self._published.get(path) == stamp:
@@ -488,10 +492,10 @@ class S3Backend(Backend):
             else:
                 self._put(path, data)
             self._published[path] = stamp
+            copied = True
         catalog = os.path.join(self.root, CATALOG)
         stamp = self._stamp(CATALOG)
         if os.path.exists(catalog) and self._published.get(CATALOG) != stamp:
-            self._published[CATALOG] = stamp
             fd, tmp = tempfile.mkstemp(prefix=".catalog-copy.", dir=os.path.dirname(catalog))
             os.close(fd)
             try:
@@ -506,6 +510,21 @@ class S3Backend(Backend):
                     self._put(CATALOG, f.read())
             finally:
                 os.unlink(tmp)
+            self._published[CATALOG] = stamp
+            copied = True
+        if copied:
+            mark = b"%d\n" % ((self._copy_number(self.local.read) or 0) + 1)
+            self._put(COPY, mark)
+            self.local.write_atomic(COPY, mark)
+
+    @staticmethod
+    def _copy_number(read) -> Optional[int]:
+        """The number in meta/COPY (read by ``read``: local or remote), or None."""
+        try:
+            text = read(COPY).strip()
+        except FileNotFoundError:
+            return None
+        return int(text) if text.isdigit() else None
 
     def close(self) -> None:
         try:
@@ -534,33 +553,26 @@ class S3Backend(Backend):
             self._published = {path: self._stamp(path) for path in (*PUBLISHED, CATALOG)}
 
     def _fetch_meta(self) -> None:
-        from webfs.manifest import checkpoint_of
-        try:
-            remote = checkpoint_of(self._get(PUBLISHED[0], 0, 64))
-        except FileNotFoundError:
-            remote = None
-        try:
-            here = checkpoint_of(self.local.read(PUBLISHED[0], 0, 64))
-        except FileNotFoundError:
-            here = None
-        catalog_here = self.local.exists(CATALOG)
-        if here is not None and (remote is None or here >= remote) and catalog_here:
+        """The bucket's copy of meta/ replaces ours when ours has no catalog or
+        an older copy number (another machine mounted the archive since)."""
+        remote = self._copy_number(self._get)
+        here = self._copy_number(self.local.read)
+        if self.local.exists(CATALOG) and (remote is None or (here is not None and here >= remote)):
             return
-        if here is None and remote is None and catalog_here:
-            return
+        if remote is None:
+            return                          # nothing was ever copied (a disk just made)
         for path in (*PUBLISHED, CATALOG):
             try:
                 data = self._get(path)
             except FileNotFoundError:
-                if path == CATALOG and catalog_here and remote is None:
-                    continue
                 self.local.remove(path)
                 continue
             if path == CATALOG:
                 for leftover in ("-wal", "-shm"):
                     self.local.remove(CATALOG + leftover)
             self.local.write_atomic(path, data)
-        log.info("%s: meta/ fetched from the bucket (checkpoint %s)", self.location, remote)
+        self.local.write_atomic(COPY, b"%d\n" % remote)
+        log.info("%s: meta/ fetched from the bucket (copy %d)", self.location, remote)
 
     def check_new(self) -> Optional[str]:
         """Why this bucket (prefix) cannot become a new disk, or None: it must be

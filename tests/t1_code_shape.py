@@ -26,9 +26,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = (("webfs", "webfs"), ("backends", "webfs.backends"))
 
 KNOWN = {
-    "cycle among webfs.backends, webfs.backends.local":
-        "open_backend imports the local backend, which subclasses Backend from the package; "
-        "backends/ is being reworked for S3 (its open_backend chooses among backends)",
     "private webfs.warc: from webfs.ingest import _close_namespace": "warc.py and ingest.py: the WARC work",
     "private webfs.warc: from webfs.ingest import _open_namespace": "warc.py and ingest.py: the WARC work",
     "private webfs.warc: from webfs.ingest import _problem": "warc.py and ingest.py: the WARC work",
