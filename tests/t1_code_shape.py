@@ -30,8 +30,6 @@ KNOWN = {
     "private webfs.warc: from webfs.ingest import _open_namespace": "warc.py and ingest.py: the WARC work",
     "private webfs.warc: from webfs.ingest import _problem": "warc.py and ingest.py: the WARC work",
     "private webfs.warc: from webfs.ingest import _show": "warc.py and ingest.py: the WARC work",
-    "private webfs.daemon: self.ops._maybe_free": "fs.py's Operations is being split (the core work)",
-    "private webfs.daemon: self.ops._commit": "fs.py's Operations is being split (the core work)",
 }
 
 

@@ -171,3 +171,26 @@ def test_a_store_that_fails_at_close_drops_the_new_content(ops, store, monkeypat
         assert await read_file(ops, ino) == b"kept"
         assert len(ops.files.failures) == 1 and "dropped" in ops.files.failures[0]
     trio.run(main)
+
+
+def test_a_name_made_after_a_miss_leaves_no_record_of_the_miss(ops):
+    """cp -r looks up every name before it creates it: the miss's record goes
+    when the name is made (the kernel replaced its negative entry), so the
+    records do not pile up for NEGATIVE_TIMEOUT during an ingest."""
+    async def run():
+        d = (await ops.mkdir(ROOT_INODE, b"d", 0o755, CTX)).st_ino
+        for name in (b"f", b"n", b"s", b"l", b"r", b"sub"):
+            assert (await ops.lookup(d, name, CTX)).st_ino == 0       # a negative entry
+        assert ops.miss_count == 6
+        f = await write_file(ops, b"f", b"x", parent=d)
+        await ops.mknod(d, b"n", stat.S_IFIFO | 0o644, 0, CTX)
+        await ops.symlink(d, b"s", b"f", CTX)
+        await ops.link(f, d, b"l", CTX)
+        await write_file(ops, b"tmp", b"y", parent=d)
+        await ops.rename(d, b"tmp", d, b"r", 0, CTX)
+        await ops.mkdir(d, b"sub", 0o755, CTX)
+        assert ops.miss_count == 0 and not ops.misses
+        # a miss for a name never made is still remembered (the kernel keeps it)
+        assert (await ops.lookup(d, b"never", CTX)).st_ino == 0
+        assert ops.miss_count == 1
+    trio.run(run)

@@ -317,6 +317,22 @@ def scale(ctx):
         info["corpus_seconds"] = time.perf_counter() - t0
         src = os.path.join(corpus, "crawl-001")
         parts = slices(src, 10)
+        # The same slices into a plain directory first: the rate a slice
+        # allows (file sizes differ between slices) and what the kernel's
+        # writeback does to any filesystem as the data grows. Each slice
+        # starts after `sync`, for both, so one slice's writeback is not
+        # charged to the next (the freshly made corpus was the first case).
+        plain = os.path.join(ctx.workdir, "scale-plain")
+        os.makedirs(plain)
+        plain_rates = []
+        for hosts, files, _ in parts:
+            os.sync()
+            cmd = "cp -r %s %s/" % (" ".join(shlex.quote(h) for h in hosts), shlex.quote(plain))
+            dt, _, rc, err, _ = timed(cmd, cwd=src, timeout=o.timeout)
+            if rc != 0:
+                raise BenchError("cp -r into a plain directory: %s" % err.strip()[-300:])
+            plain_rates.append(files / dt if dt else None)
+        rmtree(plain)
         t = Webfs("webfs-scale", os.path.join(ctx.workdir, "targets", "webfs-scale"), o)
         t.create()
         dst = os.path.join(t.path, "crawl-001")
@@ -327,7 +343,9 @@ def scale(ctx):
         for i, (hosts, files, nbytes) in enumerate(parts):
             warm_cmd = "tar -cf - %s | cat > /dev/null" % " ".join(shlex.quote(h) for h in hosts)
             sh(warm_cmd, cwd=src, check=False)
+            os.sync()
             cmd = "cp -r %s %s/" % (" ".join(shlex.quote(h) for h in hosts), shlex.quote(dst))
+            cpu0 = (t.daemon_stats() or {}).get("cpu")
             with MetaSampler(t) as sampler:
                 dt, _, rc, err, _ = timed(cmd, cwd=src, timeout=o.timeout)
             if rc != 0:
@@ -337,8 +355,11 @@ def scale(ctx):
             st = t.daemon_stats() or {}
             mb = meta_bytes(t)
             peak_meta = max(peak_meta, mb, sampler.peak or 0)
+            cpu = st.get("cpu") - cpu0 if st.get("cpu") is not None and cpu0 is not None else None
             s = {"slice": i + 1, "files": files, "bytes": nbytes, "seconds": dt,
-                 "rate": files / dt if dt else None, "files_done": done,
+                 "rate": files / dt if dt else None, "plain_rate": plain_rates[i],
+                 "daemon_cpu_per_file": cpu / files if cpu is not None else None,
+                 "files_done": done,
                  "rss": st.get("rss"), "hwm": st.get("hwm"), "meta_bytes": mb,
                  "meta_per_file": mb / done, "meta_peak_during": sampler.peak}
             info["slices"].append(s)
@@ -359,6 +380,16 @@ def scale(ctx):
         at = lambda frac: next(x for x in sl if x["files_done"] >= frac * done - 1e-9)
         info["at"] = {str(p): at(p / 100) for p in (10, 50, 100)}
         info["rate_end_vs_start"] = (sl[-1]["rate"] / sl[0]["rate"]) if sl[0]["rate"] else None
+        first, last = sl[0], sl[-1]
+        if first["plain_rate"] and last["plain_rate"] and first["rate"]:
+            info["plain_rate_end_vs_start"] = last["plain_rate"] / first["plain_rate"]
+            # webfs against the plain directory, at the end against at the start:
+            # 1.0 when webfs slows no more than the disk under it does
+            info["vs_plain_end_vs_start"] = ((last["rate"] / last["plain_rate"])
+                                            / (first["rate"] / first["plain_rate"]))
+        if first["daemon_cpu_per_file"] and last["daemon_cpu_per_file"]:
+            info["cpu_per_file_end_vs_start"] = (last["daemon_cpu_per_file"]
+                                                / first["daemon_cpu_per_file"])
         if info["at"]["10"].get("rss") and info["at"]["100"].get("rss"):
             info["rss_100_vs_10"] = info["at"]["100"]["rss"] / info["at"]["10"]["rss"]
         log("scale: rate at the end / at the start %.2f; RSS at 100%% / at 10%% %s; meta/ per "

@@ -40,8 +40,9 @@ XATTR_PREFIX = b"user.webfs."
 # keeps this long: rsync's generator stats a new name (a miss), its receiver
 # opens it later (a hit now; it runs behind by seconds on a large tree). The
 # kernel itself drops a negative entry for O_EXCL creates, mkdir and rename
-# targets, and replaces it when a name is made through the mount; names the
-# daemon makes (webfs import) go through take_misses. At most NEGATIVE_MAX
+# targets, and replaces it when a name is made through the mount (whose
+# record of the miss then goes: _made); names the daemon makes (webfs
+# import) go through take_misses. At most NEGATIVE_MAX
 # misses are remembered (about 150 bytes each); beyond that a miss is not cached.
 NEGATIVE_TIMEOUT = 60.0
 NEGATIVE_MAX = 1 << 14
@@ -232,6 +233,21 @@ class Operations(pyfuse3.Operations):
         a.entry_timeout = NEGATIVE_TIMEOUT
         return a
 
+    def _made(self, parent: int, name: bytes, node: Inode) -> pyfuse3.EntryAttributes:
+        """The reply for a name made through the mount. The kernel replaces
+        its negative entry for the name with this one, so the record of the
+        miss goes too: `cp -r` misses every name it then creates, and those
+        records were a third of what the daemon's memory grew by in an ingest."""
+        self._forget_miss(parent, name)
+        return self._entry(node)
+
+    def _forget_miss(self, parent: int, name: bytes) -> None:
+        names = self.misses.get(parent)
+        if names is not None and names.pop(name, None) is not None:
+            self.miss_count -= 1
+            if not names:
+                del self.misses[parent]
+
     def take_misses(self, parents) -> list[tuple[int, bytes]]:
         """The misses still cached by the kernel in these directories, forgotten
         here: the caller invalidates them (on the event loop; see daemon)."""
@@ -291,14 +307,14 @@ class Operations(pyfuse3.Operations):
         self._check_writable(parent_inode, name)
         node = self.ns.create(parent_inode, name, mode, ctx.uid, ctx.gid, rdev)
         self._changed()
-        return self._entry(node)
+        return self._made(parent_inode, name, node)
 
     @translate_errors
     async def mkdir(self, parent_inode, name, mode, ctx):
         self._check_writable(parent_inode, name)
         node = self.ns.create(parent_inode, name, stat.S_IFDIR | (mode & 0o7777), ctx.uid, ctx.gid)
         self._changed()
-        return self._entry(node)
+        return self._made(parent_inode, name, node)
 
     @translate_errors
     async def symlink(self, parent_inode, name, target, ctx):
@@ -308,7 +324,7 @@ class Operations(pyfuse3.Operations):
             lambda: self.ns.create(parent_inode, name, stat.S_IFLNK | 0o777, ctx.uid, ctx.gid, 0, target),
             limiter=self.limiter)
         self._changed()
-        return self._entry(node)
+        return self._made(parent_inode, name, node)
 
     @translate_errors
     async def link(self, inode, new_parent_inode, new_name, ctx):
@@ -316,7 +332,7 @@ class Operations(pyfuse3.Operations):
         await self.files.commit_open(inode)
         node = self.ns.link(inode, new_parent_inode, new_name)
         self._changed()
-        return self._entry(node)
+        return self._made(new_parent_inode, new_name, node)
 
     @translate_errors
     async def unlink(self, parent_inode, name, ctx):
@@ -339,6 +355,7 @@ class Operations(pyfuse3.Operations):
         replaced = self.ns.rename(parent_inode_old, name_old, parent_inode_new, name_new,
                                   noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE),
                                   exchange=bool(flags & pyfuse3.RENAME_EXCHANGE))
+        self._forget_miss(parent_inode_new, name_new)
         if replaced is not None:
             self.free_if_unused(replaced)
         await self.commits.commit()
@@ -401,7 +418,8 @@ class Operations(pyfuse3.Operations):
     async def create(self, parent_inode, name, mode, flags, ctx):
         self._check_writable(parent_inode, name)
         node = self.ns.create(parent_inode, name, stat.S_IFREG | (mode & 0o7777), ctx.uid, ctx.gid)
-        return pyfuse3.FileInfo(fh=self.files.created(node.id), keep_cache=True), self._entry(node)
+        return (pyfuse3.FileInfo(fh=self.files.created(node.id), keep_cache=True),
+                self._made(parent_inode, name, node))
 
     @translate_errors
     async def read(self, fh, off, size):
