@@ -132,7 +132,7 @@ def test_bad_disks_are_refused_in_one_line_naming_them(weeds, tmp_path):
     webfs("mkfs", taken)
     client = w.client()
     full = bucket("full")
-    client.createbucket(Bucket=full)
+    client.create_bucket(Bucket=full)
     client.put_object(Bucket=full, Key="someone-elses.txt", Body=b"x")
     down = "s3+http://127.0.0.1:1/nobody"
     wrong = tmp_path / "wrong-credentials"
