@@ -817,24 +817,6 @@ def test_depth_two_archive(tmp_path_factory, tools, restricted_bin, tmp_path):
     assert_same_tree(b.orig, tmp_path / "out2")
 
 
-def test_thousands_of_files_take_seconds(tmp_path_factory, tools, restricted_bin, tmp_path):
-    rnd = random.Random(1)
-    ops = [("mkdir", b"/c", 0o755)]
-    for d in range(20):
-        ops.append(("mkdir", b"/c/d%02d" % d, 0o755))
-        for f in range(100):
-            ops.append(("write", b"/c/d%02d/page-%03d.html" % (d, f),
-                        b"<html>%d</html>\n" % rnd.randrange(10**9) * rnd.randrange(1, 200),
-                        0o644))
-    ops.append(("checkpoint",))
-    b = build_archive(tmp_path_factory.mktemp("many"), ops)
-    t = time.monotonic()
-    recover(tools, restricted_bin, tmp_path, *b.disks, tmp_path / "out")
-    took = time.monotonic() - t
-    assert_same_tree(b.orig, tmp_path / "out")
-    assert took < 60, f"2000 files took {took:.1f}s"
-
-
 def test_fifo_and_a_manifest_without_the_root(tmp_path_factory, tools, restricted_bin, tmp_path):
     """The writer need not list "/"; a FIFO is rebuilt with mkfifo."""
     b = build_archive(tmp_path_factory.mktemp("fifo"), [

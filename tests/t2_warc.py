@@ -116,6 +116,9 @@ def test_round_trip_every_record_type(tmp_path, gz):
     res = webfs("export-warc", f"{disks[0]}:/c", out)
     assert b"45 records" in res.stdout and b"(100%) byte-identical" in res.stdout
     assert records_of(out) == records_of(src)
+    if gz:       # warcio's members made again: the very file, compressed bytes and all
+        assert b"45 of them in the very gzip member" in res.stdout
+        assert out.read_bytes() == src.read_bytes()
     # every record byte-identical, uncompressed
     got = [r for r in warc.read_records(str(out))]
     want = [r for r in warc.read_records(str(src))]
@@ -191,7 +194,7 @@ def test_two_crawls_store_unchanged_pages_once(tmp_path):
 @pytest.mark.skipif(not SAMPLES, reason="pywb's sample archive is not installed")
 def test_pywb_samples_round_trip(tmp_path, capsys):
     disks = make_archive(tmp_path, 3)
-    total = same = 0
+    total = same = same_gz = 0
     for i, src in enumerate(SAMPLES):
         name = os.path.basename(src)
         proc, fig = imp(disks[0], src, collection=f"s{i}")
@@ -211,8 +214,9 @@ def test_pywb_samples_round_trip(tmp_path, capsys):
         words = res.stdout.split()
         total += int(words[1])
         same += int(words[words.index(b"byte-identical") - 2].rstrip(b";"))
+        same_gz += int(words[words.index(b"very") - 5])
         print(name, res.stdout.decode().strip())
-    print(f"pywb samples: {same} of {total} records byte-identical")
+    print(f"pywb samples: {same} of {total} records byte-identical, {same_gz} in the very gzip member")
     assert total > 0
 
 
@@ -327,3 +331,94 @@ def test_duplicates_full_writes_revisits_as_responses(tmp_path):
     copy = got["http://example.com/copy.html"]
     assert copy["payload"] == b"<html>zero</html>" and copy["id"] == _rid(7)
     assert [r["type"] for r in records_of(out)].count("revisit") == 0
+
+
+# ---------------------------------------------------------------- revisits and long records
+
+def test_revisit_before_its_original_is_resolved_at_the_end(tmp_path):
+    import base64
+    import hashlib
+    disks = make_archive(tmp_path, 3)
+    body = b"<html>the original</html>"
+    digest = "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
+    http = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
+    src = tmp_path / "a.warc.gz"
+    with open(src, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        rev = w.create_revisit_record("http://example.com/again.html", digest, "http://example.com/orig.html",
+                                      "2024-01-03T12:00:00Z", http_headers=http)
+        rev.rec_headers.replace_header("WARC-Date", "2024-01-02T12:00:00Z")
+        w.write_record(rev)
+        w.write_record(w.create_warc_record("http://example.com/orig.html", "response", payload=io.BytesIO(body),
+                                            http_headers=http, warc_headers_dict={"WARC-Date": "2024-01-03T12:00:00Z"}))
+    _, fig = imp(disks[0], src, check=True)
+    assert (fig["revisits_resolved"], fig["revisits_unresolved"], fig["problems"]) == (1, 0, [])
+    t = tree(disks[0], "/c")
+    try:
+        again = urlpath.capture_path("http://example.com/again.html", "2024-01-02T12:00:00Z").encode()
+        orig = urlpath.capture_path("http://example.com/orig.html", "2024-01-03T12:00:00Z").encode()
+        assert t.read(again) == body
+        assert [r.sig for r in t.ns.contents(t._ino(again))] == [r.sig for r in t.ns.contents(t._ino(orig))]
+    finally:
+        t.close()
+    out = tmp_path / "out.warc.gz"
+    assert b"(100%) byte-identical" in webfs("export-warc", f"{disks[0]}:/c", out).stdout
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_a_record_longer_than_memory_allows_is_streamed(tmp_path, gz):
+    """A 48 MiB record (pieces of 64 KiB) is imported without being held in
+    memory: the import's peak RSS stays far below the record, and it comes back."""
+    import subprocess
+    disks = make_archive(tmp_path, 3, max_block=65536)
+    chunk = os.urandom(1 << 20)
+    body = chunk * 48
+    src = write_warc(tmp_path / ("big.warc.gz" if gz else "big.warc"), [("http://example.com/big.bin", body),
+                                                                       ("http://example.com/after", b"after")], gz=gz)
+    small = write_warc(tmp_path / "small.warc", [("http://example.com/small", b"small")], gz=gz)
+
+    def peak_kib(warc_file, collection):
+        proc = subprocess.run(["/usr/bin/time", "-f", "maxrss %M", str(BIN / "webfs"), "import-warc",
+                               "--collection", collection, str(warc_file), f"{disks[0]}:/"],
+                              capture_output=True, check=True)
+        return int(proc.stderr.decode().rsplit("maxrss ", 1)[1].split()[0])
+    base, peak = peak_kib(small, "small"), peak_kib(src, "c")
+    assert peak - base < 24 * 1024, f"peak RSS {peak} KiB for a 48 MiB record, {base} KiB for a small one"
+    t = tree(disks[0], "/c")
+    try:
+        stem = urlpath.capture_path("http://example.com/big.bin", "20240101120000").encode()
+        assert len(t.ns.contents(t._ino(stem))) == 48 * 16
+        assert t.read(stem) == body
+    finally:
+        t.close()
+
+
+def test_a_revisit_whose_original_never_comes_is_kept_and_reported(tmp_path):
+    disks = make_archive(tmp_path, 3)
+    http = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
+    src = tmp_path / "a.warc.gz"
+    with open(src, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        w.write_record(w.create_revisit_record("http://example.com/gone.html", "sha1:" + "A" * 32,
+                                               "http://example.com/gone.html", "2024-01-01T12:00:00Z",
+                                               http_headers=http))
+    proc, fig = imp(disks[0], src)
+    assert proc.returncode == 4 and (fig["revisits_resolved"], fig["revisits_unresolved"]) == (0, 1)
+    assert any("is not here" in p for p in fig["problems"])
+    t = tree(disks[0], "/c")
+    try:
+        [name] = t.listdir(b"http/example.com")
+        assert t.ns.getxattr(t._ino(b"http/example.com/" + name), b"user.warc.revisit") == b"unresolved"
+    finally:
+        t.close()
+
+
+def test_a_payload_whose_source_got_shorter_is_an_error(tmp_path):
+    f = tmp_path / "source.warc"
+    f.write_bytes(b"a" * 100)
+    fd = os.open(f, os.O_RDONLY)
+    payload = warc.Payload(fd, 10, 80)
+    os.close(fd)
+    f.write_bytes(b"a" * 50)
+    with pytest.raises(OSError, match="shorter"):
+        list(payload.pieces(32))

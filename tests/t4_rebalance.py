@@ -33,10 +33,16 @@ def assert_clean_and_identical(m: Mounted, corpus: Path) -> None:
         m.umount()
 
 
+def filled(tmp_path, corpus) -> Mounted:
+    """An unmounted 4-disk archive holding both crawls (webfs import into
+    DISK:/ stores them as cp -a into the mount would, without FUSE)."""
+    m = Mounted(tmp_path, mount=False)
+    webfs("import", corpus / "crawl-001", corpus / "crawl-002", f"{m.disks[0]}:/")
+    return m
+
+
 def test_add_disk_then_rebalance_moves_one_group_in_c_plus_one(tmp_path, corpus):
-    m = Mounted(tmp_path)
-    sh(f"cp -a '{corpus}/crawl-001' '{corpus}/crawl-002' '{m.mnt}/'")
-    m.umount()
+    m = filled(tmp_path, corpus)
     new = tmp_path / "disk4"
     out = webfs("add-disk", new, m.disks[0]).stdout.decode()
     assert "added disk 4" in out and (new / "WEBFS-DISK").exists()

@@ -6,14 +6,12 @@ import signal
 import subprocess
 import time
 
-from conftest import BIN, Mounted, sh, webfs
-from t4_rebalance import _files, _json, assert_clean_and_identical
+from conftest import BIN, webfs
+from t4_rebalance import _files, _json, assert_clean_and_identical, filled
 
 
 def test_rebalance_killed_with_sigkill_then_run_again_loses_nothing(tmp_path, corpus):
-    m = Mounted(tmp_path)
-    sh(f"cp -a '{corpus}/crawl-001' '{corpus}/crawl-002' '{m.mnt}/'")
-    m.umount()
+    m = filled(tmp_path, corpus)
     new = tmp_path / "disk4"
     webfs("add-disk", new, m.disks[0])
     planned = _json("rebalance", "--dry-run", m.disks[0])["figures"]["groups_moved"]

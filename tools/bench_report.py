@@ -29,6 +29,7 @@ SECTION_TITLES = {
     "rebuild": "Rebuild of a lost disk and scrub (webfs only)",
     "readers": "Concurrent readers on slow disks (webfs only)",
     "cooling": "Disk cooling (webfs only)",
+    "warc": "Web archives: import-warc and export-warc (webfs only)",
     "memory": "Daemon memory against archive size (webfs only)",
     "s3": "Disks on SeaweedFS (S3) against local disks and rclone mount",
 }
@@ -300,6 +301,41 @@ def goals(result):
             x = (files[1] / med["import_2"]) / (files[0] / med["import_1"])
             out.append(("crawl 2 vs crawl 1 through `webfs import` ≥ 3× faster (%s)" % corpus,
                         "%.2f×" % x, x >= 3.0))
+    wa = extra.get("warc") or {}
+    med = wa.get("median") or {}
+    if med.get("cdxj") and med.get("import"):
+        x = med["cdxj"] / med["import"]
+        out.append(("`webfs import-warc` records/s vs `cdxj-indexer` ≥ 0.5× (%s records)"
+                    % "{:,}".format(wa["records"]), "%.2f× (%s vs %s records/s)" % (
+                        x, _num(wa["records"] / med["import"]), _num(wa["records"] / med["cdxj"])), x >= 0.5))
+    else:
+        out.append(("`webfs import-warc` records/s vs `cdxj-indexer` ≥ 0.5×", "not measured", None))
+    if med.get("tar") and med.get("export"):
+        x = med["tar"] / med["export"]
+        out.append(("`webfs export-warc` pages/s vs `tar -cf -` of the collection, cold, ≥ 1.0×",
+                    "%.2f× (%s vs %s pages/s)" % (x, _num(wa["records"] / med["export"]),
+                                                  _num(wa["records"] / med["tar"])), x >= 1.0))
+    else:
+        out.append(("`webfs export-warc` pages/s vs `tar -cf -` through the mount ≥ 1.0×", "not measured", None))
+    return out
+
+
+def render_warc(result):
+    wa = (result.get("extra") or {}).get("warc") or {}
+    runs = wa.get("runs") or []
+    if not runs:
+        return ["Failed: %s" % wa["error"][:300], ""] if wa.get("error") else []
+    out = ["A WARC of %s response records (%s, per-record gzip, warcio's writer) made from "
+           "`tools/make-corpus --small-pages`; each run: `cdxj-indexer` of it, `webfs import-warc` "
+           "into a fresh mount, then (cold) `tar -cf - COLLECTION | wc -c` and `webfs export-warc "
+           "--order disk`. Seconds:" % ("{:,}".format(wa["records"]), _mb(wa["bytes"])), "",
+           "| run | cdxj-indexer | import-warc | ratio | tar | export-warc | ratio |",
+           "|--:|--:|--:|--:|--:|--:|--:|"]
+    for i, r in enumerate(runs + [wa["median"]]):
+        out.append("| %s | %.2f | %.2f | %.2f× | %.2f | %.2f | %.2f× |" % (
+            i + 1 if i < len(runs) else "median", r["cdxj"], r["import"], r["cdxj"] / r["import"],
+            r["tar"], r["export"], r["tar"] / r["export"]))
+    out.append("")
     return out
 
 
@@ -707,10 +743,14 @@ def render_scale(result):
     return out
 
 
+<<<<<<< HEAD
 import bench_s3  # noqa: E402
 
 RENDERERS = {"rebuild": render_rebuild, "readers": render_readers, "scale": render_scale, "cooling": render_cooling, "memory": render_memory,
              "s3": bench_s3.render}
+=======
+RENDERERS = {"warc": render_warc, "rebuild": render_rebuild, "readers": render_readers, "scale": render_scale, "cooling": render_cooling, "memory": render_memory}
+>>>>>>> main
 
 
 # ----------------------------------------------------------------- chart

@@ -210,6 +210,7 @@ def daemon(ctx):
 
 
 import bench_datapath  # noqa: E402
+import bench_warc  # noqa: E402
 import bench_webfs  # noqa: E402
 import bench_s3  # noqa: E402
 
@@ -222,5 +223,9 @@ SECTIONS = {
     "daemon": (daemon, "FUSE daemon CPU time and peak memory"),
     **bench_datapath.SECTIONS,
     **bench_webfs.SECTIONS,
+<<<<<<< HEAD
     **bench_s3.SECTIONS,
+=======
+    **bench_warc.SECTIONS,
+>>>>>>> main
 }

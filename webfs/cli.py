@@ -16,7 +16,7 @@ from typing import Optional
 import click
 
 from . import __version__, archive as archmod
-from . import daemon
+from . import control
 from .commands import fsck as fsckmod
 from .commands.report import EXIT_FAILED
 from .admin import human
@@ -128,8 +128,8 @@ def run_operation(target: str, name: str, as_json: bool = False, unit: str = "bl
 
     progress = admin.Progress(listener)
     try:
-        if daemon.is_mountpoint(target):
-            result = daemon.call(target, name, options, listener)
+        if control.is_mountpoint(target):
+            result = control.call(target, name, options, listener)
         else:
             store = open_store(target, name)
             previous = signal.getsignal(signal.SIGINT)
@@ -165,8 +165,8 @@ def run_operation(target: str, name: str, as_json: bool = False, unit: str = "bl
 @click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def status(as_json, target):
     """Show the disks, blocks, sizes and ratios of an archive."""
-    if daemon.is_mountpoint(target):
-        st = daemon.call(target, "status", {}).figures
+    if control.is_mountpoint(target):
+        st = control.call(target, "status", {}).figures
     else:
         store = open_archive(target, lock=False)
         try:
@@ -350,11 +350,11 @@ def import_(as_json, sources, dest):
         p = os.path.abspath(s)
         if s.endswith("/") and p != "/":
             p += "/"                    # rsync's rule: the contents, not the directory
-        if daemon.is_mountpoint(target) and os.path.exists(p) and \
+        if control.is_mountpoint(target) and os.path.exists(p) and \
                 os.lstat(p).st_dev == os.stat(target).st_dev:
             raise WebfsError(f"{s}: is in the mount itself; copy it with cp -a")
         srcs.append(p)
-    mount_dev = os.stat(target).st_dev if daemon.is_mountpoint(target) else None
+    mount_dev = os.stat(target).st_dev if control.is_mountpoint(target) else None
     run_operation(target, "import", as_json=as_json, unit="file", sources=srcs, dest=path,
                   mount_dev=mount_dev)
 
@@ -412,7 +412,8 @@ def export_warc(split, duplicates, order, collection, out):
         bar.close()
     share = fig["identical"] / fig["records"] if fig["records"] else 1.0
     click.echo(f"exported {fig['records']} records ({human(fig['bytes'])}) into {len(fig['files'])} file(s); "
-               f"{fig['identical']} ({share:.0%}) byte-identical to the records imported")
+               f"{fig['identical']} ({share:.0%}) byte-identical to the records imported, "
+               f"{fig['gzip_identical']} of them in the very gzip member of the source")
 
 
 @main.command()
@@ -498,7 +499,7 @@ def _import_target(dest: str) -> tuple[str, str]:
     here = os.path.realpath(here)
     probe = here
     while True:
-        if os.path.ismount(probe) and daemon.is_mountpoint(probe):
+        if os.path.ismount(probe) and control.is_mountpoint(probe):
             inside = os.path.join("/", os.path.relpath(here, probe), rest)
             return probe, os.path.normpath(inside)
         if probe == "/":
@@ -572,6 +573,7 @@ def delete(disk, keys):
 @click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
 def mount(options, foreground, disk, mountpoint):
     """Mount the archive that DISK belongs to on MOUNTPOINT."""
+    from . import daemon    # pyfuse3 and trio: only the commands that mount load them
     daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), OPERATIONS, foreground=foreground)
 
 
@@ -579,15 +581,15 @@ def mount(options, foreground, disk, mountpoint):
 @click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
 def umount(mountpoint):
     """Unmount; returns once the daemon has written everything and exited."""
-    daemon.umount(mountpoint)
+    control.umount(mountpoint)
 
 
 @main.command()
 @click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def sync(target):
     """Write everything to the disks: open files, catalog, MANIFEST on every disk."""
-    if daemon.is_mountpoint(target):
-        daemon.call(target, "sync", {})
+    if control.is_mountpoint(target):
+        control.call(target, "sync", {})
         return
     store = open_store(target, "sync")
     try:
@@ -699,6 +701,7 @@ def mount_helper() -> None:
         click.echo("usage: mount.webfs DISK MOUNTPOINT [-o OPTIONS]", err=True)
         sys.exit(1)
     _setup_logging(0)
+    from . import daemon
     try:
         opts = daemon.MountOptions.parse(options)
         if not fake:

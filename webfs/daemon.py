@@ -1,4 +1,6 @@
-"""The mount daemon: mounting, unmounting, crash recovery, and the control socket.
+"""The mount daemon: mounting, unmounting, crash recovery, the periodic tasks
+of a mount (parity flush, checkpoint, cooling: ``run_every``), and the
+control socket.
 
 ``mount`` opens and locks the archive, recovers from an unclean stop,
 mounts the filesystem and (unless in the foreground) detaches, reporting
@@ -24,6 +26,7 @@ import pyfuse3
 import trio
 
 from . import admin, testkill
+from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
 from .heat import DEFAULT_K
@@ -31,12 +34,11 @@ from .manifest import JOURNAL_LIMIT, Journal, manifest_chunks
 from .namespace import Namespace
 from .assembly import open_archive
 from .backends.s3 import ENV as S3_OPTIONS, configure as configure_s3
+from .control import CONTROL_XATTR, control_socket_path, report_path
 from .store import Store
 
 log = logging.getLogger(__name__)
 
-RUN_DIR = "/run/webfs"
-CONTROL_XATTR = "user.webfs.control"
 
 
 @dataclass
@@ -113,12 +115,6 @@ class MountOptions:
         return opts
 
 
-def control_socket_path(archive_uuid: str) -> str:
-    base = RUN_DIR if os.access("/run", os.W_OK) else os.path.join(
-        os.environ.get("TMPDIR", "/tmp"), f"webfs-{os.getuid()}")
-    return os.path.join(base, f"{archive_uuid}.sock")
-
-
 RECOVERY_KINDS = (("freed nameless inode", "nameless inode(s) freed"),
                   ("refs", "reference count(s) corrected"),
                   ("removed", "unfinished write(s) removed"),
@@ -139,11 +135,6 @@ def recovery_summary(said: list[str], stripes: list, log_path: str, rewrote: boo
         counts.append(f"{other} other repair(s)")
     return ("recovered from an unclean stop: " + (", ".join(counts) or "nothing to mend")
             + ("; MANIFEST rewritten" if rewrote else "") + f"; details in {log_path}")
-
-
-def report_path(socket_path: str) -> str:
-    """Where the daemon leaves, as it exits, what it could not finish, for ``webfs umount``."""
-    return socket_path + ".report"
 
 
 def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
@@ -290,7 +281,7 @@ class Daemon:
         self.server = socketserver.ThreadingUnixStreamServer(self.socket_path, Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, name="control", daemon=True).start()
-        info = {b"user.webfs.control": self.socket_path.encode(),
+        info = {CONTROL_XATTR.encode(): self.socket_path.encode(),
                 b"user.webfs.pid": str(os.getpid()).encode(),
                 b"user.webfs.archive": self.store.conf.uuid.encode(),
                 b"user.webfs.disks": "\n".join(v.backend.location for v in self.store.archive.volumes.values()).encode()}
@@ -421,7 +412,6 @@ class Daemon:
 
     def cool(self) -> None:
         """One step of disk cooling (the cool_interval option)."""
-        from .commands.cooling import background_step
         background_step(self.store)
 
     async def _signals(self, nursery) -> None:
@@ -629,7 +619,8 @@ def _trim_heap() -> None:
         pass
 
 
-def _run(disk: str, mnt: str, opts: MountOptions, operations: dict[str, admin.Operation], ready) -> None:
+def _run(disk: str, mnt: str, opts: MountOptions, operations: dict[str, admin.Operation],
+         ready) -> None:
     _return_big_buffers_to_the_system()
     daemon = Daemon(disk, mnt, opts, operations)
     daemon.open()
@@ -668,81 +659,3 @@ def _log_to_disk(store: Store) -> str:
     if root.level > logging.INFO or root.level == logging.NOTSET:
         root.setLevel(logging.INFO)
     return path
-
-
-def umount(mountpoint: str, timeout: float = 600.0) -> None:
-    """Unmount and wait until the daemon has written everything and exited."""
-    import subprocess
-    mnt = os.path.abspath(mountpoint)
-    if not os.path.ismount(mnt):
-        raise ArchiveError(f"{mountpoint}: not mounted")
-    try:
-        pid = int(os.getxattr(mnt, "user.webfs.pid"))
-        report = report_path(os.getxattr(mnt, CONTROL_XATTR).decode())
-        log_file = os.path.join(os.getxattr(mnt, "user.webfs.disks").decode().split("\n")[0],
-                                "meta", "webfs.log")
-    except OSError:
-        raise ArchiveError(f"{mountpoint}: not a webfs mount") from None
-    proc = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise WebfsError(f"cannot unmount {mountpoint}: {proc.stderr.strip()}")
-    deadline = time.monotonic() + timeout
-    while os.path.exists(f"/proc/{pid}") and _not_zombie(pid):
-        if time.monotonic() > deadline:
-            raise WebfsError(f"the daemon (pid {pid}) is still writing after {timeout:.0f} s")
-        time.sleep(0.05)
-    try:
-        with open(report) as f:
-            problems = f.read().splitlines()
-        os.unlink(report)
-    except FileNotFoundError:
-        raise WebfsError(f"unmounted {mountpoint}, but the daemon (pid {pid}) ended without "
-                         f"saying it finished; see {log_file}, then 'webfs fsck'") from None
-    if problems:
-        raise WebfsError(f"unmounted {mountpoint}, but not everything was kept "
-                         f"(details in {log_file}):\n  " + "\n  ".join(problems))
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def call(mountpoint: str, op: str, options: dict, listener=None) -> admin.Result:
-    """Run an admin operation inside the daemon of a mount point."""
-    import socket
-    try:
-        path = os.getxattr(mountpoint, CONTROL_XATTR).decode()
-    except OSError:
-        raise ArchiveError(f"{mountpoint}: not a webfs mount point") from None
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(path)
-        except OSError as exc:
-            raise ArchiveError(f"cannot reach the daemon of {mountpoint}: {exc.strerror}") from None
-        f = sock.makefile("rwb")
-        f.write((json.dumps({"op": op, "options": options}) + "\n").encode())
-        f.flush()
-        for line in f:
-            msg = json.loads(line)
-            if "progress" in msg:
-                if listener:
-                    listener(msg["progress"], msg["n"], msg["total"], msg["what"])
-            elif "error" in msg:
-                raise WebfsError(msg["error"])
-            elif "result" in msg:
-                return admin.Result.from_json(msg["result"])
-    raise WebfsError(f"the daemon of {mountpoint} hung up without an answer")
-
-
-def is_mountpoint(path: str) -> bool:
-    try:
-        os.getxattr(path, CONTROL_XATTR)
-        return True
-    except OSError:
-        return False
-
-

@@ -40,6 +40,7 @@ misses it handed out in them (``store.forget_misses``).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -48,7 +49,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from . import admin
 from .admin import human
@@ -109,19 +110,19 @@ class Counts:
         return self.files + self.dirs + self.symlinks + self.hardlinks + self.special
 
 
-def _show(path: bytes) -> str:
+def show_path(path: bytes) -> str:
     """A path as a message line shows it: bytes that are not UTF-8 as \\xff,
     newlines and other control characters escaped, so one problem is one line."""
     text = path.decode("utf-8", "backslashreplace")
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _problem(path: bytes, exc: BaseException) -> str:
+def problem_line(path: bytes, exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.errno:
-        return f"{_show(path)}: {exc.strerror} ({errno.errorcode.get(exc.errno, exc.errno)})"
+        return f"{show_path(path)}: {exc.strerror} ({errno.errorcode.get(exc.errno, exc.errno)})"
     if isinstance(exc, FsError):
-        return f"{_show(path)}: {exc} ({errno.errorcode.get(exc.errno, exc.errno)})"
-    return f"{_show(path)}: {exc}"
+        return f"{show_path(path)}: {exc} ({errno.errorcode.get(exc.errno, exc.errno)})"
+    return f"{show_path(path)}: {exc}"
 
 
 def read_xattrs(path, follow: bool = False) -> list[tuple[bytes, bytes]]:
@@ -186,6 +187,17 @@ class Importer:
                 pass
         self.avoid_dev: Optional[int] = None           # the mount's device, given by the command
 
+    @classmethod
+    def into(cls, store: Store, ns: Namespace, progress: admin.Progress,
+             mount_dev: Optional[int] = None, **kw) -> "Importer":
+        """An importer into an archive, told how to make a mount's kernel forget
+        what it cached (when the store is a mount's); ``mount_dev``: the mount's
+        device, never walked into."""
+        importer = cls(store, ns, progress, getattr(store, "invalidate_inode", None),
+                       getattr(store, "invalidate_entry", None), getattr(store, "free_unused", None), **kw)
+        importer.avoid_dev = mount_dev
+        return importer
+
     # -- the destination -------------------------------------------------------
 
     def dest_dir(self, path: bytes) -> tuple[int, bytes]:
@@ -200,14 +212,14 @@ class Importer:
                 node = self.ns.lookup(ino, part)
             except FsError as exc:
                 if exc.errno != errno.ENOENT:
-                    raise WebfsError(f"{_show(here)}: {exc}") from None
+                    raise WebfsError(f"{show_path(here)}: {exc}") from None
                 if ino == ROOT_INODE and part == CONTROL_DIR:
-                    raise WebfsError(f"{_show(here)}: the name is webfs's own") from None
+                    raise WebfsError(f"{show_path(here)}: the name is webfs's own") from None
                 node = self.ns.create(ino, part, stat.S_IFDIR | 0o755, self.uid, self.gid)
                 self.dirs_changed.add(ino)
                 made = True
             if not node.is_dir:
-                raise WebfsError(f"{_show(here)}: not a directory")
+                raise WebfsError(f"{show_path(here)}: not a directory")
             ino = node.id
         if made:
             self.store.commit()
@@ -266,7 +278,7 @@ class Importer:
             except OSError as exc:
                 yield self._failed(d, exc)
                 continue
-            existing = self._existing(parent)
+            existing = self.names_in(parent)
             subdirs = []
             for name, path in entries:
                 try:
@@ -280,7 +292,7 @@ class Importer:
                     subdirs.append((path, item))
             stack.extend(reversed(subdirs))
 
-    def _existing(self, parent: Item) -> dict[bytes, Inode]:
+    def names_in(self, parent: Item) -> dict[bytes, Inode]:
         """The names already in a directory that was there before this import."""
         if parent.ino is None or parent.existing is None:
             return {}
@@ -304,13 +316,13 @@ class Importer:
             if kind == "dir" and ((st.st_dev, st.st_ino) in self.avoid or st.st_dev == self.avoid_dev):
                 raise FsError(errno.ELOOP, "is part of the archive it is imported into")
             if existing is None:
-                existing = self._existing(parent) if parent.existing is not None else {}
+                existing = self.names_in(parent) if parent.existing is not None else {}
             old = existing.get(name)
             if old is not None:
                 item.existing = old
                 self._resume(item, old)
         except FsError as exc:
-            item.failed = _problem(src, exc) + ("; not walked" if kind == "dir" else "")
+            item.failed = problem_line(src, exc) + ("; not walked" if kind == "dir" else "")
             return item
         if kind == "dir":
             if old is not None:
@@ -321,7 +333,7 @@ class Importer:
                 try:
                     item.xattrs = read_xattrs(src)
                 except OSError as exc:
-                    item.warning = _problem(src, exc) + " (its xattrs)"
+                    item.warning = problem_line(src, exc) + " (its xattrs)"
             return item
         if st.st_nlink > 1:
             key = (st.st_dev, st.st_ino)
@@ -342,7 +354,7 @@ class Importer:
             if kind != "file":
                 item.xattrs = read_xattrs(src)
         except OSError as exc:
-            item.failed = _problem(src, exc)
+            item.failed = problem_line(src, exc)
             return item
         if kind == "file":
             item.future = self.pool.submit(self._read_and_store, item)
@@ -373,34 +385,38 @@ class Importer:
 
     # -- reading and storing (worker threads) -------------------------------------
 
-    def _read_and_store(self, item: Item) -> None:
-        """Read a file and store its pieces; the references it takes are its own."""
+    def store_pieces(self, item: Item, pieces: Iterable[bytes]) -> None:
+        """Store a file's content, piece by piece (each at most max_block bytes), as
+        ``item.rows`` and ``item.size``. The references taken are the item's own
+        until its name is made; if a piece fails, those already taken are given back."""
         rows: list[BlockRow] = []
+        size = 0
         try:
-            fd = os.open(item.src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise FsError(errno.EINVAL, "changed into another kind of file during the import")
-                size = 0
-                while True:
-                    data = _read_piece(fd, self.max_block, st.st_size - size + 1)
-                    if not data and rows:
-                        break
-                    if data:
-                        row = self.store.store(data, name=item.path)
-                        rows.append(row)
-                        size += len(data)
-                    if len(data) < self.max_block:
-                        break
-                item.xattrs = read_xattrs(fd)
-            finally:
-                os.close(fd)
+            for data in pieces:
+                rows.append(self.store.store(data, name=item.path))
+                size += len(data)
         except BaseException:
             for row in rows:
                 self.store.release(row)
             raise
-        item.rows, item.size, item.st = rows, size, st
+        item.rows, item.size = rows, size
+
+    def _read_and_store(self, item: Item) -> None:
+        """Read a file and store its pieces (the worker threads' job for a tree)."""
+        fd = os.open(item.src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise FsError(errno.EINVAL, "changed into another kind of file during the import")
+            self.store_pieces(item, _file_pieces(fd, self.max_block, st.st_size))
+            try:
+                item.xattrs = read_xattrs(fd)
+            except BaseException:
+                self._give_back(item)
+                raise
+        finally:
+            os.close(fd)
+        item.st = st
 
     # -- making names (this thread, in batches) -----------------------------------
 
@@ -460,7 +476,7 @@ class Importer:
                 try:
                     head.future.result()
                 except (OSError, WebfsError) as exc:
-                    head.failed = _problem(head.src, exc)
+                    head.failed = problem_line(head.src, exc)
                 head.future = None
             wait = False
             batch.append(pending.popleft())
@@ -477,7 +493,7 @@ class Importer:
                 try:
                     self._make(item, nlinks)
                 except (OSError, FsError, NoSpace) as exc:
-                    item.failed = _problem(item.src, exc)
+                    item.failed = problem_line(item.src, exc)
                     self._give_back(item)
             for ino, delta in nlinks.items():
                 self.cat.execute("UPDATE inodes SET nlink=nlink+? WHERE id=?", (delta, ino))
@@ -522,7 +538,7 @@ class Importer:
         if item.kind == "hardlink":
             first = item.first
             if first.ino is None:
-                raise FsError(errno.ENOENT, f"its other name {_show(first.src)} could not be imported")
+                raise FsError(errno.ENOENT, f"its other name {show_path(first.src)} could not be imported")
             self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
                              (parent.ino, item.name, first.ino))
             self.cat.execute("UPDATE inodes SET nlink=nlink+1 WHERE id=?", (first.ino,))
@@ -610,7 +626,7 @@ class Importer:
 
     def _failed(self, path: bytes, exc: BaseException) -> Item:
         """An entry the walk could not even look at: reported in its turn."""
-        return Item("failed", path, None, b"", b"", None, failed=_problem(path, exc))
+        return Item("failed", path, None, b"", b"", None, failed=problem_line(path, exc))
 
     def _forget_replaced(self) -> None:
         """After the commit, outside the catalog lock: the kernel forgets the names
@@ -641,6 +657,18 @@ class Importer:
                 self.invalidate(ino, True)
             except (OSError, WebfsError):
                 pass            # the kernel does not know it: nothing cached
+
+
+def _file_pieces(fd: int, size: int, expected: int) -> Iterator[bytes]:
+    """The pieces of an open file; an empty file has none."""
+    done = 0
+    while True:
+        data = _read_piece(fd, size, expected - done + 1)
+        if data:
+            yield data
+            done += len(data)
+        if len(data) < size:
+            return
 
 
 def _read_piece(fd: int, size: int, hint: int) -> bytes:
@@ -684,30 +712,34 @@ def summary(c: Counts, seconds: float, stopped: bool) -> list[str]:
 def import_(store: Store, progress: admin.Progress, sources: list[str], dest: str,
             mount_dev: Optional[int] = None) -> admin.Result:
     """Import SRC trees into DEST (a path from the archive's root)."""
-    if getattr(store, "read_only", False):
-        raise WebfsError("the archive is mounted read-only")
-    ns = getattr(store, "namespace", None)
-    invalidate = getattr(store, "invalidate_inode", None)
-    own = ns is None
-    journal = None
-    if own:
-        ns, journal = _open_namespace(store)
-    srcs = [os.fsencode(s) for s in sources]
     started = time.monotonic()
-    importer = Importer(store, ns, progress, invalidate, getattr(store, "invalidate_entry", None),
-                        getattr(store, "free_unused", None))
-    importer.avoid_dev = mount_dev
-    try:
-        counts = importer.run(srcs, os.fsencode(dest))
-    finally:
-        if own:
-            _close_namespace(store, ns, journal)
+    with import_namespace(store) as ns:
+        importer = Importer.into(store, ns, progress, mount_dev)
+        counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(dest))
     seconds = time.monotonic() - started
     stopped = progress.stopping
     result = admin.Result(summary(counts, seconds, stopped), 4 if counts.problems or stopped else 0)
     result.figures = {k: v for k, v in vars(counts).items()}
     result.figures.update(seconds=round(seconds, 3), stopped=stopped, imported=counts.imported)
     return result
+
+
+@contextlib.contextmanager
+def import_namespace(store: Store) -> Iterator[Namespace]:
+    """The namespace an import makes its names in: the mount's, or (an unmounted
+    archive) one opened for the import, recovered first if a mount or an import
+    died, and closed after it (checkpoint, sync, marked clean)."""
+    if getattr(store, "read_only", False):
+        raise WebfsError("the archive is mounted read-only")
+    ns = getattr(store, "namespace", None)
+    if ns is not None:
+        yield ns
+        return
+    ns, journal = _open_namespace(store)
+    try:
+        yield ns
+    finally:
+        _close_namespace(store, ns, journal)
 
 
 def _open_namespace(store: Store):

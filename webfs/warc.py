@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import functools
 import hashlib
 import io
 import logging
@@ -37,6 +38,7 @@ import os
 import re
 import shutil
 import stat
+import struct
 import tempfile
 import time
 import zlib
@@ -47,7 +49,7 @@ from typing import Iterator, Optional
 from . import admin, urlpath
 from .admin import human
 from .errors import FsError, WebfsError
-from .ingest import Importer, Item, _close_namespace, _open_namespace, _problem, _show
+from .ingest import Importer, Item, import_namespace, show_path
 from .namespace import ROOT_INODE
 from .assembly import open_archive
 from .store import Store
@@ -73,6 +75,55 @@ _ARC_LINE = re.compile(rb"\n([^ \r\n]+) ([0-9.]+|-) ([0-9]{14}) ")
 
 # ---------------------------------------------------------------- reading records
 
+SPILL_AT = 8 << 20          # a record longer than this is not held in memory (see Payload)
+READ_CHUNK = 1 << 20
+READERS = 12                # capture files read at once by export-warc (through a mount, reads overlap)
+
+
+class Payload:
+    """A payload kept out of memory: ``length`` bytes at ``offset`` of a file (the
+    source itself for a plain WARC, a temporary file for a gzipped record)."""
+
+    def __init__(self, fd: int, offset: int, length: int):
+        self.fd = os.dup(fd)           # its own: the reader closes the source before the store reads
+        self.offset = offset
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def pieces(self, size: int) -> Iterator[bytes]:
+        """The payload in pieces of ``size`` bytes (the last one shorter)."""
+        done = 0
+        while done < self.length:
+            want = min(size, self.length - done)
+            parts, got = [], 0
+            while got < want:
+                data = os.pread(self.fd, want - got, self.offset + done + got)
+                if not data:
+                    raise OSError(errno.EIO, "the source file got shorter while it was read")
+                parts.append(data)
+                got += len(data)
+            done += want
+            yield parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def __del__(self):
+        try:
+            os.close(self.fd)
+        except (OSError, AttributeError):
+            pass
+
+
+def payload_pieces(payload, size: int) -> Iterator[bytes]:
+    """A payload (bytes or Payload) in pieces of at most ``size`` bytes; none when empty."""
+    if isinstance(payload, Payload):
+        yield from payload.pieces(size)
+        return
+    mv = memoryview(payload)
+    for i in range(0, len(payload), size):
+        yield bytes(mv[i:i + size])
+
+
 @dataclass
 class Record:
     """One record, raw: what the file holds, cut into its parts."""
@@ -82,10 +133,22 @@ class Record:
     rtype: str
     head: bytes                  # the WARC header block (with its blank line), or the ARC header line
     http: bytes                  # the HTTP header block (with its blank line), or b""
-    payload: bytes
+    payload: object              # bytes, or a Payload when the record is longer than SPILL_AT
     tail: bytes                  # what follows the block (the two CRLFs), as written
     fields: dict = field(default_factory=dict)   # lowercase header name -> raw value (bytes)
     arc: bool = False
+    gzip: bytes = b""            # the index's gz column: how to make the gzip member again (gzip_recipe)
+
+
+def gzip_recipe(member: bytes, crc: int) -> bytes:
+    """The index's gz column for a gzip member: ``gz:LEVEL:HEADER:CRC`` (zlib's
+    level its header's XFL names, the member's 10 header bytes in hex, the CRC-32
+    of the whole member), from which export-warc tries to make the very member
+    again; plain ``gz`` when the header has optional fields (a name, a comment)."""
+    if len(member) < 10 or member[3] != 0:
+        return b"gz"
+    level = {2: 9, 4: 1}.get(member[8], 6)
+    return b"gz:%d:%s:%08x" % (level, member[:10].hex().encode(), crc)
 
 
 @dataclass
@@ -160,6 +223,148 @@ def _cut(raw: bytes, gz: bool, offset: int, length: int, rtype: str, warcio_rec)
     return Record(offset, length, gz, rtype, head, http, payload, tail, fields, arc)
 
 
+class _Sink:
+    """The uncompressed bytes of one gzip member: in memory up to SPILL_AT, then
+    in a temporary file (a multi-GB record is imported with bounded memory)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.length = 0
+        self.file = None
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self.length += len(data)
+        if self.file is not None:
+            self.file.write(data)
+            return
+        self.parts.append(data)
+        if self.length > SPILL_AT:
+            self.file = tempfile.TemporaryFile(prefix="webfs-warc-")
+            for part in self.parts:
+                self.file.write(part)
+            self.parts = []
+
+    def prefix(self) -> bytes:
+        """All of it, or (spilled) its first READ_CHUNK bytes."""
+        if self.file is None:
+            return b"".join(self.parts)
+        self.file.flush()
+        return os.pread(self.file.fileno(), READ_CHUNK, 0)
+
+
+def _strict_record(prefix: bytes, total: int, fd: Optional[int], base: int, gz: bool,
+                   offset: int, length: int) -> Optional[Record]:
+    """A well-formed WARC record (header, Content-Length, block, CRLF CRLF) cut into
+    its parts, or None for anything else (then warcio reads it). ``prefix`` is the
+    record's first bytes, all of them when ``total`` is its length; the rest is
+    at ``base`` of ``fd``, from where a long payload is read when it is stored."""
+    if not prefix.startswith(b"WARC/"):
+        return None
+    m = _BLANK_LINE.search(prefix)
+    if not m:
+        return None
+    head = prefix[:m.end()]
+    fields = _header_fields(head)
+    rtype = fields.get(b"warc-type")
+    try:
+        n = int(fields.get(b"content-length", b""))
+    except ValueError:
+        return None
+    if rtype is None or n < 0 or m.end() + n + 4 != total:
+        return None
+    rtype = rtype.decode("utf-8", "replace")
+    if total == len(prefix):
+        block, tail = prefix[m.end():m.end() + n], prefix[m.end() + n:]
+        if tail != b"\r\n\r\n":
+            return None
+        http, payload = b"", block
+        if _has_http(rtype, fields, block):
+            http, payload = _split_http(block)
+        return Record(offset, length, gz, rtype, head, http, payload, tail, fields)
+    if fd is None or os.pread(fd, 4, base + m.end() + n) != b"\r\n\r\n":
+        return None
+    start = prefix[m.end():]
+    http = b""
+    if _has_http(rtype, fields, start):
+        hm = _BLANK_LINE.search(start)
+        if not hm:
+            return None            # an HTTP header block of more than READ_CHUNK: warcio's
+        http = start[:hm.end()]
+    payload = Payload(fd, base + m.end() + len(http), n - len(http))
+    return Record(offset, length, gz, rtype, head, http, payload, b"\r\n\r\n", fields)
+
+
+def _strict_gz(fh, start: int, size: int) -> Iterator[object]:
+    """Well-formed records of a per-record gzip file from ``start``, read without
+    warcio (one decompression, no Python per line); returns where it stopped."""
+    pos = start
+    fh.seek(pos)
+    buf = b""
+    while pos < size:
+        if len(buf) < 3:
+            buf += fh.read(READ_CHUNK)
+        if buf[:3] != b"\x1f\x8b\x08":
+            return pos
+        d = zlib.decompressobj(31)
+        sink = _Sink()
+        fed, data, crc, head = len(buf), buf, 0, buf[:10]
+        try:
+            while True:
+                sink.write(d.decompress(data, 1 << 22))
+                used = len(data) - len(d.unconsumed_tail) - len(d.unused_data)
+                crc = zlib.crc32(memoryview(data)[:used], crc)
+                if d.eof:
+                    break
+                data = d.unconsumed_tail
+                if not data:
+                    data = fh.read(READ_CHUNK)
+                    if not data:
+                        return pos               # cut short: warcio says so
+                    fed += len(data)
+        except zlib.error:
+            return pos
+        buf = d.unused_data
+        length = fed - len(buf) - len(d.unconsumed_tail)
+        prefix = sink.prefix()
+        spill = sink.file
+        rec = _strict_record(prefix, sink.length, spill.fileno() if spill else None, 0, True, pos, length)
+        if rec is None:
+            return pos
+        rec.gzip = gzip_recipe(head, crc)
+        yield rec
+        pos += length
+    return pos
+
+
+def _strict_plain(fh, start: int, size: int) -> Iterator[object]:
+    """Well-formed records of a plain WARC file from ``start``, each followed by the
+    next record or the end of the file; returns where it stopped."""
+    fd = fh.fileno()
+    pos = start
+    while pos < size:
+        prefix = os.pread(fd, min(READ_CHUNK, size - pos), pos)
+        m = _BLANK_LINE.search(prefix) if prefix.startswith(b"WARC/") else None
+        if not m:
+            return pos
+        try:
+            n = int(_header_fields(prefix[:m.end()]).get(b"content-length", b""))
+        except ValueError:
+            return pos
+        total = m.end() + n + 4
+        if n < 0 or pos + total > size or (pos + total < size and os.pread(fd, 5, pos + total) != b"WARC/"):
+            return pos
+        if total <= SPILL_AT and total > len(prefix):
+            prefix = os.pread(fd, total, pos)
+        rec = _strict_record(prefix[:total], total, fd, pos, False, pos, total)
+        if rec is None:
+            return pos
+        yield rec
+        pos += total
+    return pos
+
+
 def _resync(fh, start: int, gz: bool, arc: bool) -> Optional[int]:
     """The offset of the next thing that looks like a record after ``start``."""
     fh.seek(start)
@@ -230,12 +435,15 @@ def _whole_file_gzip(fh) -> bool:
 
 
 def _records(fh, size: int, gz: bool, ArchiveIterator) -> Iterator[object]:
+    """Well-formed records are read directly; from the first that is not (or an
+    ARC), warcio reads the rest and says what is wrong."""
     with open(f"/proc/self/fd/{fh.fileno()}", "rb") as raw_fh:   # our own offset: warcio reads fh
-        yield from _records_of(fh, raw_fh, size, gz, ArchiveIterator)
+        start = yield from (_strict_gz(raw_fh, 0, size) if gz else _strict_plain(raw_fh, 0, size))
+        if start < size:
+            yield from _records_of(fh, raw_fh, size, gz, ArchiveIterator, start)
 
 
-def _records_of(fh, raw_fh, size: int, gz: bool, ArchiveIterator) -> Iterator[object]:
-    start = 0
+def _records_of(fh, raw_fh, size: int, gz: bool, ArchiveIterator, start: int) -> Iterator[object]:
     arc = False
     while start < size:
         fh.seek(start)
@@ -303,11 +511,14 @@ def _raw(fh, prev, end: Optional[int]) -> object:
         else:
             data = fh.read(length)
             gz = data[:2] == b"\x1f\x8b"
-            if gz:
-                d = zlib.decompressobj(31)
-                data = d.decompress(data)
-                cut = not d.eof
+        member = data
+        if gz:
+            d = zlib.decompressobj(31)
+            data = d.decompress(member)
+            cut = not d.eof
         rec = _cut(data, gz, offset, len(data) if not gz else length, rtype, None)
+        if gz and not cut:
+            rec.gzip = gzip_recipe(member, zlib.crc32(member))
     except (ValueError, zlib.error, OSError) as exc:
         return Problem(offset, f"unreadable record: {_say(exc)}")
     if cut:
@@ -325,23 +536,33 @@ def _is_gz(fh, offset: int) -> bool:
     return m == b"\x1f\x8b"
 
 
-def check_digest(value: bytes, data: bytes) -> Optional[bool]:
-    """Whether a WARC digest (``sha1:BASE32``, ``sha256:...``) matches; None if it cannot tell."""
-    algo, sep, want = value.partition(b":")
-    if not sep:
-        return None
-    name = {b"sha1": "sha1", b"sha256": "sha256", b"sha-256": "sha256", b"md5": "md5",
-            b"sha512": "sha512"}.get(algo.strip().lower())
-    if name is None:
-        return None
-    digest = hashlib.new(name, data).digest()
-    want = want.strip()
-    try:
-        if len(want) == len(digest) * 2:
-            return bytes.fromhex(want.decode()) == digest
-        return base64.b32decode(want.upper() + b"=" * (-len(want) % 8)) == digest
-    except (ValueError, UnicodeDecodeError):
-        return False
+_DIGESTS = {b"sha1": "sha1", b"sha256": "sha256", b"sha-256": "sha256", b"md5": "md5", b"sha512": "sha512"}
+
+
+class DigestCheck:
+    """A WARC digest (``sha1:BASE32``, ``sha256:HEX``, ...) checked over data fed in pieces."""
+
+    def __init__(self, value: bytes):
+        algo, sep, want = value.partition(b":")
+        name = _DIGESTS.get(algo.strip().lower()) if sep else None
+        self.want = want.strip()
+        self.hash = hashlib.new(name) if name else None
+
+    def update(self, data: bytes) -> None:
+        if self.hash is not None:
+            self.hash.update(data)
+
+    def matches(self) -> Optional[bool]:
+        """Whether it matches; None if it cannot tell (an unknown algorithm)."""
+        if self.hash is None:
+            return None
+        digest, want = self.hash.digest(), self.want
+        try:
+            if len(want) == len(digest) * 2:
+                return bytes.fromhex(want.decode()) == digest
+            return base64.b32decode(want.upper() + b"=" * (-len(want) % 8)) == digest
+        except (ValueError, UnicodeDecodeError):
+            return False
 
 
 # ---------------------------------------------------------------- importing
@@ -360,6 +581,20 @@ class WarcCounts:
     problems: list = field(default_factory=list)
 
 
+@dataclass
+class Revisit:
+    """A revisit record's capture, waiting for its original (same payload digest)."""
+    path: bytes
+    payload: object
+    mtime: int
+    xattrs: list
+    identity: bytes
+    src: bytes
+    digest: Optional[bytes]
+    where: str
+    uri: bytes
+
+
 class WarcImporter(Importer):
     """The bulk importer, fed records of web archive files instead of a tree."""
 
@@ -370,8 +605,9 @@ class WarcImporter(Importer):
         self.dirs: dict[bytes, Item] = {}          # path below the collection -> its directory item
         self.by_digest: dict[bytes, object] = {}   # payload digest -> Item (this import) or inode
         self.taken: set[bytes] = set()             # capture paths given out in this import
-        self.existing_names: dict[int, dict] = {}  # directory inode -> its names before this import
+        self.names_before: dict[int, dict] = {}  # directory inode -> its names before this import
         self.stored_digests: Optional[dict] = None # payload digest -> inode, of earlier imports
+        self.revisits_left: list[Revisit] = []     # revisits whose original was not met yet
 
     # The walk: each source file's records, then its kept files.
     def count(self, sources: list[bytes]) -> Optional[int]:
@@ -382,6 +618,10 @@ class WarcImporter(Importer):
         self.dirs[b""] = dest
         for src in sources:
             yield from self._source(src)
+        # Revisits met before their original: resolved now that every record was read.
+        for rv in self.revisits_left:
+            yield self._revisit(rv, self._original(rv.digest))
+        self.revisits_left = []
 
     def _dir(self, path: bytes) -> Item:
         """The item of a directory below the collection (made in this import or found)."""
@@ -390,26 +630,22 @@ class WarcImporter(Importer):
             return item
         parent_path, _, name = path.rpartition(b"/")
         parent = self._dir(parent_path)
-        node = None
-        if parent.ino is not None:
-            try:
-                node = self.ns.lookup(parent.ino, name)
-            except FsError:
-                node = None
+        node = self._name_in(parent, name)
         st = SimpleNamespace(st_mode=stat.S_IFDIR | 0o755, st_uid=self.uid, st_gid=self.gid,
                              st_atime_ns=time.time_ns(), st_mtime_ns=time.time_ns(), st_rdev=0)
         item = Item("dir", b"", parent, name, self.top.path + b"/" + path, st)
         if node is not None:
             if not node.is_dir:
-                item.failed = f"{_show(item.path)}: already there and not a directory"
+                item.failed = f"{show_path(item.path)}: already there and not a directory"
             else:
                 item.skip, item.ino, item.existing = True, node.id, node
         self.dirs[path] = item
         self._pending_dirs.append(item)
         return item
 
-    def _file(self, path: bytes, data: bytes, mtime_ns: int, xattrs: list, identity: bytes,
-              src: bytes, share: Optional[object] = None) -> Optional[Item]:
+    def _file(self, path: bytes, data, mtime_ns: int, xattrs: list, identity: bytes,
+              src: bytes, share: Optional[object] = None, digest: Optional[bytes] = None,
+              where: str = "") -> Optional[Item]:
         """A file item for a path below the collection; None when it is there already."""
         parent_path, _, name = path.rpartition(b"/")
         parent = self._dir(parent_path)
@@ -419,8 +655,9 @@ class WarcImporter(Importer):
         item.xattrs = xattrs
         item.size = len(data) if share is None else 0
         item.warc_identity = identity
+        item.warc_where = where or show_path(item.path)     # its record, in messages
         if share is None:
-            item.future = self.pool.submit(self._store_bytes, item, data)
+            item.future = self.pool.submit(self._store_bytes, item, data, digest)
         else:
             item.future = self.pool.submit(self._share, item, share)
         item.warc_future = item.future
@@ -456,10 +693,9 @@ class WarcImporter(Importer):
         keep = KEEP_DIR
         for rec in _prefetched(read_records(os.fsdecode(src))):
             if isinstance(rec, Problem):
-                self._report(f"{_show(src)}: offset {rec.offset}: {rec.text}")
+                self._report(f"{show_path(src)}: offset {rec.offset}: {rec.text}")
                 continue
             self.wc.records += 1
-            self.progress.advance(0)
             capture = b"-"
             where = b"heads"
             ho = heads.tell()
@@ -467,7 +703,7 @@ class WarcImporter(Importer):
             heads.write(rec.http)
             problem = rec.fields.get(b"x-problem")
             if problem:
-                self._report(f"{_show(src)}: offset {rec.offset}: {problem.decode()}; imported as read")
+                self._report(f"{show_path(src)}: offset {rec.offset}: {problem.decode()}; imported as read")
             item = None
             if rec.rtype in CAPTURE_TYPES:
                 item, capture = self._capture(src, name, rec)
@@ -476,10 +712,11 @@ class WarcImporter(Importer):
             else:
                 self.wc.other += 1
             if where == b"heads":
-                heads.write(rec.payload)
+                for piece in payload_pieces(rec.payload, READ_CHUNK):
+                    heads.write(piece)
             heads.write(rec.tail)
             index.append(b"\t".join([
-                str(rec.offset).encode(), str(rec.length).encode(), b"gz" if rec.gz else b"-",
+                str(rec.offset).encode(), str(rec.length).encode(), rec.gzip or (b"gz" if rec.gz else b"-"),
                 rec.rtype.encode() or b"-", str(ho).encode(), str(len(rec.head)).encode(),
                 str(len(rec.http)).encode(), str(len(rec.payload)).encode(), str(len(rec.tail)).encode(),
                 where, capture]) + b"\n")
@@ -504,11 +741,11 @@ class WarcImporter(Importer):
         the names it gave out."""
         if parent.ino is None or parent.existing is None:
             return None
-        names = self.existing_names.get(parent.ino)
+        names = self.names_before.get(parent.ino)
         if names is None:
-            if len(self.existing_names) > 10_000:
-                self.existing_names.clear()
-            names = self.existing_names[parent.ino] = self._existing(parent)
+            if len(self.names_before) > 10_000:
+                self.names_before.clear()
+            names = self.names_before[parent.ino] = self.names_in(parent)
         return names.get(name)
 
     def _kept_name(self, path: bytes, ident: bytes) -> Optional[bytes]:
@@ -541,7 +778,7 @@ class WarcImporter(Importer):
     def _capture(self, src: bytes, name: bytes, rec: Record) -> tuple[Optional[Item], bytes]:
         f = rec.fields
         uri = f.get(b"warc-target-uri", b"")
-        where = f"{_show(src)}: offset {rec.offset}"
+        where = f"{show_path(src)}: offset {rec.offset}"
         if not uri:
             self._report(f"{where}: a {rec.rtype} record without a WARC-Target-URI; kept in the heads only")
             return None, b"-"
@@ -549,12 +786,12 @@ class WarcImporter(Importer):
         if clean.startswith(b"<") and clean.endswith(b">"):
             clean = clean[1:-1].strip(b" \t")
         if clean != uri:
-            self._report(f"{where}: WARC-Target-URI written as {_show(uri)}; filed under {_show(clean)}")
+            self._report(f"{where}: WARC-Target-URI written as {show_path(uri)}; filed under {show_path(clean)}")
         date = f.get(b"arc-date") or f.get(b"warc-date", b"")
         try:
             urlpath.stamp(date.decode("ascii"))
         except (ValueError, UnicodeDecodeError):
-            self._report(f"{where}: no usable date ({_show(date)}); kept in the heads only")
+            self._report(f"{where}: no usable date ({show_path(date)}); kept in the heads only")
             return None, b"-"
         stem = urlpath.url_to_path(clean).encode("utf-8", "surrogateescape")
         identity = name + b"\t" + str(rec.offset).encode()
@@ -585,31 +822,37 @@ class WarcImporter(Importer):
         mtime = _date_ns(date)
         digest = f.get(b"warc-payload-digest")
         if rec.rtype == "revisit":
-            orig = self.by_digest.get(digest) if digest else None
-            if orig is None and digest:
-                orig = self._stored_with_digest(digest)
-            if orig is None:
-                self.wc.revisits_unresolved += 1
-                self._report(f"{where}: revisit of {_show(clean)} whose original (digest "
-                             f"{_show(digest or b'none')}) is not here; kept as an empty file")
-                item = self._file(path, rec.payload, mtime, xattrs + [(b"user.warc.revisit", b"unresolved")],
-                                  identity, src)
-            else:
-                self.wc.revisits_resolved += 1
-                item = self._file(path, b"", mtime, xattrs, identity, src, share=orig)
             self.wc.captures += 1
-            return item, path
-        if digest:
-            ok = check_digest(digest, rec.payload)
-            if ok is False:
-                self._report(f"{where}: WARC-Payload-Digest {_show(digest)} does not match the payload; "
-                             "imported as read")
-        item = self._file(path, rec.payload, mtime, xattrs, identity, src)
+            rv = Revisit(path, rec.payload, mtime, xattrs, identity, src, digest, where, clean)
+            orig = self._original(digest)
+            if orig is None and digest:
+                self.revisits_left.append(rv)   # its original may come later in this import
+                return None, path
+            return self._revisit(rv, orig), path
+        item = self._file(path, rec.payload, mtime, xattrs, identity, src, digest=digest, where=where)
         if digest and digest not in self.by_digest:
             self.by_digest[digest] = item
         self.wc.captures += 1
         self.wc.bytes += len(rec.payload)
         return item, path
+
+    def _original(self, digest: Optional[bytes]):
+        """The capture (Item of this import, or inode) whose payload has this digest, or None."""
+        if not digest:
+            return None
+        orig = self.by_digest.get(digest)
+        return orig if orig is not None else self._stored_with_digest(digest)
+
+    def _revisit(self, rv: "Revisit", orig) -> Item:
+        """A revisit's file: its original's blocks, or (none) what the record holds, said."""
+        if orig is None:
+            self.wc.revisits_unresolved += 1
+            self._report(f"{rv.where}: revisit of {show_path(rv.uri)} whose original (digest "
+                         f"{show_path(rv.digest or b'none')}) is not here; kept as an empty file")
+            return self._file(rv.path, rv.payload, rv.mtime, rv.xattrs + [(b"user.warc.revisit", b"unresolved")],
+                              rv.identity, rv.src)
+        self.wc.revisits_resolved += 1
+        return self._file(rv.path, b"", rv.mtime, rv.xattrs, rv.identity, rv.src, share=orig)
 
     def _stored_with_digest(self, digest: bytes) -> Optional[int]:
         """A file stored before this import whose payload has this digest (its inode):
@@ -636,18 +879,23 @@ class WarcImporter(Importer):
 
     # -- worker threads ----------------------------------------------------------
 
-    def _store_bytes(self, item: Item, data: bytes) -> None:
-        rows = []
-        try:
-            mv = memoryview(data)
-            for i in range(0, max(len(data), 1), self.max_block):
-                rows.append(self.store.store(bytes(mv[i:i + self.max_block]), name=item.path))
-        except BaseException:
-            for row in rows:
-                self.store.release(row)
-            raise
-        item.rows, item.size = rows, len(data)
-        item.kept_rows = list(rows)
+    def _store_bytes(self, item: Item, data, digest: Optional[bytes] = None) -> None:
+        """Store a payload (bytes or Payload) piece by piece, checking its WARC digest
+        on the way (here, not in the walk: hashing releases the GIL)."""
+        check = DigestCheck(digest) if digest else None
+
+        def pieces() -> Iterator[bytes]:
+            for piece in payload_pieces(data, self.max_block):
+                if check is not None:
+                    check.update(piece)
+                yield piece
+            if not len(data):
+                yield b""                    # an empty capture is one empty block
+        self.store_pieces(item, pieces())
+        if check is not None and check.matches() is False:
+            item.warning = (f"{item.warc_where}: WARC-Payload-Digest "
+                            f"{show_path(digest)} does not match the payload; imported as read")
+        item.kept_rows = list(item.rows)
 
     def _share(self, item: Item, orig) -> None:
         """A revisit: the original's blocks, one more reference each."""
@@ -670,9 +918,6 @@ class WarcImporter(Importer):
             raise
         item.rows = taken
         item.size = sum(r.size for r in rows)
-
-    def _count_file(self, item: Item) -> None:
-        super()._count_file(item)
 
 
 def _prefetched(gen, depth: int = 256):
@@ -717,6 +962,7 @@ def digest_of(fields: dict) -> Optional[bytes]:
     return fields.get(b"warc-payload-digest")
 
 
+@functools.lru_cache(maxsize=4096)
 def _date_ns(date: bytes) -> int:
     try:
         s = date.decode("ascii")
@@ -750,13 +996,6 @@ def warc_summary(wc: WarcCounts, c, seconds: float, stopped: bool) -> list[str]:
 def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest: str,
                 collection: Optional[str] = None, mount_dev: Optional[int] = None) -> admin.Result:
     """Import web archive files into the collection DEST/NAME."""
-    if getattr(store, "read_only", False):
-        raise WebfsError("the archive is mounted read-only")
-    ns = getattr(store, "namespace", None)
-    own = ns is None
-    journal = None
-    if own:
-        ns, journal = _open_namespace(store)
     if collection is None:
         base = os.path.basename(sources[0]) if sources else "warc"
         collection = re.sub(r"(\.w?arc)?(\.gz)?$", "", base) or "warc"
@@ -764,15 +1003,9 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
         raise WebfsError(f"{collection!r}: a collection is one name, without '/' or '@'")
     started = time.monotonic()
     target = os.path.join(dest, collection)
-    importer = WarcImporter(store, ns, progress, getattr(store, "invalidate_inode", None),
-                            getattr(store, "invalidate_entry", None), getattr(store, "free_unused", None),
-                            collection=os.fsencode(collection))
-    importer.avoid_dev = mount_dev
-    try:
+    with import_namespace(store) as ns:
+        importer = WarcImporter.into(store, ns, progress, mount_dev, collection=os.fsencode(collection))
         counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(target))
-    finally:
-        if own:
-            _close_namespace(store, ns, journal)
     seconds = time.monotonic() - started
     stopped = progress.stopping
     wc = importer.wc
@@ -898,6 +1131,7 @@ class IndexLine:
     offset: int
     length: int
     gz: bool
+    gzip: bytes                  # the gz column as written (gzip_recipe)
     rtype: str
     ho: int
     wl: int
@@ -913,7 +1147,7 @@ def parse_index(data: bytes) -> Iterator[IndexLine]:
         if not line or line.startswith(b"#"):
             continue
         f = line.split(b"\t")
-        yield IndexLine(int(f[0]), int(f[1]), f[2] == b"gz", f[3].decode(), int(f[4]), int(f[5]),
+        yield IndexLine(int(f[0]), int(f[1]), f[2].startswith(b"gz"), f[2], f[3].decode(), int(f[4]), int(f[5]),
                         int(f[6]), int(f[7]), int(f[8]), f[9].decode(), f[10])
 
 
@@ -957,22 +1191,22 @@ def _arc_to_warc(rec_head: bytes, rtype: str, http: bytes, payload: bytes, ident
     return b"\r\n".join(lines) + b"\r\n\r\n" + http + payload + b"\r\n\r\n"
 
 
-def collection_records(tree, duplicates: str = "revisit", order: str = "source") -> Iterator[tuple[bytes, bool, str]]:
-    """(record bytes, byte-identical to the source's, source name) for every kept record.
+def collection_records(tree, duplicates: str = "revisit", order: str = "source") -> Iterator[tuple[bytes, bool, str, bytes]]:
+    """(record bytes, byte-identical to the source's, source name, its gz column) for every kept record.
 
     ``order="source"``: the source files' records in their order. ``order="disk"``:
     the records without a capture file first (in source order), then the
     captures sorted by the disk and the place on it of their first block, so
     that the pages stream off each disk in the order of its signature tree."""
     from concurrent.futures import ThreadPoolExecutor
-    pool = ThreadPoolExecutor(4, thread_name_prefix="export-read")
+    pool = ThreadPoolExecutor(READERS, thread_name_prefix="export-read")
     try:
         yield from _collection_records(tree, duplicates, pool, order)
     finally:
         pool.shutdown(cancel_futures=True)
 
 
-def _read_ahead(tree, pool, lines: list, window: int = 64) -> Iterator[tuple]:
+def _read_ahead(tree, pool, lines: list, window: int = 4 * READERS) -> Iterator[tuple]:
     """(line, payload future or None) with the capture files of the next lines being
     read by a pool (through a mount, reads of many small files overlap)."""
     from collections import deque
@@ -992,7 +1226,14 @@ def _read_ahead(tree, pool, lines: list, window: int = 64) -> Iterator[tuple]:
             more()
 
 
-def _in_order(tree, order: str) -> Iterator[tuple[bytes, bytes, list]]:
+def _located(tree, capture: bytes) -> tuple[int, str]:
+    try:
+        return tree.location(capture)
+    except (OSError, FsError, WebfsError):
+        return (1 << 30, "")
+
+
+def _in_order(tree, order: str, pool) -> Iterator[tuple[bytes, bytes, list]]:
     """(source, its heads, its index lines) in the order the records are written."""
     sources = [(src, tree.read(KEEP_DIR + b"/" + src + HEADS_SUFFIX),
                 list(parse_index(tree.read(KEEP_DIR + b"/" + src + INDEX_SUFFIX))))
@@ -1006,16 +1247,10 @@ def _in_order(tree, order: str) -> Iterator[tuple[bytes, bytes, list]]:
         rest = [ln for ln in lines if ln.where != "file"]
         if rest:
             yield src, heads, rest
-    files = []
-    for i, (src, heads, lines) in enumerate(sources):
-        for ln in lines:
-            if ln.where == "file":
-                try:
-                    key = tree.location(ln.capture)
-                except (OSError, FsError, WebfsError):
-                    key = (1 << 30, "")
-                files.append((key, i, ln))
-    files.sort(key=lambda x: x[0])
+    caps = [(i, ln) for i, (_, _, lines) in enumerate(sources) for ln in lines if ln.where == "file"]
+    # where each capture's first block is: a getxattr or two through a mount, so in parallel
+    keys = pool.map(lambda c: _located(tree, c[1].capture), caps, chunksize=64)
+    files = sorted(((key, i, ln) for key, (i, ln) in zip(keys, caps)), key=lambda x: x[0])
     run: list = []
     for key, i, ln in files:                    # consecutive lines of one source, one group
         if run and run[0][0] != i:
@@ -1026,8 +1261,8 @@ def _in_order(tree, order: str) -> Iterator[tuple[bytes, bytes, list]]:
         yield sources[run[0][0]][0], sources[run[0][0]][1], [x[1] for x in run]
 
 
-def _collection_records(tree, duplicates: str, pool, order: str = "source") -> Iterator[tuple[bytes, bool, str]]:
-    for src, heads, lines in _in_order(tree, order):
+def _collection_records(tree, duplicates: str, pool, order: str = "source") -> Iterator[tuple[bytes, bool, str, bytes]]:
+    for src, heads, lines in _in_order(tree, order, pool):
         for ln, fut in _read_ahead(tree, pool, lines):
             p = ln.ho
             head = heads[p:p + ln.wl]
@@ -1042,7 +1277,7 @@ def _collection_records(tree, duplicates: str, pool, order: str = "source") -> I
                 try:
                     payload = fut.result()
                 except (OSError, FsError, WebfsError) as exc:
-                    raise WebfsError(f"{_show(ln.capture)}: cannot be read: {exc}") from None
+                    raise WebfsError(f"{show_path(ln.capture)}: cannot be read: {exc}") from None
             tail = heads[p:p + ln.tl]
             if ln.rtype == "revisit" and duplicates == "full" and ln.capture != b"-" and head.startswith(b"WARC/"):
                 try:
@@ -1057,7 +1292,7 @@ def _collection_records(tree, duplicates: str, pool, order: str = "source") -> I
                     identical = False
             if not head.startswith(b"WARC/"):
                 yield _arc_to_warc(head, ln.rtype, http, payload, src + b"\t" + str(ln.offset).encode()), \
-                    False, os.fsdecode(src)
+                    False, os.fsdecode(src), b""
                 continue
             if len(http) + len(payload) != ln.hl + ln.pl or not identical:
                 head = _set_header(head, b"Content-Length", str(len(http) + len(payload)).encode())
@@ -1065,14 +1300,14 @@ def _collection_records(tree, duplicates: str, pool, order: str = "source") -> I
                     head = head.rstrip(b"\r\n") + b"\r\n\r\n"
                 identical = False
                 tail = b"\r\n\r\n"
-            yield head + http + payload + tail, identical, os.fsdecode(src)
+            yield head + http + payload + tail, identical, os.fsdecode(src), ln.gzip if identical else b""
 
 
 def export(collection: str, out: str, split: Optional[int] = None, duplicates: str = "revisit",
            progress: Optional[admin.Progress] = None, order: str = "source") -> dict:
     """Write a collection as per-record gzipped WARC; returns figures."""
     tree = open_tree(collection)
-    figures = {"records": 0, "identical": 0, "bytes": 0, "files": []}
+    figures = {"records": 0, "identical": 0, "gzip_identical": 0, "bytes": 0, "files": []}
     n = 0
     fh = None
 
@@ -1085,23 +1320,54 @@ def export(collection: str, out: str, split: Optional[int] = None, duplicates: s
         fh = open(name, "wb")
         figures["files"].append(name)
 
+    def write(made: tuple[bytes, bool], identical: bool, size: int) -> None:
+        member, same_member = made
+        if split is not None and fh.tell() > 0 and fh.tell() >= split:
+            next_file()
+        fh.write(member)
+        figures["records"] += 1
+        figures["identical"] += identical
+        figures["gzip_identical"] += same_member
+        figures["bytes"] += size
+        if progress is not None:
+            progress.advance(1)
+
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+    # Records are compressed by two threads (zlib lets go of the GIL), written in order.
+    zpool = ThreadPoolExecutor(2, thread_name_prefix="export-gzip")
+    window: deque = deque()
     try:
         next_file()
-        for data, identical, _src in collection_records(tree, duplicates, order):
-            if split is not None and fh.tell() > 0 and fh.tell() >= split:
-                next_file()
-            c = zlib.compressobj(6, zlib.DEFLATED, 31)
-            fh.write(c.compress(data) + c.flush())
-            figures["records"] += 1
-            figures["identical"] += identical
-            figures["bytes"] += len(data)
-            if progress is not None:
-                progress.advance(1)
+        for data, identical, _src, recipe in collection_records(tree, duplicates, order):
+            window.append((zpool.submit(_gzip_member, data, recipe), identical, len(data)))
+            if len(window) >= 64:
+                fut, identical, size = window.popleft()
+                write(fut.result(), identical, size)
+        while window:
+            fut, identical, size = window.popleft()
+            write(fut.result(), identical, size)
     finally:
+        zpool.shutdown(cancel_futures=True)
         if fh is not None:
             fh.close()
         tree.close()
     return figures
+
+
+def _gzip_member(data: bytes, recipe: bytes) -> tuple[bytes, bool]:
+    """A record as a gzip member: (the source's very member, True) when its recipe
+    makes one with the kept CRC-32 (zlib at the level and header the source's
+    member had), else (zlib level 6, False)."""
+    if recipe.startswith(b"gz:"):
+        _, level, head, crc = recipe.split(b":")
+        c = zlib.compressobj(int(level), zlib.DEFLATED, -zlib.MAX_WBITS)
+        member = (bytes.fromhex(head.decode()) + c.compress(data) + c.flush()
+                  + struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF))
+        if zlib.crc32(member) == int(crc, 16):
+            return member, True
+    c = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return c.compress(data) + c.flush(), False
 
 
 # ---------------------------------------------------------------- versions of a URL

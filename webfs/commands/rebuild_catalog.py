@@ -19,16 +19,17 @@ import logging
 import os
 import stat
 from collections import Counter, defaultdict
+from dataclasses import astuple
 from typing import Optional
 
 from .. import signature as sigmod
 from ..archive import Archive
-from ..catalog import Catalog, catalog_path
-from ..errors import ArchiveError, CorruptBlock
+from ..catalog import BlockRow, Catalog, catalog_path
+from ..errors import ArchiveError, CorruptBlock, CorruptParity
 from ..manifest import JOURNAL, MANIFEST, escape_path, journal_after_checkpoint, unescape_path
 from ..namespace import ROOT_INODE, name_problem
 from ..volume import PARITY
-from ..parity import INTENT_FILE as PARITY_INTENTS
+from ..parity import INTENT_FILE as PARITY_INTENTS, STRIPE_COLUMNS, ParityHeader, Stripe, size_class
 
 log = logging.getLogger(__name__)
 
@@ -254,12 +255,14 @@ def _apply_or_why(entries: Entries, line: bytes, where: str) -> Optional[str]:
     return None
 
 
+Key = tuple[str, int]                       # (signature, overflow)
+
+
 def rebuild_catalog(archive: Archive, progress=None,
                     problems: Optional[list[Problem]] = None) -> list[str]:
     """Write a new catalog on the lowest present disk; return what it did and lost.
     Records of the MANIFEST and JOURNAL that cannot be used are skipped and
     added to ``problems`` (where, what); without the list they are said."""
-    from ..parity import CorruptParity, ParityHeader, size_class
     if not archive.volumes:
         raise ArchiveError("no disk of the archive is present")
     target = archive.volumes[min(archive.volumes)]
@@ -269,14 +272,52 @@ def rebuild_catalog(archive: Archive, progress=None,
         if os.path.exists(p):
             os.unlink(p)
     cat = Catalog(tmp)
-    said = []
-    depth = archive.conf.depth
-    max_block = archive.conf.max_block
-    blocks: dict[tuple[str, int], list] = {}
-    header_refs: dict[tuple[str, int], int] = {}
+    said: list[str] = []
     skipped: list[Problem] = []
-    disk_indexes = set(archive.disk_indexes)
-    # 1. blocks from their headers
+    blocks, header_refs = _blocks_from_headers(archive, progress, said)
+    stripes = _stripes_from_parity(archive, blocks, said, skipped)
+    ids = _write_blocks(cat, blocks, stripes)
+    entries, notes = read_namespace(archive, skipped)
+    said += notes
+    names, missing_blocks = _write_namespace(cat, archive, entries, ids, said, skipped)
+    unnamed = _write_refs(cat, archive, blocks, header_refs, ids)
+    _write_groups(cat, blocks)
+    cat.set_meta("clean", "0")         # the next mount recounts and protects what it must
+    cat.commit()
+    cat.close()
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.unlink(path + suffix)
+    os.replace(tmp, path)
+    # The stripes are what the parity files say: intents of the old catalog are void.
+    for vol in archive.volumes.values():
+        intents = os.path.join(vol.root, PARITY_INTENTS)
+        if os.path.exists(intents):
+            os.unlink(intents)
+    archive.conf.catalog = target.index
+    archive.save_config()
+    said.insert(0, f"rebuilt the catalog on disk {target.index}: {len(blocks)} blocks, "
+                   f"{len(stripes)} stripes, {names} names")
+    if problems is not None:
+        problems.extend(skipped)
+    else:
+        said += [f"{where}: {what}" for where, what in skipped]
+    said.append("owners, xattrs and hard-link identity are not in the plain-text records: "
+                "files belong to the rebuilding user, hard links come back as copies")
+    if unnamed:
+        said.append(f"{unnamed} block(s) named by no file kept as pinned ('webfs delete' drops them)")
+    if missing_blocks:
+        said.append(f"{missing_blocks} block(s) lost")
+    return said
+
+
+def _blocks_from_headers(archive: Archive, progress,
+                         said: list[str]) -> tuple[dict[Key, BlockRow], dict[Key, int]]:
+    """Step 1: every block file's header, on every present disk: the blocks
+    (rows not yet in the catalog: no id, no references) and the Refs their
+    headers say."""
+    blocks: dict[Key, BlockRow] = {}
+    header_refs: dict[Key, int] = {}
     for disk, vol in sorted(archive.volumes.items()):
         for sig, overflow, rel in vol.iter_blocks():
             if progress:
@@ -288,9 +329,17 @@ def rebuild_catalog(archive: Archive, progress=None,
             except (CorruptBlock, OSError) as exc:
                 said.append(f"disk {disk}: {rel}: header unreadable ({exc}); left for scrub")
                 continue
-            blocks[(sig, overflow)] = [sig, overflow, disk, h.size, h.stored, h.codec, h.created, h.name, None]
+            blocks[(sig, overflow)] = BlockRow(0, sig, overflow, disk, h.size, h.stored, h.codec, 0, 0,
+                                               h.created, h.name, sigmod.group_of(sig, archive.conf.depth), None)
             header_refs[(sig, overflow)] = h.refs
-    # 2. stripes from parity headers; members of lost disks become rows too
+    return blocks, header_refs
+
+
+def _stripes_from_parity(archive: Archive, blocks: dict[Key, BlockRow], said: list[str],
+                         skipped: list[Problem]) -> list[Stripe]:
+    """Step 2: stripes from the parity headers; their members on lost disks
+    become blocks too (found from the parity header alone)."""
+    disk_indexes = set(archive.disk_indexes)
     stripes = []
     for disk, vol in sorted(archive.volumes.items()):
         for rel in vol.backend.list(PARITY):
@@ -307,25 +356,35 @@ def rebuild_catalog(archive: Archive, progress=None,
                 continue
             disks_mask = 1 << disk
             for m in header.members:
-                row = blocks.setdefault(m.key, [m.sig, m.overflow, m.disk, m.size, m.stored, m.codec,
-                                                m.created, m.name, None])
-                row[8] = header.stripe
-                disks_mask |= 1 << row[2]
-            stripes.append((header.stripe, disk, size_class(header.length), header.length,
-                            len(header.members), disks_mask))
+                found = blocks.setdefault(m.key, BlockRow(0, m.sig, m.overflow, m.disk, m.size, m.stored, m.codec,
+                                                          0, 0, m.created, m.name,
+                                                          sigmod.group_of(m.sig, archive.conf.depth), None))
+                found.stripe = header.stripe
+                disks_mask |= 1 << found.disk
+            stripes.append(Stripe(header.stripe, disk, size_class(header.length), header.length, "ok",
+                                     len(header.members), disks_mask))
+    return stripes
+
+
+def _write_blocks(cat: Catalog, blocks: dict[Key, BlockRow], stripes: list[Stripe]) -> dict[Key, int]:
+    """Step 3: the stripe and block rows; returns each block's row id."""
     for s in stripes:
-        cat.execute("INSERT OR REPLACE INTO stripes (id, parity_disk, size_class, length, state, members, disks)"
-                    " VALUES (?,?,?,?, 'ok', ?,?)", s)
+        cat.execute(f"INSERT OR REPLACE INTO stripes ({STRIPE_COLUMNS}) VALUES (?,?,?,?,?,?,?)", astuple(s))
     ids = {}
-    for key, (sig, overflow, disk, size, stored, codec, created, name, stripe) in blocks.items():
+    for key, b in blocks.items():
         cur = cat.execute(
             "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe)"
-            " VALUES (?,?,?,?,?,?,0,0,?,?,?,?)",
-            (sig, overflow, disk, size, stored, codec, created, name, sigmod.group_of(sig, depth), stripe))
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", astuple(b)[1:])
         ids[key] = cur.lastrowid
-    # 3. the namespace
-    entries, notes = read_namespace(archive, skipped)
-    said += notes
+    return ids
+
+
+def _write_namespace(cat: Catalog, archive: Archive, entries: dict[bytes, tuple], ids: dict[Key, int],
+                     said: list[str], skipped: list[Problem]) -> tuple[int, int]:
+    """Step 4: inodes, names and contents from the plain-text records. A piece
+    on no disk and in no stripe gets a row on no disk, so reading it gives EIO,
+    never wrong bytes. Returns the names written and the blocks lost."""
+    depth, max_block = archive.conf.depth, archive.conf.max_block
     root = entries.pop(b"/", None)
     root_mode, t_root = (root[2], root[3]) if root else \
         (stat.S_IFDIR | 0o755, max((v[3] for v in entries.values()), default=0))
@@ -353,7 +412,7 @@ def rebuild_catalog(archive: Archive, progress=None,
                 if walked not in dirs:
                     cur = cat.execute("INSERT INTO inodes (mode, uid, gid, size, nlink, atime_ns, mtime_ns,"
                                       " ctime_ns) VALUES (?,?,?,0,2,?,?,?)",
-                                      (stat.S_IFDIR | 0o755, os.getuid(), os.getgid(), mtime, mtime, mtime))
+                                      (stat.S_IFDIR | 0o755, uid, gid, mtime, mtime, mtime))
                     cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
                                 (parent, part, cur.lastrowid))
                     cat.execute("UPDATE inodes SET nlink=nlink+1 WHERE id=?", (parent,))
@@ -373,7 +432,6 @@ def rebuild_catalog(archive: Archive, progress=None,
             key = sigmod.ContentKey.parse(text)
             block_id = ids.get((key.sig, key.overflow))
             if block_id is None:
-                # Keep the file, but reading the lost piece gives EIO, never wrong bytes.
                 missing_blocks += 1
                 said.append(f"{p!r}: block {text} is on no disk and in no stripe: the file is lost")
                 piece_size = min(max_block, size - piece * max_block)
@@ -384,8 +442,14 @@ def rebuild_catalog(archive: Archive, progress=None,
                      sigmod.group_of(key.sig, depth)))
                 block_id = ids[(key.sig, key.overflow)] = cur.lastrowid
             cat.execute("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)", (ino, piece, block_id))
-    # 4. references: what the names use; a block nobody names is kept, pinned
-    #    with the count its header had; headers are made to agree.
+    return len(entries), missing_blocks
+
+
+def _write_refs(cat: Catalog, archive: Archive, blocks: dict[Key, BlockRow], header_refs: dict[Key, int],
+                ids: dict[Key, int]) -> int:
+    """Step 5: references are what the names use; a block nobody names is kept,
+    pinned with the count its header had; headers are made to agree. Returns
+    the blocks no name uses."""
     used = cat.namespace_refs()
     unnamed = 0
     for key, block_id in ids.items():
@@ -395,37 +459,14 @@ def rebuild_catalog(archive: Archive, progress=None,
             refs = pins = max(header_refs.get(key, 1), 1)
         cat.execute("UPDATE blocks SET refs=?, pins=? WHERE id=?", (refs, pins, block_id))
         if key in header_refs and header_refs[key] != refs:
-            archive.volumes[blocks[key][2]].set_refs(key[0], key[1], refs)
-    # 5. the group map: where most of each group's blocks are
-    where = defaultdict(Counter)
-    for sig, overflow, disk, *_ in blocks.values():
-        where[sigmod.group_of(sig, depth)][disk] += 1
+            archive.volumes[blocks[key].disk].set_refs(key[0], key[1], refs)
+    return unnamed
+
+
+def _write_groups(cat: Catalog, blocks: dict[Key, BlockRow]) -> None:
+    """Step 6: the group map: each group on the disk that holds most of its blocks."""
+    where: defaultdict[str, Counter] = defaultdict(Counter)
+    for b in blocks.values():
+        where[b.grp][b.disk] += 1
     for grp, counts in where.items():
         cat.execute("INSERT INTO groups (grp, disk) VALUES (?,?)", (grp, counts.most_common(1)[0][0]))
-    cat.set_meta("clean", "0")         # the next mount recounts and protects what it must
-    cat.commit()
-    cat.close()
-    for suffix in ("-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            os.unlink(path + suffix)
-    os.replace(tmp, path)
-    # The stripes are what the parity files say: intents of the old catalog are void.
-    for vol in archive.volumes.values():
-        intents = os.path.join(vol.root, PARITY_INTENTS)
-        if os.path.exists(intents):
-            os.unlink(intents)
-    archive.conf.catalog = target.index
-    archive.save_config()
-    said.insert(0, f"rebuilt the catalog on disk {target.index}: {len(blocks)} blocks, "
-                   f"{len(stripes)} stripes, {len(entries)} names")
-    if problems is not None:
-        problems.extend(skipped)
-    else:
-        said += [f"{where}: {what}" for where, what in skipped]
-    said.append("owners, xattrs and hard-link identity are not in the plain-text records: "
-                "files belong to the rebuilding user, hard links come back as copies")
-    if unnamed:
-        said.append(f"{unnamed} block(s) named by no file kept as pinned ('webfs delete' drops them)")
-    if missing_blocks:
-        said.append(f"{missing_blocks} block(s) lost")
-    return said

@@ -1,0 +1,122 @@
+"""The web archive section of tools/bench (issue 12):
+
+warc      a WARC of at least --warc-captures response records (10,000 by
+          default), one per file of a make-corpus crawl (--small-pages, seeded
+          like the rest), written per-record gzipped by warcio's WARCWriter.
+          Figure warc.import: `webfs import-warc` into a fresh mount against
+          `cdxj-indexer` reading the same file (the cheapest peer that parses
+          every record), records/s (aim >= 0.5x). Figure warc.export:
+          `webfs export-warc --order disk` of the imported collection against
+          `tar -cf - COLLECTION | wc -c` through the mount, both cold, pages/s
+          (aim >= 1.0x). Medians of --repeat runs, the commands interleaved.
+"""
+
+import io
+import os
+import shlex
+import sys
+import time
+
+from bench_lib import BenchError, log, rmtree, run, timed
+from bench_targets import Webfs
+from bench_webfs import median, section_fail
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write_warc(crawl, out):
+    """Every file of a crawl directory as a response record (URL http://PATH);
+    returns how many records were written."""
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+    n = 0
+    with open(out, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        for d, dirs, files in os.walk(crawl):
+            dirs.sort()
+            for name in sorted(files):
+                path = os.path.join(d, name)
+                with open(path, "rb") as fh:
+                    body = fh.read()
+                ctype = "text/html" if name.endswith((".html", ".htm")) else "application/octet-stream"
+                http = StatusAndHeaders("200 OK", [("Content-Type", ctype), ("Content-Length", str(len(body)))],
+                                        protocol="HTTP/1.1")
+                rec = w.create_warc_record("http://" + os.path.relpath(path, crawl), "response",
+                                           payload=io.BytesIO(body), http_headers=http,
+                                           warc_headers_dict={"WARC-Date": "2024-01-01T12:00:00Z"})
+                w.write_record(rec)
+                n += 1
+    return n
+
+
+def warc_section(ctx):
+    if not any(t.name == "webfs" for t in ctx.targets):
+        log("warc: skipped (webfs is not among the targets)")
+        return
+    o = ctx.opts
+    info = {"captures_wanted": o.warc_captures}
+    ctx.extra["warc"] = info
+    work = os.path.join(ctx.workdir, "warc")
+    corpus = os.path.join(work, "corpus")
+    src = os.path.join(work, "bench.warc.gz")
+    web = Webfs("webfs-warc", os.path.join(work, "target"), o)
+    try:
+        os.makedirs(work, exist_ok=True)
+        run([sys.executable, os.path.join(HERE, "make-corpus"), "--seed", str(o.seed + 3), "--small-pages",
+             "--pages", str(o.warc_captures), "--crawls", "1", corpus],
+            timeout=o.timeout)
+        t0 = time.perf_counter()
+        records = write_warc(os.path.join(corpus, "crawl-001"), src)
+        if records < o.warc_captures:
+            raise BenchError("the WARC has %d records, fewer than %d" % (records, o.warc_captures))
+        info.update(records=records, bytes=os.path.getsize(src), write_seconds=time.perf_counter() - t0)
+        rmtree(corpus)
+        log("warc: %d records, %.1f MB (per-record gzip, warcio)", records, info["bytes"] / 1e6)
+        cmd = shlex.quote(o.webfs_cmd)
+        runs = info["runs"] = []
+        for rep in range(ctx.repeat):
+            r = {}
+            dt, out, rc, err, _ = timed("cdxj-indexer %s | wc -l" % shlex.quote(src), timeout=o.timeout)
+            if rc != 0 or int(out.split()[0]) != records:
+                raise BenchError("cdxj-indexer: %s %s" % (out.strip(), err.strip()[-300:]))
+            r["cdxj"] = dt
+            web.create()
+            try:
+                os.sync()
+                dt, out, rc, err, _ = timed("%s import-warc --collection c %s %s" % (
+                    cmd, shlex.quote(src), shlex.quote(web.path + "/")), timeout=o.timeout)
+                if rc != 0:
+                    raise BenchError("import-warc: %s" % (out + err).strip()[-500:])
+                web.sync()
+                r["import"] = dt
+                coll = shlex.quote(os.path.join(web.path, "c"))
+                for key, line in (("tar", "tar -cf - -C %s . | wc -c" % coll),
+                                  ("export", "%s export-warc --order disk %s %s" % (
+                                      cmd, coll, shlex.quote(os.path.join(work, "out.warc.gz"))))):
+                    web.remount_cold()
+                    dt, out, rc, err, _ = timed(line, timeout=o.timeout)
+                    if rc != 0:
+                        raise BenchError("%s: %s" % (line, (out + err).strip()[-500:]))
+                    r[key] = dt
+                    if key == "export" and "(100%) byte-identical" not in out:
+                        raise BenchError("export-warc: not every record byte-identical: %s" % out.strip())
+            finally:
+                web.destroy()
+            runs.append(r)
+            log("warc: cdxj-indexer %.2f s, import-warc %.2f s (%.2fx); tar %.2f s, export-warc %.2f s "
+                "(%.2fx)", r["cdxj"], r["import"], r["cdxj"] / r["import"], r["tar"], r["export"],
+                r["tar"] / r["export"])
+        med = info["median"] = {k: median([x.get(k) for x in runs]) for k in ("cdxj", "import", "tar", "export")}
+        info["import_vs_cdxj"] = med["cdxj"] / med["import"]
+        info["export_vs_tar"] = med["tar"] / med["export"]
+    except (BenchError, OSError, ValueError) as e:
+        info["error"] = str(e)[-1000:]
+        section_fail(ctx, "warc", "webfs", e)
+    finally:
+        web.destroy()
+        rmtree(work)
+
+
+SECTIONS = {
+    "warc": (warc_section, "a WARC of 10,000 captures: import-warc vs cdxj-indexer, export-warc vs tar"),
+}
