@@ -25,12 +25,7 @@ from typing import Iterator
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = (("webfs", "webfs"), ("backends", "webfs.backends"))
 
-KNOWN = {
-    "private webfs.warc: from webfs.ingest import _close_namespace": "warc.py and ingest.py: the WARC work",
-    "private webfs.warc: from webfs.ingest import _open_namespace": "warc.py and ingest.py: the WARC work",
-    "private webfs.warc: from webfs.ingest import _problem": "warc.py and ingest.py: the WARC work",
-    "private webfs.warc: from webfs.ingest import _show": "warc.py and ingest.py: the WARC work",
-}
+KNOWN: dict[str, str] = {}
 
 
 @dataclass

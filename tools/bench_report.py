@@ -743,14 +743,10 @@ def render_scale(result):
     return out
 
 
-<<<<<<< HEAD
 import bench_s3  # noqa: E402
 
-RENDERERS = {"rebuild": render_rebuild, "readers": render_readers, "scale": render_scale, "cooling": render_cooling, "memory": render_memory,
+RENDERERS = {"warc": render_warc, "rebuild": render_rebuild, "readers": render_readers, "scale": render_scale, "cooling": render_cooling, "memory": render_memory,
              "s3": bench_s3.render}
-=======
-RENDERERS = {"warc": render_warc, "rebuild": render_rebuild, "readers": render_readers, "scale": render_scale, "cooling": render_cooling, "memory": render_memory}
->>>>>>> main
 
 
 # ----------------------------------------------------------------- chart

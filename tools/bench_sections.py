@@ -223,9 +223,6 @@ SECTIONS = {
     "daemon": (daemon, "FUSE daemon CPU time and peak memory"),
     **bench_datapath.SECTIONS,
     **bench_webfs.SECTIONS,
-<<<<<<< HEAD
     **bench_s3.SECTIONS,
-=======
     **bench_warc.SECTIONS,
->>>>>>> main
 }
