@@ -75,6 +75,7 @@ demo: deps
 # Every section of tools/bench on two 30 MB crawls, a small-page corpus and a
 # 20,000-file ingest: about 15-20 minutes on 2 cores (bench-results/results.md).
 bench: deps
+	-@$(MAKE) -s apt APT_PKGS=rclone   # the s3 section compares rclone mount; skipped if it will not install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tools/bench --out bench-results
 
 # The same on 10 GB crawls, a 1 GB small-page corpus and a 100,000-file ingest: hours.

@@ -6,75 +6,33 @@ writes files. ``open_backend`` turns a disk's location into a backend.
 """
 from __future__ import annotations
 
-import abc
 import os
-from typing import Iterator
+
+from .base import Backend
 
 
-class Backend(abc.ABC):
-    """A disk root that holds files."""
+def is_url(location: str) -> bool:
+    """Is this disk location a URL (s3://, s3+http://) rather than a directory?"""
+    from .s3 import is_url as s3_url
+    return s3_url(location)
 
-    root: str
 
-    @abc.abstractmethod
-    def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
-        """Bytes of a file (from offset, size bytes or to the end)."""
-
-    @abc.abstractmethod
-    def write_atomic(self, path: str, data: bytes, fsync: bool = False) -> None:
-        """Replace a file whole: a crash leaves the old file or the new, never half."""
-
-    @abc.abstractmethod
-    def write_new(self, path: str, data: bytes, fsync: bool = False) -> None:
-        """Write a file that should not exist yet (a new block, whose name is
-        listed in the store's intents first, so a crash's half-written file is
-        found and removed). By default the same as ``write_atomic``."""
-        self.write_atomic(path, data, fsync)
-
-    def write_at(self, path: str, offset: int, data: bytes, fsync: bool = False) -> None:
-        """Overwrite bytes of an existing file in place (fixed-width fields)."""
-
-    @abc.abstractmethod
-    def open_append(self, path: str) -> int:
-        """An OS file descriptor that appends to a file (created if absent), for logs."""
-
-    @abc.abstractmethod
-    def rename(self, src: str, dst: str) -> None:
-        """Rename atomically, replacing dst."""
-
-    @abc.abstractmethod
-    def remove(self, path: str) -> None:
-        """Remove a file; a missing file is not an error."""
-
-    @abc.abstractmethod
-    def exists(self, path: str) -> bool: ...
-
-    @abc.abstractmethod
-    def size(self, path: str) -> int:
-        """Length of a file; FileNotFoundError if missing."""
-
-    @abc.abstractmethod
-    def list(self, prefix: str) -> Iterator[str]:
-        """Every file below a directory, recursively, as relative paths."""
-
-    @abc.abstractmethod
-    def remove_leftovers(self, path: str) -> list[str]:
-        """Remove what an interrupted write_atomic of this path left; say what."""
-
-    @abc.abstractmethod
-    def free_space(self) -> tuple[int, int]:
-        """(bytes free for us, bytes in all) on the device."""
-
-    @abc.abstractmethod
-    def sync(self) -> None:
-        """Make everything written so far durable."""
-
-    @abc.abstractmethod
-    def present(self) -> bool:
-        """Is the disk still there (its root reachable)?"""
+def normalize(location: str) -> str:
+    """A disk location as webfs.conf records it: a canonical URL, or an absolute path.
+    ValueError (naming the location) for a URL that cannot be a disk."""
+    if is_url(location):
+        from .s3 import DiskURL
+        return str(DiskURL.parse(location))
+    return os.path.abspath(location)
 
 
 def open_backend(location: str, delay: float = 0.0) -> Backend:
-    """The backend for a disk location (today: a local directory)."""
+    """The backend for a disk location: a local directory, or a disk URL
+    (``s3://HOST:PORT/BUCKET[/PREFIX]``, ``s3+http://...``)."""
+    if is_url(location):
+        from .s3 import open_s3
+        return open_s3(location)
     from .local import LocalBackend
     return LocalBackend(os.path.abspath(location), delay=delay)
+
+__all__ = ["Backend", "is_url", "normalize", "open_backend"]

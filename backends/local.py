@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Iterator
 
-from . import Backend
+from .base import Backend
 
 TMP_SUFFIX = ".webfs-tmp"
 

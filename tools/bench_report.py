@@ -31,6 +31,7 @@ SECTION_TITLES = {
     "cooling": "Disk cooling (webfs only)",
     "warc": "Web archives: import-warc and export-warc (webfs only)",
     "memory": "Daemon memory against archive size (webfs only)",
+    "s3": "Disks on SeaweedFS (S3) against local disks and rclone mount",
 }
 
 
@@ -742,7 +743,10 @@ def render_scale(result):
     return out
 
 
-RENDERERS = {"warc": render_warc, "rebuild": render_rebuild, "readers": render_readers, "scale": render_scale, "cooling": render_cooling, "memory": render_memory}
+import bench_s3  # noqa: E402
+
+RENDERERS = {"warc": render_warc, "rebuild": render_rebuild, "readers": render_readers, "scale": render_scale, "cooling": render_cooling, "memory": render_memory,
+             "s3": bench_s3.render}
 
 
 # ----------------------------------------------------------------- chart

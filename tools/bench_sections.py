@@ -212,6 +212,7 @@ def daemon(ctx):
 import bench_datapath  # noqa: E402
 import bench_warc  # noqa: E402
 import bench_webfs  # noqa: E402
+import bench_s3  # noqa: E402
 
 SECTIONS = {
     "ingest": (ingest, "cp -r and rsync -a of crawl 1 into an empty target, then crawl 2"),
@@ -222,5 +223,6 @@ SECTIONS = {
     "daemon": (daemon, "FUSE daemon CPU time and peak memory"),
     **bench_datapath.SECTIONS,
     **bench_webfs.SECTIONS,
+    **bench_s3.SECTIONS,
     **bench_warc.SECTIONS,
 }

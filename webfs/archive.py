@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import FORMAT_VERSION
-from .backends import open_backend
+from .backends import is_url, normalize, open_backend
 from .block import utc_timestamp
 from .errors import ArchiveBusy, ArchiveError, ConfigError
 from .signature import DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
@@ -119,6 +119,7 @@ DISK_KEYS: dict[str, ConfKey] = {k.name: k for k in (
     ConfKey("uuid", "uuid", required=True),
     ConfKey("weight", "float", 0, 1e9, default=1.0),
     ConfKey("path", "text", default=""),
+    ConfKey("domain", "text", default=""),
 )}
 DISK_INDEX = ConfKey("disk N", "int", 0, MAX_DISK_INDEX)
 
@@ -136,6 +137,12 @@ class DiskInfo:
     uuid: str
     weight: float = 1.0
     path: str = ""
+    domain: str = ""            # failure domain: "" is the disk's own; S3 disks: their endpoint
+
+    @property
+    def failure_domain(self) -> str:
+        """The name of its failure domain: parity never puts two members of a stripe in one."""
+        return self.domain or f"disk {self.index}"
 
 
 @dataclass
@@ -170,7 +177,8 @@ class Config:
             "max_block": str(self.max_block), "catalog": str(self.catalog),
             "generation": str(self.generation)}
         for d in sorted(self.disks, key=lambda d: d.index):
-            cp[f"disk {d.index}"] = {"uuid": d.uuid, "weight": repr(d.weight), "path": d.path}
+            cp[f"disk {d.index}"] = {"uuid": d.uuid, "weight": repr(d.weight), "path": d.path,
+                                     **({"domain": d.domain} if d.domain else {})}
         out = io.StringIO()
         out.write("# webfs archive configuration; the same on every disk. See webfs-format(5).\n")
         cp.write(out)
@@ -228,7 +236,8 @@ class Config:
                 index = DISK_INDEX.parse(sect[4:], where, sect)
                 s = cp[sect]
                 fields = _section_values(DISK_KEYS, s, sect, where)
-                conf.disks.append(DiskInfo(index, fields["uuid"], fields["weight"], fields["path"]))
+                conf.disks.append(DiskInfo(index, fields["uuid"], fields["weight"], fields["path"],
+                                          fields["domain"]))
         conf.disks.sort(key=lambda d: d.index)
         return conf.validate(where)
 
@@ -275,15 +284,31 @@ def _copy_advice(where: str) -> str:
             "or write it again as webfs-format(5) describes")
 
 
+def local_side(location: str) -> str:
+    """The directory that holds a disk's identity files: the disk's own, or an
+    S3 disk's state directory (filled from its bucket: ArchiveError, naming
+    the disk, when the bucket cannot be reached or read)."""
+    if not is_url(location):
+        return location
+    try:
+        return open_backend(location).root
+    except ValueError as exc:
+        raise ArchiveError(str(exc)) from None
+    except OSError as exc:
+        raise ArchiveError(f"{normalize(location)}: {exc.strerror or exc}") from None
+
+
 def read_disk_id(root: str) -> dict[str, str]:
     """The Key: value lines of a disk's WEBFS-DISK file."""
+    shown = root
+    root = local_side(root)
     path = os.path.join(root, DISK_ID_FILE)
     try:
         with open(path, "rb") as f:
             lines = f.read(4096).decode("ascii", "replace").splitlines()
     except FileNotFoundError:
-        advice = disk_id_advice(root)
-        raise ArchiveError(advice or f"{root}: not a webfs disk (no {DISK_ID_FILE}; "
+        advice = None if shown != root else disk_id_advice(root)
+        raise ArchiveError(advice or f"{shown}: not a webfs disk (no {DISK_ID_FILE}; "
                            "make one with 'webfs mkfs')") from None
     except OSError as exc:
         raise ArchiveError(f"{root}: cannot read {DISK_ID_FILE}: {exc.strerror}") from None
@@ -332,7 +357,10 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
 
     One disk gets group size 2 unless told otherwise: no parity while it is
     alone, parity as soon as ``webfs add-disk`` gives it a second disk."""
-    roots = [os.path.abspath(p) for p in paths]
+    try:
+        roots = [normalize(p) for p in paths]
+    except ValueError as exc:
+        raise ArchiveError(str(exc)) from None
     if not roots:
         raise ArchiveError("mkfs needs at least one disk")
     if len(set(roots)) != len(roots):
@@ -344,9 +372,13 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
     conf = Config(uuid=uuidmod.uuid4().hex, label=label, depth=depth, group_size=g,
                   codec=codec, level=level, store_mode=store_mode, max_block=max_block,
                   created=utc_timestamp(),
-                  disks=[DiskInfo(i, uuidmod.uuid4().hex, 1.0, root) for i, root in enumerate(roots)])
+                  disks=[DiskInfo(i, uuidmod.uuid4().hex, 1.0, root, default_domain(root))
+                         for i, root in enumerate(roots)])
     conf.validate("mkfs")
+    check_new_remote(roots)
     for root in roots:
+        if is_url(root):
+            continue
         if os.path.exists(root) and not os.path.isdir(root):
             raise ArchiveError(f"{root}: exists and is not a directory")
         if os.path.isdir(root) and os.listdir(root) and not force:
@@ -355,19 +387,63 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
             raise ArchiveError(f"{root}: {what}; refusing to make an archive here (use --force "
                                "to overwrite; what is there is left alone except webfs files)")
     for root in roots:
-        if force:
+        if force and not is_url(root):
             _clear_webfs_files(root)
-        os.makedirs(os.path.join(root, META), exist_ok=True)
+        make_disk_root(root)
     for d in conf.disks:
         be = open_backend(d.path)
         be.write_atomic(DISK_ID_FILE, disk_id_text(conf, d).encode(), fsync=True)
         be.write_atomic(CONF_FILE, conf.to_ini().encode(), fsync=True)
     from .catalog import Catalog, catalog_path
-    cat = Catalog(catalog_path(conf.disks[conf.catalog].path))
+    cat = Catalog(catalog_path(local_side(conf.disks[conf.catalog].path)))
     cat.set_meta("max_block", str(conf.max_block))   # pieces are found by offset // max_block
     cat.commit()
     cat.close()
+    for d in conf.disks:
+        if is_url(d.path):
+            open_backend(d.path).sync()     # its meta/ (the new catalog) to the bucket
     return conf
+
+
+def default_domain(location: str) -> str:
+    """A new disk's failure domain: its endpoint for an S3 disk, else its own."""
+    if not is_url(location):
+        return ""
+    from .backends.s3 import DiskURL
+    return DiskURL.parse(location).domain
+
+
+def check_new_remote(locations: list[str]) -> None:
+    """Every S3 disk to be made must be reachable with our credentials and
+    empty: else ArchiveError naming it, before anything is written anywhere."""
+    from .backends.s3 import open_s3
+    for location in locations:
+        if is_url(location):
+            why = open_s3(location, fetch=False).check_new()
+            if why is not None:
+                raise ArchiveError(f"{location}: {why}; refusing to make a disk there")
+
+
+def not_empty(location: str) -> bool:
+    """Does this directory, or bucket (prefix), hold anything? (ArchiveError if
+    the bucket cannot be asked.)"""
+    if not is_url(location):
+        return os.path.isdir(location) and bool(os.listdir(location))
+    from .backends.s3 import open_s3
+    why = open_s3(location, fetch=False).check_new()
+    if why is not None and not why.startswith(("not empty", "holds a webfs disk")):
+        raise ArchiveError(f"{location}: {why}")
+    return why is not None
+
+
+def make_disk_root(location: str) -> None:
+    """Make the place a new disk's files go: its directory and meta/, or its
+    bucket (if absent) and a fresh state directory."""
+    if is_url(location):
+        from .backends.s3 import open_s3
+        open_s3(location, fetch=False).create()
+    else:
+        os.makedirs(os.path.join(location, META), exist_ok=True)
 
 
 def _clear_webfs_files(root: str) -> None:
@@ -395,7 +471,10 @@ class Archive:
 
     @classmethod
     def open(cls, path: str, delays: Optional[dict[int, float]] = None) -> "Archive":
-        root = os.path.abspath(path)
+        try:
+            root = normalize(path)
+        except ValueError as exc:
+            raise ArchiveError(str(exc)) from None
         conf = _read_conf(root)
         # A disk that was away while the archive changed has an older webfs.conf:
         # the newest one among the disks found is the archive's.
@@ -476,7 +555,7 @@ class Archive:
         caller writes the configuration (``save_config``)."""
         vol = Volume(open_backend(disk.path), disk.index, disk.uuid, self.conf.depth)
         if self._lock_fds:
-            fd = _flock(disk.path)
+            fd = _flock(vol.root)
             _say_holder(fd, self._holder)
             self._lock_fds.append(fd)
         # Replace the lists whole: readers in other threads iterate them.
@@ -551,6 +630,7 @@ def _say_holder(fd: int, holder: str) -> None:
 
 def _read_conf(root: str) -> Config:
     ident = read_disk_id(root)
+    root = local_side(root)
     try:
         with open(os.path.join(root, CONF_FILE), "rb") as f:
             conf = Config.from_ini(f.read().decode("utf-8", "replace"), os.path.join(root, CONF_FILE))
@@ -566,17 +646,20 @@ def _find_disk(conf: Config, disk: DiskInfo, given: str) -> Optional[str]:
     candidates = [given, disk.path]
     parent = os.path.dirname(given)
     try:
-        candidates += sorted(os.path.join(parent, n) for n in os.listdir(parent))
+        if not is_url(given):
+            candidates += sorted(os.path.join(parent, n) for n in os.listdir(parent))
     except OSError:
         pass
     for cand in candidates:
-        if not cand or not os.path.isdir(cand):
+        if not cand or not (is_url(cand) or os.path.isdir(cand)):
             continue
         try:
             ident = read_disk_id(cand)
-        except ArchiveError:
+        except ArchiveError as exc:
+            if is_url(cand):
+                log.warning("%s", exc)
             continue
         if ident.get("Archive") == conf.uuid and ident.get("Disk") == disk.uuid:
-            return os.path.abspath(cand)
+            return cand if is_url(cand) else os.path.abspath(cand)
     return None
 

@@ -20,6 +20,7 @@ from . import control
 from .commands import fsck as fsckmod
 from .commands.report import EXIT_FAILED
 from .admin import human
+from .backends import is_url, normalize
 from .errors import CatalogUnreadable, WebfsError
 from .operations import OPERATIONS
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
@@ -27,6 +28,24 @@ from .assembly import open_archive
 from .store import Store, key_of
 
 log = logging.getLogger("webfs")
+
+
+class DiskPath(click.Path):
+    """A disk: a directory, or a disk URL (s3://HOST:PORT/BUCKET[/PREFIX],
+    s3+http://...) taken as given (the archive checks it when it opens it)."""
+
+    def convert(self, value, param, ctx):
+        if is_url(value):
+            return value
+        return super().convert(value, param, ctx)
+
+
+def disk_location(value: str) -> str:
+    """A disk as webfs.conf records it (canonical URL or absolute path)."""
+    try:
+        return normalize(value)
+    except ValueError as exc:
+        raise WebfsError(str(exc)) from None
 
 
 def _setup_logging(verbose: int) -> None:
@@ -67,7 +86,7 @@ def main(verbose: int) -> None:
 @click.option("--store-mode", type=click.Choice(archmod.STORE_MODES), default="compare",
               show_default=True, help="Default dedup mode.")
 @click.option("--force", is_flag=True, help="Make the archive even if a directory is not empty.")
-@click.argument("disks", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.argument("disks", nargs=-1, required=True, type=DiskPath(file_okay=False))
 def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
     """Make a new archive on the DISKS (empty directories)."""
     conf = archmod.mkfs(list(disks), depth=depth, group_size=group_size, label=label,
@@ -143,7 +162,7 @@ def run_operation(target: str, name: str, as_json: bool = False, unit: str = "bl
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def status(as_json, target):
     """Show the disks, blocks, sizes and ratios of an archive."""
     if control.is_mountpoint(target):
@@ -165,10 +184,10 @@ def format_status(st: dict) -> list[str]:
     lines = [f"archive {st['archive']}" + (f" ({st['label']})" if st["label"] else ""),
              f"  depth {st['depth']}, parity group size {st['group_size']}, "
              f"codec {st['codec']} level {st['level']}, store mode {st['store_mode']}",
-             f"  {'disk':>4}  {'state':8} {'blocks':>9} {'payload':>11} {'free':>11}  path"]
+             f"  {'disk':>4}  {'state':8} {'blocks':>9} {'payload':>11} {'free':>11}  {'domain':21} path"]
     for d in st["disks"]:
         lines.append(f"  {d['index']:>4}  {d['state']:8} {d['blocks']:>9} {human(d['payload_bytes']):>11} "
-                     f"{human(d['free_bytes']):>11}  {d['path']}")
+                     f"{human(d['free_bytes']):>11}  {d.get('domain', ''):21} {d['path']}")
     lines += [f"  blocks {st['blocks']}, references {st['references']}",
               f"  logical {human(st['logical_bytes'])}, distinct {human(st['distinct_bytes'])}, "
               f"stored {human(st['block_bytes'])} (payload {human(st['payload_bytes'])})",
@@ -215,7 +234,7 @@ def protection_lines(st: dict) -> list[str]:
 @click.option("--rebuild-catalog", "rebuild", is_flag=True,
               help="Rebuild a lost catalog from block headers, parity headers and the MANIFEST and "
                    "JOURNAL on the disks, then check.")
-@click.argument("disk", type=click.Path(exists=True, file_okay=False))
+@click.argument("disk", type=DiskPath(exists=True, file_okay=False))
 def fsck(repair, rebuild, disk):
     """Check an unmounted archive: headers, signatures, references, orphans, parity.
 
@@ -281,7 +300,7 @@ def fsck(repair, rebuild, disk):
 @click.option("--max-rate", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MB/S",
               help="Read at most this many MB per second (leave the disks room for other work).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def scrub(repair, max_rate, as_json, target):
     """Read every block and parity file; check signatures and parity.
 
@@ -294,19 +313,19 @@ def scrub(repair, max_rate, as_json, target):
 
 @main.command()
 @click.option("--disk", "index", type=int, required=True, help="Index of the dead disk.")
-@click.option("--to", "new_dir", type=click.Path(file_okay=False), required=True,
+@click.option("--to", "new_dir", type=DiskPath(file_okay=False), required=True,
               help="Empty directory for the replacement (or one whose rebuild was interrupted).")
 @click.option("--max-rate", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MB/S",
               help="Write at most this many MB per second (leave the other disks room).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def rebuild(index, new_dir, max_rate, as_json, target):
     """Rebuild disk N's blocks and parity files from the others into NEWDIR.
 
     Resumable: run it again after an interruption. Exit status: 0 all
     rebuilt, 4 something could not be rebuilt (or interrupted).
     """
-    run_operation(target, "rebuild", as_json=as_json, disk=index, to=os.path.abspath(new_dir),
+    run_operation(target, "rebuild", as_json=as_json, disk=index, to=disk_location(new_dir),
                   max_rate=max_rate)
 
 
@@ -400,7 +419,7 @@ def export_warc(split, duplicates, order, collection, out):
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("url")
-@click.argument("target", metavar="TARGET", type=click.Path(exists=True, file_okay=False))
+@click.argument("target", metavar="TARGET", type=DiskPath(exists=True, file_okay=False))
 def versions(as_json, url, target):
     """List every capture of URL in every collection of TARGET (a mount
     point or a disk): date, size, signature, path; captures with the same
@@ -425,7 +444,7 @@ def versions(as_json, url, target):
 @click.option("--at", "at", metavar="DATE", default=None,
               help="The capture closest to DATE (2024, 20240101, 2024-01-01T12:00:00Z); default: the latest.")
 @click.argument("url")
-@click.argument("target", metavar="TARGET", type=click.Path(exists=True, file_okay=False))
+@click.argument("target", metavar="TARGET", type=DiskPath(exists=True, file_okay=False))
 def url(at, url, target):
     """Print the path (below TARGET) of the capture of URL closest to DATE,
     by Memento's rule (the earlier one on a tie)."""
@@ -492,7 +511,7 @@ def _import_target(dest: str) -> tuple[str, str]:
 @main.command()
 @click.option("--mode", type=click.Choice(archmod.STORE_MODES), default=None,
               help="Dedup mode (default: the archive's).")
-@click.argument("disk", type=click.Path(exists=True, file_okay=False))
+@click.argument("disk", type=DiskPath(exists=True, file_okay=False))
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 def put(mode, disk, files):
     """Store FILES in the archive without a mount; print one contentkey per file."""
@@ -512,7 +531,7 @@ def put(mode, disk, files):
 
 
 @main.command()
-@click.argument("disk", type=click.Path(exists=True, file_okay=False))
+@click.argument("disk", type=DiskPath(exists=True, file_okay=False))
 @click.argument("key")
 def get(disk, key):
     """Write the document with contentkey KEY to standard output."""
@@ -527,7 +546,7 @@ def get(disk, key):
 
 
 @main.command()
-@click.argument("disk", type=click.Path(exists=True, file_okay=False))
+@click.argument("disk", type=DiskPath(exists=True, file_okay=False))
 @click.argument("keys", nargs=-1, required=True)
 def delete(disk, keys):
     """Drop the reference that 'webfs put' took on each KEY (the last removes the block)."""
@@ -547,9 +566,10 @@ def delete(disk, keys):
               help="Comma-separated mount options: ro, allow_other, sync, "
                    "store_mode=force-new|regular|compare, manifest_interval=SECONDS, journal_limit=BYTES, "
                    "cool_interval=SECONDS, heat_k=N, piece_cache=BYTES, read_ahead_kb=KIB, "
-                   "disk_delay=INDEX:SECONDS[,INDEX:SECONDS...], debug.")
+                   "disk_delay=INDEX:SECONDS[,INDEX:SECONDS...], s3_credentials=FILE, state_dir=DIR, "
+                   "block_cache=BYTES, s3_requests=N, debug.")
 @click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground (log to stderr).")
-@click.argument("disk", type=click.Path(exists=True, file_okay=False))
+@click.argument("disk", type=DiskPath(exists=True, file_okay=False))
 @click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
 def mount(options, foreground, disk, mountpoint):
     """Mount the archive that DISK belongs to on MOUNTPOINT."""
@@ -565,7 +585,7 @@ def umount(mountpoint):
 
 
 @main.command()
-@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def sync(target):
     """Write everything to the disks: open files, catalog, MANIFEST on every disk."""
     if control.is_mountpoint(target):
@@ -592,7 +612,7 @@ def sync(target):
               help="Cool only while the hottest disk's heat exceeds the mean by more than D "
                    "(a fraction; default 0.2).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def cool(dry_run, max_moves, delta, as_json, target):
     """Move the hottest placement groups off the hottest disk (disk cooling).
 
@@ -607,7 +627,7 @@ def cool(dry_run, max_moves, delta, as_json, target):
 @main.command()
 @click.option("--top", type=click.IntRange(0), default=10, show_default=True, help="Hottest groups to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def heat(top, as_json, target):
     """Show each disk's heat and the hottest groups and their pages."""
     run_operation(target, "heat", as_json=as_json, top=top)
@@ -616,7 +636,7 @@ def heat(top, as_json, target):
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Say how many groups would move; move nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def rebalance(dry_run, as_json, target):
     """Move the placement groups whose home disk changed (after add-disk).
 
@@ -630,17 +650,17 @@ def rebalance(dry_run, as_json, target):
 @click.option("--weight", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
               help="Share of new placement groups, relative to the other disks (e.g. its size).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.argument("new_dir", metavar="NEWDIR", type=click.Path(file_okay=False))
-@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+@click.argument("new_dir", metavar="NEWDIR", type=DiskPath(file_okay=False))
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def add_disk(weight, as_json, new_dir, target):
     """Add the empty directory NEWDIR to the archive as a new disk."""
-    run_operation(target, "add-disk", as_json=as_json, path=os.path.abspath(new_dir), weight=weight)
+    run_operation(target, "add-disk", as_json=as_json, path=disk_location(new_dir), weight=weight)
 
 
 @main.command("remove-disk")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("index", metavar="N", type=click.IntRange(0))
-@click.argument("target", metavar="DISK|MOUNTPOINT", type=click.Path(exists=True, file_okay=False))
+@click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def remove_disk(as_json, index, target):
     """Move everything off disk N onto the others, then forget disk N.
 

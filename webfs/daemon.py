@@ -33,6 +33,7 @@ from .heat import DEFAULT_K
 from .manifest import JOURNAL_LIMIT, Journal, manifest_chunks
 from .namespace import Namespace
 from .assembly import open_archive
+from .backends.s3 import ENV as S3_OPTIONS, configure as configure_s3
 from .control import CONTROL_XATTR, control_socket_path, report_path
 from .store import Store
 
@@ -56,6 +57,7 @@ class MountOptions:
     disk_delay: dict[int, float] = field(default_factory=dict)   # simulated service time per I/O
     fuse_debug: bool = False
     extra: list[str] = field(default_factory=list)
+    backend: dict[str, str] = field(default_factory=dict)   # S3 disks: s3_credentials, state_dir, ...
 
     @classmethod
     def parse(cls, text: str) -> "MountOptions":
@@ -100,6 +102,8 @@ class MountOptions:
                     raise ArchiveError(f"disk_delay takes INDEX:SECONDS[,INDEX:SECONDS...], not {value!r}") from None
             elif key == "debug":
                 opts.fuse_debug = True
+            elif key in S3_OPTIONS:
+                opts.backend[key] = value
             elif key in ("defaults", "auto", "noauto", "user", "nouser", "nofail", "_netdev",
                          "exec", "noexec", "suid", "nosuid", "dev", "nodev", "atime", "noatime",
                          "relatime", "async"):
@@ -278,7 +282,7 @@ class Daemon:
         info = {CONTROL_XATTR.encode(): self.socket_path.encode(),
                 b"user.webfs.pid": str(os.getpid()).encode(),
                 b"user.webfs.archive": self.store.conf.uuid.encode(),
-                b"user.webfs.disks": "\n".join(v.root for v in self.store.archive.volumes.values()).encode()}
+                b"user.webfs.disks": "\n".join(v.backend.location for v in self.store.archive.volumes.values()).encode()}
         self.ops.root_xattrs.update(info)
 
     def serve_request(self, rfile, wfile) -> None:
@@ -506,6 +510,10 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, operations: dict[str, 
     (background). ``operations`` (``webfs.operations.OPERATIONS``, given by the
     command line, which knows every command) are what its control socket runs."""
     mnt = os.path.abspath(mountpoint)
+    try:
+        configure_s3(opts.backend)
+    except ValueError as exc:
+        raise ArchiveError(str(exc)) from None
     if not os.path.isdir(mnt):
         raise ArchiveError(f"{mountpoint}: mount point is not a directory")
     if os.path.ismount(mnt):

@@ -37,4 +37,12 @@ def home_disk(group: str, disks: Sequence[tuple[int, str, float]]) -> int:
     return ranked[0]
 
 
-__all__ = ["score", "ranked_disks", "home_disk", "group_dir"]
+def domain_mask(disks: Iterable, index: int) -> int:
+    """Bit i set for every disk i in the failure domain of disk ``index`` (itself
+    included): a parity stripe takes at most one of them (``DiskInfo`` in)."""
+    disks = list(disks)
+    mine = next((d.failure_domain for d in disks if d.index == index), None)
+    return sum(1 << d.index for d in disks if d.failure_domain == mine) | 1 << index
+
+
+__all__ = ["score", "ranked_disks", "home_disk", "domain_mask", "group_dir"]

@@ -88,6 +88,8 @@ class Store:
         self.catalog.close()
         if self._intents_fd is not None:
             os.close(self._intents_fd)
+        for vol in self.archive.volumes.values():
+            vol.backend.close()         # an S3 disk copies its meta/ to the bucket
         self.archive.unlock()
 
     def commit(self) -> None:
@@ -471,10 +473,11 @@ class Store:
         for d in self.conf.disks:
             vol = self.archive.volumes.get(d.index)
             free = total = None
-            if vol is not None:
+            if vol is not None and vol.backend.bounded:
                 free, total = vol.backend.free_space()
             blocks, payload = per_disk.get(d.index, (0, 0))
             disks.append({"index": d.index, "uuid": d.uuid, "path": d.path, "weight": d.weight,
+                          "domain": d.failure_domain,
                           "state": "present" if vol else "missing",
                           "why": self.archive.missing.get(d.index),
                           "blocks": blocks, "payload_bytes": payload,

@@ -14,8 +14,8 @@ from collections import Counter
 from typing import Iterable
 
 from ..admin import Progress, Result, human
-from ..archive import DiskInfo, disk_id_text, read_disk_id
-from ..backends import open_backend
+from ..archive import DiskInfo, check_new_remote, default_domain, disk_id_text, make_disk_root, read_disk_id
+from ..backends import is_url, normalize, open_backend
 from ..errors import ArchiveError, NoSpace, WebfsError
 from ..placement import home_disk
 from ..store import Store
@@ -143,14 +143,19 @@ def add_disk(store: Store, progress: Progress, path: str, weight: float = 1.0) -
     if weight <= 0:
         raise ArchiveError(f"a new disk needs a weight above 0, not {weight}")
     archive = store.archive
-    path = os.path.abspath(path)
+    path = normalize(path)
     for d in archive.conf.disks:
-        if d.index in archive.volumes and os.path.realpath(archive.volumes[d.index].root) == os.path.realpath(path):
+        if d.index in archive.volumes and (d.path == path or os.path.realpath(archive.volumes[d.index].root)
+                                           == os.path.realpath(path)):
             raise ArchiveError(f"{path} is disk {d.index} of this archive already")
-    _check_new_disk(path, archive.conf.uuid)
+    if is_url(path):
+        check_new_remote([path])
+    else:
+        _check_new_disk(path, archive.conf.uuid)
     with MOVER:
-        os.makedirs(os.path.join(path, META), exist_ok=True)
-        info = DiskInfo(max(archive.disk_indexes + [-1]) + 1, uuidmod.uuid4().hex, weight, path)
+        make_disk_root(path)
+        info = DiskInfo(max(archive.disk_indexes + [-1]) + 1, uuidmod.uuid4().hex, weight, path,
+                        default_domain(path))
         open_backend(path).write_atomic(DISK_ID_FILE, disk_id_text(archive.conf, info).encode(), fsync=True)
         archive.attach(info)
         archive.save_config()

@@ -24,15 +24,15 @@ from typing import Optional
 
 from .. import admin
 from ..admin import DiskGates, Pace, parallel
-from ..archive import disk_id_text, read_disk_id
-from ..backends import open_backend
+from ..archive import disk_id_text, make_disk_root, not_empty, read_disk_id
+from ..backends import normalize, open_backend
 from ..block import HEADER_SIZE, utc_timestamp
 from ..catalog import BlockRow
 from ..errors import ArchiveError, CorruptBlock, WebfsError
 from ..parity import REBUILD_MARKER, Member, Parity
 from ..assembly import open_archive
 from ..store import Store
-from ..volume import DISK_ID_FILE, META, Volume
+from ..volume import DISK_ID_FILE, Volume
 from .report import EXIT_CLEAN, EXIT_LEFT, restore_block
 
 READS_PER_DISK = 4              # reads at once on each surviving disk
@@ -46,14 +46,17 @@ def replacement(store: Store, index: int, to: str) -> Volume:
     already is, from an interrupted rebuild) and bring it into the archive."""
     archive = store.archive
     info = archive.conf.disk(index)
-    to = os.path.abspath(to)
+    to = normalize(to)
     present = archive.volumes.get(index)
+    if present is not None and not present.backend.present():
+        archive.lose(index, "it does not answer")      # dead, but nothing had asked it since
+        present = None
     if present is not None:
-        if os.path.realpath(present.root) != os.path.realpath(to):
+        if present.backend.location != to and os.path.realpath(present.root) != os.path.realpath(to):
             raise ArchiveError(f"disk {index} is present at {present.root}; 'webfs rebuild' "
                                "replaces a missing disk")
         return present
-    if os.path.isdir(to) and os.listdir(to):
+    if not_empty(to):
         try:
             ident = read_disk_id(to)
         except ArchiveError:
@@ -61,7 +64,8 @@ def replacement(store: Store, index: int, to: str) -> Volume:
         if ident.get("Archive") != archive.conf.uuid or ident.get("Disk") != info.uuid:
             raise ArchiveError(f"{to}: not empty, and not disk {index} of this archive; "
                                "refusing to rebuild into it")
-    os.makedirs(os.path.join(to, META), exist_ok=True)
+    else:
+        make_disk_root(to)
     backend = open_backend(to)
     backend.write_atomic(REBUILD_MARKER, f"rebuild of disk {index} started {utc_timestamp()}; "
                          f"run 'webfs rebuild --disk {index} --to {to}' again to finish it\n".encode())
@@ -164,7 +168,7 @@ def _rebuild_result(store: Store, disk: int, vol: Volume, counts: Counter, lost:
     result = admin.Result(exit_code=EXIT_LEFT if lost or stopped else EXIT_CLEAN)
     for line in lost:
         result.say(f"lost: {line}")
-    result.say(f"{'interrupted (run again to resume): ' if stopped else ''}disk {disk} at {vol.root}: "
+    result.say(f"{'interrupted (run again to resume): ' if stopped else ''}disk {disk} at {vol.backend.location}: "
                f"{counts['blocks_rebuilt']} block(s) rebuilt, {counts['blocks_present']} already there, "
                f"{counts['parity_rebuilt']} parity file(s) rebuilt, {counts['parity_present']} already there, "
                f"{len(lost)} lost; {written / 1e6:.1f} MB written in {seconds:.1f} s "

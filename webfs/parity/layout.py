@@ -26,6 +26,7 @@ from typing import NamedTuple, Optional
 from ..archive import Archive
 from ..block import HEADER_SIZE
 from ..catalog import BLOCK_COLUMNS, BlockRow, Catalog
+from ..placement import domain_mask
 from ..volume import Volume
 
 STRIPE_COLUMNS = "id, parity_disk, size_class, length, state, members, disks"
@@ -174,12 +175,13 @@ class StripeLayout:
 
         best = None
         draining = {i.index for i in self.archive.conf.disks if i.weight <= 0}
+        same = domain_mask(self.archive.conf.disks, d)      # one member per failure domain
         # Its own size class first; a neighbouring one rather than a new stripe.
         for stripe_id, parity_disk, disks, members, their_cls in self.catalog.query(
                 "SELECT id, parity_disk, disks, members, size_class FROM stripes "
                 "WHERE size_class BETWEEN ? AND ? AND members<? AND state='ok'",
                 (cls - 1, cls + 1, self.width)):
-            if disks >> d & 1 or parity_disk not in volumes or parity_disk in draining:
+            if disks & same or parity_disk not in volumes or parity_disk in draining:
                 continue
             rank = (abs(their_cls - cls), -members, shared(disks), stripe_id)
             if (best is None or rank < best[0]) and has_room(volumes[parity_disk], row.stored):
@@ -196,7 +198,7 @@ class StripeLayout:
             # plus parity files) as another; fewest parity files breaks ties.
             candidates = sorted((pairs[pair(d, p)], parities[p], self.pair_bytes[pair(d, p)],
                                  self.parity_bytes[p], p)
-                                for p in volumes if p != d and p not in draining)
+                                for p in volumes if not same >> p & 1 and p not in draining)
             parity_disk = next((c[-1] for c in candidates if has_room(volumes[c[-1]], row.stored)), None)
             if parity_disk is None:
                 return None

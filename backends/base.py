@@ -1,0 +1,87 @@
+"""The interface every backend implements: a disk root that holds files.
+
+Every path is relative to the disk's root and uses '/'. A backend knows
+nothing of blocks or parity: it reads and writes files.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Iterator
+
+
+class Backend(abc.ABC):
+    """A disk root that holds files."""
+
+    root: str
+    bounded = True              # has a size (free_space means something); an object store has none
+
+    @abc.abstractmethod
+    def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
+        """Bytes of a file (from offset, size bytes or to the end)."""
+
+    @abc.abstractmethod
+    def write_atomic(self, path: str, data: bytes, fsync: bool = False) -> None:
+        """Replace a file whole: a crash leaves the old file or the new, never half."""
+
+    @abc.abstractmethod
+    def write_new(self, path: str, data: bytes, fsync: bool = False) -> None:
+        """Write a file that should not exist yet (a new block, whose name is
+        listed in the store's intents first, so a crash's half-written file is
+        found and removed). By default the same as ``write_atomic``."""
+        self.write_atomic(path, data, fsync)
+
+    def write_at(self, path: str, offset: int, data: bytes, fsync: bool = False) -> None:
+        """Overwrite bytes of an existing file in place (fixed-width fields)."""
+
+    @abc.abstractmethod
+    def open_append(self, path: str) -> int:
+        """An OS file descriptor that appends to a file (created if absent), for logs."""
+
+    @abc.abstractmethod
+    def rename(self, src: str, dst: str) -> None:
+        """Rename atomically, replacing dst."""
+
+    @abc.abstractmethod
+    def remove(self, path: str) -> None:
+        """Remove a file; a missing file is not an error."""
+
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abc.abstractmethod
+    def size(self, path: str) -> int:
+        """Length of a file; FileNotFoundError if missing."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> Iterator[str]:
+        """Every file below a directory, recursively, as relative paths."""
+
+    @abc.abstractmethod
+    def remove_leftovers(self, path: str) -> list[str]:
+        """Remove what an interrupted write_atomic of this path left; say what."""
+
+    @abc.abstractmethod
+    def free_space(self) -> tuple[int, int]:
+        """(bytes free for us, bytes in all) on the device."""
+
+    @abc.abstractmethod
+    def sync(self) -> None:
+        """Make everything written so far durable."""
+
+    @abc.abstractmethod
+    def present(self) -> bool:
+        """Is the disk still there (its root reachable)?"""
+
+    def close(self) -> None:
+        """The archive is closed: hand over what is kept only locally (S3: meta/)."""
+
+    @property
+    def location(self) -> str:
+        """Where the disk is, as webfs.conf, logs and status name it (no secrets)."""
+        return self.root
+
+    @property
+    def domain(self) -> str:
+        """The failure domain this disk is in by default: ``""`` (its own),
+        or, for an object store, its endpoint."""
+        return ""

@@ -1,0 +1,165 @@
+"""S3 disks on real SeaweedFS servers (tests/seaweed.py), through real mounts:
+cp -r, diff -r and dedup over buckets; a whole server killed (a failure
+domain holding two disks) while mounted: every file still reads back, writes
+go on; the archive mounted on a "new machine" (a fresh state directory) from
+its URLs alone; buckets copied to directories and read back by
+tools/webfs-recover, without webfs."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import uuid
+
+from conftest import REPO, sh, unmount, webfs
+from webfs.backends.s3 import DiskURL, state_dir
+
+
+def bucket(tag: str) -> str:
+    return f"t-{tag}-{uuid.uuid4().hex[:10]}"
+
+
+def site(corpus):
+    return sorted((corpus / "crawl-001").iterdir())[1]
+
+
+def status(target) -> dict:
+    return json.loads(webfs("status", "--json", target).stdout)
+
+
+def mounted_site(weeds, tmp_path, corpus, tag: str):
+    """A bucket on each server made an archive, mounted, with one site copied
+    in: (disk URLs, mount point, the site's source)."""
+    disks = [w.url(bucket(f"{tag}{i}")) for i, w in enumerate(weeds)]
+    webfs("mkfs", *disks)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    src = site(corpus)
+    webfs("mount", disks[0], mnt)
+    try:
+        sh(f"cp -r '{src}' '{mnt}/site'")
+    except BaseException:
+        unmount(mnt)
+        raise
+    return disks, mnt, src
+
+
+def test_a_dead_server_loses_nothing_and_writes_go_on(weeds, tmp_path, corpus):
+    """Four disks in three failure domains: two buckets on one server, one on
+    another, one local directory. Killing the server with two disks loses no
+    file, because no stripe has two members in one domain."""
+    w0, w1 = weeds[0], weeds[1]
+    disks = [w0.url(bucket("a")), w0.url(bucket("b")), w1.url(bucket("c")), str(tmp_path / "local")]
+    webfs("mkfs", "--group-size", "4", *disks)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    src = site(corpus)
+    webfs("mount", disks[3], mnt)
+    try:
+        sh(f"cp -r '{src}' '{mnt}/site'")
+        first = status(mnt)
+        sh(f"rsync -a '{src}/' '{mnt}/again/'")        # every page is a duplicate
+        sh(f"diff -r '{src}' '{mnt}/site'")
+        st = status(mnt)
+        assert st["blocks"] == first["blocks"] > 0 and st["references"] > first["references"]
+        assert [d["domain"] for d in st["disks"]] == [w0.endpoint, w0.endpoint, w1.endpoint, "disk 3"]
+        assert "disk 3" in webfs("status", mnt).stdout.decode()
+        webfs("sync", mnt)
+    finally:
+        unmount(mnt)
+    # No stripe has two members (blocks or parity) in one domain.
+    catalog = os.path.join(state_dir(DiskURL.parse(disks[0])), "meta", "catalog.db")
+    db = sqlite3.connect(catalog)
+    masks = [m for (m,) in db.execute("SELECT disks FROM stripes")]
+    db.close()
+    assert masks and all(bin(m & 0b0011).count("1") <= 1 for m in masks)
+
+    webfs("mount", disks[3], mnt)                       # cold: nothing cached in the daemon
+    try:
+        w0.kill()
+        sh(f"diff -r '{src}' '{mnt}/site'")              # through parity, without hanging
+        sh(f"diff -r '{src}' '{mnt}/again'")
+        sh(f"cp -r '{src}' '{mnt}/while-down'")         # writes go to the disks that are left
+        (mnt / "new.html").write_bytes(b"<p>written while a server is down</p>" * 40)
+        sh(f"diff -r '{src}' '{mnt}/while-down'")
+        st = status(mnt)
+        assert [d["state"] for d in st["disks"]][:2] == ["missing", "missing"]
+    finally:
+        unmount(mnt)
+        w0.start()
+    webfs("mount", disks[3], mnt)
+    try:
+        proc = webfs("scrub", mnt, check=False)
+        assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+        assert all(d["state"] == "present" for d in status(mnt)["disks"])
+        assert (mnt / "new.html").read_bytes() == b"<p>written while a server is down</p>" * 40
+    finally:
+        unmount(mnt)
+
+
+def test_new_machine_mounts_from_urls_and_buckets_recover_without_webfs(weeds, tmp_path, corpus, monkeypatch):
+    disks, mnt, src = mounted_site(weeds, tmp_path, corpus, "n")
+    try:
+        sh(f"mv '{mnt}/site/' '{mnt}/moved'")
+        os.kill(int(os.getxattr(mnt, "user.webfs.pid")), signal.SIGKILL)   # what close() stored stays
+        sh(f"fusermount3 -uz '{mnt}'")
+        webfs("mount", disks[1], mnt)
+        sh(f"diff -r '{src}' '{mnt}/moved'")
+    finally:
+        unmount(mnt)
+    # A new machine: no state directory, nothing but the URLs and the credentials.
+    monkeypatch.setenv("WEBFS_STATE_DIR", str(tmp_path / "new-machine"))
+    webfs("mount", disks[2], mnt)
+    try:
+        sh(f"diff -r '{src}' '{mnt}/moved'")
+        assert not (mnt / "site").exists()
+    finally:
+        unmount(mnt)
+    # Buckets copied to directories (object name = file name) are disks webfs-recover reads.
+    copies = [w.download(url.rsplit("/", 1)[1], tmp_path / f"copy{i}")
+              for i, (w, url) in enumerate(zip(weeds, disks))]
+    out = tmp_path / "recovered"
+    proc = sh(f"sh '{REPO}/tools/webfs-recover' {' '.join(map(str, copies))} '{out}'", check=False)
+    assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    sh(f"diff -r '{src}' '{out}/moved'")
+
+
+def test_bad_disks_are_refused_in_one_line_naming_them(weeds, tmp_path):
+    w = weeds[0]
+    good = w.url(bucket("good"))
+    taken = w.url(bucket("taken"))
+    webfs("mkfs", taken)
+    client = w.client()
+    full = bucket("full")
+    client.create_bucket(Bucket=full)
+    client.put_object(Bucket=full, Key="someone-elses.txt", Body=b"x")
+    down = "s3+http://127.0.0.1:1/nobody"
+    wrong = tmp_path / "wrong-credentials"
+    wrong.write_text("[default]\naws_access_key_id = webfs-test\naws_secret_access_key = not-it\n")
+    cases = [
+        ((good, down), {}, down),
+        ((good, w.url(full)), {}, w.url(full)),
+        ((good, taken), {}, taken),
+        ((good, w.url(bucket("x"))), {"WEBFS_S3_CREDENTIALS": str(wrong)}, good),
+        (("s3+http://key:secret@127.0.0.1:1/bucket",), {}, "no credentials in a disk URL"),
+    ]
+    for args, env, named in cases:
+        proc = webfs("mkfs", *args, check=False, env=dict(os.environ, **env))
+        err = proc.stderr.decode()
+        assert proc.returncode != 0 and err.count("\n") == 1 and named in err, (args, err)
+        assert "secret" not in err
+    # Nothing was written: the good bucket is not even made.
+    assert good.rsplit("/", 1)[1] not in [b["Name"] for b in client.list_buckets()["Buckets"]]
+    # Mounting a disk whose server does not answer: one line, at once.
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = webfs("mount", down, mnt, check=False, timeout=60)
+    assert proc.returncode != 0 and proc.stderr.decode().count("\n") == 1
+    assert down in proc.stderr.decode()
+    # add-disk refuses a bucket of another archive.
+    other = tmp_path / "other"
+    webfs("mkfs", other)
+    proc = webfs("add-disk", taken, other, check=False)
+    assert proc.returncode != 0 and taken in proc.stderr.decode(), proc.stderr.decode()
+
