@@ -256,3 +256,32 @@ def test_storing_again_before_the_release_commits_keeps_the_new_block(store):
     store.commit()
     assert store.read(again) == doc
     assert store.archive.volumes[again.disk].has_block(again.sig, again.overflow)
+
+
+@pytest.mark.parametrize("change", ["add_ref", "release"])
+def test_a_refs_header_written_ahead_of_a_lost_commit_is_set_back(tmp_path, change):
+    """A reference count goes to the block's header at once and to the catalog
+    at the next commit; a process killed between the two leaves the header
+    ahead (or behind). The next open sets it to the catalog's count."""
+    disks = make_archive(tmp_path, 2)
+    script = f"""
+import os, signal
+from webfs.assembly import open_archive
+store = open_archive({str(disks[0])!r}, holder="test")
+row = store.store(b"a page kept twice " * 50, pin=True)
+store.add_ref(row)
+store.commit()
+row = store.catalog.block(row.sig, row.overflow)
+store.{change}(row)                  # header written, catalog not committed
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    assert subprocess.run([sys.executable, "-c", script]).returncode == -9
+    store = open_archive(str(disks[0]), holder="test")
+    try:
+        (row,) = store.catalog.blocks()
+        header = lambda: store.archive.volumes[row.disk].read_header(row.sig, row.overflow)
+        assert row.refs == 2 and header().refs != 2          # the crash window, made
+        store.forget_unfinished_writes()
+        assert header().refs == 2
+    finally:
+        store.close()

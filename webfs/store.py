@@ -46,6 +46,7 @@ from .volume import search_order
 log = logging.getLogger(__name__)
 
 INTENTS_FILE = "meta/intents"
+REFS_INTENT = "refs"            # intent line of a Refs header written ahead of its commit
 FLUSH_EVERY = 0.25         # seconds between asks to flush parity written behind
 
 
@@ -225,11 +226,25 @@ class Store:
     def _add_ref(self, row: BlockRow, pin: bool) -> BlockRow:
         row.refs += 1
         row.pins += int(pin)
+        self._set_refs(row)
+        return row
+
+    def _set_refs(self, row: BlockRow) -> None:
+        """A new count in the catalog (committed later) and in the block's
+        header (now). A kill between the two leaves the header ahead of the
+        catalog: the intent line ``refs SIG~N DISK`` lets the next open set
+        the header to what the catalog kept; it stays until the header is
+        written (``_inflight``), so a checkpoint's trim cannot drop it early."""
         with self.catalog.lock:
             self.catalog.set_refs(row.id, row.refs, row.pins)
             self._pending_refs.add(row.id)
-        self._mirror_refs(row)
-        return row
+            self._intend(f"{REFS_INTENT} {row.block_name} {row.disk}\n")
+            self._inflight += 1
+        try:
+            self._mirror_refs(row)
+        finally:
+            with self.catalog.lock:
+                self._inflight -= 1
 
     def _same_bytes(self, row: BlockRow, data: bytes) -> bool:
         try:
@@ -281,7 +296,9 @@ class Store:
             os.write(self._intents_fd, line.encode())
 
     def forget_unfinished_writes(self) -> list[str]:
-        """Remove block files that were written but never made it into the catalog."""
+        """Remove block files that were written but never made it into the
+        catalog, and set Refs headers written ahead of a lost commit back to
+        the catalog's count."""
         said = []
         try:
             with open(self._intents_path) as f:
@@ -289,6 +306,9 @@ class Store:
         except FileNotFoundError:
             return said
         for line in lines:
+            if line.startswith(REFS_INTENT + " "):
+                self._refs_from_catalog(line[len(REFS_INTENT) + 1:])
+                continue
             key, _, disk = line.partition(" ")
             if not disk.isdigit():
                 continue
@@ -303,6 +323,17 @@ class Store:
                 said.append(f"removed unfinished block {ck.block_name} on disk {disk}")
         self.trim_intents()
         return said
+
+    def _refs_from_catalog(self, intent: str) -> None:
+        """A header whose Refs may have been written ahead of a commit that
+        never came: write what the catalog kept (silently: nothing was lost)."""
+        key, _, disk = intent.partition(" ")
+        if not disk.isdigit():
+            return
+        ck = ContentKey.parse(key)
+        row = self.catalog.block(ck.sig, ck.overflow)
+        if row is not None and row.disk == int(disk):
+            self._mirror_refs(row)
 
     def trim_intents(self) -> None:
         """Forget the intents once every write they name is committed."""
@@ -417,10 +448,7 @@ class Store:
             fresh.refs -= 1
             fresh.pins -= int(pin)
             if fresh.refs:
-                with self.catalog.lock:
-                    self.catalog.set_refs(fresh.id, fresh.refs, fresh.pins)
-                    self._pending_refs.add(fresh.id)
-                self._mirror_refs(fresh)
+                self._set_refs(fresh)
                 return fresh.refs
             with self.catalog.lock:
                 self.catalog.delete_block(fresh.id)
