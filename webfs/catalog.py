@@ -214,6 +214,10 @@ class Catalog:
         with self.lock, _full_is_nospace():
             return self.db.execute(sql, args)
 
+    def executemany(self, sql: str, rows) -> None:
+        with self.lock, _full_is_nospace():
+            self.db.executemany(sql, rows)
+
     def query(self, sql: str, args=()) -> list:
         with self.lock:
             return self.db.execute(sql, args).fetchall()

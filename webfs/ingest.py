@@ -55,7 +55,7 @@ from . import admin
 from .admin import human
 from .catalog import BlockRow
 from .errors import FsError, NoSpace, WebfsError
-from .namespace import INODE_COLUMNS, ROOT_INODE, Inode, Namespace, check_name, now_ns
+from .namespace import ROOT_INODE, Inode, Namespace, check_name, now_ns
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -296,10 +296,7 @@ class Importer:
         """The names already in a directory that was there before this import."""
         if parent.ino is None or parent.existing is None:
             return {}
-        cols = ", ".join("i." + c.strip() for c in INODE_COLUMNS.split(","))
-        rows = self.cat.query(f"SELECT d.name, {cols} FROM dentries d JOIN inodes i ON i.id = d.inode "
-                              "WHERE d.parent=?", (parent.ino,))
-        return {r[0]: Inode(*r[1:]) for r in rows}
+        return self.ns.children(parent.ino)
 
     def _item(self, src: bytes, st: os.stat_result, parent: Item, name: bytes,
               existing: Optional[dict] = None) -> Item:
@@ -496,10 +493,10 @@ class Importer:
                     item.failed = problem_line(item.src, exc)
                     self._give_back(item)
             for ino, delta in nlinks.items():
-                self.cat.execute("UPDATE inodes SET nlink=nlink+? WHERE id=?", (delta, ino))
+                self.ns.bump_nlink(ino, delta)
             t = now_ns()
             for ino in self.touched:
-                self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=? WHERE id=?", (t, t, ino))
+                self.ns.set_changed(ino, t)
             for ino in self.touched:
                 self.ns.journal("+", self.ns.get(ino), self.ns.path_of(ino) or b"/", rows=[])
             if final:
@@ -539,9 +536,8 @@ class Importer:
             first = item.first
             if first.ino is None:
                 raise FsError(errno.ENOENT, f"its other name {show_path(first.src)} could not be imported")
-            self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
-                             (parent.ino, item.name, first.ino))
-            self.cat.execute("UPDATE inodes SET nlink=nlink+1 WHERE id=?", (first.ino,))
+            self.ns.add_name(parent.ino, item.name, first.ino)
+            self.ns.bump_nlink(first.ino, 1)
             rows = self.ns.contents(first.ino)
             for row in rows:
                 self.store.add_ref(row)
@@ -566,26 +562,19 @@ class Importer:
         size = item.size if item.kind == "file" else len(item.target) if item.kind == "symlink" else 0
         t = now_ns()
         rdev = st.st_rdev if item.kind == "special" else 0
-        cur = self.cat.execute(
-            f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (NULL,?,?,?,?,?,?,?,?,?)",
-            (st.st_mode, st.st_uid, st.st_gid, size, 2 if is_dir else 1,
-             st.st_atime_ns, st.st_mtime_ns, t, rdev))
-        ino = item.ino = cur.lastrowid
-        self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
-                         (parent.ino, item.name, ino))
+        node = self.ns.add_inode(st.st_mode, st.st_uid, st.st_gid, size, 2 if is_dir else 1,
+                                 st.st_atime_ns, st.st_mtime_ns, t, rdev)
+        ino = item.ino = node.id
+        self.ns.add_name(parent.ino, item.name, ino)
         if is_dir:
             nlinks[parent.ino] = nlinks.get(parent.ino, 0) + 1
         rows = item.rows
         if item.kind == "symlink":
-            self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, item.target))
+            self.ns.add_symlink_target(ino, item.target)
         if rows:
-            self.cat.db.executemany("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
-                                    [(ino, i, r.id) for i, r in enumerate(rows)])
+            self.ns.add_contents(ino, [r.id for r in rows])
         if item.xattrs:
-            self.cat.db.executemany("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)",
-                                    [(ino, n, v) for n, v in item.xattrs])
-        node = Inode(ino, st.st_mode, st.st_uid, st.st_gid, size, 2 if is_dir else 1,
-                     st.st_atime_ns, st.st_mtime_ns, t, rdev)
+            self.ns.add_xattrs(ino, item.xattrs)
         self.ns.journal("+", node, item.path, rows=rows)
         if is_dir:
             self.counts.dirs += 1

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
-from .catalog import BLOCK_COLUMNS, BlockRow
+from .catalog import BLOCK_COLUMNS, BlockRow, Catalog
 from .errors import FsError
 from .signature import block_name
 from .store import Store
@@ -80,13 +80,71 @@ def check_name(name: bytes) -> None:
 DIR_PATHS_KEPT = 10_000
 
 
-class Namespace:
+class NamespaceRows:
+    """The namespace's rows in the catalog, written as given: no POSIX checks,
+    no journal, no commit. For writers that make names in bulk and check and
+    journal them themselves (``webfs.ingest``, ``webfs.commands.rebuild_catalog``):
+    the caller holds the catalog lock and commits once per batch, so a batch
+    costs its inserts and one commit."""
+
+    def __init__(self, catalog: Catalog):
+        self.cat = catalog
+
+    def add_inode(self, mode: int, uid: int, gid: int, size: int, nlink: int, atime_ns: int,
+                  mtime_ns: int, ctime_ns: int, rdev: int = 0, ino: Optional[int] = None) -> Inode:
+        """A new inode; SQLite numbers it (the highest number + 1) unless ``ino`` is given."""
+        cur = self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                               (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
+        return Inode(cur.lastrowid, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
+
+    def add_name(self, parent: int, name: bytes, ino: int) -> None:
+        """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts untouched)."""
+        self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
+
+    def add_symlink_target(self, ino: int, target: bytes) -> None:
+        self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
+
+    def add_contents(self, ino: int, block_ids: list[int]) -> None:
+        """A file's blocks, in piece order, for a file that has none yet."""
+        self.cat.executemany("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
+                             [(ino, piece, block_id) for piece, block_id in enumerate(block_ids)])
+
+    def add_xattrs(self, ino: int, xattrs: list[tuple[bytes, bytes]]) -> None:
+        """(name, value) pairs set on an inode, replacing any of the same name."""
+        self.cat.executemany("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)",
+                             [(ino, name, value) for name, value in xattrs])
+
+    def bump_nlink(self, ino: int, delta: int) -> None:
+        self.cat.execute("UPDATE inodes SET nlink=nlink+? WHERE id=?", (delta, ino))
+
+    def set_changed(self, ino: int, t_ns: int) -> None:
+        """mtime and ctime set to ``t_ns`` (a directory that got names)."""
+        self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=? WHERE id=?", (t_ns, t_ns, ino))
+
+    def children(self, parent: int) -> dict[bytes, Inode]:
+        """Every name in a directory, with its inode."""
+        cols = ", ".join("i." + c.strip() for c in INODE_COLUMNS.split(","))
+        rows = self.cat.query(f"SELECT d.name, {cols} FROM dentries d JOIN inodes i ON i.id = d.inode "
+                              "WHERE d.parent=?", (parent,))
+        return {r[0]: Inode(*r[1:]) for r in rows}
+
+    def inodes_with_xattr(self, name: bytes, value: bytes) -> set[int]:
+        """The inodes whose xattr ``name`` has this value."""
+        return {r[0] for r in self.cat.query("SELECT inode FROM xattrs WHERE name=? AND value=?",
+                                             (name, value))}
+
+    def xattr_values(self, name: bytes) -> list[tuple[bytes, int]]:
+        """(value, inode) of every inode that has the xattr ``name``."""
+        return [tuple(r) for r in self.cat.query("SELECT value, inode FROM xattrs WHERE name=?", (name,))]
+
+
+class Namespace(NamespaceRows):
     """The directory tree of one archive, over its catalog and store."""
 
     def __init__(self, store: Store, journal: Optional[Callable[..., None]] = None,
-                 catalog=None):
+                 catalog: Optional[Catalog] = None):
+        super().__init__(catalog or store.catalog)      # or a read-only snapshot of it
         self.store = store
-        self.cat = catalog or store.catalog      # or a read-only snapshot of it
         self.journal = journal or (lambda *args, **kwargs: None)
         self._dir_paths: dict[int, bytes] = {}     # directory paths; renames clear it
         self._deferred = threading.local()
@@ -123,8 +181,7 @@ class Namespace:
     def ensure_root(self, uid: int = 0, gid: int = 0) -> None:
         if self.cat.scalar("SELECT 1 FROM inodes WHERE id=?", (ROOT_INODE,)) is None:
             t = now_ns()
-            self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                             (ROOT_INODE, stat.S_IFDIR | 0o755, uid, gid, 0, 2, t, t, t, 0))
+            self.add_inode(stat.S_IFDIR | 0o755, uid, gid, 0, 2, t, t, t, ino=ROOT_INODE)
             self.cat.commit()
 
     def get(self, ino: int) -> Inode:
@@ -218,7 +275,7 @@ class Namespace:
             # A rebuilt catalog knows a symlink only by its block: read the target once.
             rows = self.contents(ino)
             target = self.store.read(rows[0]) if rows else b""
-            self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
+            self.add_symlink_target(ino, target)
         return target
 
     def count_inodes(self) -> int:
@@ -250,21 +307,16 @@ class Namespace:
             is_dir = stat.S_ISDIR(mode)
             size = len(target) if target is not None else 0
             ino = max(self._last_ino, self.cat.scalar("SELECT max(id) FROM inodes") or 0) + 1
-            self.cat.execute(
-                f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (ino, mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev))
+            node = self.add_inode(mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev, ino=ino)
             self._last_ino = ino
-            self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
-                             (parent, name, ino))
+            self.add_name(parent, name, ino)
             self._touch_dir(parent, 1 if is_dir else 0)
             path = self._join(parent, name)
             rows = []
             if target is not None:
-                self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
+                self.add_symlink_target(ino, target)
                 rows = [self.store.store(target, name=path)]
-                self.cat.execute("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
-                                 (ino, 0, rows[0].id))
-            node = Inode(ino, mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev)
+                self.add_contents(ino, [rows[0].id])
             self.journal("+", node, path, rows=rows)
             return node
 
@@ -277,8 +329,7 @@ class Namespace:
             self._parent_dir(parent)
             if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? AND name=?", (parent, name)):
                 raise FsError(errno.EEXIST)
-            self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
-                             (parent, name, ino))
+            self.add_name(parent, name, ino)
             self.cat.execute("UPDATE inodes SET nlink=nlink+1, ctime_ns=? WHERE id=?", (now_ns(), ino))
             self._touch_dir(parent)
             for row in self.contents(ino):
@@ -438,9 +489,7 @@ class Namespace:
             node = self.get(ino)
             old = self.contents(ino)
             self.cat.execute("DELETE FROM contents WHERE inode=?", (ino,))
-            for piece, row in enumerate(rows):
-                self.cat.execute("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
-                                 (ino, piece, row.id))
+            self.add_contents(ino, [row.id for row in rows])
             # A file with n names holds n references to each of its blocks.
             for _ in range(max(node.nlink, 1) - 1):
                 for row in rows:

@@ -859,10 +859,8 @@ class WarcImporter(Importer):
         the catalog's captures are read once, in one query, on the first need."""
         if self.stored_digests is None:
             self.stored_digests = {}
-            revisits = {ino for (ino,) in self.cat.query(
-                "SELECT inode FROM xattrs WHERE name=? AND value=?", (b"user.warc.type", b"revisit"))}
-            for value, ino in self.cat.query("SELECT value, inode FROM xattrs WHERE name=?",
-                                             (b"user.warc.payload-digest",)):
+            revisits = self.ns.inodes_with_xattr(b"user.warc.type", b"revisit")
+            for value, ino in self.ns.xattr_values(b"user.warc.payload-digest"):
                 if ino not in revisits:
                     self.stored_digests.setdefault(value, ino)
         ino = self.stored_digests.get(digest)
