@@ -315,13 +315,16 @@ class Catalog:
             last = rows[-1][0]
 
     def insert_block(self, sig: str, overflow: int, disk: int, size: int, stored: int,
-                     codec: str, refs: int, pins: int, created: str, name: str, grp: str) -> BlockRow:
+                     codec: str, refs: int, pins: int, created: str, name: str, grp: str,
+                     stripe: Optional[str] = None) -> BlockRow:
+        """A new block row; with a stripe (a catalog rebuilt from parity headers),
+        already its member."""
         cur = self.execute(
-            "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp))
+            "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe))
         return BlockRow(cur.lastrowid, sig, overflow, disk, size, stored, codec, refs, pins,
-                        created, name, grp, None)
+                        created, name, grp, stripe)
 
     def set_refs(self, block_id: int, refs: int, pins: int) -> None:
         self.execute("UPDATE blocks SET refs=?, pins=? WHERE id=?", (refs, pins, block_id))

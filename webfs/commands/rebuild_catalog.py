@@ -27,9 +27,9 @@ from ..archive import Archive
 from ..catalog import BlockRow, Catalog, catalog_path
 from ..errors import ArchiveError, CorruptBlock, CorruptParity
 from ..manifest import JOURNAL, MANIFEST, escape_path, journal_after_checkpoint, unescape_path
-from ..namespace import ROOT_INODE, name_problem
+from ..namespace import ROOT_INODE, NamespaceRows, name_problem
 from ..volume import PARITY
-from ..parity import INTENT_FILE as PARITY_INTENTS, STRIPE_COLUMNS, ParityHeader, Stripe, size_class
+from ..parity import INTENT_FILE as PARITY_INTENTS, ParityHeader, Stripe, add_stripes, size_class
 
 log = logging.getLogger(__name__)
 
@@ -368,15 +368,8 @@ def _stripes_from_parity(archive: Archive, blocks: dict[Key, BlockRow], said: li
 
 def _write_blocks(cat: Catalog, blocks: dict[Key, BlockRow], stripes: list[Stripe]) -> dict[Key, int]:
     """Step 3: the stripe and block rows; returns each block's row id."""
-    for s in stripes:
-        cat.execute(f"INSERT OR REPLACE INTO stripes ({STRIPE_COLUMNS}) VALUES (?,?,?,?,?,?,?)", astuple(s))
-    ids = {}
-    for key, b in blocks.items():
-        cur = cat.execute(
-            "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", astuple(b)[1:])
-        ids[key] = cur.lastrowid
-    return ids
+    add_stripes(cat, stripes)
+    return {key: cat.insert_block(*astuple(b)[1:]).id for key, b in blocks.items()}
 
 
 def _write_namespace(cat: Catalog, archive: Archive, entries: dict[bytes, tuple], ids: dict[Key, int],
@@ -389,8 +382,8 @@ def _write_namespace(cat: Catalog, archive: Archive, entries: dict[bytes, tuple]
     root_mode, t_root = (root[2], root[3]) if root else \
         (stat.S_IFDIR | 0o755, max((v[3] for v in entries.values()), default=0))
     uid, gid = os.getuid(), os.getgid()
-    cat.execute("INSERT INTO inodes (id, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns)"
-                " VALUES (?,?,?,?,0,2,?,?,?)", (ROOT_INODE, root_mode, uid, gid, t_root, t_root, t_root))
+    rows = NamespaceRows(cat)
+    rows.add_inode(root_mode, uid, gid, 0, 2, t_root, t_root, t_root, ino=ROOT_INODE)
     dirs = {b"": ROOT_INODE}          # only directories can be parents
     missing_blocks = 0
     for p in sorted(entries, key=lambda p: (p.count(b"/"), p)):
@@ -410,24 +403,19 @@ def _write_namespace(cat: Catalog, archive: Archive, entries: dict[bytes, tuple]
             for part in parent_path[1:].split(b"/"):
                 walked += b"/" + part
                 if walked not in dirs:
-                    cur = cat.execute("INSERT INTO inodes (mode, uid, gid, size, nlink, atime_ns, mtime_ns,"
-                                      " ctime_ns) VALUES (?,?,?,0,2,?,?,?)",
-                                      (stat.S_IFDIR | 0o755, uid, gid, mtime, mtime, mtime))
-                    cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)",
-                                (parent, part, cur.lastrowid))
-                    cat.execute("UPDATE inodes SET nlink=nlink+1 WHERE id=?", (parent,))
-                    dirs[walked] = cur.lastrowid
+                    made = rows.add_inode(stat.S_IFDIR | 0o755, uid, gid, 0, 2, mtime, mtime, mtime).id
+                    rows.add_name(parent, part, made)
+                    rows.bump_nlink(parent, 1)
+                    dirs[walked] = made
                     said.append(f"{_show(walked)}: a directory no record lists; made with mode 755")
                 parent = dirs[walked]
-        cur = cat.execute("INSERT INTO inodes (mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns)"
-                          " VALUES (?,?,?,?,?,?,?,?)",
-                          (mode, uid, gid, size, 2 if stat.S_ISDIR(mode) else 1, mtime, mtime, mtime))
-        ino = cur.lastrowid
-        cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
+        ino = rows.add_inode(mode, uid, gid, size, 2 if stat.S_ISDIR(mode) else 1, mtime, mtime, mtime).id
+        rows.add_name(parent, name, ino)
         if stat.S_ISDIR(mode):
             dirs[p] = ino
-            cat.execute("UPDATE inodes SET nlink=nlink+1 WHERE id=?", (parent,))
+            rows.bump_nlink(parent, 1)
             continue
+        block_ids = []
         for piece, text in enumerate(sigs):
             key = sigmod.ContentKey.parse(text)
             block_id = ids.get((key.sig, key.overflow))
@@ -435,13 +423,11 @@ def _write_namespace(cat: Catalog, archive: Archive, entries: dict[bytes, tuple]
                 missing_blocks += 1
                 said.append(f"{p!r}: block {text} is on no disk and in no stripe: the file is lost")
                 piece_size = min(max_block, size - piece * max_block)
-                cur = cat.execute(
-                    "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp)"
-                    " VALUES (?,?,-1,?,0,'identity',0,0,'',?,?)",
-                    (key.sig, key.overflow, piece_size, p.decode("utf-8", "replace")[:400],
-                     sigmod.group_of(key.sig, depth)))
-                block_id = ids[(key.sig, key.overflow)] = cur.lastrowid
-            cat.execute("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)", (ino, piece, block_id))
+                block_id = ids[(key.sig, key.overflow)] = cat.insert_block(
+                    key.sig, key.overflow, -1, piece_size, 0, "identity", 0, 0, "",
+                    p.decode("utf-8", "replace")[:400], sigmod.group_of(key.sig, depth)).id
+            block_ids.append(block_id)
+        rows.add_contents(ino, block_ids)
     return len(entries), missing_blocks
 
 
@@ -457,7 +443,7 @@ def _write_refs(cat: Catalog, archive: Archive, blocks: dict[Key, BlockRow], hea
         if not refs:
             unnamed += 1
             refs = pins = max(header_refs.get(key, 1), 1)
-        cat.execute("UPDATE blocks SET refs=?, pins=? WHERE id=?", (refs, pins, block_id))
+        cat.set_refs(block_id, refs, pins)
         if key in header_refs and header_refs[key] != refs:
             archive.volumes[blocks[key].disk].set_refs(key[0], key[1], refs)
     return unnamed
@@ -469,4 +455,4 @@ def _write_groups(cat: Catalog, blocks: dict[Key, BlockRow]) -> None:
     for b in blocks.values():
         where[b.grp][b.disk] += 1
     for grp, counts in where.items():
-        cat.execute("INSERT INTO groups (grp, disk) VALUES (?,?)", (grp, counts.most_common(1)[0][0]))
+        cat.set_group_disk(grp, counts.most_common(1)[0][0])

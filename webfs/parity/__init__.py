@@ -18,11 +18,11 @@ Scrub and disk rebuild build on it.
 """
 from .format import REBUILD_MARKER, Key, Member, ParityHeader, parity_files, xor_payloads
 from .intents import INTENT_FILE, IntentLog
-from .layout import STRIPE_COLUMNS, Stripe, size_class
+from .layout import Stripe, add_stripes, size_class
 from .parity import Parity
 from .stripeio import Gate
 from .writebehind import WRITE_BEHIND
 
 __all__ = ["Parity", "ParityHeader", "Member", "IntentLog", "Stripe", "Key", "Gate", "xor_payloads",
            "size_class", "parity_files", "REBUILD_MARKER", "INTENT_FILE", "WRITE_BEHIND",
-           "STRIPE_COLUMNS"]
+           "add_stripes"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import uuid as uuidmod
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import NamedTuple, Optional
 
 from ..archive import Archive
@@ -69,6 +69,14 @@ class Stripe:
     state: str
     members: int
     disks: int          # bit i set: disk i holds a member or the parity
+
+
+def add_stripes(catalog: Catalog, stripes: list[Stripe]) -> None:
+    """Stripes written into the ``stripes`` table as they are (a catalog being
+    rebuilt from parity headers); one already there is replaced."""
+    for s in stripes:
+        catalog.execute(f"INSERT OR REPLACE INTO stripes ({STRIPE_COLUMNS}) VALUES (?,?,?,?,?,?,?)",
+                        astuple(s))
 
 
 class Placement(NamedTuple):
