@@ -1,6 +1,7 @@
 """The shape of the code (issue 14): no import cycles between the modules of
-``webfs`` (``backends/`` is installed as ``webfs.backends``), and no module
-reaching for another's private names.
+``webfs`` (``backends/`` is installed as ``webfs.backends``), no module
+reaching for another's private names, and SQL only where the tables live
+(``SQL_OWNERS``).
 
 Every module is parsed, not imported, so a cycle hidden in a function-level
 import counts as much as one at the top: either way the two modules cannot
@@ -26,6 +27,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = (("webfs", "webfs"), ("backends", "webfs.backends"))
 
 KNOWN: dict[str, str] = {}
+
+# The modules that own the catalog's tables and so may write SQL: the catalog,
+# the namespace, and the parity package (its stripes table).
+SQL_OWNERS = ("webfs.catalog", "webfs.namespace", "webfs.parity")
+SQL_METHODS = {"execute", "executemany", "executescript", "query", "scalar"}
+SQL_WORDS = ("SELECT", "INSERT", "UPDATE", "DELETE", "PRAGMA", "CREATE")
 
 
 @dataclass
@@ -157,6 +164,43 @@ def findings() -> list[str]:
     known = modules()
     out = [f"cycle among {', '.join(group)}" for group in cycles(known)]
     return sorted(set(out + private_uses(known)))
+
+
+def sql_uses(known: dict[str, Module]) -> list[str]:
+    """Calls of execute/query/scalar/... whose first argument is SQL text (a
+    string starting with an SQL word, or an f-string) outside ``SQL_OWNERS``."""
+    found = []
+    for name, m in known.items():
+        if any(name == owner or name.startswith(owner + ".") for owner in SQL_OWNERS):
+            continue
+        for node in ast.walk(m.tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in SQL_METHODS and node.args):
+                continue
+            first = node.args[0]
+            if isinstance(first, ast.JoinedStr) or (
+                    isinstance(first, ast.Constant) and isinstance(first.value, str)
+                    and first.value.lstrip().upper().startswith(SQL_WORDS)):
+                found.append(f"sql {name}:{node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_sql_only_in_the_modules_that_own_the_tables():
+    found = sql_uses(modules())
+    assert not found, "SQL outside " + ", ".join(SQL_OWNERS) + ":\n" + "\n".join(found)
+
+
+def test_the_check_sees_sql_outside_its_owners(tmp_path, monkeypatch):
+    pkg = tmp_path / "webfs"
+    (pkg / "parity").mkdir(parents=True)
+    for f in ("__init__.py", "parity/__init__.py"):
+        (pkg / f).write_text("")
+    (pkg / "catalog.py").write_text("def f(db):\n    db.execute('SELECT 1')\n")
+    (pkg / "parity" / "layout.py").write_text("def f(cat):\n    cat.query('SELECT 1')\n")
+    (pkg / "other.py").write_text("def f(cat, t, log):\n    cat.scalar(f'SELECT {t}')\n"
+                                  "    cat.execute('  update x set y=1')\n    log.execute('run')\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
+    assert [f.partition(": ")[0] for f in sql_uses(modules())] == ["sql webfs.other:2", "sql webfs.other:3"]
 
 
 def test_no_import_cycles_and_no_private_names():
