@@ -19,6 +19,13 @@ class Protection:
     ``webfs.parity`` implements it with declustered parity stripes.
     """
 
+    @property
+    def has_parity(self) -> bool:
+        """Does the archive have parity stripes: something fsck checks, scrub
+        reads against and a disk rebuild rebuilds from? Only when it says so do
+        those commands use the stripes' own methods (``webfs.parity.Parity``)."""
+        return False
+
     def block_added(self, row: BlockRow, payload: bytes) -> None:
         pass
 

@@ -115,10 +115,10 @@ def check(store: Store, repair: bool = False,
 def _prune_last_scrub(store: Store) -> None:
     """Blocks the last scrub left damaged that read back good now (this repair
     mended them) are taken off the list status shows."""
-    from ..parity import Member, Parity
+    from ..parity import Member
     import json
     text = store.catalog.get_meta("last_scrub")
-    if not text or not isinstance(store.protection, Parity):
+    if not text or not store.protection.has_parity:
         return
     last = json.loads(text)
     keep = []

@@ -93,7 +93,7 @@ def rebuild(store: Store, progress: admin.Progress, disk: int, to: str,
             max_rate: Optional[float] = None) -> admin.Result:
     """Reconstruct every block and parity file of disk ``disk`` into ``to``."""
     parity = store.protection
-    if not isinstance(parity, Parity):
+    if not parity.has_parity:
         raise WebfsError("this archive is opened without parity; nothing to rebuild from")
     parity.flush()
     vol = replacement(store, disk, to)

@@ -175,7 +175,7 @@ def check_parity(store: Store, report: Report, repair: bool) -> None:
     """fsck's share: what open-time recovery did, every parity header against
     the catalog, dirty stripes, orphan and leftover parity files."""
     parity = store.protection
-    if not isinstance(parity, Parity):
+    if not parity.has_parity:
         return
     for stripe_id, done in parity.recovered:
         report.add("parity", f"stripe {stripe_id}", f"{done} (found at open: an interrupted update)", True)
@@ -203,7 +203,7 @@ def scrub(store: Store, progress: admin.Progress, repair: bool = False,
     Stripes are looked at many at once (a few reads at a time on each disk);
     ``max_rate`` (MB/s read) leaves the disks room for other work."""
     parity = store.protection
-    if not isinstance(parity, Parity):
+    if not parity.has_parity:
         raise WebfsError("this archive is opened without parity; nothing to scrub against")
     parity.flush()                  # parity written behind is checked as it is on the disks
     started = time.monotonic()

@@ -63,6 +63,10 @@ class Parity(Protection):
     # -- what callers read of it --------------------------------------------------
 
     @property
+    def has_parity(self) -> bool:
+        return True
+
+    @property
     def width(self) -> int:
         return self.layout.width
 
