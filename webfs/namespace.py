@@ -7,6 +7,10 @@ kernel requests into these calls, and a test can drive it directly. A
 file's content is a list of blocks (one per piece); ``set_contents``
 replaces it and releases the blocks it no longer uses. Every change is told
 to the journal (plain text on the disks) so names survive the catalog.
+
+``NamespaceRows`` is the layer beneath: the namespace's tables row by row,
+for the bulk writers (import, catalog rebuild) that check and journal names
+themselves and commit once per batch. No other module writes their SQL.
 """
 from __future__ import annotations
 
@@ -81,11 +85,11 @@ DIR_PATHS_KEPT = 10_000
 
 
 class NamespaceRows:
-    """The namespace's rows in the catalog, written as given: no POSIX checks,
-    no journal, no commit. For writers that make names in bulk and check and
-    journal them themselves (``webfs.ingest``, ``webfs.commands.rebuild_catalog``):
-    the caller holds the catalog lock and commits once per batch, so a batch
-    costs its inserts and one commit."""
+    """The namespace's rows in the catalog, read and written as they are: no
+    POSIX checks, no journal, no commit. For writers that make names in bulk
+    and check and journal them themselves (``webfs.ingest``,
+    ``webfs.commands.rebuild_catalog``): the caller holds the catalog lock and
+    commits once per batch, so a batch costs its inserts and one commit."""
 
     def __init__(self, catalog: Catalog):
         self.cat = catalog
