@@ -93,13 +93,21 @@ class NamespaceRows:
 
     def __init__(self, catalog: Catalog):
         self.cat = catalog
+        # Inode numbers only grow while these rows are open: SQLite would give
+        # a freed number to the next file, and the kernel may still hold the old
+        # inode (its attributes and page cache) under that number. A bulk
+        # import into a mount makes inodes through the mount's namespace.
+        self._last_ino = 0
 
     def add_inode(self, mode: int, uid: int, gid: int, size: int, nlink: int, atime_ns: int,
                   mtime_ns: int, ctime_ns: int, rdev: int = 0, ino: Optional[int] = None) -> Inode:
-        """A new inode; SQLite numbers it (the highest number + 1) unless ``ino`` is given."""
-        cur = self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                               (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
-        return Inode(cur.lastrowid, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
+        """A new inode, numbered ``ino`` or past every number used so far."""
+        if ino is None:
+            ino = max(self._last_ino, self.cat.scalar("SELECT max(id) FROM inodes") or 0) + 1
+        self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                         (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
+        self._last_ino = max(self._last_ino, ino)
+        return Inode(ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
 
     def add_name(self, parent: int, name: bytes, ino: int) -> None:
         """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts untouched)."""
@@ -152,10 +160,6 @@ class Namespace(NamespaceRows):
         self.journal = journal or (lambda *args, **kwargs: None)
         self._dir_paths: dict[int, bytes] = {}     # directory paths; renames clear it
         self._deferred = threading.local()
-        # Inode numbers only grow while this namespace is open: SQLite would give
-        # a freed number to the next file, and the kernel may still hold the old
-        # inode (its attributes and page cache) under that number.
-        self._last_ino = 0
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -310,9 +314,8 @@ class Namespace(NamespaceRows):
             t = now_ns()
             is_dir = stat.S_ISDIR(mode)
             size = len(target) if target is not None else 0
-            ino = max(self._last_ino, self.cat.scalar("SELECT max(id) FROM inodes") or 0) + 1
-            node = self.add_inode(mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev, ino=ino)
-            self._last_ino = ino
+            node = self.add_inode(mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev)
+            ino = node.id
             self.add_name(parent, name, ino)
             self._touch_dir(parent, 1 if is_dir else 0)
             path = self._join(parent, name)
