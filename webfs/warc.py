@@ -567,6 +567,8 @@ class DigestCheck:
 
 # ---------------------------------------------------------------- importing
 
+# The figures of a WARC import. Shaped like ingest.Counts (a list of int
+# fields), which is why `duplicates` pairs them; the figures are others.
 @dataclass
 class WarcCounts:
     records: int = 0
