@@ -53,11 +53,11 @@ deps: apt $(STAMP)
 # options, e.g. PYTEST_ARGS='-n 0' for one process, or '-k store -x'.
 PYTEST := $(BIN)/pytest -q -ra -n 2 --dist loadfile $(PYTEST_ARGS)
 
-# Every tier: 12 minutes measured on 2 cores shared with other work (load 7).
+# Every tier: about 5 minutes on 2 quiet cores (12 minutes at load 7).
 test: deps
 	$(PYTEST) tests
 
-# t1-t3: nothing mounted; 1 min 37 s of CPU, about 50 s on 2 idle cores.
+# t1-t3: nothing mounted; about 100 s of test time, 52-56 s on 2 quiet cores.
 test-fast: deps
 	$(PYTEST) tests/t[1-3]_*.py
 
