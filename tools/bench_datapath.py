@@ -381,8 +381,6 @@ def scale(ctx):
         info["at"] = {str(p): at(p / 100) for p in (10, 50, 100)}
         info["rate_end_vs_start"] = (sl[-1]["rate"] / sl[0]["rate"]) if sl[0]["rate"] else None
         first, last = sl[0], sl[-1]
-        if first["plain_rate"] and last["plain_rate"]:
-            info["plain_rate_end_vs_start"] = last["plain_rate"] / first["plain_rate"]
         if first["daemon_cpu_per_file"] and last["daemon_cpu_per_file"]:
             info["cpu_per_file_end_vs_start"] = (last["daemon_cpu_per_file"]
                                                 / first["daemon_cpu_per_file"])

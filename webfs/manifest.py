@@ -167,10 +167,9 @@ class Journal:
         self._asked = False
         # Until the first checkpoint, appends go where the newest records are;
         # ``stale`` says that is not where the rule puts them (a checkpoint moves them).
-        self.disks = self._holders()
+        # anchored: a MANIFEST is under the JOURNAL (a new archive has none, and wants one)
+        self.disks, self.anchored = self._holders()
         self.stale = self.disks != record_disks(archive)
-        # A JOURNAL with no MANIFEST under it (a new archive) wants one.
-        self.anchored = any(archive.volumes[i].backend.exists(MANIFEST) for i in self.disks)
         self.grown = 0
         self.limit = limit
         for index in self.disks[:1]:
@@ -187,9 +186,10 @@ class Journal:
                 or self.disks != record_disks(self.archive)
                 or any(self._opened.get(i, v) is not v for i, v in self.archive.volumes.items()))
 
-    def _holders(self) -> list[int]:
+    def _holders(self) -> tuple[list[int], bool]:
         """The present disks that hold the newest MANIFEST (the highest checkpoint
-        number; every disk with a MANIFEST on disks written before numbering)."""
+        number; every disk with a MANIFEST on disks written before numbering),
+        and whether there is one; without one, the disks the rule names."""
         found = {}
         for vol in self.archive.volumes.values():
             try:
@@ -198,9 +198,9 @@ class Journal:
             except OSError:
                 pass
         if not found:
-            return record_disks(self.archive)
+            return record_disks(self.archive), False
         newest = max(found.values())
-        return sorted(i for i, n in found.items() if n == newest)
+        return sorted(i for i, n in found.items() if n == newest), True
 
     def record(self, op: str, node: Optional["Inode"], path: bytes, new_path: bytes = b"",
                rows: Optional[list[BlockRow]] = None) -> None:
