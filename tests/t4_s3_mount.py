@@ -28,21 +28,25 @@ def status(target) -> dict:
     return json.loads(webfs("status", "--json", target).stdout)
 
 
-def mounted_site(weeds, tmp_path, corpus, tag: str):
-    """A bucket on each server made an archive, mounted, with one site copied
-    in: (disk URLs, mount point, the site's source)."""
-    disks = [w.url(bucket(f"{tag}{i}")) for i, w in enumerate(weeds)]
-    webfs("mkfs", *disks)
+def bucket_on_each(weeds, tag: str) -> list[str]:
+    """Disk URLs: a new bucket on each server."""
+    return [w.url(bucket(f"{tag}{i}")) for i, w in enumerate(weeds)]
+
+
+def mounted_site(disks, tmp_path, corpus, *mkfs_options, via: int = 0):
+    """The disks made an archive (mkfs with these options), mounted through
+    disk ``via``, with one site copied in: (mount point, the site's source)."""
+    webfs("mkfs", *mkfs_options, *disks)
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     src = site(corpus)
-    webfs("mount", disks[0], mnt)
+    webfs("mount", disks[via], mnt)
     try:
         sh(f"cp -r '{src}' '{mnt}/site'")
     except BaseException:
         unmount(mnt)
         raise
-    return disks, mnt, src
+    return mnt, src
 
 
 def test_a_dead_server_loses_nothing_and_writes_go_on(weeds, tmp_path, corpus):
@@ -51,13 +55,8 @@ def test_a_dead_server_loses_nothing_and_writes_go_on(weeds, tmp_path, corpus):
     file, because no stripe has two members in one domain."""
     w0, w1 = weeds[0], weeds[1]
     disks = [w0.url(bucket("a")), w0.url(bucket("b")), w1.url(bucket("c")), str(tmp_path / "local")]
-    webfs("mkfs", "--group-size", "4", *disks)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    src = site(corpus)
-    webfs("mount", disks[3], mnt)
+    mnt, src = mounted_site(disks, tmp_path, corpus, "--group-size", "4", via=3)
     try:
-        sh(f"cp -r '{src}' '{mnt}/site'")
         first = status(mnt)
         sh(f"rsync -a '{src}/' '{mnt}/again/'")        # every page is a duplicate
         sh(f"diff -r '{src}' '{mnt}/site'")
@@ -99,7 +98,8 @@ def test_a_dead_server_loses_nothing_and_writes_go_on(weeds, tmp_path, corpus):
 
 
 def test_new_machine_mounts_from_urls_and_buckets_recover_without_webfs(weeds, tmp_path, corpus, monkeypatch):
-    disks, mnt, src = mounted_site(weeds, tmp_path, corpus, "n")
+    disks = bucket_on_each(weeds, "n")
+    mnt, src = mounted_site(disks, tmp_path, corpus)
     try:
         sh(f"mv '{mnt}/site/' '{mnt}/moved'")
         os.kill(int(os.getxattr(mnt, "user.webfs.pid")), signal.SIGKILL)   # what close() stored stays

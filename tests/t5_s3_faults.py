@@ -11,13 +11,14 @@ import pytest
 
 from conftest import sh, unmount, webfs
 from fault_helpers import LONG
-from t4_s3_mount import bucket, mounted_site, status
+from t4_s3_mount import bucket, bucket_on_each, mounted_site, status
 
 
 @pytest.mark.soak
 @pytest.mark.skipif(not LONG, reason="long: WEBFS_LONG_TESTS=1 (make test-long)")
 def test_rebuild_a_dead_domain_onto_a_new_bucket(weeds, tmp_path, corpus):
-    disks, mnt, src = mounted_site(weeds, tmp_path, corpus, "r")
+    disks = bucket_on_each(weeds, "r")
+    mnt, src = mounted_site(disks, tmp_path, corpus)
     try:
         webfs("sync", mnt)
         weeds[2].kill()
@@ -36,7 +37,8 @@ def test_rebuild_a_dead_domain_onto_a_new_bucket(weeds, tmp_path, corpus):
 def test_a_hung_server_does_not_hang_the_mount(weeds, tmp_path, corpus):
     """A server that stops answering (SIGSTOP: connections open, no reply) costs
     the reads one timeout, then its disk fails fast and parity serves."""
-    disks, mnt, src = mounted_site(weeds, tmp_path, corpus, "h")
+    disks = bucket_on_each(weeds, "h")
+    mnt, src = mounted_site(disks, tmp_path, corpus)
     try:
         webfs("sync", mnt)
         unmount(mnt)
