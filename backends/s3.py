@@ -18,7 +18,9 @@ a snapshot of the catalog taken with SQLite's backup API. Opening the disk
 fetches ``WEBFS-DISK`` and ``webfs.conf`` (which also proves the endpoint,
 the credentials and the bucket), and the ``meta/`` copy when the state
 directory has no catalog or an older copy (``meta/COPY``): so an archive whose disks are all
-in object stores mounts on a new machine from its URLs alone.
+in object stores mounts on a new machine from its URLs alone. One ``meta/``
+object lives in the bucket only: ``meta/MOUNTED``, the lease of the writer
+(``webfs.locks``), read past the cache and created with ``write_if_absent``.
 
 **Credentials** come from botocore's usual chain (``AWS_ACCESS_KEY_ID``...,
 ``~/.aws/credentials``, ``AWS_PROFILE``) or from the file named by the mount
@@ -60,6 +62,7 @@ IDENTITY = ("WEBFS-DISK", "webfs.conf")  # in the bucket, mirrored in the state 
 PUBLISHED = ("meta/MANIFEST", "meta/JOURNAL", "meta/RECORDS")
 CATALOG = "meta/catalog.db"
 COPY = "meta/COPY"                      # the number of the last copy of meta/ to the bucket
+LEASE = "meta/MOUNTED"                  # the mount lease (webfs.locks): in the bucket only, never cached
 DOWN_SECONDS = 10.0                     # an endpoint that failed is not asked again for this long
 CONNECT_TIMEOUT = 2.0
 READ_TIMEOUT = 10.0
@@ -222,6 +225,10 @@ class S3Backend(Backend):
         self._probing = threading.Lock()
         self._published: dict[str, tuple] = {}      # meta/ file -> its stamp when last copied
         self.fetched = False                        # identity and meta/ brought from the bucket
+        self.made = False                           # a new disk (create()): ours is the only side
+        # The bucket's mount lease (webfs.locks.BucketLease) while this process
+        # holds it: meta/ is copied to the bucket only under it, or on a disk just made.
+        self.lease = None
 
     def __repr__(self) -> str:
         return f"S3Backend({self.location!r})"
@@ -288,6 +295,8 @@ class S3Backend(Backend):
         where = f"{self.location}/{path}" if path else self.location
         if code in ("NoSuchKey", "404", "NotFound") or (status == 404 and code != "NoSuchBucket"):
             return FileNotFoundError(errno.ENOENT, "no such object", where)
+        if code == "PreconditionFailed" or status == 412:
+            return FileExistsError(errno.EEXIST, "the object is there already", where)
         if code == "NoSuchBucket":
             return FileNotFoundError(errno.ENOENT, f"no bucket {self.url.bucket}", self.location)
         if status == 403 or code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"):
@@ -353,11 +362,13 @@ class S3Backend(Backend):
 
     @staticmethod
     def _is_local(path: str) -> bool:
-        return path.startswith(LOCAL_PREFIX) or path == LOCAL_PREFIX.rstrip("/")
+        return path != LEASE and (path.startswith(LOCAL_PREFIX) or path == LOCAL_PREFIX.rstrip("/"))
 
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         if self._is_local(path) or path in IDENTITY:
             return self.local.read(path, offset, size)
+        if path == LEASE:
+            return self._get(path, offset, size)    # another machine may have changed it
         data = self._cached(path)
         if data is None:
             if offset or size >= 0:
@@ -375,6 +386,14 @@ class S3Backend(Backend):
 
     def write_new(self, path: str, data: bytes, fsync: bool = False) -> None:
         self.write_atomic(path, data, fsync)
+
+    def write_if_absent(self, path: str, data: bytes) -> None:
+        """Create an object only if there is none (a conditional PUT,
+        ``If-None-Match: *``; atomic on stores that honour it: SeaweedFS,
+        AWS S3, Ceph RGW), else FileExistsError."""
+        self._forget(path)
+        self._call("put_object", path, Bucket=self.url.bucket, Key=self._key(path), Body=bytes(data),
+                   IfNoneMatch="*")
 
     def write_at(self, path: str, offset: int, data: bytes, fsync: bool = False) -> None:
         if self._is_local(path):
@@ -479,7 +498,15 @@ class S3Backend(Backend):
         """Copy meta/ to the bucket: the records and a consistent catalog snapshot
         (what changed since the last copy, or since it was fetched), then the
         copy's number (``meta/COPY``), last, so a copy cut short is not taken
-        for a newer one."""
+        for a newer one. Only the holder of the bucket's lease copies (or the
+        maker of a new disk): a command that only reads, or a mount whose lease
+        another machine took over, must not replace that machine's copy."""
+        if self.lease is None and not self.made:
+            return
+        if self.lease is not None and not self.lease.held():
+            log.error("%s: the lease was taken over by another mount; meta/ is not copied to the bucket",
+                      self.location)
+            return
         copied = False
         for path in PUBLISHED:
             stamp = self._stamp(path)
@@ -603,7 +630,7 @@ class S3Backend(Backend):
             self._call("head_bucket", "", Bucket=self.url.bucket)
         except FileNotFoundError:
             self._call("create_bucket", "", Bucket=self.url.bucket)
-        self.fetched = True                         # a new disk: ours is the only side
+        self.fetched = self.made = True             # a new disk: ours is the only side
         import shutil
         shutil.rmtree(self.root, ignore_errors=True)     # a state directory of an earlier disk here
         os.makedirs(os.path.join(self.root, "meta"), exist_ok=True)

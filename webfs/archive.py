@@ -6,7 +6,9 @@ disk names the archive: the others are found at the paths the
 configuration last recorded, or else beside the given disk. A disk that
 cannot be found is *missing*; the archive opens without it (parity serves
 its blocks). The archive lock (``meta/lock`` on every present disk, held
-with flock) keeps two daemons or commands from working on one archive.
+with flock) keeps two daemons or commands from working on one archive; on
+an S3 disk a writer also holds the bucket's lease (``webfs.locks``), which
+keeps two machines apart.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from . import FORMAT_VERSION
 from .backends import is_url, normalize, open_backend
 from .block import utc_timestamp
 from .errors import ArchiveBusy, ArchiveError, ConfigError
+from .locks import BucketLease
 from .signature import DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 from .volume import CONF_FILE, DISK_ID_FILE, META, Volume
 
@@ -467,6 +470,7 @@ class Archive:
         self.missing = missing
         self.opened_from = opened_from
         self._lock_fds: list[int] = []
+        self._leases: list[BucketLease] = []
         self._holder = ""
 
     @classmethod
@@ -532,9 +536,11 @@ class Archive:
         killed daemon is never stale; the file's text only says who held it.
         Without ``write`` (a check that writes nothing) the lock files are
         opened read-only and their text is left alone; a disk without one has
-        never been held, so there is nothing to take there.
+        never been held, so there is nothing to take there. With ``write``,
+        every S3 disk's lease is taken too (after the flocks, so a lease
+        left by a dead mount of this state directory is known to be dead).
         """
-        taken = []
+        taken, leases = [], []
         try:
             for vol in self.volumes.values():
                 fd = _flock(vol.root, write)
@@ -542,11 +548,19 @@ class Archive:
                     taken.append(fd)
             for fd in taken if write else ():
                 _say_holder(fd, holder)
+            for vol in self.volumes.values() if write else ():
+                if is_url(vol.backend.location):
+                    lease = BucketLease(vol.backend, holder)
+                    lease.take()
+                    leases.append(lease)
         except BaseException:
+            for lease in leases:
+                lease.release()
             for fd in taken:
                 os.close(fd)
             raise
         self._lock_fds = taken
+        self._leases = leases
         self._holder = holder
 
     def attach(self, disk: DiskInfo) -> Volume:
@@ -558,6 +572,10 @@ class Archive:
             fd = _flock(vol.root)
             _say_holder(fd, self._holder)
             self._lock_fds.append(fd)
+            if is_url(vol.backend.location):
+                lease = BucketLease(vol.backend, self._holder)
+                lease.take()
+                self._leases.append(lease)
         # Replace the lists whole: readers in other threads iterate them.
         self.conf.disks = sorted([*self.conf.disks, disk], key=lambda d: d.index)
         self.volumes = {**self.volumes, disk.index: vol}
@@ -579,6 +597,9 @@ class Archive:
             self.missing = {**self.missing, index: why}
 
     def unlock(self) -> None:
+        for lease in self._leases:
+            lease.release()
+        self._leases = []
         for fd in self._lock_fds:
             os.close(fd)
         self._lock_fds = []

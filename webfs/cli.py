@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from typing import Optional
@@ -22,6 +23,7 @@ from .commands.report import EXIT_FAILED
 from .admin import human
 from .backends import is_url, normalize
 from .errors import CatalogUnreadable, WebfsError
+from .locks import TAKE_ENV
 from .operations import OPERATIONS
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 from .assembly import open_archive
@@ -63,7 +65,10 @@ def progress_bar(total: Optional[int], desc: str, unit: str = "blk"):
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="webfs")
 @click.option("-v", "--verbose", count=True, help="Say more (repeat for debug output).")
-def main(verbose: int) -> None:
+@click.option("--take-lease", is_flag=True,
+              help="Take over the lease of an S3 disk that another machine's mount left and no "
+                   "longer renews (that machine died); a lease still renewed is never taken.")
+def main(verbose: int, take_lease: bool) -> None:
     """webfs: a filesystem for web archives.
 
     Every distinct document is stored once, as a block file at a path
@@ -71,6 +76,8 @@ def main(verbose: int) -> None:
     names the archive. See webfs(1) and webfs-format(5).
     """
     _setup_logging(verbose)
+    if take_lease:
+        os.environ[TAKE_ENV] = "1"      # read where the lease is taken, in this process or its daemon
 
 
 @main.command()
@@ -399,7 +406,7 @@ def export_warc(split, duplicates, order, collection, out):
     from . import warc
     size = None
     if split:
-        m = __import__("re").fullmatch(r"([0-9]+)([KMGT]?)i?B?", split.upper())
+        m = re.fullmatch(r"([0-9]+)([KMGT]?)i?B?", split.upper())
         if not m:
             raise WebfsError(f"--split {split}: not a size (e.g. 500M, 1G)")
         size = int(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " ")
@@ -567,7 +574,7 @@ def delete(disk, keys):
                    "store_mode=force-new|regular|compare, manifest_interval=SECONDS, journal_limit=BYTES, "
                    "cool_interval=SECONDS, heat_k=N, piece_cache=BYTES, read_ahead_kb=KIB, "
                    "disk_delay=INDEX:SECONDS[,INDEX:SECONDS...], s3_credentials=FILE, state_dir=DIR, "
-                   "block_cache=BYTES, s3_requests=N, debug.")
+                   "block_cache=BYTES, s3_requests=N, take_lease, debug.")
 @click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground (log to stderr).")
 @click.argument("disk", type=DiskPath(exists=True, file_okay=False))
 @click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))

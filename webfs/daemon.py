@@ -30,6 +30,7 @@ from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
 from .heat import DEFAULT_K
+from .locks import TAKE_ENV
 from .manifest import JOURNAL_LIMIT, Journal, manifest_chunks
 from .namespace import Namespace
 from .assembly import open_archive
@@ -56,6 +57,7 @@ class MountOptions:
     heat_k: int = DEFAULT_K                      # reads per group in the heat estimate
     disk_delay: dict[int, float] = field(default_factory=dict)   # simulated service time per I/O
     fuse_debug: bool = False
+    take_lease: bool = False                     # S3 disks: take over a stale lease (webfs.locks)
     extra: list[str] = field(default_factory=list)
     backend: dict[str, str] = field(default_factory=dict)   # S3 disks: s3_credentials, state_dir, ...
 
@@ -102,6 +104,8 @@ class MountOptions:
                     raise ArchiveError(f"disk_delay takes INDEX:SECONDS[,INDEX:SECONDS...], not {value!r}") from None
             elif key == "debug":
                 opts.fuse_debug = True
+            elif key == "take_lease":
+                opts.take_lease = True
             elif key in S3_OPTIONS:
                 opts.backend[key] = value
             elif key in ("defaults", "auto", "noauto", "user", "nouser", "nofail", "_netdev",
@@ -514,6 +518,8 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, operations: dict[str, 
         configure_s3(opts.backend)
     except ValueError as exc:
         raise ArchiveError(str(exc)) from None
+    if opts.take_lease:
+        os.environ[TAKE_ENV] = "1"
     if not os.path.isdir(mnt):
         raise ArchiveError(f"{mountpoint}: mount point is not a directory")
     if os.path.ismount(mnt):

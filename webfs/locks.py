@@ -1,10 +1,43 @@
-"""Locks by name: ``KeyedLocks`` gives one lock per key (a signature, a stripe),
-made on demand and dropped when nobody holds it."""
+"""Locks: ``KeyedLocks`` gives one lock per key (a signature, a stripe) in a
+process; ``BucketLease`` keeps two machines from writing one S3 disk.
+
+flock in a state directory keeps two mounts of one machine apart, not two
+machines: for an S3 disk, whoever writes (a mount, a command that changes
+the archive) first creates a *lease*, the object ``meta/MOUNTED`` in the
+bucket (host, pid, a random mount id, start, last renewal), with a
+conditional PUT (``If-None-Match: *``), and reads it back. The holder renews
+it every ``renew`` seconds (60; ``WEBFS_LEASE_RENEW``) and removes it when
+it closes. A lease held by anyone else refuses the writer with one line
+naming the disk, the holder and the lease's age. A lease not renewed for
+``STALE_RENEWALS`` of its holder's renewal periods (a machine that died) is
+taken over only when asked (``webfs --take-lease``, ``-o take_lease``,
+``WEBFS_TAKE_LEASE=1``), never silently. One exception is certain: a lease
+made from this machine's very state directory, whose flock we now hold, was
+left by a process that is gone (the kernel let go of its flock), so it is
+taken over as flock's own lock would be.
+"""
 from __future__ import annotations
 
+import calendar
+import logging
+import os
+import socket
 import threading
+import time
+import uuid
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Optional
+
+from .backends.s3 import LEASE as LEASE_PATH
+from .errors import ArchiveBusy
+
+log = logging.getLogger(__name__)
+
+LEASE_MAGIC = "WEBFS-LEASE 1"
+RENEW_ENV = "WEBFS_LEASE_RENEW"         # seconds between renewals (tests make it short)
+TAKE_ENV = "WEBFS_TAKE_LEASE"           # "1": a stale lease may be taken over
+DEFAULT_RENEW = 60.0
+STALE_RENEWALS = 5                      # renewals missed before a lease counts as stale
 
 
 class KeyedLocks:
@@ -28,3 +61,178 @@ class KeyedLocks:
                 entry[1] -= 1
                 if not entry[1]:
                     del self._locks[key]
+
+
+def machine_id() -> str:
+    """This machine, for telling our own leases apart: /etc/machine-id, else the host name."""
+    try:
+        with open("/etc/machine-id") as f:
+            return f.read().strip() or socket.gethostname()
+    except OSError:
+        return socket.gethostname()
+
+
+def _renew_seconds() -> float:
+    text = os.environ.get(RENEW_ENV, "")
+    try:
+        seconds = float(text) if text else DEFAULT_RENEW
+    except ValueError:
+        raise ArchiveBusy(f"{RENEW_ENV}={text!r}: not a number of seconds") from None
+    return max(seconds, 0.1)
+
+
+def take_over_asked() -> bool:
+    return os.environ.get(TAKE_ENV, "") not in ("", "0")
+
+
+def _parse(text: str) -> dict[str, str]:
+    fields = {}
+    for line in text.splitlines()[1:]:
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def _seconds(stamp: str) -> Optional[float]:
+    try:
+        return float(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
+    except (ValueError, TypeError):
+        return None
+
+
+def _stamp(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+class BucketLease:
+    """The lease of one S3 disk (a backend with ``write_if_absent``), taken
+    with ``take``, renewed by a thread of its own, let go with ``release``."""
+
+    def __init__(self, backend, holder: str):
+        self.backend = backend
+        self.holder = holder
+        self.mount_id = uuid.uuid4().hex
+        self.renew = _renew_seconds()
+        self.started = time.time()
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _text(self, now: float) -> bytes:
+        return (f"{LEASE_MAGIC}\nHost: {socket.gethostname()}\nMachine: {machine_id()}\n"
+                f"State: {self.backend.root}\nPid: {os.getpid()}\nHolder: {self.holder}\n"
+                f"Mount: {self.mount_id}\nStarted: {_stamp(self.started)}\n"
+                f"Renewed: {_stamp(now)}\nRenew-Every: {self.renew:g}\n").encode()
+
+    def _current(self) -> Optional[dict[str, str]]:
+        """The lease in the bucket now (its fields), or None when there is none."""
+        try:
+            return _parse(self.backend.read(LEASE_PATH).decode("utf-8", "replace"))
+        except FileNotFoundError:
+            return None
+
+    def take(self) -> None:
+        """Create the lease, or take over one we may take; else ArchiveBusy."""
+        where = self.backend.location
+        try:
+            self._create()
+        except OSError as exc:
+            raise ArchiveBusy(f"{where}: cannot take the mount lease: {exc.strerror or exc}") from None
+        self.backend.lease = self
+        self._thread = threading.Thread(target=self._renew_loop, name="lease renewal", daemon=True)
+        self._thread.start()
+
+    def _create(self) -> None:
+        for _ in range(3):          # a lease removed between our create and our read: again
+            try:
+                self.backend.write_if_absent(LEASE_PATH, self._text(time.time()))
+            except FileExistsError:
+                other = self._current()
+                if other is None:
+                    continue
+                self._take_over(other)
+            # Read back: on a store that ignores If-None-Match, of two mounts
+            # that wrote at once only the one whose lease is there goes on.
+            now = self._current()
+            if now is not None and now.get("Mount") == self.mount_id:
+                return
+            if now is not None:
+                raise ArchiveBusy(self._refusal(now, "took it as we did"))
+        raise ArchiveBusy(f"{self.backend.location}: the mount lease keeps vanishing; "
+                          "is another machine taking it?")
+
+    def _take_over(self, other: dict[str, str]) -> None:
+        """Replace another holder's lease, if it is ours by flock or stale and asked to; else refuse."""
+        ours = other.get("Machine") == machine_id() and other.get("State") == self.backend.root
+        if ours:
+            log.info("%s: taking over the lease of a mount from this state directory that is gone (%s)",
+                     self.backend.location, other.get("Holder", "?"))
+        else:
+            age = self._age(other)
+            if age is None or age <= self._stale_after(other):
+                raise ArchiveBusy(self._refusal(other))
+            if not take_over_asked():
+                raise ArchiveBusy(self._refusal(other, stale=True))
+            log.warning("%s: taking over the stale lease of %s on %s, not renewed for %.0f s",
+                        self.backend.location, other.get("Holder", "?"), other.get("Host", "?"), age)
+        self.backend.write_atomic(LEASE_PATH, self._text(time.time()))
+
+    @staticmethod
+    def _age(fields: dict[str, str]) -> Optional[float]:
+        renewed = _seconds(fields.get("Renewed", ""))
+        return None if renewed is None else max(0.0, time.time() - renewed)
+
+    @staticmethod
+    def _stale_after(fields: dict[str, str]) -> float:
+        try:
+            every = float(fields.get("Renew-Every", ""))
+        except ValueError:
+            every = DEFAULT_RENEW
+        return STALE_RENEWALS * every
+
+    def _refusal(self, other: dict[str, str], why: str = "", stale: bool = False) -> str:
+        age = self._age(other)
+        said = (f"{self.backend.location}: in use by {other.get('Holder', 'another webfs')} on "
+                f"{other.get('Host', 'another machine')} (pid {other.get('Pid', '?')})"
+                + (f", who {why}" if why else "")
+                + (f"; its lease was renewed {age:.0f} s ago" if age is not None else "; its lease is unreadable"))
+        if stale:
+            return said + (" (stale: that machine stopped); if it is down for good, take the "
+                           "lease over with 'webfs --take-lease' (-o take_lease for mount)")
+        return said + (f"; unmount it there (a lease not renewed for {self._stale_after(other):.0f} s "
+                       "can be taken over with 'webfs --take-lease')")
+
+    def held(self) -> bool:
+        """Is the lease in the bucket still ours (asked now)? A lost lease is said once."""
+        if not self.lost:
+            now = self._current()
+            if now is None or now.get("Mount") != self.mount_id:
+                self.lost = True
+                log.error("%s: the mount lease is no longer ours (%s); stop this mount and check the "
+                          "archive", self.backend.location,
+                          "gone" if now is None else f"taken by {now.get('Holder', '?')} on {now.get('Host', '?')}")
+        return not self.lost
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.renew):
+            try:
+                if not self.held():
+                    return
+                self.backend.write_atomic(LEASE_PATH, self._text(time.time()))
+            except OSError as exc:
+                log.warning("%s: cannot renew the mount lease: %s", self.backend.location,
+                            exc.strerror or exc)
+
+    def release(self) -> None:
+        """Stop renewing and remove the lease, if it is still ours."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.backend.lease = None
+        try:
+            if self.held():
+                self.backend.remove(LEASE_PATH)
+        except OSError as exc:
+            log.error("%s: cannot remove the mount lease: %s (the next mount from this state "
+                      "directory takes it over)", self.backend.location, exc.strerror or exc)

@@ -1,0 +1,122 @@
+"""The mount lease of an S3 disk (webfs.locks.BucketLease) against a bucket
+that misbehaves in ways SeaweedFS does not (t4_s3_commands drives the real
+one): a store that ignores If-None-Match, a lease that vanishes as it is
+read, an endpoint that fails, a renewal that fails."""
+from __future__ import annotations
+
+import errno
+import logging
+import time
+
+import pytest
+
+from webfs.errors import ArchiveBusy
+from webfs.locks import LEASE_PATH, BucketLease
+
+
+class Bucket:
+    """Objects in a dict, with the methods of an S3 backend the lease uses."""
+
+    location = "s3+http://127.0.0.1:1/fake"
+    root = "/nonexistent/state"
+    lease = None
+
+    def __init__(self, honours_condition: bool = True):
+        self.objects: dict[str, bytes] = {}
+        self.honours_condition = honours_condition
+        self.on_read = None             # called before each read (to change the bucket meanwhile)
+        self.fail = False
+
+    def _check(self):
+        if self.fail:
+            raise OSError(errno.EHOSTDOWN, "endpoint unreachable (ConnectTimeoutError)")
+
+    def read(self, path):
+        self._check()
+        if self.on_read:
+            self.on_read()
+        if path not in self.objects:
+            raise FileNotFoundError(path)
+        return self.objects[path]
+
+    def write_if_absent(self, path, data):
+        self._check()
+        if path in self.objects and self.honours_condition:
+            raise FileExistsError(path)
+        self.objects[path] = data
+
+    def write_atomic(self, path, data):
+        self._check()
+        self.objects[path] = data
+
+    def remove(self, path):
+        self._check()
+        self.objects.pop(path, None)
+
+
+def other_holder(bucket: Bucket, renewed_ago: float = 0.0) -> bytes:
+    """Another machine's lease, renewed that many seconds ago."""
+    them = BucketLease(Bucket(), "webfs mount on /mnt/elsewhere")
+    them.backend.root = "/elsewhere/state"
+    return them._text(time.time() - renewed_ago).replace(b"Machine: ", b"Machine: other-")
+
+
+def test_a_store_that_ignores_the_condition_is_caught_by_the_read_back():
+    bucket = Bucket(honours_condition=False)
+    other = other_holder(bucket)
+
+    def someone_else_wrote_meanwhile():
+        bucket.objects[LEASE_PATH] = other
+    bucket.on_read = someone_else_wrote_meanwhile
+    with pytest.raises(ArchiveBusy, match="who took it as we did"):
+        BucketLease(bucket, "webfs mount on /mnt/here").take()
+    assert bucket.lease is None
+
+
+def test_a_lease_that_keeps_vanishing_is_refused():
+    bucket = Bucket()
+
+    def vanish():
+        bucket.objects.pop(LEASE_PATH, None)
+    bucket.objects[LEASE_PATH] = other_holder(bucket)
+    bucket.on_read = vanish
+    with pytest.raises(ArchiveBusy, match="keeps vanishing"):
+        BucketLease(bucket, "webfs put").take()
+
+
+def test_an_endpoint_that_fails_refuses_in_one_line():
+    bucket = Bucket()
+    bucket.fail = True
+    with pytest.raises(ArchiveBusy, match=r"^s3\+http://127.0.0.1:1/fake: cannot take the mount lease: endpoint unreachable"):
+        BucketLease(bucket, "webfs put").take()
+
+
+def test_a_failed_renewal_is_logged_and_the_next_one_renews(monkeypatch, caplog):
+    monkeypatch.setenv("WEBFS_LEASE_RENEW", "0.1")
+    bucket = Bucket()
+    lease = BucketLease(bucket, "webfs mount on /mnt/here")
+    lease.take()
+    try:
+        first = bucket.objects[LEASE_PATH]
+        with caplog.at_level(logging.WARNING):
+            bucket.fail = True
+            time.sleep(0.35)
+            assert "cannot renew the mount lease" in caplog.text
+            bucket.fail = False
+            time.sleep(1.2)             # Renewed: is in whole seconds
+        assert bucket.objects[LEASE_PATH] != first and lease.held()
+    finally:
+        lease.release()
+    assert LEASE_PATH not in bucket.objects and bucket.lease is None
+
+
+def test_a_stale_lease_with_an_unreadable_age_is_never_taken(monkeypatch):
+    monkeypatch.setenv("WEBFS_TAKE_LEASE", "1")
+    bucket = Bucket()
+    bucket.objects[LEASE_PATH] = other_holder(bucket).replace(b"Renewed: ", b"Renewed: x")
+    with pytest.raises(ArchiveBusy, match="its lease is unreadable"):
+        BucketLease(bucket, "webfs put").take()
+    bucket.objects[LEASE_PATH] = other_holder(bucket, renewed_ago=400)
+    lease = BucketLease(bucket, "webfs put")
+    lease.take()                        # stale (5 x 60 s) and asked: taken
+    lease.release()

@@ -1,0 +1,108 @@
+"""S3 disks between machines and without a mount, on real SeaweedFS servers
+(tests/seaweed.py): the bucket's mount lease (a second machine is refused
+while the archive is mounted, a stale lease is taken only when asked, a
+read-only command needs none, a mount whose lease was taken stops copying its
+catalog)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from conftest import REPO, sh, unmount, webfs
+from t4_s3_mount import bucket_on_each
+from webfs.backends.s3 import DiskURL
+
+LEASE = "meta/MOUNTED"
+FAST_RENEWAL = "1"          # seconds: a lease not renewed for 5 s is stale
+
+
+def machine(tmp_path, name: str, **more) -> dict:
+    """The environment of a command run on another machine: its own state directory."""
+    return dict(os.environ, WEBFS_STATE_DIR=str(tmp_path / name), **more)
+
+
+def lease_of(weed, disk: str) -> bytes:
+    return weed.client().get_object(Bucket=DiskURL.parse(disk).bucket, Key=LEASE)["Body"].read()
+
+
+def has_lease(weed, disk: str) -> bool:
+    listed = weed.client().list_objects_v2(Bucket=DiskURL.parse(disk).bucket, Prefix=LEASE)
+    return bool(listed.get("Contents"))
+
+
+def kill_daemon(mnt) -> None:
+    os.kill(int(os.getxattr(mnt, "user.webfs.pid")), signal.SIGKILL)
+    sh(f"fusermount3 -uz '{mnt}'")
+
+
+def test_the_lease_keeps_a_second_machine_out(weeds, tmp_path):
+    disks = bucket_on_each(weeds, "lease")
+    webfs("mkfs", *disks)
+    a, b = machine(tmp_path, "machine-a", WEBFS_LEASE_RENEW=FAST_RENEWAL), \
+        machine(tmp_path, "machine-b", WEBFS_LEASE_RENEW=FAST_RENEWAL)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    webfs("mount", disks[0], mnt, env=a)
+    try:
+        (mnt / "from-a").write_bytes(b"written on machine a\n" * 100)
+        assert all(has_lease(w, d) for w, d in zip(weeds, disks))
+        other = tmp_path / "other"
+        other.mkdir()
+        for refused in (("mount", disks[1], other), ("put", disks[2], mnt / "from-a")):
+            proc = webfs(*refused, check=False, env=b)
+            err = proc.stderr.decode().strip()
+            assert proc.returncode != 0 and not os.path.ismount(other), err
+            assert len(err.splitlines()) == 1 and "in use by webfs mount on" in err, err
+            assert "renewed" in err and "s ago" in err and "s3+http://" in err, err
+        # A command that only reads needs no lease, and leaves the holder's alone.
+        before = lease_of(weeds[0], disks[0])
+        assert webfs("status", disks[1], env=b).returncode == 0
+        assert b"Mount: " in before and before.split(b"Mount: ")[1][:32] in lease_of(weeds[0], disks[0])
+    finally:
+        unmount(mnt)
+    assert not any(has_lease(w, d) for w, d in zip(weeds, disks))   # a clean unmount lets go
+
+    # Once a has unmounted, b mounts (from the bucket's copy of the catalog) ...
+    webfs("mount", disks[1], mnt, env=b)
+    try:
+        assert (mnt / "from-a").read_bytes() == b"written on machine a\n" * 100
+        (mnt / "from-b").write_bytes(b"written on machine b\n" * 100)
+        webfs("sync", mnt, env=b)
+        kill_daemon(mnt)                               # ... and dies: its lease is not renewed
+    finally:
+        unmount(mnt)
+    # Buckets copied with the lease in them are disks webfs-recover reads.
+    assert all(has_lease(w, d) for w, d in zip(weeds, disks))
+    copies = [w.download(DiskURL.parse(d).bucket, tmp_path / f"copy{i}")
+              for i, (w, d) in enumerate(zip(weeds, disks))]
+    out = tmp_path / "recovered"
+    proc = sh(f"sh '{REPO}/tools/webfs-recover' {' '.join(map(str, copies))} '{out}'", check=False)
+    assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    assert (out / "from-b").read_bytes() == b"written on machine b\n" * 100
+    assert "MOUNTED" not in (out / ".webfs-recover.report").read_text()
+    proc = webfs("mount", "-o", "take_lease", disks[0], mnt, check=False, env=a)
+    assert proc.returncode != 0 and "renewed" in proc.stderr.decode(), proc.stderr.decode()
+    time.sleep(6)                                      # five renewals missed: stale
+    proc = webfs("mount", disks[0], mnt, check=False, env=a)
+    err = proc.stderr.decode()
+    assert proc.returncode != 0 and "stale" in err and "--take-lease" in err, err
+    webfs("mount", "-o", "take_lease", disks[0], mnt, env=a)
+    try:
+        assert (mnt / "from-b").read_bytes() == b"written on machine b\n" * 100
+        # Someone takes the lease from under this mount: it stops copying its
+        # catalog to the buckets and leaves the other lease alone.
+        client = weeds[0].client()
+        bucket0 = DiskURL.parse(disks[0]).bucket
+        copy_before = client.get_object(Bucket=bucket0, Key="meta/COPY")["Body"].read()
+        foreign = lease_of(weeds[0], disks[0]).replace(b"Mount: ", b"Mount: ff")
+        client.put_object(Bucket=bucket0, Key=LEASE, Body=foreign)
+        time.sleep(2)
+        (mnt / "after-loss").write_bytes(b"x")
+    finally:
+        unmount(mnt)
+    assert lease_of(weeds[0], disks[0]) == foreign
+    assert client.get_object(Bucket=bucket0, Key="meta/COPY")["Body"].read() == copy_before
+    log = (tmp_path / "machine-a").rglob("webfs.log")
+    assert any(b"the mount lease is no longer ours" in p.read_bytes() for p in log)
+
