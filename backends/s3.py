@@ -586,8 +586,8 @@ class S3Backend(Backend):
         here = self._copy_number(self.local.read)
         if self.local.exists(CATALOG) and (remote is None or (here is not None and here >= remote)):
             return
-        if remote is None:
-            return                          # nothing was ever copied (a disk just made)
+        # Without a copy number (never copied, or lost with the catalog) the
+        # records that are there still name every file for fsck --rebuild-catalog.
         for path in (*PUBLISHED, CATALOG):
             try:
                 data = self._get(path)
@@ -598,8 +598,10 @@ class S3Backend(Backend):
                 for leftover in ("-wal", "-shm"):
                     self.local.remove(CATALOG + leftover)
             self.local.write_atomic(path, data)
-        self.local.write_atomic(COPY, b"%d\n" % remote)
-        log.info("%s: meta/ fetched from the bucket (copy %d)", self.location, remote)
+        if remote is not None:
+            self.local.write_atomic(COPY, b"%d\n" % remote)
+        log.info("%s: meta/ fetched from the bucket (%s)", self.location,
+                 f"copy {remote}" if remote is not None else "no meta/COPY: the records that are there")
 
     def check_new(self) -> Optional[str]:
         """Why this bucket (prefix) cannot become a new disk, or None: it must be

@@ -2,16 +2,18 @@
 (tests/seaweed.py): the bucket's mount lease (a second machine is refused
 while the archive is mounted, a stale lease is taken only when asked, a
 read-only command needs none, a mount whose lease was taken stops copying its
-catalog)."""
+catalog), and ``webfs fsck --rebuild-catalog`` after the catalog is lost from
+the state directories and the buckets."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 
 from conftest import REPO, sh, unmount, webfs
-from t4_s3_mount import bucket_on_each
-from webfs.backends.s3 import DiskURL
+from t4_s3_mount import bucket_on_each, mounted_site
+from webfs.backends.s3 import DiskURL, state_dir
 
 LEASE = "meta/MOUNTED"
 FAST_RENEWAL = "1"          # seconds: a lease not renewed for 5 s is stale
@@ -105,4 +107,26 @@ def test_the_lease_keeps_a_second_machine_out(weeds, tmp_path):
     assert client.get_object(Bucket=bucket0, Key="meta/COPY")["Body"].read() == copy_before
     log = (tmp_path / "machine-a").rglob("webfs.log")
     assert any(b"the mount lease is no longer ours" in p.read_bytes() for p in log)
+
+
+def test_rebuild_catalog_after_losing_it_everywhere(weeds, tmp_path, corpus):
+    disks = bucket_on_each(weeds, "rebuild")
+    mnt, src = mounted_site(disks, tmp_path, corpus)
+    unmount(mnt)
+    # Every state directory and every bucket's copy of the catalog: gone.
+    for w, d in zip(weeds, disks):
+        shutil.rmtree(state_dir(DiskURL.parse(d)))
+        for key in ("meta/catalog.db", "meta/COPY"):
+            w.client().delete_object(Bucket=DiskURL.parse(d).bucket, Key=key)
+    proc = webfs("mount", disks[0], mnt, check=False)
+    assert proc.returncode != 0 and "--rebuild-catalog" in proc.stderr.decode(), proc.stderr.decode()
+    proc = webfs("fsck", "--rebuild-catalog", disks[1], check=False)
+    assert proc.returncode in (0, 1), proc.stdout.decode() + proc.stderr.decode()
+    webfs("mount", disks[2], mnt)
+    try:
+        sh(f"diff -r '{src}' '{mnt}/site'")
+        proc = webfs("scrub", mnt, check=False)
+        assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    finally:
+        unmount(mnt)
 
