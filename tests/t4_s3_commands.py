@@ -2,8 +2,9 @@
 (tests/seaweed.py): the bucket's mount lease (a second machine is refused
 while the archive is mounted, a stale lease is taken only when asked, a
 read-only command needs none, a mount whose lease was taken stops copying its
-catalog), and ``webfs fsck --rebuild-catalog`` after the catalog is lost from
-the state directories and the buckets."""
+catalog), ``webfs fsck --rebuild-catalog`` after the catalog is lost from the
+state directories and the buckets, and ``webfs import`` / ``import-warc``
+into an unmounted all-S3 archive."""
 from __future__ import annotations
 
 import os
@@ -12,7 +13,8 @@ import signal
 import time
 
 from conftest import REPO, sh, unmount, webfs
-from t4_s3_mount import bucket_on_each, mounted_site
+from t2_warc import write_warc
+from t4_s3_mount import bucket_on_each, mounted_site, status
 from webfs.backends.s3 import DiskURL, state_dir
 
 LEASE = "meta/MOUNTED"
@@ -130,3 +132,21 @@ def test_rebuild_catalog_after_losing_it_everywhere(weeds, tmp_path, corpus):
     finally:
         unmount(mnt)
 
+
+def test_import_into_an_unmounted_s3_archive(weeds, tmp_path, corpus):
+    disks = bucket_on_each(weeds, "import")
+    webfs("mkfs", *disks)
+    src = sorted((corpus / "crawl-001").iterdir())[1]
+    webfs("import", src, f"{disks[1]}:/crawls")
+    pages = [("http://example.com/", b"<html>home</html>"), ("http://example.com/a.html", b"<html>a</html>")]
+    warc = write_warc(tmp_path / "crawl.warc.gz", pages)
+    webfs("import-warc", warc, f"{disks[2]}:/")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    webfs("mount", disks[0], mnt)
+    try:
+        sh(f"diff -r '{src}' '{mnt}/crawls/{src.name}'")
+        assert (mnt / "crawl/http/example.com/a.html@20240101120000").read_bytes() == b"<html>a</html>"
+        assert status(mnt)["disks"][0]["state"] == "present"
+    finally:
+        unmount(mnt)

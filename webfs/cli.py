@@ -345,8 +345,8 @@ def import_(as_json, sources, dest):
     FUSE round trip per file.
 
     DEST is a directory in a mounted archive (the mount's daemon reads SRC
-    and does the work) or DISK:/PATH of an unmounted one; it is made if
-    missing. A SRC directory x becomes DEST/x; x/ puts its contents into
+    and does the work) or DISK:/PATH of an unmounted one (an S3 disk's URL
+    too: s3+http://HOST:PORT/BUCKET:/PATH); it is made if missing. A SRC directory x becomes DEST/x; x/ puts its contents into
     DEST. Owners, modes, times, symlinks, hard links and xattrs are kept.
     Run it again to resume: what is already there is skipped. Exit status:
     0 all imported, 4 something could not be imported (each is listed).
@@ -495,6 +495,9 @@ def replay(port, collection, pywb_dir):
 
 def _import_target(dest: str) -> tuple[str, str]:
     """(mount point or disk, DEST's path from the archive's root) of an import's DEST."""
+    url = re.fullmatch(r"(s3(?:\+http)?://[^/]+/[^:]+):(/.*)?", dest)    # the URL has a colon of its own
+    if url:
+        return url.group(1), url.group(2) or "/"
     disk, sep, path = dest.partition(":")
     if sep and os.path.isfile(os.path.join(disk, "WEBFS-DISK")):
         return disk, path or "/"
