@@ -1505,9 +1505,9 @@ def export_tree(tree, out: str, split: Optional[int] = None, duplicates: str = "
             figures["identical"] += identical
             figures["gzip_identical"] += same_member
             figures["bytes"] += size
+            if progress.stopping:
+                raise WebfsError(f"stopped before the end; {out} not written")
             if time.monotonic() - last >= PROGRESS_EVERY:      # not a socket write per record
-                if progress.stopping:
-                    raise WebfsError(f"stopped before the end; {out} not written")
                 progress.advance(figures["records"] - told)
                 told, last = figures["records"], time.monotonic()
         figures["files"] = files.finish()
