@@ -118,3 +118,13 @@ def test_a_stopped_export_writes_nothing(tmp_path):
     finally:
         store.close()
     assert list(tmp_path.glob("out*")) == []
+
+
+def test_what_is_not_a_collection_is_refused(tmp_path):
+    disks, _ = _archive(tmp_path, 2)
+    out = tmp_path / "out.warc.gz"
+    proc = webfs("export-warc", f"{disks[0]}:/nope", out, check=False)
+    assert "/nope: not in the archive" in _one_error_line(proc)
+    proc = webfs("export-warc", f"{disks[0]}:/c/http", out, check=False)
+    assert "/c/http: not a collection made by import-warc (it has no @warc/)" in _one_error_line(proc)
+    assert list(tmp_path.glob("out*")) == []

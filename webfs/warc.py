@@ -1042,6 +1042,7 @@ class MountTree:
     readers = READERS           # files read at once: through a mount, reads of small files overlap
 
     def __init__(self, root: str):
+        self.name = root
         self.root = os.fsencode(root)
 
     def read(self, rel: bytes) -> bytes:
@@ -1100,6 +1101,7 @@ class DiskTree:
         """The collection at ``path`` of the archive of ``disk``, opened here and
         closed by ``close``; or of ``store`` (left open), with its namespace."""
         from .namespace import Namespace
+        self.name = path
         self.owns_store = store is None
         self.store = open_archive(disk, holder="webfs export-warc") if store is None else store
         try:
@@ -1107,7 +1109,10 @@ class DiskTree:
             self.readers = 4 * len(self.store.archive.volumes)      # short reads, overlapped
             ino = ROOT_INODE
             for part in [p for p in os.fsencode(path).split(b"/") if p]:
-                ino = self.ns.lookup(ino, part).id
+                try:
+                    ino = self.ns.lookup(ino, part).id
+                except FsError as exc:
+                    raise WebfsError(f"{path}: not in the archive ({exc})") from None
             self.top = ino
         except BaseException:
             self.close()
@@ -1493,6 +1498,8 @@ def export_tree(tree, out: str, split: Optional[int] = None, duplicates: str = "
                 progress: Optional[admin.Progress] = None, order: str = "source") -> admin.Result:
     """Write a collection (a MountTree or DiskTree) as per-record gzipped WARC (OutFiles)."""
     from . import testkill
+    if not tree.is_dir(KEEP_DIR):
+        raise WebfsError(f"{tree.name}: not a collection made by import-warc (it has no {KEEP_DIR.decode()}/)")
     progress = progress or admin.Progress()
     figures = {"records": 0, "identical": 0, "gzip_identical": 0, "bytes": 0, "files": []}
     files = OutFiles(out, split)
