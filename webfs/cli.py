@@ -6,6 +6,7 @@ usage errors (exit 2).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -442,7 +443,8 @@ def export_warc(split, duplicates, order, as_json, collection, out):
         # (the daemon removes what it wrote when it fails; not when it is killed)
         left = warc.OutFiles(out, size).leftovers()
         for name in left:
-            os.unlink(name)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
         raise WebfsError(f"{exc}; removed the incomplete {', '.join(left)}" if left else str(exc)) from None
 
 
