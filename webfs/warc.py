@@ -1501,6 +1501,7 @@ def export_tree(tree, out: str, split: Optional[int] = None, duplicates: str = "
     if not tree.is_dir(KEEP_DIR):
         raise WebfsError(f"{tree.name}: not a collection made by import-warc (it has no {KEEP_DIR.decode()}/)")
     progress = progress or admin.Progress()
+    progress.set_total(None, "exporting")
     figures = {"records": 0, "identical": 0, "gzip_identical": 0, "bytes": 0, "files": []}
     files = OutFiles(out, split)
     told, last = 0, time.monotonic()
