@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import make_archive, webfs
+from conftest import REPO, make_archive, webfs
 from t2_warc import imp, records_of, tree, write_warc
 from webfs import admin, urlpath, warc
 from webfs.assembly import open_archive
@@ -128,3 +128,17 @@ def test_what_is_not_a_collection_is_refused(tmp_path):
     proc = webfs("export-warc", f"{disks[0]}:/c/http", out, check=False)
     assert "/c/http: not a collection made by import-warc (it has no @warc/)" in _one_error_line(proc)
     assert list(tmp_path.glob("out*")) == []
+
+
+def test_a_tree_webfs_recover_rebuilt_exports_as_the_archive_did(tmp_path):
+    """Without webfs: the disks rebuilt into a plain tree by tools/webfs-recover;
+    export-warc reads its files and writes the same records."""
+    disks, src = _archive(tmp_path, 2)
+    webfs("export-warc", f"{disks[0]}:/c", tmp_path / "from-disks.warc.gz")
+    rebuilt = tmp_path / "rebuilt"
+    subprocess.run(["sh", str(REPO / "tools" / "webfs-recover"), *map(str, disks), str(rebuilt)],
+                   check=True, capture_output=True)
+    out = tmp_path / "from-tree.warc.gz"
+    res = webfs("export-warc", rebuilt / "c", out)
+    assert b"(100%) byte-identical" in res.stdout
+    assert out.read_bytes() == (tmp_path / "from-disks.warc.gz").read_bytes()
