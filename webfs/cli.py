@@ -6,6 +6,7 @@ usage errors (exit 2).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -159,6 +160,11 @@ def run_operation(target: str, name: str, as_json: bool = False, unit: str = "bl
     finally:
         if bar is not None:
             bar.close()
+    print_result(result, as_json)
+
+
+def print_result(result, as_json: bool) -> None:
+    """Print an operation's result (its lines, or JSON) and exit with its status."""
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
@@ -394,14 +400,21 @@ def import_warc(collection, as_json, sources, dest):
 @click.option("--duplicates", type=click.Choice(["revisit", "full"]), default="revisit", show_default=True,
               help="Write revisits as revisit records, or as full response records with their payload.")
 @click.option("--order", type=click.Choice(["source", "disk"]), default="source", show_default=True,
-              help="Records in the order of their source files, or captures in the order of their disks.")
+              help="Records in the order of their source files, or captures disk by disk in turn, "
+                   "each disk's in the order of its signature tree.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("collection", metavar="COLLECTION")
 @click.argument("out", metavar="OUT.warc.gz")
-def export_warc(split, duplicates, order, collection, out):
+def export_warc(split, duplicates, order, as_json, collection, out):
     """Write COLLECTION (a directory in a mount, or DISK:/NAME) as WARC,
     one gzip member per record: each record byte-identical to the one
     imported where the kept bytes allow, otherwise a valid WARC/1.1 record
     with the same URI, date, record id, HTTP headers and payload.
+
+    In a mount, the mount's daemon reads the blocks and writes OUT (unless
+    OUT is in that mount). OUT is written as OUT.part and renamed when
+    complete; an export that fails leaves no OUT.part and an OUT already
+    there as it was.
     """
     from . import warc
     size = None
@@ -410,17 +423,36 @@ def export_warc(split, duplicates, order, collection, out):
         if not m:
             raise WebfsError(f"--split {split}: not a size (e.g. 500M, 1G)")
         size = int(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " ")
-    bar = progress_bar(None, "exporting", "rec")
-    from .admin import Progress
-    progress = Progress(lambda kind, n, total, what: bar.update(n) if kind == "advance" else None)
+    out = os.path.abspath(out)
+    options = dict(out=out, split=size, duplicates=duplicates, order=order)
+    disk, sep, path = collection.partition(":")
+    if sep and os.path.isfile(os.path.join(disk, "WEBFS-DISK")):
+        target, inside = disk, path or "/"
+    elif not os.path.isdir(collection):
+        raise WebfsError(f"{collection}: not a directory, and not DISK:/NAME of an archive")
+    else:
+        target, inside = _mount_of(collection) or (None, None)
+        if target is not None and (_mount_of(os.path.dirname(out)) or ("",))[0] == target:
+            target = None               # the daemon does not write into its own mount
+    if target is None:
+        from .admin import Progress
+        tree = warc.MountTree(collection)
+        bar = progress_bar(None, "exporting", "rec")
+        progress = Progress(lambda kind, n, total, what: bar.update(n) if kind == "advance" else None)
+        try:
+            result = warc.export_tree(tree, progress=progress, **options)
+        finally:
+            bar.close()
+        print_result(result, as_json)
     try:
-        fig = warc.export(collection, out, size, duplicates, progress, order)
-    finally:
-        bar.close()
-    share = fig["identical"] / fig["records"] if fig["records"] else 1.0
-    click.echo(f"exported {fig['records']} records ({human(fig['bytes'])}) into {len(fig['files'])} file(s); "
-               f"{fig['identical']} ({share:.0%}) byte-identical to the records imported, "
-               f"{fig['gzip_identical']} of them in the very gzip member of the source")
+        run_operation(target, "export-warc", as_json=as_json, unit="rec", collection=inside, **options)
+    except WebfsError as exc:
+        # (the daemon removes what it wrote when it fails; not when it is killed)
+        left = warc.OutFiles(out, size).leftovers()
+        for name in left:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+        raise WebfsError(f"{exc}; removed the incomplete {', '.join(left)}" if left else str(exc)) from None
 
 
 @main.command()
@@ -501,7 +533,16 @@ def _import_target(dest: str) -> tuple[str, str]:
     disk, sep, path = dest.partition(":")
     if sep and os.path.isfile(os.path.join(disk, "WEBFS-DISK")):
         return disk, path or "/"
-    here = os.path.abspath(dest)
+    found = _mount_of(dest)
+    if found is None:
+        raise WebfsError(f"{dest}: not in a webfs mount, and not DISK:/PATH of an archive")
+    return found
+
+
+def _mount_of(path: str) -> Optional[tuple[str, str]]:
+    """(the webfs mount point a path is in, the path from the archive's root), or
+    None; the path need not exist yet."""
+    here = os.path.abspath(path)
     rest = ""
     while not os.path.exists(here):
         here, tail = os.path.split(here)
@@ -513,9 +554,8 @@ def _import_target(dest: str) -> tuple[str, str]:
             inside = os.path.join("/", os.path.relpath(here, probe), rest)
             return probe, os.path.normpath(inside)
         if probe == "/":
-            break
+            return None
         probe = os.path.dirname(probe)
-    raise WebfsError(f"{dest}: not in a webfs mount, and not DISK:/PATH of an archive")
 
 
 @main.command()

@@ -264,6 +264,19 @@ class Namespace(NamespaceRows):
             f"SELECT {cols} FROM contents c JOIN blocks b ON b.id = c.block "
             "WHERE c.inode=? ORDER BY c.piece", (ino,))]
 
+    def contents_of(self, inodes: list[int]) -> dict[int, list[BlockRow]]:
+        """inode -> its blocks in order (``contents`` of many files at once, a query
+        per 500); an inode without blocks is absent."""
+        cols = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))
+        found: dict[int, list[BlockRow]] = {}
+        for i in range(0, len(inodes), 500):
+            part = inodes[i:i + 500]
+            for r in self.cat.query(
+                    f"SELECT c.inode, {cols} FROM contents c JOIN blocks b ON b.id = c.block "
+                    f"WHERE c.inode IN ({','.join('?' * len(part))}) ORDER BY c.inode, c.piece", part):
+                found.setdefault(r[0], []).append(BlockRow(*r[1:]))
+        return found
+
     def block_names(self, inodes: list[int]) -> dict[int, str]:
         """inode -> its blocks as a MANIFEST lists them ('sig[~n],...'), for many files at once."""
         names: dict[int, list[str]] = {}

@@ -20,4 +20,5 @@ OPERATIONS: dict[str, admin.Operation] = {
     "heat": cooling.heat,
     "import": ingest.import_,
     "import-warc": warc.import_warc,
+    "export-warc": warc.export_warc,
 }

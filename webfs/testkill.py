@@ -26,6 +26,7 @@ POINTS = {
     "checkpoint-after-marker": "the checkpoint marker is appended to every JOURNAL; no MANIFEST written",
     "checkpoint-after-manifest": "the new MANIFEST is on the first disk; its JOURNAL not yet cut",
     "checkpoint-after-journal": "MANIFEST and JOURNAL are replaced on the first disk; not on the others",
+    "export-after-member": "export-warc wrote a record's gzip member into its OUT.part file",
 }
 
 _armed: Optional[str] = None

@@ -1020,10 +1020,29 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
 
 # ---------------------------------------------------------------- reading a collection back
 
+NOWHERE = (1 << 30, "")     # the order key of a capture whose place is not known: after every disk
+GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"   # what zlib writes for a level-6 member
+PART_SUFFIX = ".part"       # an export's file until its last record is written
+BATCH = 4                   # records read, made and compressed by one task of an export
+PROGRESS_EVERY = 0.25       # seconds between the export's progress reports (each a socket write in a mount)
+
+
+@dataclass
+class Where:
+    """Where a capture file is, for reading it: its order key (the disk and the
+    signature of its first block, the order of that disk's signature tree) and
+    what the tree's ``fetch`` needs (a path, or the file's block rows)."""
+    key: tuple[int, str]
+    what: object
+
+
 class MountTree:
     """A collection read through a mount (or any directory): plain file reads."""
 
+    readers = READERS           # files read at once: through a mount, reads of small files overlap
+
     def __init__(self, root: str):
+        self.name = root
         self.root = os.fsencode(root)
 
     def read(self, rel: bytes) -> bytes:
@@ -1052,27 +1071,52 @@ class MountTree:
     def is_dir(self, rel: bytes) -> bool:
         return os.path.isdir(os.path.join(self.root, rel))
 
-    def location(self, rel: bytes) -> tuple[int, str]:
-        """(disk, signature) of a file's first block (the mount's virtual xattrs)."""
+    def locate(self, paths: list[bytes], pool, ordered: bool) -> list[Where]:
+        """Where each capture file is; with ``ordered``, its first block's disk and
+        signature from the mount's virtual xattrs (two getxattr round trips a file,
+        so in parallel); NOWHERE in a directory that is not a mount."""
+        if not ordered:
+            return [Where(NOWHERE, p) for p in paths]
+        return list(pool.map(lambda p: Where(self._first_block(p), p), paths, chunksize=64))
+
+    def _first_block(self, rel: bytes) -> tuple[int, str]:
         p = os.path.join(self.root, rel)
         try:
             return (int(os.getxattr(p, "user.webfs.disk").split(b",")[0]),
                     os.getxattr(p, "user.webfs.signature").decode().split(",")[0])
         except (OSError, ValueError):
-            return (1 << 30, "")
+            return NOWHERE
+
+    def fetch(self, where: Where) -> bytes:
+        return self.read(where.what)
 
 
 class DiskTree:
-    """A collection read from the disks of an unmounted archive (``DISK:/NAME``)."""
+    """A collection read from an archive's catalog and blocks, without a mount:
+    from the disks of an unmounted archive (``DISK:/NAME``), or, given the
+    store of a mount's daemon, from inside the daemon (export-warc of a
+    collection in a mount runs there)."""
 
-    def __init__(self, disk: str, path: str):
+    def __init__(self, disk: str, path: str, store: Optional[Store] = None):
+        """The collection at ``path`` of the archive of ``disk``, opened here and
+        closed by ``close``; or of ``store`` (left open), with its namespace."""
         from .namespace import Namespace
-        self.store = open_archive(disk, holder="webfs export-warc")
-        self.ns = Namespace(self.store)
-        ino = ROOT_INODE
-        for part in [p for p in os.fsencode(path).split(b"/") if p]:
-            ino = self.ns.lookup(ino, part).id
-        self.top = ino
+        self.name = path
+        self.owns_store = store is None
+        self.store = open_archive(disk, holder="webfs export-warc") if store is None else store
+        try:
+            self.ns = getattr(self.store, "namespace", None) or Namespace(self.store)
+            self.readers = 4 * len(self.store.archive.volumes)      # short reads, overlapped
+            ino = ROOT_INODE
+            for part in [p for p in os.fsencode(path).split(b"/") if p]:
+                try:
+                    ino = self.ns.lookup(ino, part).id
+                except FsError as exc:
+                    raise WebfsError(f"{path}: not in the archive ({exc})") from None
+            self.top = ino
+        except BaseException:
+            self.close()
+            raise
 
     def _ino(self, rel: bytes) -> int:
         ino = self.top
@@ -1088,17 +1132,21 @@ class DiskTree:
             ino = self._ino(rel)
         except FsError:
             return []
-        out, after = [], 0
+        return sorted(self._entries(ino))
+
+    def _entries(self, ino: int) -> dict:
+        """A directory's entries, name -> Inode."""
+        out, after = {}, 0
         while True:
             ents = self.ns.entries(ino, after)
             if not ents:
-                break
-            out += [name for _, name, _ in ents]
+                return out
+            out.update((name, node) for _, name, node in ents)
             after = ents[-1][0]
-        return sorted(out)
 
     def close(self) -> None:
-        self.store.close()
+        if self.owns_store:
+            self.store.close()
 
     def size(self, rel: bytes) -> int:
         return self.ns.get(self._ino(rel)).size
@@ -1112,9 +1160,45 @@ class DiskTree:
         except FsError:
             return False
 
-    def location(self, rel: bytes) -> tuple[int, str]:
-        rows = self.ns.contents(self._ino(rel))
-        return (rows[0].disk, rows[0].sig) if rows else (1 << 30, "")
+    def locate(self, paths: list[bytes], pool, ordered: bool) -> list[Where]:
+        """Where each capture file is, from the catalog in a few queries: every
+        directory listed once, the blocks of all the files asked for in a query
+        per 500 (not a lookup per path component and file)."""
+        listed: dict[bytes, dict] = {}
+        nodes = []
+        for p in paths:
+            parent, _, name = p.rpartition(b"/")
+            nodes.append(self._listing(listed, parent).get(name))
+        blocks = self.ns.contents_of([n.id for n in nodes if n is not None and not n.is_dir])
+        out = []
+        for n in nodes:
+            if n is None or n.is_dir:
+                out.append(Where(NOWHERE, FsError(errno.EISDIR if n else errno.ENOENT)))
+                continue
+            rows = blocks.get(n.id, [])
+            out.append(Where((rows[0].disk, rows[0].sig) if rows else NOWHERE, rows))
+        return out
+
+    def _listing(self, listed: dict, rel: bytes) -> dict:
+        """The entries of a directory of the collection (none if it is not one), each
+        directory on the way listed once."""
+        names = listed.get(rel)
+        if names is not None:
+            return names
+        names, here = listed.get(b"") or listed.setdefault(b"", self._entries(self.top)), b""
+        for part in [p for p in rel.split(b"/") if p]:
+            here = here + b"/" + part if here else part
+            sub = listed.get(here)
+            if sub is None:
+                node = names.get(part)
+                sub = listed[here] = self._entries(node.id) if node is not None and node.is_dir else {}
+            names = sub
+        return names
+
+    def fetch(self, where: Where) -> bytes:
+        if isinstance(where.what, Exception):
+            raise where.what
+        return b"".join(self.store.read(row) for row in where.what)
 
 
 def open_tree(collection: str):
@@ -1191,183 +1275,273 @@ def _arc_to_warc(rec_head: bytes, rtype: str, http: bytes, payload: bytes, ident
     return b"\r\n".join(lines) + b"\r\n\r\n" + http + payload + b"\r\n\r\n"
 
 
-def collection_records(tree, duplicates: str = "revisit", order: str = "source") -> Iterator[tuple[bytes, bool, str, bytes]]:
-    """(record bytes, byte-identical to the source's, source name, its gz column) for every kept record.
+def _kept(tree, src: bytes) -> tuple[bytes, list[IndexLine]]:
+    """A source file's heads and index lines, as the collection keeps them."""
+    return (tree.read(KEEP_DIR + b"/" + src + HEADS_SUFFIX),
+            list(parse_index(tree.read(KEEP_DIR + b"/" + src + INDEX_SUFFIX))))
+
+
+def _disks_in_turn(keys: list[tuple[int, str]]) -> list[int]:
+    """Indexes of ``keys`` in writing order: each disk's in its own order (by key),
+    the disks interleaved so that each is spread evenly over the whole run."""
+    by_disk: dict[int, list[int]] = {}
+    for i in sorted(range(len(keys)), key=keys.__getitem__):
+        by_disk.setdefault(keys[i][0], []).append(i)
+    return [i for _, _, i in sorted(((j + 0.5) / len(q), d, i) for d, q in by_disk.items()
+                                     for j, i in enumerate(q))]
+
+
+def _in_order(tree, order: str, pool) -> Iterator[tuple[bytes, bytes, IndexLine, Optional[Where]]]:
+    """(source, its heads, index line, where its capture file is or None) of every
+    record, in the order the records are written.
 
     ``order="source"``: the source files' records in their order. ``order="disk"``:
     the records without a capture file first (in source order), then the
-    captures sorted by the disk and the place on it of their first block, so
-    that the pages stream off each disk in the order of its signature tree."""
+    captures disk by disk in turn, each disk's in the order of its signature
+    tree (the disk and signature of their first block), so that every disk
+    streams its pages at once, each in its own order."""
+    if order != "disk":
+        for src in kept_sources(tree):
+            heads, lines = _kept(tree, src)
+            wheres = iter(tree.locate([ln.capture for ln in lines if ln.where == "file"], pool, False))
+            for ln in lines:
+                yield src, heads, ln, next(wheres) if ln.where == "file" else None
+        return
+    sources = [(src, *_kept(tree, src)) for src in kept_sources(tree)]
+    for src, heads, lines in sources:
+        for ln in lines:
+            if ln.where != "file":
+                yield src, heads, ln, None
+    caps = [(src, heads, ln) for src, heads, lines in sources for ln in lines if ln.where == "file"]
+    wheres = tree.locate([ln.capture for _, _, ln in caps], pool, True)
+    for i in _disks_in_turn([w.key for w in wheres]):
+        yield caps[i] + (wheres[i],)
+
+
+def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where],
+            duplicates: str) -> tuple[bytes, bool, bytes]:
+    """One record's bytes, whether they are byte-identical to the source's, and
+    the gz column to make its gzip member with (b"" when not identical)."""
+    p = ln.ho
+    head = heads[p:p + ln.wl]
+    p += ln.wl
+    http = heads[p:p + ln.hl]
+    p += ln.hl
+    identical = True
+    if where is None:
+        payload = heads[p:p + ln.pl]
+        p += ln.pl
+    else:
+        try:
+            payload = tree.fetch(where)
+        except (OSError, FsError, WebfsError) as exc:
+            raise WebfsError(f"{show_path(ln.capture)}: cannot be read: {exc}") from None
+    tail = heads[p:p + ln.tl]
+    if ln.rtype == "revisit" and duplicates == "full" and ln.capture != b"-" and head.startswith(b"WARC/"):
+        try:
+            payload = tree.read(ln.capture)
+        except (OSError, FsError, WebfsError):
+            payload = b""
+        if payload:
+            head = _set_header(head, b"WARC-Type", b"response")
+            for h in (b"WARC-Refers-To", b"WARC-Refers-To-Target-URI", b"WARC-Refers-To-Date",
+                      b"WARC-Profile", b"WARC-Block-Digest"):
+                head = _set_header(head, h, None)
+            identical = False
+    if not head.startswith(b"WARC/"):
+        return _arc_to_warc(head, ln.rtype, http, payload, src + b"\t" + str(ln.offset).encode()), False, b""
+    if len(http) + len(payload) != ln.hl + ln.pl or not identical:
+        head = _set_header(head, b"Content-Length", str(len(http) + len(payload)).encode())
+        if not head.endswith(b"\r\n\r\n"):
+            head = head.rstrip(b"\r\n") + b"\r\n\r\n"
+        identical = False
+        tail = b"\r\n\r\n"
+    return head + http + payload + tail, identical, ln.gzip if identical else b""
+
+
+def _members(tree, batch: list[tuple], duplicates: str) -> list[tuple[bytes, bool, bool, int]]:
+    """A batch of records as gzip members: (member, record byte-identical, the
+    source's very member, record bytes) each. Run in the export's threads: the
+    reads of a batch overlap those of the others, and zlib lets go of the GIL."""
+    out = []
+    for rec in batch:
+        data, identical, recipe = _record(tree, *rec, duplicates)
+        member, same_member = _gzip_member(data, recipe)
+        out.append((member, identical, same_member, len(data)))
+    return out
+
+
+def _batches(items: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
+    batch: list[tuple] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def collection_members(tree, duplicates: str = "revisit", order: str = "source") -> Iterator[tuple[bytes, bool, bool, int]]:
+    """Every kept record as a gzip member, in writing order (``_in_order``):
+    (member, record byte-identical to the source's, member the source's very
+    member, record bytes). Batches of records are read, made and compressed by
+    the tree's ``readers`` threads, a few batches ahead of the writer."""
+    from collections import deque
     from concurrent.futures import ThreadPoolExecutor
-    pool = ThreadPoolExecutor(READERS, thread_name_prefix="export-read")
+    pool = ThreadPoolExecutor(tree.readers, thread_name_prefix="export")
+    window: deque = deque()
     try:
-        yield from _collection_records(tree, duplicates, pool, order)
+        for batch in _batches(_in_order(tree, order, pool), BATCH):
+            window.append(pool.submit(_members, tree, batch, duplicates))
+            if len(window) >= 2 * tree.readers:
+                yield from window.popleft().result()
+        while window:
+            yield from window.popleft().result()
     finally:
         pool.shutdown(cancel_futures=True)
 
 
-def _read_ahead(tree, pool, lines: list, window: int = 4 * READERS) -> Iterator[tuple]:
-    """(line, payload future or None) with the capture files of the next lines being
-    read by a pool (through a mount, reads of many small files overlap)."""
-    from collections import deque
-    ahead: deque = deque()
-    it = iter(lines)
+class OutFiles:
+    """The files an export writes: OUT, or with a split size OUT-00001.warc.gz,
+    OUT-00002.warc.gz, ... Each is written as NAME.part and all are renamed to
+    their names only once the last record is written, so an export that fails
+    or is stopped leaves no short file (its .part files are removed, and an
+    OUT already there is left as it was), and one that is killed leaves only
+    files named as incomplete."""
 
-    def more():
-        for ln in it:
-            fut = pool.submit(tree.read, ln.capture) if ln.where == "file" else None
-            ahead.append((ln, fut))
-            if len(ahead) >= window:
-                return
-    more()
-    while ahead:
-        yield ahead.popleft()
-        if len(ahead) < window // 2:
-            more()
+    def __init__(self, out: str, split: Optional[int]):
+        self.out = out
+        self.split = split
+        self.names: list[str] = []
+        self.fh = None
 
+    def name(self, n: int) -> str:
+        return self.out if self.split is None else re.sub(r"(\.warc)?(\.gz)?$", "", self.out) + f"-{n:05d}.warc.gz"
 
-def _located(tree, capture: bytes) -> tuple[int, str]:
-    try:
-        return tree.location(capture)
-    except (OSError, FsError, WebfsError):
-        return (1 << 30, "")
+    def write(self, member: bytes) -> None:
+        if self.fh is None or (self.split is not None and self.fh.tell() > 0 and self.fh.tell() >= self.split):
+            self._next()
+        try:
+            self.fh.write(member)
+        except OSError as exc:
+            raise self._failed(exc) from None
 
+    def _next(self) -> None:
+        self._close()
+        name = self.name(len(self.names) + 1)
+        if os.path.isdir(name):
+            raise WebfsError(f"{name}: is a directory")
+        self.names.append(name)
+        try:
+            self.fh = open(name + PART_SUFFIX, "wb", buffering=1 << 20)
+        except OSError as exc:
+            self.names.pop()
+            raise self._failed(exc) from None
 
-def _in_order(tree, order: str, pool) -> Iterator[tuple[bytes, bytes, list]]:
-    """(source, its heads, its index lines) in the order the records are written."""
-    sources = [(src, tree.read(KEEP_DIR + b"/" + src + HEADS_SUFFIX),
-                list(parse_index(tree.read(KEEP_DIR + b"/" + src + INDEX_SUFFIX))))
-               for src in kept_sources(tree)] if order == "disk" else None
-    if sources is None:
-        for src in kept_sources(tree):
-            yield (src, tree.read(KEEP_DIR + b"/" + src + HEADS_SUFFIX),
-                   list(parse_index(tree.read(KEEP_DIR + b"/" + src + INDEX_SUFFIX))))
-        return
-    for src, heads, lines in sources:
-        rest = [ln for ln in lines if ln.where != "file"]
-        if rest:
-            yield src, heads, rest
-    caps = [(i, ln) for i, (_, _, lines) in enumerate(sources) for ln in lines if ln.where == "file"]
-    # where each capture's first block is: a getxattr or two through a mount, so in parallel
-    keys = pool.map(lambda c: _located(tree, c[1].capture), caps, chunksize=64)
-    files = sorted(((key, i, ln) for key, (i, ln) in zip(keys, caps)), key=lambda x: x[0])
-    run: list = []
-    for key, i, ln in files:                    # consecutive lines of one source, one group
-        if run and run[0][0] != i:
-            yield sources[run[0][0]][0], sources[run[0][0]][1], [x[1] for x in run]
-            run = []
-        run.append((i, ln))
-    if run:
-        yield sources[run[0][0]][0], sources[run[0][0]][1], [x[1] for x in run]
-
-
-def _collection_records(tree, duplicates: str, pool, order: str = "source") -> Iterator[tuple[bytes, bool, str, bytes]]:
-    for src, heads, lines in _in_order(tree, order, pool):
-        for ln, fut in _read_ahead(tree, pool, lines):
-            p = ln.ho
-            head = heads[p:p + ln.wl]
-            p += ln.wl
-            http = heads[p:p + ln.hl]
-            p += ln.hl
-            identical = True
-            if ln.where == "heads":
-                payload = heads[p:p + ln.pl]
-                p += ln.pl
-            else:
-                try:
-                    payload = fut.result()
-                except (OSError, FsError, WebfsError) as exc:
-                    raise WebfsError(f"{show_path(ln.capture)}: cannot be read: {exc}") from None
-            tail = heads[p:p + ln.tl]
-            if ln.rtype == "revisit" and duplicates == "full" and ln.capture != b"-" and head.startswith(b"WARC/"):
-                try:
-                    payload = tree.read(ln.capture)
-                except (OSError, FsError, WebfsError):
-                    payload = b""
-                if payload:
-                    head = _set_header(head, b"WARC-Type", b"response")
-                    for h in (b"WARC-Refers-To", b"WARC-Refers-To-Target-URI", b"WARC-Refers-To-Date",
-                              b"WARC-Profile", b"WARC-Block-Digest"):
-                        head = _set_header(head, h, None)
-                    identical = False
-            if not head.startswith(b"WARC/"):
-                yield _arc_to_warc(head, ln.rtype, http, payload, src + b"\t" + str(ln.offset).encode()), \
-                    False, os.fsdecode(src), b""
-                continue
-            if len(http) + len(payload) != ln.hl + ln.pl or not identical:
-                head = _set_header(head, b"Content-Length", str(len(http) + len(payload)).encode())
-                if not head.endswith(b"\r\n\r\n"):
-                    head = head.rstrip(b"\r\n") + b"\r\n\r\n"
-                identical = False
-                tail = b"\r\n\r\n"
-            yield head + http + payload + tail, identical, os.fsdecode(src), ln.gzip if identical else b""
-
-
-def export(collection: str, out: str, split: Optional[int] = None, duplicates: str = "revisit",
-           progress: Optional[admin.Progress] = None, order: str = "source") -> dict:
-    """Write a collection as per-record gzipped WARC; returns figures."""
-    tree = open_tree(collection)
-    figures = {"records": 0, "identical": 0, "gzip_identical": 0, "bytes": 0, "files": []}
-    n = 0
-    fh = None
-
-    def next_file():
-        nonlocal n, fh
+    def _close(self) -> None:
+        fh, self.fh = self.fh, None
         if fh is not None:
-            fh.close()
-        n += 1
-        name = out if split is None else re.sub(r"(\.warc)?(\.gz)?$", "", out) + f"-{n:05d}.warc.gz"
-        fh = open(name, "wb")
-        figures["files"].append(name)
+            try:
+                fh.close()
+            except OSError as exc:
+                raise self._failed(exc) from None
 
-    def write(made: tuple[bytes, bool], identical: bool, size: int) -> None:
-        member, same_member = made
-        if split is not None and fh.tell() > 0 and fh.tell() >= split:
-            next_file()
-        fh.write(member)
-        figures["records"] += 1
-        figures["identical"] += identical
-        figures["gzip_identical"] += same_member
-        figures["bytes"] += size
-        if progress is not None:
-            progress.advance(1)
+    def _failed(self, exc: OSError) -> WebfsError:
+        return WebfsError(f"{self.name(max(1, len(self.names)))}: cannot write: {exc.strerror or exc}")
 
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
-    # Records are compressed by two threads (zlib lets go of the GIL), written in order.
-    zpool = ThreadPoolExecutor(2, thread_name_prefix="export-gzip")
-    window: deque = deque()
+    def finish(self) -> list[str]:
+        """Every file complete: rename the .part files to their names."""
+        if self.fh is None and not self.names:
+            self._next()                # a collection without records is an empty file
+        self._close()
+        for name in self.names:
+            os.replace(name + PART_SUFFIX, name)
+        return self.names
+
+    def discard(self) -> None:
+        """Remove what was written (the export failed or was stopped)."""
+        try:
+            self._close()
+        except WebfsError:
+            pass
+        for name in self.names:
+            try:
+                os.unlink(name + PART_SUFFIX)
+            except FileNotFoundError:
+                pass
+
+    def leftovers(self) -> list[str]:
+        """The .part files an export killed before its end left, by their names."""
+        found, n = [], 1
+        while os.path.exists(self.name(n) + PART_SUFFIX):
+            found.append(self.name(n) + PART_SUFFIX)
+            if self.split is None:
+                break
+            n += 1
+        return found
+
+
+def export_warc(store: Store, progress: admin.Progress, collection: str, out: str, split: Optional[int] = None,
+                duplicates: str = "revisit", order: str = "source") -> admin.Result:
+    """The export-warc operation: the collection at ``collection`` (its path in
+    the archive) written as WARC into ``out``, read from the store's catalog
+    and blocks; inside a mount's daemon, or on an unmounted archive."""
+    tree = DiskTree("", collection, store=store)
     try:
-        next_file()
-        for data, identical, _src, recipe in collection_records(tree, duplicates, order):
-            window.append((zpool.submit(_gzip_member, data, recipe), identical, len(data)))
-            if len(window) >= 64:
-                fut, identical, size = window.popleft()
-                write(fut.result(), identical, size)
-        while window:
-            fut, identical, size = window.popleft()
-            write(fut.result(), identical, size)
+        return export_tree(tree, out, split, duplicates, progress, order)
     finally:
-        zpool.shutdown(cancel_futures=True)
-        if fh is not None:
-            fh.close()
         tree.close()
-    return figures
+
+
+def export_tree(tree, out: str, split: Optional[int] = None, duplicates: str = "revisit",
+                progress: Optional[admin.Progress] = None, order: str = "source") -> admin.Result:
+    """Write a collection (a MountTree or DiskTree) as per-record gzipped WARC (OutFiles)."""
+    from . import testkill
+    if not tree.is_dir(KEEP_DIR):
+        raise WebfsError(f"{tree.name}: not a collection made by import-warc (it has no {KEEP_DIR.decode()}/)")
+    progress = progress or admin.Progress()
+    progress.set_total(None, "exporting")
+    figures = {"records": 0, "identical": 0, "gzip_identical": 0, "bytes": 0, "files": []}
+    files = OutFiles(out, split)
+    told, last = 0, time.monotonic()
+    try:
+        for member, identical, same_member, size in collection_members(tree, duplicates, order):
+            files.write(member)
+            testkill.point("export-after-member")
+            figures["records"] += 1
+            figures["identical"] += identical
+            figures["gzip_identical"] += same_member
+            figures["bytes"] += size
+            if progress.stopping:
+                raise WebfsError(f"stopped before the end; {out} not written")
+            if time.monotonic() - last >= PROGRESS_EVERY:      # not a socket write per record
+                progress.advance(figures["records"] - told)
+                told, last = figures["records"], time.monotonic()
+        figures["files"] = files.finish()
+    except BaseException:
+        files.discard()
+        raise
+    progress.advance(figures["records"] - told)
+    share = figures["identical"] / figures["records"] if figures["records"] else 1.0
+    return admin.Result([f"exported {figures['records']} records ({human(figures['bytes'])}) into "
+                         f"{len(figures['files'])} file(s); {figures['identical']} ({share:.0%}) byte-identical "
+                         f"to the records imported, {figures['gzip_identical']} of them in the very gzip "
+                         "member of the source"], 0, figures)
 
 
 def _gzip_member(data: bytes, recipe: bytes) -> tuple[bytes, bool]:
-    """A record as a gzip member: (the source's very member, True) when its recipe
-    makes one with the kept CRC-32 (zlib at the level and header the source's
-    member had), else (zlib level 6, False)."""
+    """A record as a gzip member, compressed once: (the source's very member, True)
+    when its recipe makes one with the kept CRC-32 (zlib at the level and with
+    the header the source's member had); else (a member all the same: the
+    recipe's when there is one, zlib level 6's otherwise, False)."""
+    level, head, crc = 6, GZIP_HEADER, None
     if recipe.startswith(b"gz:"):
-        _, level, head, crc = recipe.split(b":")
-        c = zlib.compressobj(int(level), zlib.DEFLATED, -zlib.MAX_WBITS)
-        member = (bytes.fromhex(head.decode()) + c.compress(data) + c.flush()
-                  + struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF))
-        if zlib.crc32(member) == int(crc, 16):
-            return member, True
-    c = zlib.compressobj(6, zlib.DEFLATED, 31)
-    return c.compress(data) + c.flush(), False
+        _, level_text, head_hex, crc_hex = recipe.split(b":")
+        level, head, crc = int(level_text), bytes.fromhex(head_hex.decode()), int(crc_hex, 16)
+    c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+    member = head + c.compress(data) + c.flush() + struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF)
+    return member, crc is not None and zlib.crc32(member) == crc
 
 
 # ---------------------------------------------------------------- versions of a URL

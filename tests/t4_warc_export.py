@@ -1,0 +1,64 @@
+"""webfs export-warc of a collection in a mount: it runs in the mount's daemon
+(no capture read through FUSE), and its failures are one line, leave no
+short file and leave the daemon serving. Unmounted: t2_warc_export."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from conftest import Mounted, webfs
+from t2_warc import records_of, write_warc
+
+PAGES = [(f"http://site.org/{i % 5}/p{i}.html", b"<html>page %d</html>" % i * (1 + i % 30)) for i in range(200)]
+
+
+def _requests(mnt) -> dict:
+    return json.loads(os.getxattr(mnt, "user.webfs.requests"))
+
+
+def test_export_in_a_mount_runs_in_the_daemon(tmp_path):
+    m = Mounted(tmp_path, disks=3)
+    try:
+        src = write_warc(tmp_path / "a.warc.gz", PAGES)
+        webfs("import-warc", "--collection", "c", src, m.mnt)
+        m.remount()
+        out = tmp_path / "out.warc.gz"
+        res = webfs("export-warc", "--order", "disk", "--split", "8K", m.mnt / "c", out)
+        assert b"(100%) byte-identical" in res.stdout
+        parts = sorted(tmp_path.glob("out-*.warc.gz"))
+        assert len(parts) > 1 and not list(tmp_path.glob("*.part"))
+        key = lambda r: r["id"]
+        assert sorted(sum((records_of(p) for p in parts), []), key=key) == sorted(records_of(src), key=key)
+        reads = _requests(m.mnt)
+        assert reads.get("open", 0) == 0 and reads.get("read", 0) == 0, reads
+        # OUT in the mount itself: the command reads the files (the daemon does not write into its mount)
+        res = webfs("export-warc", m.mnt / "c", m.mnt / "again.warc.gz")
+        assert b"(100%) byte-identical" in res.stdout
+        assert _requests(m.mnt).get("open", 0) > len(PAGES)
+        assert records_of(m.mnt / "again.warc.gz") == records_of(src)
+    finally:
+        m.umount()
+
+
+def test_export_failures_in_a_mount_are_one_line_and_leave_no_file(tmp_path):
+    m = Mounted(tmp_path, disks=3)
+    full = tmp_path / "small"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
+    try:
+        webfs("import-warc", "--collection", "c", write_warc(tmp_path / "a.warc.gz", PAGES), m.mnt)
+        for out, said in [(tmp_path / "no" / "out.warc.gz", "cannot write: No such file or directory"),
+                          (full / "out.warc.gz", "cannot write: No space left on device")]:
+            proc = webfs("export-warc", m.mnt / "c", out, check=False)
+            lines = proc.stderr.decode().strip().splitlines()
+            assert proc.returncode == 1 and len(lines) == 1 and said in lines[0], proc.stderr
+        assert list(full.iterdir()) == []
+        proc = webfs("export-warc", m.mnt / "nothing-here", tmp_path / "x.warc.gz", check=False)
+        assert proc.returncode == 1 and b"nothing-here: not a directory" in proc.stderr
+        # the daemon is still serving
+        assert webfs("status", m.mnt).returncode == 0
+        assert len(os.listdir(m.mnt / "c" / "http" / "site.org" / "0")) == 40
+    finally:
+        subprocess.run(["umount", "-l", str(full)], check=False)
+        m.umount()
