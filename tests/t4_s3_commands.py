@@ -4,9 +4,10 @@ while the archive is mounted, a stale lease is taken only when asked, a
 read-only command needs none, a mount whose lease was taken stops copying its
 catalog), ``webfs fsck --rebuild-catalog`` after the catalog is lost from the
 state directories and the buckets, and ``webfs import`` / ``import-warc``
-into an unmounted all-S3 archive."""
+into an unmounted all-S3 archive, ``versions`` and ``export-warc`` out of it."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -154,3 +155,12 @@ def test_import_into_an_unmounted_s3_archive(weeds, tmp_path, corpus):
         assert status(mnt)["disks"][0]["state"] == "present"
     finally:
         unmount(mnt)
+    # and read back without a mount, from any of the buckets
+    listed = webfs("versions", "--json", "http://example.com/a.html", disks[0])
+    assert [v["path"] for v in json.loads(listed.stdout)] == ["crawl/http/example.com/a.html@20240101120000"]
+    assert webfs("url", "http://example.com/", disks[2]).stdout == b"/crawl/http/example.com/@20240101120000\n"
+    out = tmp_path / "out.warc.gz"
+    done = webfs("export-warc", f"{disks[1]}:/crawl", out)
+    assert b"(100%) byte-identical" in done.stdout
+    assert out.read_bytes() == warc.read_bytes()
+    assert not has_lease(weeds[1], disks[1])

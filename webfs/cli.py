@@ -27,7 +27,7 @@ from .errors import CatalogUnreadable, WebfsError
 from .locks import TAKE_ENV
 from .operations import OPERATIONS
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
-from .assembly import open_archive
+from .assembly import archive_place, open_archive
 from .store import Store, key_of
 
 log = logging.getLogger("webfs")
@@ -425,9 +425,9 @@ def export_warc(split, duplicates, order, as_json, collection, out):
         size = int(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " ")
     out = os.path.abspath(out)
     options = dict(out=out, split=size, duplicates=duplicates, order=order)
-    disk, sep, path = collection.partition(":")
-    if sep and os.path.isfile(os.path.join(disk, "WEBFS-DISK")):
-        target, inside = disk, path or "/"
+    place = archive_place(collection)
+    if place is not None:
+        target, inside = place
     elif not os.path.isdir(collection):
         raise WebfsError(f"{collection}: not a directory, and not DISK:/NAME of an archive")
     else:
@@ -496,8 +496,8 @@ def url(at, url, target):
     if best is None:
         click.echo(f"no capture of {url}", err=True)
         sys.exit(1)
-    click.echo(os.path.join(target, best["path"]) if not os.path.isfile(os.path.join(target, "WEBFS-DISK"))
-               else "/" + best["path"])
+    on_disk = is_url(target) or os.path.isfile(os.path.join(target, "WEBFS-DISK"))
+    click.echo("/" + best["path"] if on_disk else os.path.join(target, best["path"]))
 
 
 @main.command()
@@ -527,13 +527,7 @@ def replay(port, collection, pywb_dir):
 
 def _import_target(dest: str) -> tuple[str, str]:
     """(mount point or disk, DEST's path from the archive's root) of an import's DEST."""
-    url = re.fullmatch(r"(s3(?:\+http)?://[^/]+/[^:]+):(/.*)?", dest)    # the URL has a colon of its own
-    if url:
-        return url.group(1), url.group(2) or "/"
-    disk, sep, path = dest.partition(":")
-    if sep and os.path.isfile(os.path.join(disk, "WEBFS-DISK")):
-        return disk, path or "/"
-    found = _mount_of(dest)
+    found = archive_place(dest) or _mount_of(dest)
     if found is None:
         raise WebfsError(f"{dest}: not in a webfs mount, and not DISK:/PATH of an archive")
     return found

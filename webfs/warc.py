@@ -51,7 +51,8 @@ from .admin import human
 from .errors import FsError, WebfsError
 from .ingest import Importer, Item, import_namespace, show_path
 from .namespace import ROOT_INODE
-from .assembly import open_archive
+from .assembly import archive_place, open_archive
+from .backends import is_url
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -1103,7 +1104,8 @@ class DiskTree:
         from .namespace import Namespace
         self.name = path
         self.owns_store = store is None
-        self.store = open_archive(disk, holder="webfs export-warc") if store is None else store
+        # Reading only (versions, url, replay), as status and get: no lock, no S3 lease.
+        self.store = open_archive(disk, lock=False) if store is None else store
         try:
             self.ns = getattr(self.store, "namespace", None) or Namespace(self.store)
             self.readers = 4 * len(self.store.archive.volumes)      # short reads, overlapped
@@ -1202,9 +1204,9 @@ class DiskTree:
 
 
 def open_tree(collection: str):
-    disk, sep, path = collection.partition(":")
-    if sep and os.path.isfile(os.path.join(disk, "WEBFS-DISK")):
-        return DiskTree(disk, path or "/")
+    place = archive_place(collection)
+    if place is not None:
+        return DiskTree(*place)
     if not os.path.isdir(collection):
         raise WebfsError(f"{collection}: not a directory, and not DISK:/NAME of an archive")
     return MountTree(collection)
@@ -1548,7 +1550,7 @@ def _gzip_member(data: bytes, recipe: bytes) -> tuple[bytes, bool]:
 
 def open_target(target: str):
     """The whole archive as a tree: a mount point, or any disk of an unmounted archive."""
-    if os.path.isfile(os.path.join(target, "WEBFS-DISK")):
+    if is_url(target) or os.path.isfile(os.path.join(target, "WEBFS-DISK")):
         return DiskTree(target, "/")
     if not os.path.isdir(target):
         raise WebfsError(f"{target}: not a mount point or a disk of an archive")
