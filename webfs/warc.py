@@ -575,6 +575,12 @@ class DigestCheck:
 
 # ---------------------------------------------------------------- importing
 
+# Threads storing the captures. Records are in memory, so unlike a tree's files
+# nothing waits on a disk read: two keep both cores creating block files (the
+# file system's part), and more only pass the interpreter lock around. Measured
+# on 5,000 small-page records into a mount: 3.25 s with 2, 3.78 s with 4 on ext4.
+STORE_WORKERS = 2
+
 # The figures of a WARC import. Shaped like ingest.Counts (a list of int
 # fields), which is why `duplicates` pairs them; the figures are others.
 @dataclass
@@ -1012,7 +1018,8 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
     started = time.monotonic()
     target = os.path.join(dest, collection)
     with import_namespace(store) as ns:
-        importer = WarcImporter.into(store, ns, progress, mount_dev, collection=os.fsencode(collection))
+        importer = WarcImporter.into(store, ns, progress, mount_dev, collection=os.fsencode(collection),
+                                     workers=STORE_WORKERS)
         counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(target))
     seconds = time.monotonic() - started
     stopped = progress.stopping
