@@ -247,6 +247,32 @@ def test_full_disks_raise_nospace_and_keep_what_was_stored(small_disks):
     store.close()
 
 
+def test_has_room_counts_down_far_from_full_and_asks_the_disk_near_it(tmp_path, monkeypatch):
+    """Far from the reserve, a disk's free space is asked once and counted down;
+    once it is near (here: filled by someone else), every call asks the disk, so
+    the last bytes are never promised twice."""
+    import time
+    from webfs import volume
+    from webfs.backends.local import LocalBackend
+    with tmpfs_disks(tmp_path, 1, "400m") as (disk,):
+        vol = volume.Volume(LocalBackend(str(disk)), 0, "u", 2)
+        asked = []
+        statvfs = os.statvfs
+        monkeypatch.setattr(os, "statvfs", lambda path: asked.append(path) or statvfs(path))
+        assert all(vol.has_room(4096) for _ in range(100))
+        assert len(asked) == 1                      # counted down, not asked 100 times
+        with open(disk / "filler", "wb") as f:      # the disk fills behind webfs's back
+            f.write(b"\0" * (380 << 20))
+        time.sleep(volume.ROOM_FRESH + 0.1)
+        free = statvfs(str(disk)).f_bavail * statvfs(str(disk)).f_frsize
+        asked.clear()
+        answers = [vol.has_room(4096) for _ in range(5)]
+        assert len(asked) == 5                      # near the reserve: every call asks
+        reserve = min(64 << 20, statvfs(str(disk)).f_blocks * statvfs(str(disk)).f_frsize // 50)
+        assert answers == [free >= 4096 + reserve] * 5
+        assert not vol.has_room(free)               # more than is left past the reserve
+
+
 def test_storing_again_before_the_release_commits_keeps_the_new_block(store):
     doc = b"a page that goes and comes back " * 40
     row = store.store(doc, pin=True)

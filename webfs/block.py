@@ -35,8 +35,13 @@ def utc_timestamp(seconds: float | None = None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
+_PLAIN_NAME = re.compile(rb"[\x21-\x24\x26-\x7e]*")     # what percent_encode leaves as it is
+
+
 def percent_encode(name: bytes) -> str:
     """Every byte outside 0x21..0x7e, and '%', becomes %XX: the result is ASCII."""
+    if _PLAIN_NAME.fullmatch(name):
+        return name.decode("ascii")          # the common case, without a step per byte
     return "".join(chr(b) if 0x21 <= b <= 0x7e and b != 0x25 else f"%{b:02X}"
                    for b in name)
 

@@ -78,6 +78,7 @@ _ARC_LINE = re.compile(rb"\n([^ \r\n]+) ([0-9.]+|-) ([0-9]{14}) ")
 
 SPILL_AT = 8 << 20          # a record longer than this is not held in memory (see Payload)
 READ_CHUNK = 1 << 20
+FEED = 1 << 16             # bytes of a per-record gzip file given to zlib at a time
 READERS = 12                # capture files read at once by export-warc (through a mount, reads overlap)
 
 
@@ -302,32 +303,39 @@ def _strict_gz(fh, start: int, size: int) -> Iterator[object]:
     warcio (one decompression, no Python per line); returns where it stopped."""
     pos = start
     fh.seek(pos)
-    buf = b""
+    buf, at = b"", 0            # read ahead, and where in it the next member starts
     while pos < size:
-        if len(buf) < 3:
-            buf += fh.read(READ_CHUNK)
-        if buf[:3] != b"\x1f\x8b\x08":
+        if len(buf) - at < FEED:
+            buf = buf[at:] + fh.read(READ_CHUNK)
+            at = 0
+        if buf[at:at + 3] != b"\x1f\x8b\x08":
             return pos
         d = zlib.decompressobj(31)
         sink = _Sink()
-        fed, data, crc, head = len(buf), buf, 0, buf[:10]
+        # Fed FEED bytes at a time: zlib copies what follows a member's end into
+        # unused_data, which for the whole read-ahead cost a copy of up to a MiB per record.
+        view = memoryview(buf)
+        length, crc, head = 0, 0, buf[at:at + 10]
         try:
             while True:
+                data = view[at:at + FEED]
+                if not data:
+                    buf = fh.read(READ_CHUNK)
+                    if not buf:
+                        return pos               # cut short: warcio says so
+                    view, at = memoryview(buf), 0
+                    continue
                 sink.write(d.decompress(data, 1 << 22))
-                used = len(data) - len(d.unconsumed_tail) - len(d.unused_data)
-                crc = zlib.crc32(memoryview(data)[:used], crc)
+                while d.unconsumed_tail and not d.eof:
+                    sink.write(d.decompress(d.unconsumed_tail, 1 << 22))
+                used = len(data) - len(d.unused_data)
+                crc = zlib.crc32(data[:used], crc)
+                length += used
+                at += used
                 if d.eof:
                     break
-                data = d.unconsumed_tail
-                if not data:
-                    data = fh.read(READ_CHUNK)
-                    if not data:
-                        return pos               # cut short: warcio says so
-                    fed += len(data)
         except zlib.error:
             return pos
-        buf = d.unused_data
-        length = fed - len(buf) - len(d.unconsumed_tail)
         prefix = sink.prefix()
         spill = sink.file
         rec = _strict_record(prefix, sink.length, spill.fileno() if spill else None, 0, True, pos, length)
@@ -567,6 +575,12 @@ class DigestCheck:
 
 
 # ---------------------------------------------------------------- importing
+
+# Threads storing the captures. Records are in memory, so unlike a tree's files
+# nothing waits on a disk read: two keep both cores creating block files (the
+# file system's part), and more only pass the interpreter lock around. Measured
+# on 5,000 small-page records into a mount: 3.25 s with 2, 3.78 s with 4 on ext4.
+STORE_WORKERS = 2
 
 # The figures of a WARC import. Shaped like ingest.Counts (a list of int
 # fields), which is why `duplicates` pairs them; the figures are others.
@@ -1005,7 +1019,8 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
     started = time.monotonic()
     target = os.path.join(dest, collection)
     with import_namespace(store) as ns:
-        importer = WarcImporter.into(store, ns, progress, mount_dev, collection=os.fsencode(collection))
+        importer = WarcImporter.into(store, ns, progress, mount_dev, collection=os.fsencode(collection),
+                                     workers=STORE_WORKERS)
         counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(target))
     seconds = time.monotonic() - started
     stopped = progress.stopping

@@ -163,7 +163,11 @@ class StripeLayout:
             self.parity_bytes[parity_disk] += length
 
     def counters(self, cls: int) -> tuple[Counter[tuple[int, int]], Counter[int]]:
-        return self.pairs.setdefault(cls, Counter()), self.parities.setdefault(cls, Counter())
+        pairs = self.pairs.get(cls)
+        if pairs is None:               # not setdefault: two new Counters per new block otherwise
+            pairs = self.pairs[cls] = Counter()
+            self.parities[cls] = Counter()
+        return pairs, self.parities[cls]
 
     def pair_counts(self) -> dict[tuple[int, int], int]:
         """Stripes shared by each pair of configured disks."""
