@@ -73,6 +73,7 @@ PUBLISHED = ("meta/MANIFEST", "meta/JOURNAL", "meta/RECORDS")
 CATALOG = "meta/catalog.db"
 COPY = "meta/COPY"                      # the number of the last copy of meta/ to the bucket
 DOWN_SECONDS = 10.0                     # an endpoint that failed is not asked again for this long
+FRESH_SECONDS = 5.0                     # an endpoint that answered this recently is there
 CONNECT_TIMEOUT = 2.0
 READ_TIMEOUT = 10.0
 ATTEMPTS = 2
@@ -576,10 +577,13 @@ class S3Backend(Backend):
         return ROOM, ROOM
 
     def present(self) -> bool:
-        """Reachable: not failed in the last DOWN_SECONDS, and answering now (one
-        HEAD: callers ask after an error, or before replacing the disk)."""
+        """Reachable: not failed in the last DOWN_SECONDS, and answering now: a
+        request answered in the last FRESH_SECONDS, else one HEAD of the bucket
+        (the mount asks every second; a busy disk is not asked again)."""
         if self._down_until:
             return self._back_up()
+        if self._last_ok and time.monotonic() - self._last_ok < FRESH_SECONDS:
+            return True
         try:
             self._bucket_call("head_bucket")
         except OSError:

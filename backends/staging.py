@@ -4,9 +4,12 @@ staging directory until background uploaders have PUT them.
 ``put`` writes the object to ``DIR/<name>`` (tmp file and rename, fsynced when
 the caller asks: ``-o sync``) and returns, so a ``close()`` that returned has
 its blocks in local files that survive ``kill -9`` of the daemon. Uploader
-threads (``workers`` of them, the disk's ``s3_requests``) PUT staged objects
-and then remove their files; an object written again while it waits is PUT
-once, with its last bytes. Reads see a staged object first. ``drain`` waits
+threads (``workers`` of them) PUT staged objects and then remove their files.
+An object waits ``UPLOAD_AFTER`` seconds first (less when the area is over
+a quarter of its limit, none while someone drains), as the kernel's dirty
+pages do: a burst of writes is not slowed by its uploads, and an object
+written again meanwhile (a new Refs count, a parity update) is PUT once,
+with its last bytes. Reads see a staged object first. ``drain`` waits
 for every upload (``webfs sync``, checkpoints, unmount), before ``meta/``
 goes to the bucket, so the bucket's copy of ``meta/`` never names an object
 the bucket lacks. ``replay`` stages again what a killed daemon left (done
@@ -28,6 +31,7 @@ from .local import TMP_SUFFIX, LocalBackend
 
 log = logging.getLogger(__name__)
 
+UPLOAD_AFTER = 2.0                  # an object waits this long before its upload (see _due)
 RETRY_SECONDS = 1.0                 # after a failed upload, the next starts this much later
 
 
@@ -39,6 +43,7 @@ class _Staged:
     version: int = 0
     writing: int = 0
     uploading: bool = False
+    since: float = 0.0          # when it was queued (monotonic)
 
 
 class Staging:
@@ -57,7 +62,10 @@ class Staging:
         self._bytes = 0
         self._failure: Optional[OSError] = None  # the last upload's error, until one succeeds
         self._retry_at = 0.0                    # after a failure, no upload starts before (monotonic)
-        self._changed = threading.Condition()
+        self._draining = 0                      # callers of drain(): upload everything now
+        lock = threading.RLock()
+        self._changed = threading.Condition(lock)   # writers, drain, discard wait on it
+        self._ready = threading.Condition(lock)     # the uploaders wait on it
         self._threads: list[threading.Thread] = []
         self._closing = False
 
@@ -96,7 +104,10 @@ class Staging:
             self._bytes += size - staged.size
             staged.size = size
             if not staged.uploading and path not in self._queue:
+                staged.since = time.monotonic()
                 self._queue.append(path)
+                if len(self._queue) == 1:
+                    self._ready.notify()    # the others wait for the head's time, or are busy
             self._start_workers()
             self._changed.notify_all()
 
@@ -155,13 +166,18 @@ class Staging:
         while True:
             with self._changed:
                 while not self._closing:
-                    pause = self._retry_at - time.monotonic()
-                    if self._queue and pause <= 0:
+                    if not self._queue:
+                        self._ready.wait()
+                        continue
+                    pause = max(self._retry_at, self._due(self._queue[0])) - time.monotonic()
+                    if pause <= 0:
                         break
-                    self._changed.wait(pause if self._queue else None)
+                    self._ready.wait(pause)
                 if self._closing:
                     return
                 path = self._queue.popleft()
+                if self._queue:
+                    self._ready.notify()        # one more uploader for what is left
                 staged = self._waiting[path]
                 staged.uploading = True
                 version = staged.version
@@ -191,12 +207,30 @@ class Staging:
                 else:
                     self._failure = None
                     if path not in self._queue:
+                        staged.since = time.monotonic()
                         self._queue.append(path)    # written again meanwhile: its last bytes
                 self._changed.notify_all()
+
+    def _due(self, path: str) -> float:
+        """(With the lock held.) When the object may be uploaded: UPLOAD_AFTER
+        after it was queued, at once while someone drains or the staging area
+        is over a quarter of its limit."""
+        if self._draining or self._bytes > self._limit // 4:
+            return 0.0
+        return self._waiting[path].since + UPLOAD_AFTER
 
     def drain(self) -> None:
         """Wait until every staged object is in the bucket; the upload error
         if uploads fail (the objects stay staged)."""
+        with self._changed:
+            self._draining += 1
+            self._ready.notify_all()
+            try:
+                self._wait_empty()
+            finally:
+                self._draining -= 1
+
+    def _wait_empty(self) -> None:
         with self._changed:
             while self._waiting:
                 if self._failure is not None and not any(s.uploading for s in self._waiting.values()):
@@ -227,6 +261,7 @@ class Staging:
         """Stop the uploaders (what is still staged stays, for the next replay)."""
         with self._changed:
             self._closing = True
+            self._ready.notify_all()
             self._changed.notify_all()
             threads, self._threads = self._threads, []
         for t in threads:
