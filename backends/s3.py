@@ -73,7 +73,6 @@ PUBLISHED = ("meta/MANIFEST", "meta/JOURNAL", "meta/RECORDS")
 CATALOG = "meta/catalog.db"
 COPY = "meta/COPY"                      # the number of the last copy of meta/ to the bucket
 DOWN_SECONDS = 10.0                     # an endpoint that failed is not asked again for this long
-FRESH_SECONDS = 5.0                     # an endpoint that answered this recently is there
 CONNECT_TIMEOUT = 2.0
 READ_TIMEOUT = 10.0
 ATTEMPTS = 2
@@ -557,10 +556,16 @@ class S3Backend(Backend):
         """Names below a prefix (a directory: "" or ending in "/"), page by page;
         the first ``limit`` only, if given."""
         import obstore
-        pages = iter(self._call(prefix, lambda: obstore.list(self._object_store(), prefix.rstrip("/") or None,
-                                                             chunk_size=limit or 1000)))
+        pages = None
+
+        def next_page():
+            nonlocal pages
+            if pages is None:       # no request yet: the first comes with the first page
+                pages = iter(obstore.list(self._object_store(), prefix.rstrip("/") or None,
+                                          chunk_size=limit or 1000))
+            return next(pages, None)
         while True:
-            page = self._call(prefix, lambda: next(pages, None))
+            page = self._call(prefix, next_page)
             if not page:
                 return
             for item in page:
@@ -577,15 +582,14 @@ class S3Backend(Backend):
         return ROOM, ROOM
 
     def present(self) -> bool:
-        """Reachable: not failed in the last DOWN_SECONDS, and answering now: a
-        request answered in the last FRESH_SECONDS, else one HEAD of the bucket
-        (the mount asks every second; a busy disk is not asked again)."""
+        """Reachable: not failed in the last DOWN_SECONDS, and answering now:
+        one listing of an empty "directory" of the bucket, through obstore (the
+        mount asks every second; a HEAD of the bucket through boto3 cost a
+        cold read half its CPU)."""
         if self._down_until:
             return self._back_up()
-        if self._last_ok and time.monotonic() - self._last_ok < FRESH_SECONDS:
-            return True
         try:
-            self._bucket_call("head_bucket")
+            next(self._list_remote(IDENTITY[0] + "/", limit=1), None)
         except OSError:
             return False
         return True
