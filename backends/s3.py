@@ -48,6 +48,7 @@ import collections
 import configparser
 import datetime
 import errno
+import fcntl
 import heapq
 import logging
 import os
@@ -81,6 +82,7 @@ DEFAULT_CACHE = 64 << 20                # bytes of recently read objects kept
 DEFAULT_STAGING = 256 << 20             # bytes staged for upload before writers wait
 STAGING = "staging"                     # in the state directory: objects written, not yet PUT
 STAGED = ("blocks/", "parity/")         # the objects written behind
+ARCHIVE_LOCK = "meta/lock"              # the archive's flock file (webfs.archive.LOCK_FILE)
 ROOM = 1 << 60                          # an object store has no fixed size: "free space" it reports
 
 # Settings: from mount options (``configure``) or the environment, for every command.
@@ -671,7 +673,7 @@ class S3Backend(Backend):
     def fetch(self) -> None:
         """Upload what a killed daemon left staged; then bring the identity
         files, and meta/ when ours is missing or older, from the bucket."""
-        replayed = self.staging.replay()
+        replayed = 0 if self._locked_elsewhere() else self.staging.replay()
         if replayed:
             self.staging.drain()
             log.warning("%s: %d objects left staged by an earlier mount are uploaded", self.location, replayed)
@@ -689,6 +691,22 @@ class S3Backend(Backend):
             self._fetch_meta()
         finally:
             self._published = {path: self._stamp(path) for path in (*PUBLISHED, CATALOG)}
+
+    def _locked_elsewhere(self) -> bool:
+        """Does another process hold the archive's lock in this state directory
+        (a mount: what is staged is its to upload, and it may write it again)?"""
+        try:
+            fd = os.open(os.path.join(self.root, ARCHIVE_LOCK), os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
 
     def _fetch_meta(self) -> None:
         """The bucket's copy of meta/ replaces ours when ours has no catalog or
