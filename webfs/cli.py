@@ -611,7 +611,7 @@ def delete(disk, keys):
                    "store_mode=force-new|regular|compare, manifest_interval=SECONDS, journal_limit=BYTES, "
                    "cool_interval=SECONDS, heat_k=N, piece_cache=BYTES, read_ahead_kb=KIB, "
                    "disk_delay=INDEX:SECONDS[,INDEX:SECONDS...], s3_credentials=FILE, state_dir=DIR, "
-                   "block_cache=BYTES, s3_requests=N, take_lease, debug.")
+                   "block_cache=BYTES, s3_requests=N, s3_staging=BYTES, take_lease, debug.")
 @click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground (log to stderr).")
 @click.argument("disk", type=DiskPath(exists=True, file_okay=False))
 @click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))

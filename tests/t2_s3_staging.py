@@ -1,0 +1,62 @@
+"""The replay of an S3 disk's staging area (backends/staging.py) when the disk
+is opened, without a server: an endpoint that refuses (127.0.0.1:1)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from webfs.backends.s3 import ARCHIVE_LOCK, STAGING, forget_open, open_s3
+
+URL = "s3+http://127.0.0.1:1/staged"
+NAME = "blocks/aa/bb/cccc"
+
+
+@pytest.fixture
+def staged(tmp_path, monkeypatch):
+    """A state directory with one object left staged by a killed daemon."""
+    monkeypatch.setenv("WEBFS_STATE_DIR", str(tmp_path / "state"))
+    forget_open()
+    root = open_s3(URL, fetch=False).root
+    path = os.path.join(root, STAGING, NAME)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as f:
+        f.write(b"a block nobody uploaded")
+    os.makedirs(os.path.join(root, "meta"), exist_ok=True)
+    yield root, path
+    open_s3(URL, fetch=False).staging.close()       # its uploaders stop retrying
+    forget_open()
+
+
+def test_an_open_uploads_what_is_staged_first_and_keeps_it_if_that_fails(staged):
+    root, path = staged
+    forget_open()
+    with pytest.raises(OSError, match="wait in .* to be uploaded"):
+        open_s3(URL)                        # the replay's upload is refused
+    assert os.path.exists(path)             # kept for the next open
+
+
+def test_an_open_leaves_the_staging_area_of_a_mount_alone(staged):
+    """Another process holds the archive's lock (a mount, uploading its own
+    staged objects and maybe writing them again): no replay here."""
+    root, path = staged
+    lock = os.path.join(root, ARCHIVE_LOCK)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({lock!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"locked\n"
+        forget_open()
+        with pytest.raises(OSError) as failed:
+            open_s3(URL)                    # then fails on the identity files, endpoint down
+        assert "to be uploaded" not in str(failed.value)
+        assert open_s3(URL, fetch=False).staging.pending == 0
+        assert os.path.exists(path)
+    finally:
+        holder.kill()
+        holder.wait()

@@ -1,0 +1,92 @@
+"""Write-behind of S3 disks (backends/staging.py) through real mounts on real
+SeaweedFS servers: files closed while the servers do not answer (SIGSTOP),
+so their blocks wait in the staging directories, then the daemon killed with
+kill -9: the next mount uploads them first, every file reads back identical,
+and a new machine (a fresh state directory) mounting from the buckets alone
+finds them too."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from conftest import sh, unmount, webfs
+from t4_s3_mount import bucket_on_each, mounted_site
+from webfs.backends.s3 import STAGING, DiskURL, state_dir
+
+
+def staged(disks) -> list[str]:
+    """Files waiting in the disks' staging directories."""
+    found = []
+    for url in disks:
+        top = os.path.join(state_dir(DiskURL.parse(url)), STAGING)
+        for dirpath, _, names in os.walk(top):
+            found += [os.path.join(dirpath, n) for n in names]
+    return found
+
+
+def test_closed_files_survive_kill_9_while_their_uploads_wait(weeds, tmp_path, corpus, monkeypatch):
+    disks = bucket_on_each(weeds, "w")
+    mnt, src = mounted_site(disks, tmp_path, corpus)
+    try:
+        sh(f"diff -r '{src}' '{mnt}/site'")
+        webfs("sync", mnt)
+        assert staged(disks) == []                       # a sync waits for every upload
+        for w in weeds:
+            os.killpg(w.proc.pid, signal.SIGSTOP)        # uploads hang from here on
+        try:
+            sh(f"cp -r '{src}' '{mnt}/while-stopped'")   # every close() returns
+            assert staged(disks), "nothing waits for upload"
+            os.kill(int(os.getxattr(mnt, "user.webfs.pid")), signal.SIGKILL)
+        finally:
+            for w in weeds:
+                os.killpg(w.proc.pid, signal.SIGCONT)
+        sh(f"fusermount3 -uz '{mnt}'")
+        # The uploads cut short are replayed when the disk is opened again.
+        webfs("mount", disks[0], mnt)
+        assert staged(disks) == []
+        sh(f"diff -r '{src}' '{mnt}/while-stopped'")
+        sh(f"diff -r '{src}' '{mnt}/site'")
+    finally:
+        unmount(mnt)
+    # A new machine: only the buckets (and meta/ copied at the unmount).
+    monkeypatch.setenv("WEBFS_STATE_DIR", str(tmp_path / "new-machine"))
+    webfs("mount", disks[1], mnt)
+    try:
+        sh(f"diff -r '{src}' '{mnt}/while-stopped'")
+        proc = webfs("scrub", mnt, check=False)
+        assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    finally:
+        unmount(mnt)
+
+
+def test_a_sync_with_uploads_failing_fails_and_keeps_them_staged(weeds, tmp_path, corpus):
+    disks = bucket_on_each(weeds, "f")
+    mnt, src = mounted_site(disks, tmp_path, corpus)
+    try:
+        webfs("sync", mnt)
+        os.killpg(weeds[2].proc.pid, signal.SIGSTOP)
+        try:
+            sh(f"cp -r '{src}' '{mnt}/more'")
+            assert any(disks[2].rsplit("/", 1)[1] in f for f in staged(disks))
+            t0 = time.monotonic()
+            proc = webfs("sync", mnt, check=False, timeout=120)
+            assert proc.returncode != 0 and disks[2] in proc.stderr.decode(), proc.stderr.decode()
+            assert time.monotonic() - t0 < 90
+        finally:
+            os.killpg(weeds[2].proc.pid, signal.SIGCONT)
+        # The uploads go on by themselves once the endpoint answers again.
+        deadline = time.monotonic() + 60
+        while staged(disks) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert staged(disks) == []
+        sh(f"diff -r '{src}' '{mnt}/more'")
+    finally:
+        unmount(mnt)
+    webfs("mount", disks[0], mnt)
+    try:
+        sh(f"diff -r '{src}' '{mnt}/more'")
+        proc = webfs("scrub", mnt, check=False)
+        assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    finally:
+        unmount(mnt)
