@@ -48,5 +48,5 @@ def test_tiny_bench_run_of_the_new_sections(tmp_path):
     assert all(x["plain_rate"] > 0 for x in ex["scale"]["slices"])
     assert [x["readers"] for x in ex["readers"]["runs"]] == [1, 2]
     md = (out / "results.md").read_text()
-    assert "Where webfs stands (the aims of issue 10)" in md
+    assert "Where webfs stands (the aims of issues 10, 12 and 13)" in md
     assert not [d for d in os.listdir(tmp_path) if d.startswith("webfs-bench-")]

@@ -72,14 +72,24 @@ def test_bit_rot_reads_right_and_scrub_repairs_it_online(tmp_path, corpus):
         rnd = random.Random(3)
         blocks = sorted(p for d in m.disks for p in (d / "blocks").rglob("*") if p.is_file())
         parities = sorted(p for d in m.disks for p in (d / "parity").rglob("*") if p.is_file())
-        damaged = rnd.sample(blocks, 3)
+        heads = {p: p.read_bytes()[:4096] for p in parities}
+
+        def sig_of(block):
+            return "".join(block.relative_to(block.parents[2]).parts).split("~")[0].encode()
+        # Three blocks of three different stripes, and the parity of a fourth:
+        # two damaged members of one stripe are a real loss, not a repair.
+        damaged, used = [], set()
+        for b in rnd.sample(blocks, len(blocks)):
+            stripes = [p for p in parities if sig_of(b) in heads[p]]
+            if len(stripes) == 1 and stripes[0] not in used:
+                damaged.append(b)
+                used.add(stripes[0])
+                if len(damaged) == 3:
+                    break
+        assert len(damaged) == 3, "fewer than three stripes to damage"
         for p in damaged:
             _flip(p, rnd.randrange(512 + 10, p.stat().st_size))
-        # Damage the parity of a stripe none of those blocks is in: two
-        # damaged members of one stripe are a real loss, not a repair.
-        sigs = {"".join(p.relative_to(p.parents[2]).parts).split("~")[0] for p in damaged}
-        parity = next(p for p in parities
-                      if not any(s.encode() in p.read_bytes()[:4096] for s in sigs))
+        parity = next(p for p in parities if p not in used)
         _flip(parity, parity.stat().st_size - 1)
         sh("sync; echo 3 > /proc/sys/vm/drop_caches")
         sh(f"diff -r '{src}' '{m.mnt}/site'")                 # damage never reaches a reader
