@@ -549,10 +549,7 @@ class Archive:
             for fd in taken if write else ():
                 _say_holder(fd, holder)
             for vol in self.volumes.values() if write else ():
-                if is_url(vol.backend.location):
-                    lease = BucketLease(vol.backend, holder)
-                    lease.take()
-                    leases.append(lease)
+                leases += _lease(vol, holder)
         except BaseException:
             for lease in leases:
                 lease.release()
@@ -572,10 +569,7 @@ class Archive:
             fd = _flock(vol.root)
             _say_holder(fd, self._holder)
             self._lock_fds.append(fd)
-            if is_url(vol.backend.location):
-                lease = BucketLease(vol.backend, self._holder)
-                lease.take()
-                self._leases.append(lease)
+            self._leases += _lease(vol, self._holder)
         # Replace the lists whole: readers in other threads iterate them.
         self.conf.disks = sorted([*self.conf.disks, disk], key=lambda d: d.index)
         self.volumes = {**self.volumes, disk.index: vol}
@@ -642,6 +636,15 @@ def _flock(root: str, write: bool = True) -> Optional[int]:
         raise ArchiveBusy(f"the archive is in use ({who}); "
                           "give its mount point instead, or unmount it first") from None
     return fd
+
+
+def _lease(vol: Volume, holder: str) -> list[BucketLease]:
+    """The lease taken on an S3 disk ([] for a directory, which flock alone guards)."""
+    if not is_url(vol.backend.location):
+        return []
+    lease = BucketLease(vol.backend, holder)
+    lease.take()
+    return [lease]
 
 
 def _say_holder(fd: int, holder: str) -> None:

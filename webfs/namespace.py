@@ -30,6 +30,7 @@ from .store import Store
 ROOT_INODE = 1
 NAME_MAX = 255
 INODE_COLUMNS = "id, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev"
+BLOCK_COLUMNS_OF_B = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))   # blocks joined as b
 
 
 @dataclass
@@ -232,9 +233,8 @@ class Namespace(NamespaceRows):
 
     def first_pieces_after(self, parent: int, offset: int, limit: int) -> list[tuple[int, BlockRow]]:
         """(offset, first block) of the next files with content after an offset, in order."""
-        cols = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))
         rows = self.cat.query(
-            f"SELECT d.rowid, {cols} FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
+            f"SELECT d.rowid, {BLOCK_COLUMNS_OF_B} FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
             "JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? "
             "ORDER BY d.rowid LIMIT ?", (parent, offset, limit))
         return [(r[0], BlockRow(*r[1:])) for r in rows]
@@ -259,33 +259,31 @@ class Namespace(NamespaceRows):
         return path
 
     def contents(self, ino: int) -> list[BlockRow]:
-        cols = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))
         return [BlockRow(*r) for r in self.cat.query(
-            f"SELECT {cols} FROM contents c JOIN blocks b ON b.id = c.block "
+            f"SELECT {BLOCK_COLUMNS_OF_B} FROM contents c JOIN blocks b ON b.id = c.block "
             "WHERE c.inode=? ORDER BY c.piece", (ino,))]
 
-    def contents_of(self, inodes: list[int]) -> dict[int, list[BlockRow]]:
-        """inode -> its blocks in order (``contents`` of many files at once, a query
-        per 500); an inode without blocks is absent."""
-        cols = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))
-        found: dict[int, list[BlockRow]] = {}
+    def _pieces_of(self, inodes: list[int], cols: str) -> Iterator[tuple]:
+        """(inode, *cols of its blocks joined as b) of many files, in piece order, a query per 500."""
         for i in range(0, len(inodes), 500):
             part = inodes[i:i + 500]
-            for r in self.cat.query(
-                    f"SELECT c.inode, {cols} FROM contents c JOIN blocks b ON b.id = c.block "
-                    f"WHERE c.inode IN ({','.join('?' * len(part))}) ORDER BY c.inode, c.piece", part):
-                found.setdefault(r[0], []).append(BlockRow(*r[1:]))
+            yield from self.cat.query(
+                f"SELECT c.inode, {cols} FROM contents c JOIN blocks b ON b.id = c.block "
+                f"WHERE c.inode IN ({','.join('?' * len(part))}) ORDER BY c.inode, c.piece", part)
+
+    def contents_of(self, inodes: list[int]) -> dict[int, list[BlockRow]]:
+        """inode -> its blocks in order (``contents`` of many files at once);
+        an inode without blocks is absent."""
+        found: dict[int, list[BlockRow]] = {}
+        for r in self._pieces_of(inodes, BLOCK_COLUMNS_OF_B):
+            found.setdefault(r[0], []).append(BlockRow(*r[1:]))
         return found
 
     def block_names(self, inodes: list[int]) -> dict[int, str]:
         """inode -> its blocks as a MANIFEST lists them ('sig[~n],...'), for many files at once."""
         names: dict[int, list[str]] = {}
-        for i in range(0, len(inodes), 500):
-            part = inodes[i:i + 500]
-            for ino, sig, overflow in self.cat.query(
-                    "SELECT c.inode, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
-                    f"WHERE c.inode IN ({','.join('?' * len(part))}) ORDER BY c.inode, c.piece", part):
-                names.setdefault(ino, []).append(block_name(sig, overflow))
+        for ino, sig, overflow in self._pieces_of(inodes, "b.sig, b.overflow"):
+            names.setdefault(ino, []).append(block_name(sig, overflow))
         return {ino: ",".join(v) for ino, v in names.items()}
 
     def readlink(self, ino: int) -> bytes:
