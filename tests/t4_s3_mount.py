@@ -49,6 +49,23 @@ def mounted_site(disks, tmp_path, corpus, *mkfs_options, via: int = 0):
     return mnt, src
 
 
+def kill_daemon(mnt) -> None:
+    """kill -9 of the mount's daemon, and the kernel made to let go of the mount."""
+    os.kill(int(os.getxattr(mnt, "user.webfs.pid")), signal.SIGKILL)
+    sh(f"fusermount3 -uz '{mnt}'")
+
+
+def reads_back_clean(disk: str, mnt, src, name: str) -> None:
+    """Mounted through ``disk``: ``name`` is ``src`` again and scrub finds nothing wrong."""
+    webfs("mount", disk, mnt)
+    try:
+        sh(f"diff -r '{src}' '{mnt}/{name}'")
+        proc = webfs("scrub", mnt, check=False)
+        assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    finally:
+        unmount(mnt)
+
+
 def test_a_dead_server_loses_nothing_and_writes_go_on(weeds, tmp_path, corpus):
     """Four disks in three failure domains: two buckets on one server, one on
     another, one local directory. Killing the server with two disks loses no
@@ -102,8 +119,7 @@ def test_new_machine_mounts_from_urls_and_buckets_recover_without_webfs(weeds, t
     mnt, src = mounted_site(disks, tmp_path, corpus)
     try:
         sh(f"mv '{mnt}/site/' '{mnt}/moved'")
-        os.kill(int(os.getxattr(mnt, "user.webfs.pid")), signal.SIGKILL)   # what close() stored stays
-        sh(f"fusermount3 -uz '{mnt}'")
+        kill_daemon(mnt)                    # what close() stored stays
         webfs("mount", disks[1], mnt)
         sh(f"diff -r '{src}' '{mnt}/moved'")
     finally:

@@ -11,7 +11,7 @@ import signal
 import time
 
 from conftest import sh, unmount, webfs
-from t4_s3_mount import bucket_on_each, mounted_site
+from t4_s3_mount import bucket_on_each, kill_daemon, mounted_site, reads_back_clean
 from webfs.backends.s3 import STAGING, DiskURL, state_dir
 
 
@@ -37,11 +37,10 @@ def test_closed_files_survive_kill_9_while_their_uploads_wait(weeds, tmp_path, c
         try:
             sh(f"cp -r '{src}' '{mnt}/while-stopped'")   # every close() returns
             assert staged(disks), "nothing waits for upload"
-            os.kill(int(os.getxattr(mnt, "user.webfs.pid")), signal.SIGKILL)
+            kill_daemon(mnt)
         finally:
             for w in weeds:
                 os.killpg(w.proc.pid, signal.SIGCONT)
-        sh(f"fusermount3 -uz '{mnt}'")
         # The uploads cut short are replayed when the disk is opened again.
         webfs("mount", disks[0], mnt)
         assert staged(disks) == []
@@ -51,13 +50,7 @@ def test_closed_files_survive_kill_9_while_their_uploads_wait(weeds, tmp_path, c
         unmount(mnt)
     # A new machine: only the buckets (and meta/ copied at the unmount).
     monkeypatch.setenv("WEBFS_STATE_DIR", str(tmp_path / "new-machine"))
-    webfs("mount", disks[1], mnt)
-    try:
-        sh(f"diff -r '{src}' '{mnt}/while-stopped'")
-        proc = webfs("scrub", mnt, check=False)
-        assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
-    finally:
-        unmount(mnt)
+    reads_back_clean(disks[1], mnt, src, "while-stopped")
 
 
 def test_a_sync_with_uploads_failing_fails_and_keeps_them_staged(weeds, tmp_path, corpus):
@@ -83,10 +76,4 @@ def test_a_sync_with_uploads_failing_fails_and_keeps_them_staged(weeds, tmp_path
         sh(f"diff -r '{src}' '{mnt}/more'")
     finally:
         unmount(mnt)
-    webfs("mount", disks[0], mnt)
-    try:
-        sh(f"diff -r '{src}' '{mnt}/more'")
-        proc = webfs("scrub", mnt, check=False)
-        assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
-    finally:
-        unmount(mnt)
+    reads_back_clean(disks[0], mnt, src, "more")
