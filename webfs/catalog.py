@@ -240,6 +240,15 @@ class Catalog:
         return [BlockRow(*r) for r in self.query(
             f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig=? ORDER BY overflow", (sig,))]
 
+    def sigs_present(self, sigs: list[str]) -> set[str]:
+        """The signatures of these that some block has."""
+        found: set[str] = set()
+        for i in range(0, len(sigs), 500):          # under SQLite's bound on parameters
+            part = sigs[i:i + 500]
+            found.update(r[0] for r in self.query(
+                f"SELECT DISTINCT sig FROM blocks WHERE sig IN ({','.join('?' * len(part))})", part))
+        return found
+
     def block(self, sig: str, overflow: int = 0) -> Optional[BlockRow]:
         rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig=? AND overflow=?",
                           (sig, overflow))

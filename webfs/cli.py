@@ -7,6 +7,7 @@ usage errors (exit 2).
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -762,8 +763,16 @@ def _parse_key(text: str) -> ContentKey:
         raise click.BadParameter(str(exc), param_hint="KEY")
 
 
+# The collector's youngest generation is collected every GC_THRESHOLD[0]
+# allocations, not 700: an import or a mount keeps many objects alive, and the
+# default made a tenth of import-warc's CPU go to finding no cycles (9.2 s ->
+# 8.0 s for 20,000 records). Cycles are still collected, a little later.
+GC_THRESHOLD = (50_000, 20, 20)
+
+
 def run() -> None:
     """Entry point: run the click group, turning webfs errors into messages."""
+    gc.set_threshold(*GC_THRESHOLD)
     try:
         main.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -49,7 +49,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 from . import admin
 from .admin import human
@@ -88,6 +88,14 @@ class Item:
     first: Optional["Item"] = None   # a hard link: the item of the inode's first name
     failed: str = ""                 # why it cannot be imported (reported in walk order)
     warning: str = ""                # imported, but something of it was not (its xattrs)
+
+
+class Piece(NamedTuple):
+    """A piece of a file on its way to the store, maybe signed and encoded
+    ahead by a thread that holds no lock of the store (see ``Store.store``)."""
+    data: bytes
+    sig: Optional[str] = None
+    encoded: Optional[tuple[str, bytes]] = None
 
 
 @dataclass
@@ -382,16 +390,16 @@ class Importer:
 
     # -- reading and storing (worker threads) -------------------------------------
 
-    def store_pieces(self, item: Item, pieces: Iterable[bytes]) -> None:
+    def store_pieces(self, item: Item, pieces: Iterable[Piece]) -> None:
         """Store a file's content, piece by piece (each at most max_block bytes), as
         ``item.rows`` and ``item.size``. The references taken are the item's own
         until its name is made; if a piece fails, those already taken are given back."""
         rows: list[BlockRow] = []
         size = 0
         try:
-            for data in pieces:
-                rows.append(self.store.store(data, name=item.path))
-                size += len(data)
+            for piece in pieces:
+                rows.append(self.store.store(piece.data, name=item.path, sig=piece.sig, encoded=piece.encoded))
+                size += len(piece.data)
         except BaseException:
             for row in rows:
                 self.store.release(row)
@@ -405,7 +413,7 @@ class Importer:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise FsError(errno.EINVAL, "changed into another kind of file during the import")
-            self.store_pieces(item, _file_pieces(fd, self.max_block, st.st_size))
+            self.store_pieces(item, map(Piece, _file_pieces(fd, self.max_block, st.st_size)))
             try:
                 item.xattrs = read_xattrs(fd)
             except BaseException:

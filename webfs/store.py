@@ -172,8 +172,11 @@ class Store:
     # -- store ---------------------------------------------------------------
 
     def store(self, data: bytes, name: bytes = b"", mode: Optional[str] = None,
-              pin: bool = False, sig: Optional[str] = None) -> BlockRow:
-        """Store a document (or add a reference to its twin); the caller commits."""
+              pin: bool = False, sig: Optional[str] = None,
+              encoded: Optional[tuple[str, bytes]] = None) -> BlockRow:
+        """Store a document (or add a reference to its twin); the caller commits.
+        ``sig`` and ``encoded`` (what ``encode`` gives) may be computed ahead,
+        by threads that hold no lock of the store."""
         mode = mode or self.conf.store_mode
         if mode not in STORE_MODES:
             raise ValueError(f"unknown store mode {mode!r}")
@@ -189,7 +192,7 @@ class Store:
                 taken = [r.overflow for r in rows + self._pending_removals + self._removing
                          if r.sig == sig]
             overflow = max(taken) + 1 if taken else 0
-            codec, payload = codecs.encode(data, self.conf.codec, self.conf.level)
+            codec, payload = encoded or self.encode(data)
             with self.catalog.lock:
                 self._inflight += 1
             try:
@@ -197,6 +200,15 @@ class Store:
             finally:
                 with self.catalog.lock:
                     self._inflight -= 1
+
+    def encode(self, data: bytes) -> tuple[str, bytes]:
+        """(codec, payload) of a document, as a new block of it would hold it."""
+        return codecs.encode(data, self.conf.codec, self.conf.level)
+
+    def stored_sigs(self, sigs: list[str]) -> set[str]:
+        """Which of these signatures have a block already (one query): a bulk
+        import encodes only the others ahead of ``store``."""
+        return self.catalog.sigs_present(sigs)
 
     def _store_new(self, sig: str, overflow: int, codec: str, payload: bytes, size: int,
                    name: bytes, pin: bool) -> BlockRow:

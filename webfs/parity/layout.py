@@ -189,10 +189,12 @@ class StripeLayout:
         draining = {i.index for i in self.archive.conf.disks if i.weight <= 0}
         same = domain_mask(self.archive.conf.disks, d)      # one member per failure domain
         # Its own size class first; a neighbouring one rather than a new stripe.
+        # IN, not BETWEEN: each class is then a range of the stripes_open index
+        # on members too, instead of every stripe of three classes (96 us -> 9 us).
         for stripe_id, parity_disk, disks, members, their_cls in self.catalog.query(
                 "SELECT id, parity_disk, disks, members, size_class FROM stripes "
-                "WHERE size_class BETWEEN ? AND ? AND members<? AND state='ok'",
-                (cls - 1, cls + 1, self.width)):
+                "WHERE size_class IN (?, ?, ?) AND members<? AND state='ok'",
+                (cls - 1, cls, cls + 1, self.width)):
             if disks & same or parity_disk not in volumes or parity_disk in draining:
                 continue
             rank = (abs(their_cls - cls), -members, shared(disks), stripe_id)
