@@ -100,6 +100,25 @@ def test_regular_mode_merges_a_fake_duplicate_and_compare_does_not(tmp_path):
     store.close()
 
 
+def test_twins_found_ahead_match_only_the_same_bytes(tmp_path):
+    """A bulk import asks ``twins`` ahead of ``store``: a block of the same
+    signature but other bytes is no twin, and ``same`` makes ``store`` add a
+    reference to the block named without reading it back."""
+    make_archive(tmp_path, disks=2)
+    store = open_archive(str(tmp_path / "disk0"), signature_fn=lambda d: "0" * 32)
+    a = store.store(b"first")
+    twins = store.twins([(b"first", a.sig), (b"fir5t", a.sig), (b"other", "1" * 32)])
+    assert twins == [(a.id, True), (None, True), (None, False)]
+    reads = []
+    real_read = store.read
+    store.read = lambda row: reads.append(row) or real_read(row)
+    again = store.store(b"first", same=a.id)
+    assert (again.id, again.refs, reads) == (a.id, 2, [])
+    other = store.store(b"fir5t", encoded=store.encode(b"fir5t"))    # a twin of nothing: overflow 1
+    assert other.overflow == 1 and real_read(other) == b"fir5t"
+    store.close()
+
+
 def test_duplicates_share_a_block_and_the_header_counts_them(store):
     rows = [store.store(b"<html>same page</html>" * 50, name=f"/c{i}/index.html".encode()) for i in range(3)]
     assert len({r.id for r in rows}) == 1

@@ -88,10 +88,30 @@ def drop_caches():
         return False
 
 
+# ext4 without a journal (this machine's root) does not give out again an inode
+# freed less than a minute ago (more while its inode table is not written
+# back): it skips every such inode on each allocation, up to ~1 ms a file
+# after the bench removed tens of thousands. A section that times a command
+# creating files against one that creates none (import-warc against
+# cdxj-indexer) waits that out first (settle_deletions).
+_last_deletion = [0.0]
+RECENTLY_DELETED = 65.0
+
+
 def rmtree(path):
     if os.path.lexists(path):
         # faster than shutil.rmtree for big trees, and it does not follow mounts
         run(["rm", "-rf", "--one-file-system", "--", path])
+        _last_deletion[0] = time.monotonic()
+
+
+def settle_deletions():
+    """Write back, and wait until the bench's last removal is RECENTLY_DELETED
+    seconds old; returns the seconds waited."""
+    os.sync()
+    wait = max(0.0, _last_deletion[0] + RECENTLY_DELETED - time.monotonic()) if _last_deletion[0] else 0.0
+    time.sleep(wait)
+    return wait
 
 
 # ---------------------------------------------------------------- mounts

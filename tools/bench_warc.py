@@ -9,6 +9,9 @@ warc      a WARC of at least --warc-captures response records (10,000 by
           `webfs export-warc --order disk` of the imported collection against
           `tar -cf - COLLECTION | wc -c` through the mount, both cold, pages/s
           (aim >= 1.0x). Medians of --repeat runs, the commands interleaved.
+          Nothing is removed before the last run (each run imports into
+          an archive of its own), and the runs start when the bench's last
+          removal is a minute old: see bench_lib.settle_deletions.
 """
 
 import io
@@ -17,7 +20,7 @@ import shlex
 import sys
 import time
 
-from bench_lib import BenchError, log, rmtree, run, timed
+from bench_lib import BenchError, log, rmtree, run, settle_deletions, timed
 from bench_targets import Webfs
 from bench_webfs import median, section_fail
 
@@ -59,7 +62,7 @@ def warc_section(ctx):
     work = os.path.join(ctx.workdir, "warc")
     corpus = os.path.join(work, "corpus")
     src = os.path.join(work, "bench.warc.gz")
-    web = Webfs("webfs-warc", os.path.join(work, "target"), o)
+    webs = []
     try:
         os.makedirs(work, exist_ok=True)
         run([sys.executable, os.path.join(HERE, "make-corpus"), "--seed", str(o.seed + 3), "--small-pages",
@@ -70,8 +73,10 @@ def warc_section(ctx):
         if records < o.warc_captures:
             raise BenchError("the WARC has %d records, fewer than %d" % (records, o.warc_captures))
         info.update(records=records, bytes=os.path.getsize(src), write_seconds=time.perf_counter() - t0)
-        rmtree(corpus)
         log("warc: %d records, %.1f MB (per-record gzip, warcio)", records, info["bytes"] / 1e6)
+        waited = settle_deletions()
+        if waited:
+            log("warc: waited %.0f s for the bench's last removal to age (see bench_lib)", waited)
         cmd = shlex.quote(o.webfs_cmd)
         runs = info["runs"] = []
         for rep in range(ctx.repeat):
@@ -80,28 +85,28 @@ def warc_section(ctx):
             if rc != 0 or int(out.split()[0]) != records:
                 raise BenchError("cdxj-indexer: %s %s" % (out.strip(), err.strip()[-300:]))
             r["cdxj"] = dt
+            web = Webfs("webfs-warc", os.path.join(work, "target-%d" % rep), o)
+            webs.append(web)
             web.create()
-            try:
-                os.sync()
-                dt, out, rc, err, _ = timed("%s import-warc --collection c %s %s" % (
-                    cmd, shlex.quote(src), shlex.quote(web.path + "/")), timeout=o.timeout)
+            os.sync()
+            dt, out, rc, err, _ = timed("%s import-warc --collection c %s %s" % (
+                cmd, shlex.quote(src), shlex.quote(web.path + "/")), timeout=o.timeout)
+            if rc != 0:
+                raise BenchError("import-warc: %s" % (out + err).strip()[-500:])
+            web.sync()
+            r["import"] = dt
+            coll = shlex.quote(os.path.join(web.path, "c"))
+            for key, line in (("tar", "tar -cf - -C %s . | wc -c" % coll),
+                              ("export", "%s export-warc --order disk %s %s" % (
+                                  cmd, coll, shlex.quote(os.path.join(work, "out.warc.gz"))))):
+                web.remount_cold()
+                dt, out, rc, err, _ = timed(line, timeout=o.timeout)
                 if rc != 0:
-                    raise BenchError("import-warc: %s" % (out + err).strip()[-500:])
-                web.sync()
-                r["import"] = dt
-                coll = shlex.quote(os.path.join(web.path, "c"))
-                for key, line in (("tar", "tar -cf - -C %s . | wc -c" % coll),
-                                  ("export", "%s export-warc --order disk %s %s" % (
-                                      cmd, coll, shlex.quote(os.path.join(work, "out.warc.gz"))))):
-                    web.remount_cold()
-                    dt, out, rc, err, _ = timed(line, timeout=o.timeout)
-                    if rc != 0:
-                        raise BenchError("%s: %s" % (line, (out + err).strip()[-500:]))
-                    r[key] = dt
-                    if key == "export" and "(100%) byte-identical" not in out:
-                        raise BenchError("export-warc: not every record byte-identical: %s" % out.strip())
-            finally:
-                web.destroy()
+                    raise BenchError("%s: %s" % (line, (out + err).strip()[-500:]))
+                r[key] = dt
+                if key == "export" and "(100%) byte-identical" not in out:
+                    raise BenchError("export-warc: not every record byte-identical: %s" % out.strip())
+            web.umount()            # removed with the others at the end
             runs.append(r)
             log("warc: cdxj-indexer %.2f s, import-warc %.2f s (%.2fx); tar %.2f s, export-warc %.2f s "
                 "(%.2fx)", r["cdxj"], r["import"], r["cdxj"] / r["import"], r["tar"], r["export"],
@@ -113,7 +118,8 @@ def warc_section(ctx):
         info["error"] = str(e)[-1000:]
         section_fail(ctx, "warc", "webfs", e)
     finally:
-        web.destroy()
+        for web in webs:
+            web.destroy()
         rmtree(work)
 
 

@@ -240,13 +240,14 @@ class Catalog:
         return [BlockRow(*r) for r in self.query(
             f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig=? ORDER BY overflow", (sig,))]
 
-    def sigs_present(self, sigs: list[str]) -> set[str]:
-        """The signatures of these that some block has."""
-        found: set[str] = set()
+    def blocks_with_sigs(self, sigs: list[str]) -> dict[str, list[BlockRow]]:
+        """The blocks of each of these signatures that has any."""
+        found: dict[str, list[BlockRow]] = {}
         for i in range(0, len(sigs), 500):          # under SQLite's bound on parameters
             part = sigs[i:i + 500]
-            found.update(r[0] for r in self.query(
-                f"SELECT DISTINCT sig FROM blocks WHERE sig IN ({','.join('?' * len(part))})", part))
+            for r in self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig IN "
+                                f"({','.join('?' * len(part))}) ORDER BY overflow", part):
+                found.setdefault(r[1], []).append(BlockRow(*r))
         return found
 
     def block(self, sig: str, overflow: int = 0) -> Optional[BlockRow]:

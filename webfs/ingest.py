@@ -96,6 +96,7 @@ class Piece(NamedTuple):
     data: bytes
     sig: Optional[str] = None
     encoded: Optional[tuple[str, bytes]] = None
+    same: Optional[int] = None
 
 
 @dataclass
@@ -398,7 +399,8 @@ class Importer:
         size = 0
         try:
             for piece in pieces:
-                rows.append(self.store.store(piece.data, name=item.path, sig=piece.sig, encoded=piece.encoded))
+                rows.append(self.store.store(piece.data, name=item.path, sig=piece.sig,
+                                             encoded=piece.encoded, same=piece.same))
                 size += len(piece.data)
         except BaseException:
             for row in rows:

@@ -173,10 +173,10 @@ class Store:
 
     def store(self, data: bytes, name: bytes = b"", mode: Optional[str] = None,
               pin: bool = False, sig: Optional[str] = None,
-              encoded: Optional[tuple[str, bytes]] = None) -> BlockRow:
+              encoded: Optional[tuple[str, bytes]] = None, same: Optional[int] = None) -> BlockRow:
         """Store a document (or add a reference to its twin); the caller commits.
-        ``sig`` and ``encoded`` (what ``encode`` gives) may be computed ahead,
-        by threads that hold no lock of the store."""
+        ``sig``, ``encoded`` (what ``encode`` gives) and ``same`` (what ``twins``
+        gives) may be computed ahead, by threads that hold no lock of the store."""
         mode = mode or self.conf.store_mode
         if mode not in STORE_MODES:
             raise ValueError(f"unknown store mode {mode!r}")
@@ -185,7 +185,8 @@ class Store:
             rows = self.catalog.blocks_with_sig(sig)
             if mode != "force-new":
                 for row in rows:
-                    if row.size == len(data) and (mode == "regular" or self._same_bytes(row, data)):
+                    if row.size == len(data) and (mode == "regular" or row.id == same or
+                                                  self._same_bytes(row, data)):
                         return self._add_ref(row, pin)
             # A released block keeps its file until the commit: never reuse its name.
             with self.catalog.lock:
@@ -205,10 +206,22 @@ class Store:
         """(codec, payload) of a document, as a new block of it would hold it."""
         return codecs.encode(data, self.conf.codec, self.conf.level)
 
-    def stored_sigs(self, sigs: list[str]) -> set[str]:
-        """Which of these signatures have a block already (one query): a bulk
-        import encodes only the others ahead of ``store``."""
-        return self.catalog.sigs_present(sigs)
+    def twins(self, pieces: list[tuple[bytes, str]]) -> list[tuple[Optional[int], bool]]:
+        """For documents about to be stored, with their signatures, found in one
+        query: (the id of a block that holds the very bytes or None, whether
+        any block has the signature). A bulk import asks ahead of ``store``,
+        from threads that hold no lock, so that ``store`` need not read back
+        a duplicate (``same``) nor the import encode one. Blocks never change
+        their bytes, so a block found to hold them still does when it is used."""
+        rows = self.catalog.blocks_with_sigs(list({sig for _, sig in pieces}))
+        out = []
+        for data, sig in pieces:
+            same = None
+            if self.conf.store_mode == "compare":
+                same = next((r.id for r in rows.get(sig, ())
+                             if r.size == len(data) and self._same_bytes(r, data)), None)
+            out.append((same, sig in rows))
+        return out
 
     def _store_new(self, sig: str, overflow: int, codec: str, payload: bytes, size: int,
                    name: bytes, pin: bool) -> BlockRow:

@@ -942,32 +942,37 @@ class WarcImporter(Importer):
         if not len(data):
             yield Piece(b"", sign_fn(b"") if sign else None)     # an empty capture is one empty block
 
-    def _prepare(self, chunk: list[tuple]) -> list[Optional[tuple[list[Piece], Optional[DigestCheck]]]]:
-        """A chunk's one-piece captures signed, digest-checked and (those whose
-        signature no block has yet) encoded; None for the others, which the
-        storing thread does as it goes (a capture longer than a block is not
-        held in memory whole). Never raises: what fails here fails again there."""
+    def _prepare(self, chunk: list[tuple]) -> list[Optional[tuple[list[Piece], Optional[bool]]]]:
+        """A chunk's one-piece captures signed, digest-checked (the verdict of
+        ``DigestCheck.matches``) and either matched with a block holding the
+        same bytes or (when no block has their signature yet) encoded; None for
+        the others, which the storing thread does as it goes (a capture longer
+        than a block is not held in memory whole). Never raises: what fails
+        here fails again there, and is reported there."""
         out: list = []
         for item, data, digest, share in chunk:
             prepared = None
             if share is None and len(data) <= self.max_block:
                 check = DigestCheck(digest) if digest else None
                 try:
-                    prepared = (list(self._pieces(data, check, sign=True)), check)
+                    pieces = list(self._pieces(data, check, sign=True))
+                    prepared = (pieces, check.matches() if check is not None else None)
                 except Exception:
                     prepared = None
             out.append(prepared)
         try:
-            seen = self.store.stored_sigs([p.sig for prep in out if prep for p in prep[0]])
+            twins = iter(self.store.twins([(p.data, p.sig) for prep in out if prep for p in prep[0]]))
+            encoded: set[str] = set()    # a twin later in the chunk will be a duplicate
             for prep in out:
-                if prep is not None:
-                    pieces = prep[0]
-                    for i, p in enumerate(pieces):
-                        if p.sig not in seen:        # a twin later in the chunk will be a duplicate
-                            seen.add(p.sig)
-                            pieces[i] = p._replace(encoded=self.store.encode(p.data))
+                for i, p in enumerate(prep[0] if prep else ()):
+                    same, stored = next(twins)
+                    if same is not None:
+                        prep[0][i] = p._replace(same=same)
+                    elif not stored and p.sig not in encoded:
+                        encoded.add(p.sig)
+                        prep[0][i] = p._replace(encoded=self.store.encode(p.data))
         except Exception:
-            pass                                  # stored unencoded: the store encodes what it needs
+            pass                          # the store reads back and encodes what it needs
         return out
 
     def _store_chunk(self, chunk: list[tuple], prepared: Future) -> None:
@@ -991,16 +996,17 @@ class WarcImporter(Importer):
                 item.future.set_result(None)
 
     def _store_bytes(self, item: Item, data, digest: Optional[bytes],
-                     prepared: Optional[tuple[list[Piece], Optional[DigestCheck]]]) -> None:
+                     prepared: Optional[tuple[list[Piece], Optional[bool]]]) -> None:
         """Store a payload (bytes or Payload), prepared ahead or piece by piece,
         and say whether it matched its WARC digest."""
         if prepared is not None:
-            pieces, check = prepared
+            pieces, matches = prepared
             self.store_pieces(item, pieces)
         else:
             check = DigestCheck(digest) if digest else None
             self.store_pieces(item, self._pieces(data, check, sign=False))
-        if check is not None and check.matches() is False:
+            matches = check.matches() if check is not None else None
+        if matches is False:
             item.warning = (f"{item.warc_where}: WARC-Payload-Digest "
                             f"{show_path(digest)} does not match the payload; imported as read")
         item.kept_rows = list(item.rows)
