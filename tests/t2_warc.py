@@ -8,11 +8,12 @@ import gzip
 import io
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import BIN, make_archive, webfs
+from conftest import BIN, make_archive, tmpfs_disks, webfs
 from webfs import urlpath, warc
 
 warcio = pytest.importorskip("warcio")
@@ -411,6 +412,38 @@ def test_a_revisit_whose_original_never_comes_is_kept_and_reported(tmp_path):
         assert t.ns.getxattr(t._ino(b"http/example.com/" + name), b"user.warc.revisit") == b"unresolved"
     finally:
         t.close()
+
+
+def test_disks_full_mid_import_then_room_made_and_run_again(tmp_path):
+    """Captures that find no room are each reported; those stored read back
+    whole; with room made (tmpfs grown), the same import finishes the rest."""
+    pages = [(f"http://example.com/big{i}.bin", os.urandom(150_000)) for i in range(40)]
+    src = write_warc(tmp_path / "big.warc.gz", pages)
+    (tmp_path / "disks").mkdir()
+    with tmpfs_disks(tmp_path / "disks", 3, "2m") as disks:
+        proc, fig = imp(disks[0], src)
+        text = (proc.stdout + proc.stderr).decode()
+        assert proc.returncode == 4, text
+        full = [p for p in fig["problems"] if "no disk has room" in p]
+        assert full and fig["files"] < 40, text
+        t = tree(disks[0], "/c")
+        try:
+            names = t.listdir(b"http/example.com")
+            bodies = dict(pages)
+            for name in names:
+                path = b"http/example.com/" + name
+                assert t.read(path) == bodies[urlpath.path_to_url(os.fsdecode(path))]
+        finally:
+            t.close()
+        assert 0 < len(names) < 40
+        for d in disks:
+            subprocess.run(["mount", "-o", "remount,size=16m", str(d)], check=True)
+        proc, fig = imp(disks[0], src)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr).decode()
+        out = tmp_path / "out.warc.gz"
+        res = webfs("export-warc", f"{disks[0]}:/c", out)
+        assert b"(100%) byte-identical" in res.stdout
+        assert records_of(out) == records_of(src)
 
 
 def test_a_payload_whose_source_got_shorter_is_an_error(tmp_path):

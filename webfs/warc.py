@@ -1091,7 +1091,7 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
     result.figures = {k: v for k, v in vars(wc).items()}
     result.figures.update(dup_files=counts.dup_files, dup_bytes=counts.dup_bytes,
                           new_blocks=counts.new_blocks, files=counts.files, seconds=round(seconds, 3),
-                          stopped=stopped, collection=target)
+                          stopped=stopped, collection=target, problems=problems)   # the records' and the store's
     return result
 
 
