@@ -10,6 +10,9 @@ The import is the bulk import of webfs.ingest fed by records instead of a
 walk of directories: an ``Importer`` whose items carry their bytes. So it
 has the same batches (one catalog commit per batch), the same promise
 (a capture counted as imported survives ``kill -9``), the same resume.
+Unlike a tree's files, whose reading waits on disks, its captures are
+stored by the walking thread, in chunks that threads prepared (see
+PREPARE_WORKERS).
 
 What a collection ``NAME`` keeps of a source file ``x.warc.gz``
 (webfs-format(5), WEB ARCHIVE FILES):
@@ -929,7 +932,7 @@ class WarcImporter(Importer):
         self.wc.problems.append(line)
         self.progress.note(line)
 
-    # -- worker threads ----------------------------------------------------------
+    # -- preparing (the prepare threads) and storing (the walking thread) --------
 
     def _pieces(self, data, check: Optional[DigestCheck], sign: bool) -> Iterator[Piece]:
         """A payload (bytes or Payload) in pieces, fed to its digest check on the
@@ -1014,7 +1017,7 @@ class WarcImporter(Importer):
     def _share(self, item: Item, orig) -> None:
         """A revisit: the original's blocks, one more reference each."""
         if isinstance(orig, Item):
-            # submitted earlier to the same pool: running or done, so no deadlock
+            # walked earlier, so stored earlier by this same thread: settled
             try:
                 orig.warc_future.result()
             except Exception:
@@ -1081,7 +1084,7 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
     target = os.path.join(dest, collection)
     with import_namespace(store) as ns:
         importer = WarcImporter.into(store, ns, progress, mount_dev, collection=os.fsencode(collection),
-                                     workers=1)
+                                     workers=1)      # its pool idles: the walking thread stores (_send)
         counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(target))
     seconds = time.monotonic() - started
     stopped = progress.stopping
