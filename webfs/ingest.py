@@ -60,7 +60,17 @@ from .store import Store
 
 log = logging.getLogger(__name__)
 
-WORKERS = 4                 # threads reading and storing files (2 cores; reads wait on disks)
+# Files go to the store in chunks. WORKERS threads prepare a chunk: they read
+# each file of at most one block whole, hash it, look in one catalog query for
+# a block with the same bytes, and compress what no block has yet; they hold
+# no lock and mostly wait on disks or run C code. The walking thread itself
+# then stores the chunk (and reads any larger file as it stores it). Threads
+# that each read and stored cost more in interpreter-lock hand-overs than they
+# overlapped: 19,974 pages, 4 storing threads 9.7 s, 1 thread 6.5 s (page
+# cache), 10.3 s and 8.1 s with the caches dropped.
+WORKERS = 4
+CHUNK_FILES = 64
+CHUNK_BYTES = 16 << 20
 WINDOW = 256                # entries walked ahead of the names made
 BATCH_FILES = 512           # names per catalog commit ...
 BATCH_SECONDS = 0.5         # ... or fewer, when they took this long to come
@@ -195,6 +205,10 @@ class Importer:
             except OSError:
                 pass
         self.avoid_dev: Optional[int] = None           # the mount's device, given by the command
+        self.chunk: list[Item] = []                    # files walked, not yet handed to the threads
+        self.chunk_bytes = 0
+        self.ready: list[Item] = []                    # items walked since the last chunk went out
+        self.waiting: Optional[tuple] = None           # (chunk, its preparation, its items): stored next
 
     @classmethod
     def into(cls, store: Store, ns: Namespace, progress: admin.Progress,
@@ -363,7 +377,7 @@ class Importer:
             item.failed = problem_line(src, exc)
             return item
         if kind == "file":
-            item.future = self.pool.submit(self._read_and_store, item)
+            self.enqueue(item, st.st_size)
         return item
 
     def _resume(self, item: Item, old: Inode) -> None:
@@ -389,7 +403,108 @@ class Importer:
                 raise FsError(errno.EEXIST, "already there, a symlink to another target; not replaced")
         item.skip = True
 
-    # -- reading and storing (worker threads) -------------------------------------
+    # -- chunks: prepared by the threads, stored by the walking thread -------------
+
+    def enqueue(self, item: Item, size: int) -> None:
+        """A file (a capture) to store: it joins the chunk being walked, and its
+        future is settled when this thread has stored it (see ``_send``)."""
+        item.future = Future()
+        self.chunk.append(item)
+        self.chunk_bytes += size
+
+    def _chunked(self, items: Iterator[Item]) -> Iterator[Item]:
+        """The walk's items, in walk order, each given out once stored."""
+        for item in items:
+            self.ready.append(item)
+            if len(self.chunk) >= CHUNK_FILES or self.chunk_bytes >= CHUNK_BYTES:
+                yield from self._send()
+        yield from self._send(last=True)
+
+    def _send(self, last: bool = False) -> Iterator[Item]:
+        """Hand the chunk walked so far to the threads; store the one before it
+        (prepared meanwhile) and give out its items, stored: the batches wait
+        on items' futures, so none goes out before this thread settled it.
+        ``last``: this chunk too."""
+        todo = [self.waiting] if self.waiting else []
+        self.waiting = None
+        if self.chunk or self.ready:
+            chunk, self.chunk, self.chunk_bytes = self.chunk, [], 0
+            self.waiting = (chunk, self.pool.submit(self._prepare, chunk), self.ready)
+            self.ready = []
+        if last and self.waiting:
+            todo.append(self.waiting)
+            self.waiting = None
+        for chunk, prepared, ready in todo:
+            self._store_chunk(chunk, prepared)
+            yield from ready
+
+    def _prepare(self, chunk: list[Item]) -> list[Optional[tuple[list[Piece], object]]]:
+        """What ``prepare`` gives for each item of a chunk, its pieces then
+        matched with a block holding the very same bytes or (when no block has
+        their signature yet) encoded, in one catalog query for the chunk. Never
+        raises: what fails here fails again when stored, and is reported there."""
+        out: list = []
+        for item in chunk:
+            try:
+                out.append(self.prepare(item))
+            except Exception:
+                out.append(None)
+        try:
+            twins = iter(self.store.twins([(p.data, p.sig) for prep in out if prep for p in prep[0]]))
+            encoded: set[str] = set()    # a twin later in the chunk will be a duplicate
+            for prep in out:
+                for i, p in enumerate(prep[0] if prep else ()):
+                    same, stored = next(twins)
+                    if same is not None:
+                        prep[0][i] = p._replace(same=same)
+                    elif not stored and p.sig not in encoded:
+                        encoded.add(p.sig)
+                        prep[0][i] = p._replace(encoded=self.store.encode(p.data))
+        except Exception:
+            pass                          # the store reads back and encodes what it needs
+        return out
+
+    def _store_chunk(self, chunk: list[Item], prepared: Future) -> None:
+        """Store a chunk's items in walk order, settling each one's future."""
+        try:
+            ready = prepared.result()
+        except BaseException:
+            ready = [None] * len(chunk)
+        for item, prep in zip(chunk, ready):
+            if not item.future.set_running_or_notify_cancel():
+                continue                          # the import was cut short
+            try:
+                self.store_prepared(item, prep)
+            except BaseException as exc:
+                item.future.set_exception(exc)
+            else:
+                item.future.set_result(None)
+
+    def prepare(self, item: Item) -> Optional[tuple[list[Piece], object]]:
+        """(a file's pieces, signed; what ``store_prepared`` needs besides), read
+        by a thread ahead of storing; None: read it when storing (a file
+        longer than a block is not held in memory whole)."""
+        if item.st.st_size > self.max_block:
+            return None
+        fd = os.open(item.src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > self.max_block:
+                return None
+            sign = self.store.signature_fn
+            pieces = [Piece(d, sign(d)) for d in _file_pieces(fd, self.max_block, st.st_size)]
+            return pieces, (st, read_xattrs(fd))
+        finally:
+            os.close(fd)
+
+    def store_prepared(self, item: Item, prepared: Optional[tuple[list[Piece], object]]) -> None:
+        """Store a file as prepared, or read and store it here."""
+        if prepared is None:
+            self._read_and_store(item)
+            return
+        pieces, (st, xattrs) = prepared
+        self.store_pieces(item, pieces)
+        item.st, item.xattrs = st, xattrs
 
     def store_pieces(self, item: Item, pieces: Iterable[Piece]) -> None:
         """Store a file's content, piece by piece (each at most max_block bytes), as
@@ -409,7 +524,7 @@ class Importer:
         item.rows, item.size = rows, size
 
     def _read_and_store(self, item: Item) -> None:
-        """Read a file and store its pieces (the worker threads' job for a tree)."""
+        """Read a file and store its pieces as they are read."""
         fd = os.open(item.src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
@@ -438,7 +553,7 @@ class Importer:
             pending: deque[Item] = deque()
             batch: list[Item] = []
             try:
-                for item in self.walk(sources, dest):
+                for item in self._chunked(self.walk(sources, dest)):
                     pending.append(item)
                     self._take(pending, batch, wait=len(pending) > WINDOW)
                     if self.progress.stopping:

@@ -10,9 +10,8 @@ The import is the bulk import of webfs.ingest fed by records instead of a
 walk of directories: an ``Importer`` whose items carry their bytes. So it
 has the same batches (one catalog commit per batch), the same promise
 (a capture counted as imported survives ``kill -9``), the same resume.
-Unlike a tree's files, whose reading waits on disks, its captures are
-stored by the walking thread, in chunks that threads prepared (see
-PREPARE_WORKERS).
+Its chunks are prepared by fewer threads than a tree's (PREPARE_WORKERS):
+records are in memory, so no thread waits on a disk.
 
 What a collection ``NAME`` keeps of a source file ``x.warc.gz``
 (webfs-format(5), WEB ARCHIVE FILES):
@@ -45,7 +44,6 @@ import struct
 import tempfile
 import time
 import zlib
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Iterator, Optional
@@ -580,17 +578,13 @@ class DigestCheck:
 
 # ---------------------------------------------------------------- importing
 
-# Captures go to the store in chunks. A chunk's pieces are signed, checked
-# against their record's digest and encoded (compressed, when no block has
-# their signature yet) by PREPARE_WORKERS threads, which hold no lock and
-# mostly run C code, while the walk goes on; the walking thread itself then
-# stores the chunk. Every thread more that runs Python costs the others the
-# interpreter lock: on 20,000 small-page records, storing in a thread of its
-# own (its CPU 4.3 s for 2.5 s alone) and parsing in another were each slower
-# than doing both here.
+# Threads preparing the chunks of captures (webfs.ingest: signing, digest
+# checks, compression); the walking thread stores them. Records are in memory,
+# so unlike a tree's files no thread waits on a disk: two keep both cores busy
+# with C code, and a parse thread or storing threads of their own only passed
+# the interpreter lock around (20,000 small-page records: a store thread spent
+# 4.3 s of CPU on what takes 2.5 s alone).
 PREPARE_WORKERS = 2
-CHUNK_RECORDS = 64
-CHUNK_BYTES = 16 << 20
 
 # The figures of a WARC import. Shaped like ingest.Counts (a list of int
 # fields), which is why `duplicates` pairs them; the figures are others.
@@ -635,14 +629,6 @@ class WarcImporter(Importer):
         self.names_before: dict[int, dict] = {}  # directory inode -> its names before this import
         self.stored_digests: Optional[dict] = None # payload digest -> inode, of earlier imports
         self.revisits_left: list[Revisit] = []     # revisits whose original was not met yet
-        self.chunk: list[tuple] = []               # (item, payload, digest, original) not yet handed out
-        self.chunk_bytes = 0
-        self.ready: list[Item] = []                # items walked since the last chunk went out
-        self.waiting: Optional[tuple] = None       # (chunk, its preparation, its items): stored next
-
-    def run(self, sources: list[bytes], dest_path: bytes):
-        with ThreadPoolExecutor(PREPARE_WORKERS, thread_name_prefix="warc-prepare") as self.prepare_pool:
-            return super().run(sources, dest_path)
 
     # The walk: each source file's records, then its kept files.
     def count(self, sources: list[bytes]) -> Optional[int]:
@@ -655,9 +641,8 @@ class WarcImporter(Importer):
             yield from self._source(src)
         # Revisits met before their original: resolved now that every record was read.
         for rv in self.revisits_left:
-            self.ready.append(self._revisit(rv, self._original(rv.digest)))
+            yield self._revisit(rv, self._original(rv.digest))
         self.revisits_left = []
-        yield from self._send(last=True)
 
     def _dir(self, path: bytes) -> Item:
         """The item of a directory below the collection (made in this import or found)."""
@@ -692,30 +677,10 @@ class WarcImporter(Importer):
         item.size = len(data) if share is None else 0
         item.warc_identity = identity
         item.warc_where = where or show_path(item.path)     # its record, in messages
-        # Done (or failed) when the chunk's task gets to it: see _store_chunk.
-        item.future = item.warc_future = Future()
-        self.chunk.append((item, data, digest, share))
-        if share is None:
-            self.chunk_bytes += len(data)
+        item.warc_data, item.warc_digest, item.warc_share = data, digest, share
+        self.enqueue(item, len(data) if share is None else 0)
+        item.warc_future = item.future
         return item
-
-    def _send(self, last: bool = False) -> Iterator[Item]:
-        """Hand the chunk walked so far to the prepare threads; store the one
-        before it (prepared meanwhile) and give out its items, stored: the walk
-        waits on items' futures, so none goes out before this thread settled
-        it. ``last``: this chunk too."""
-        todo = [self.waiting] if self.waiting else []
-        self.waiting = None
-        if self.chunk or self.ready:
-            chunk, self.chunk, self.chunk_bytes = self.chunk, [], 0
-            self.waiting = (chunk, self.prepare_pool.submit(self._prepare, chunk), self.ready)
-            self.ready = []
-        if last and self.waiting:
-            todo.append(self.waiting)
-            self.waiting = None
-        for chunk, prepared, ready in todo:
-            self._store_chunk(chunk, prepared)
-            yield from ready
 
     def _free_path(self, stem: bytes, stamp_of, identity: bytes) -> tuple[bytes, bool]:
         """(the first capture path stem+stamp(n) not taken by another capture, True), or
@@ -774,11 +739,9 @@ class WarcImporter(Importer):
                 rec.rtype.encode() or b"-", str(ho).encode(), str(len(rec.head)).encode(),
                 str(len(rec.http)).encode(), str(len(rec.payload)).encode(), str(len(rec.tail)).encode(),
                 where, capture]) + b"\n")
-            self.ready.extend(self._drain_dirs())
+            yield from self._drain_dirs()
             if item is not None:
-                self.ready.append(item)
-            if len(self.chunk) >= CHUNK_RECORDS or self.chunk_bytes >= CHUNK_BYTES:
-                yield from self._send()
+                yield item
         # the kept files of this source
         idx = b"".join(index)
         hd = heads.getvalue()
@@ -788,9 +751,8 @@ class WarcImporter(Importer):
             if path is None:
                 continue
             item = self._file(path, data, time.time_ns(), [(b"user.warc.source", ident)], ident, src)
-            self.ready.extend(self._drain_dirs())
-            self.ready.append(item)
-        yield from self._send()
+            yield from self._drain_dirs()
+            yield item
 
     def _name_in(self, parent: Item, name: bytes):
         """What is already under a name in a directory that was there before this
@@ -932,7 +894,7 @@ class WarcImporter(Importer):
         self.wc.problems.append(line)
         self.progress.note(line)
 
-    # -- preparing (the prepare threads) and storing (the walking thread) --------
+    # -- preparing (the pool's threads) and storing (the walking thread) ---------
 
     def _pieces(self, data, check: Optional[DigestCheck], sign: bool) -> Iterator[Piece]:
         """A payload (bytes or Payload) in pieces, fed to its digest check on the
@@ -945,58 +907,23 @@ class WarcImporter(Importer):
         if not len(data):
             yield Piece(b"", sign_fn(b"") if sign else None)     # an empty capture is one empty block
 
-    def _prepare(self, chunk: list[tuple]) -> list[Optional[tuple[list[Piece], Optional[bool]]]]:
-        """A chunk's one-piece captures signed, digest-checked (the verdict of
-        ``DigestCheck.matches``) and either matched with a block holding the
-        same bytes or (when no block has their signature yet) encoded; None for
-        the others, which the storing thread does as it goes (a capture longer
-        than a block is not held in memory whole). Never raises: what fails
-        here fails again there, and is reported there."""
-        out: list = []
-        for item, data, digest, share in chunk:
-            prepared = None
-            if share is None and len(data) <= self.max_block:
-                check = DigestCheck(digest) if digest else None
-                try:
-                    pieces = list(self._pieces(data, check, sign=True))
-                    prepared = (pieces, check.matches() if check is not None else None)
-                except Exception:
-                    prepared = None
-            out.append(prepared)
-        try:
-            twins = iter(self.store.twins([(p.data, p.sig) for prep in out if prep for p in prep[0]]))
-            encoded: set[str] = set()    # a twin later in the chunk will be a duplicate
-            for prep in out:
-                for i, p in enumerate(prep[0] if prep else ()):
-                    same, stored = next(twins)
-                    if same is not None:
-                        prep[0][i] = p._replace(same=same)
-                    elif not stored and p.sig not in encoded:
-                        encoded.add(p.sig)
-                        prep[0][i] = p._replace(encoded=self.store.encode(p.data))
-        except Exception:
-            pass                          # the store reads back and encodes what it needs
-        return out
+    def prepare(self, item: Item) -> Optional[tuple[list[Piece], Optional[bool]]]:
+        """A one-piece capture's pieces, signed, and the verdict of its digest
+        check; None for a revisit and a capture longer than a block."""
+        data = item.warc_data
+        if item.warc_share is not None or len(data) > self.max_block:
+            return None
+        check = DigestCheck(item.warc_digest) if item.warc_digest else None
+        pieces = list(self._pieces(data, check, sign=True))
+        return pieces, (check.matches() if check is not None else None)
 
-    def _store_chunk(self, chunk: list[tuple], prepared: Future) -> None:
-        """Store a chunk's captures in walk order, settling each one's future
-        (a revisit waits on its original's, which is settled by then)."""
-        try:
-            ready = prepared.result()
-        except BaseException:
-            ready = [None] * len(chunk)
-        for (item, data, digest, share), prep in zip(chunk, ready):
-            if not item.future.set_running_or_notify_cancel():
-                continue                          # the import was cut short
-            try:
-                if share is not None:
-                    self._share(item, share)
-                else:
-                    self._store_bytes(item, data, digest, prep)
-            except BaseException as exc:
-                item.future.set_exception(exc)
-            else:
-                item.future.set_result(None)
+    def store_prepared(self, item: Item, prepared: Optional[tuple[list[Piece], Optional[bool]]]) -> None:
+        data, digest, share = item.warc_data, item.warc_digest, item.warc_share
+        item.warc_data = item.warc_share = None          # held until stored, not until named
+        if share is not None:
+            self._share(item, share)
+        else:
+            self._store_bytes(item, data, digest, prepared)
 
     def _store_bytes(self, item: Item, data, digest: Optional[bytes],
                      prepared: Optional[tuple[list[Piece], Optional[bool]]]) -> None:
@@ -1084,7 +1011,7 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
     target = os.path.join(dest, collection)
     with import_namespace(store) as ns:
         importer = WarcImporter.into(store, ns, progress, mount_dev, collection=os.fsencode(collection),
-                                     workers=1)      # its pool idles: the walking thread stores (_send)
+                                     workers=PREPARE_WORKERS)
         counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(target))
     seconds = time.monotonic() - started
     stopped = progress.stopping
