@@ -1,8 +1,8 @@
 """Bulk import (``webfs import SRC... DEST``): trees of ordinary files into
 the archive without a FUSE round trip per file.
 
-This module owns the walk of the sources, the parallel reading and storing
-of their files, and the making of their names in the namespace in batches.
+This module owns the walk of the sources, the reading and storing of their
+files in chunks, and the making of their names in the namespace in batches.
 It runs as the admin operation ``import``: inside the daemon of a mount
 (which reads SRC itself, with its own rights) or in-process on the disks of
 an unmounted archive (``DISK:/path``).
@@ -15,10 +15,12 @@ inode become one webfs inode with nlink > 1), empty files, FIFOs and device
 nodes, and xattrs (``user.*``, ``trusted.*``, ``security.*``; not POSIX
 ACLs, which webfs refuses) are kept.
 
-Files are read and stored (hash, dedup, compress, block write, parity) by a
-pool of threads: xxhash and zlib-ng release the GIL. Their names are made in
-order, a batch at a time, under the catalog lock: one catalog commit and so
-one JOURNAL append per batch, not per file. A file is counted as imported
+Files go to the store in chunks: a pool of threads reads, hashes, finds the
+twin of, or compresses each file of a chunk (xxhash and zlib-ng release the
+GIL; the pool takes no lock), while the walk goes on; the walking thread
+stores the chunk (block write, catalog rows, parity) and then makes the
+names in order, a batch at a time, under the catalog lock: one catalog
+commit and so one JOURNAL append per batch, not per file. A file is counted as imported
 (progress, summary) only once the commit of its batch has returned, so a
 file reported imported survives ``kill -9`` of the daemon or of the import,
 as a file whose ``close()`` returned does.
