@@ -527,6 +527,12 @@ class Archive:
             raise ArchiveError("no disk of the archive is present")
         return self.volumes.get(self.conf.catalog) or self.volumes[min(self.volumes)]
 
+    def has_room(self, disk: int, needed: int) -> bool:
+        """Can a present disk take this many more bytes of blocks or parity? Room
+        is left for metadata: more on the disk that holds the catalog, whose
+        commits must never be the ones to find it full."""
+        return self.volumes[disk].has_room(needed, holds_catalog=disk == self.conf.catalog)
+
     # -- the lock ------------------------------------------------------------
 
     def lock(self, holder: str, write: bool = True) -> None:

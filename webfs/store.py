@@ -291,9 +291,8 @@ class Store:
         return [d for d in order if d in self.archive.volumes]
 
     def has_room(self, disk: int, needed: int) -> bool:
-        """Can a disk take this many more bytes of blocks? Room is left for
-        metadata: more on the disk that holds the catalog."""
-        return self.archive.volumes[disk].has_room(needed, holds_catalog=disk == self.conf.catalog)
+        """Can a disk take this many more bytes of blocks (``Archive.has_room``)?"""
+        return self.archive.has_room(disk, needed)
 
     def _write_new(self, header: BlockHeader, payload: bytes, overflow: int, grp: str) -> int:
         needed = len(payload) + HEADER_SIZE

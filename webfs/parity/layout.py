@@ -27,7 +27,6 @@ from ..archive import Archive
 from ..block import HEADER_SIZE
 from ..catalog import BLOCK_COLUMNS, BlockRow, Catalog
 from ..placement import domain_mask
-from ..volume import Volume
 
 STRIPE_COLUMNS = "id, parity_disk, size_class, length, state, members, disks"
 
@@ -53,13 +52,6 @@ def disk_mask(parity_disk: int, rows: list[BlockRow]) -> int:
     for r in rows:
         disks |= 1 << r.disk
     return disks
-
-
-def has_room(vol: Volume, stored: int, catalog_disk: int) -> bool:
-    """Room for a parity file of this length, leaving what the store leaves for
-    metadata: more on the disk that holds the catalog, whose commits must
-    never be the ones to find it full."""
-    return vol.has_room(stored + HEADER_SIZE, holds_catalog=vol.index == catalog_disk)
 
 
 @dataclass
@@ -189,7 +181,7 @@ class StripeLayout:
 
         best = None
         draining = {i.index for i in self.archive.conf.disks if i.weight <= 0}
-        catalog = self.archive.conf.catalog
+        room = self.archive.has_room        # for a parity file: its length and a header
         same = domain_mask(self.archive.conf.disks, d)      # one member per failure domain
         # Its own size class first; a neighbouring one rather than a new stripe.
         # IN, not BETWEEN: each class is then a range of the stripes_open index
@@ -201,7 +193,7 @@ class StripeLayout:
             if disks & same or parity_disk not in volumes or parity_disk in draining:
                 continue
             rank = (abs(their_cls - cls), -members, shared(disks), stripe_id)
-            if (best is None or rank < best[0]) and has_room(volumes[parity_disk], row.stored, catalog):
+            if (best is None or rank < best[0]) and room(parity_disk, row.stored + HEADER_SIZE):
                 best = (rank, stripe_id, parity_disk, disks)
         if best is not None:
             _, stripe_id, parity_disk, disks = best
@@ -216,8 +208,7 @@ class StripeLayout:
             candidates = sorted((pairs[pair(d, p)], parities[p], self.pair_bytes[pair(d, p)],
                                  self.parity_bytes[p], p)
                                 for p in volumes if not same >> p & 1 and p not in draining)
-            parity_disk = next((c[-1] for c in candidates if has_room(volumes[c[-1]], row.stored, catalog)),
-                               None)
+            parity_disk = next((c[-1] for c in candidates if room(c[-1], row.stored + HEADER_SIZE)), None)
             if parity_disk is None:
                 return None
             stripe_id, disks = uuidmod.uuid4().hex, 1 << parity_disk
