@@ -20,8 +20,9 @@ twin of, or compresses each file of a chunk (xxhash and zlib-ng release the
 GIL; the pool takes no lock), while the walk goes on; the walking thread
 stores the chunk (block write, catalog rows, parity) and then makes the
 names in order, a batch at a time, under the catalog lock: one catalog
-commit and so one JOURNAL append per batch, not per file. A file is counted as imported
-(progress, summary) only once the commit of its batch has returned, so a
+commit and so one JOURNAL append per batch, not per file. A file is
+counted as imported (progress, summary) only once the commit of its batch
+has returned, so a
 file reported imported survives ``kill -9`` of the daemon or of the import,
 as a file whose ``close()`` returned does.
 
@@ -488,16 +489,12 @@ class Importer:
         longer than a block is not held in memory whole)."""
         if item.st.st_size > self.max_block:
             return None
-        fd = os.open(item.src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > self.max_block:
+        with _source_file(item.src) as (fd, st):
+            if st.st_size > self.max_block:
                 return None
             sign = self.store.signature_fn
             pieces = [Piece(d, sign(d)) for d in _file_pieces(fd, self.max_block, st.st_size)]
             return pieces, (st, read_xattrs(fd))
-        finally:
-            os.close(fd)
 
     def store_prepared(self, item: Item, prepared: Optional[tuple[list[Piece], object]]) -> None:
         """Store a file as prepared, or read and store it here."""
@@ -527,19 +524,13 @@ class Importer:
 
     def _read_and_store(self, item: Item) -> None:
         """Read a file and store its pieces as they are read."""
-        fd = os.open(item.src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise FsError(errno.EINVAL, "changed into another kind of file during the import")
+        with _source_file(item.src) as (fd, st):
             self.store_pieces(item, map(Piece, _file_pieces(fd, self.max_block, st.st_size)))
             try:
                 item.xattrs = read_xattrs(fd)
             except BaseException:
                 self._give_back(item)
                 raise
-        finally:
-            os.close(fd)
         item.st = st
 
     # -- making names (this thread, in batches) -----------------------------------
@@ -773,6 +764,20 @@ class Importer:
                 self.invalidate(ino, True)
             except (OSError, WebfsError):
                 pass            # the kernel does not know it: nothing cached
+
+
+@contextlib.contextmanager
+def _source_file(path: bytes) -> Iterator[tuple[int, os.stat_result]]:
+    """A source file open for reading, with its stat (FsError if it is no
+    longer a regular file): where it is read, ahead or as it is stored."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FsError(errno.EINVAL, "changed into another kind of file during the import")
+        yield fd, st
+    finally:
+        os.close(fd)
 
 
 def _file_pieces(fd: int, size: int, expected: int) -> Iterator[bytes]:

@@ -918,17 +918,14 @@ class WarcImporter(Importer):
         return pieces, (check.matches() if check is not None else None)
 
     def store_prepared(self, item: Item, prepared: Optional[tuple[list[Piece], Optional[bool]]]) -> None:
+        """Store a capture: a revisit's original blocks, or its payload (bytes or
+        Payload) as prepared or piece by piece; say whether it matched its WARC
+        digest."""
         data, digest, share = item.warc_data, item.warc_digest, item.warc_share
         item.warc_data = item.warc_share = None          # held until stored, not until named
         if share is not None:
             self._share(item, share)
-        else:
-            self._store_bytes(item, data, digest, prepared)
-
-    def _store_bytes(self, item: Item, data, digest: Optional[bytes],
-                     prepared: Optional[tuple[list[Piece], Optional[bool]]]) -> None:
-        """Store a payload (bytes or Payload), prepared ahead or piece by piece,
-        and say whether it matched its WARC digest."""
+            return
         if prepared is not None:
             pieces, matches = prepared
             self.store_pieces(item, pieces)
