@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, make_archive, tmpfs_disks, webfs
-from webfs import urlpath, warc
+from webfs import urlpath, warc, warcread
 
 warcio = pytest.importorskip("warcio")
 from warcio.archiveiterator import ArchiveIterator  # noqa: E402
@@ -121,8 +121,8 @@ def test_round_trip_every_record_type(tmp_path, gz):
         assert b"45 of them in the very gzip member" in res.stdout
         assert out.read_bytes() == src.read_bytes()
     # every record byte-identical, uncompressed
-    got = [r for r in warc.read_records(str(out))]
-    want = [r for r in warc.read_records(str(src))]
+    got = [r for r in warcread.read_records(str(out))]
+    want = [r for r in warcread.read_records(str(src))]
     assert [g.head + g.http + g.payload + g.tail for g in got] == [w.head + w.http + w.payload + w.tail for w in want]
 
 
@@ -315,8 +315,8 @@ def test_records_come_back_without_webfs(tmp_path):
             rebuilt = tmp_path / f"rebuilt-{name}.{ext}"
             subprocess.run(["sh", str(REPO / "tools" / "webfs-warc-rebuild"), str(out / "c"), name, str(rebuilt)],
                            check=True, capture_output=True, env={"PATH": "/usr/bin:/bin"})
-            got = [r.head + r.http + r.payload + r.tail for r in warc.read_records(str(rebuilt))]
-            want = [r.head + r.http + r.payload + r.tail for r in warc.read_records(str(source))]
+            got = [r.head + r.http + r.payload + r.tail for r in warcread.read_records(str(rebuilt))]
+            want = [r.head + r.http + r.payload + r.tail for r in warcread.read_records(str(source))]
             assert got == want and len(got) > 1, name
 
 
@@ -450,8 +450,83 @@ def test_a_payload_whose_source_got_shorter_is_an_error(tmp_path):
     f = tmp_path / "source.warc"
     f.write_bytes(b"a" * 100)
     fd = os.open(f, os.O_RDONLY)
-    payload = warc.Payload(fd, 10, 80)
+    payload = warcread.Payload(fd, 10, 80)
     os.close(fd)
     f.write_bytes(b"a" * 50)
     with pytest.raises(OSError, match="shorter"):
         list(payload.pieces(32))
+
+
+# ---------------------------------------------------------------- the reading process
+
+def _digest(body: bytes) -> bytes:
+    import base64
+    import hashlib
+    return b"sha1:" + base64.b32encode(hashlib.sha1(body).digest())
+
+
+def _per_record_gzip(path: Path, count: int) -> tuple[Path, dict]:
+    """A per-record gzip WARC of ``count`` small captures, one longer than the reading
+    process keeps in memory (SPILL_AT), one with a wrong digest, one with a wrong
+    Content-Length (warcio reads from there on); and the digest verdict of each URL."""
+    records, verdicts = [], {}
+    for i in range(count):
+        url, body = b"http://example.com/%d" % i, b"page %d " % i * 40
+        digest, verdict = _digest(body), True
+        if i == 2:
+            body = b"x" * (warcread.SPILL_AT + 100)
+            digest = _digest(body)
+        if i == 5:
+            digest, verdict = b"sha1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", False
+        records.append(_one(url, body, digest=digest, length=3 if i == count - 10 else None))
+        verdicts[url] = verdict
+    path.write_bytes(b"".join(_gz(r) for r in records))
+    return path, verdicts
+
+
+def _as_read(rec) -> tuple:
+    if isinstance(rec, warcread.Problem):
+        return ("problem", rec.offset, rec.text)
+    return (rec.offset, rec.length, rec.rtype, rec.head, rec.http, b"".join(warcread.payload_pieces(rec.payload, 1 << 20)),
+            rec.tail, rec.gzip, rec.fields)
+
+
+def test_the_reading_process_gives_the_records_signed(tmp_path):
+    """read_records_apart (a process of its own) gives what read_records gives, in
+    order: the long record read again here, each capture of at most a block signed
+    and its digest checked there, the wrong one said to be wrong."""
+    from webfs.signature import signature
+    src, verdicts = _per_record_gzip(tmp_path / "a.warc.gz", 150)
+    want = [_as_read(r) for r in warcread.read_records(str(src))]
+    got = list(warcread.read_records_apart(str(src), 1 << 20, True))
+    assert [_as_read(r) for r in got] == want
+    long = [r for r in got if isinstance(r, warcread.Record) and isinstance(r.payload, warcread.Payload)]
+    assert len(long) == 1 and long[0].signed is None
+    signed = [r for r in got if isinstance(r, warcread.Record) and r is not long[0]]
+    assert len(signed) == 148        # and the one with a wrong Content-Length is unreadable
+    for r in signed:
+        assert r.signed == (signature(r.payload), verdicts[r.fields[b"warc-target-uri"]])
+    unsigned = list(warcread.read_records_apart(str(src), 1 << 20, False))
+    assert {r.signed[0] for r in unsigned if isinstance(r, warcread.Record) and r.signed} == {None}
+
+
+def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeypatch):
+    """The reading process killed (kill -9) after its second batch: the importing
+    process says so and reads the rest itself; no record is lost or given twice."""
+    src, _ = _per_record_gzip(tmp_path / "a.warc.gz", 300)
+    want = [_as_read(r) for r in warcread.read_records(str(src))]
+    monkeypatch.setenv("WEBFS_TEST_KILL_AT", "warc-reader-after-batch:2")
+    got = [_as_read(r) for r in warcread.read_records_apart(str(src), 1 << 20, True)]
+    said = [r for r in got if r[0] == "problem" and "ended early" in r[2]]
+    assert len(said) == 1 and "killed by signal 9" in said[0][2]
+    assert said[0][1] == want[2 * warcread.APART_BATCH][0]      # where the third batch starts
+    assert [r for r in got if r not in said] == want
+
+    disks = make_archive(tmp_path, 3)
+    src = write_warc(tmp_path / "b.warc.gz", [(f"http://example.com/{i}", b"page %d" % i) for i in range(150)])
+    proc, fig = imp(disks[0], src)
+    assert proc.returncode == 4 and "ended early (killed by signal 9); read on from here" in proc.stdout.decode()
+    assert fig["captures"] == 150 and fig["records"] == 301
+    out = tmp_path / "out.warc.gz"
+    assert b"(100%) byte-identical" in webfs("export-warc", f"{disks[0]}:/c", out).stdout
+    assert records_of(out) == records_of(src)

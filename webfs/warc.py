@@ -1,17 +1,15 @@
 """Web archive files in and out: ``webfs import-warc`` and ``webfs export-warc``.
 
-This module owns the reading of WARC (0.17 to 1.1) and ARC files, gzipped
-per record or plain (warcio parses; the raw bytes of every record are read
-back from the file by its offset and length, so nothing warcio rewrites is
-lost), the layout of what a collection keeps of them, and the writing of a
+This module owns the layout of what a collection keeps of WARC and ARC
+files (read by webfs.warcread), their import, and the writing of a
 collection back out as WARC.
 
 The import is the bulk import of webfs.ingest fed by records instead of a
 walk of directories: an ``Importer`` whose items carry their bytes. So it
 has the same batches (one catalog commit per batch), the same promise
 (a capture counted as imported survives ``kill -9``), the same resume.
-Its chunks are prepared by fewer threads than a tree's (PREPARE_WORKERS):
-records are in memory, so no thread waits on a disk.
+A per-record gzip file is read, and its captures signed and checked
+against their digests, by a process of its own (warcread.read_records_apart).
 
 What a collection ``NAME`` keeps of a source file ``x.warc.gz``
 (webfs-format(5), WEB ARCHIVE FILES):
@@ -30,7 +28,6 @@ them back, and the source file's records can be rebuilt with ``head -c``.
 """
 from __future__ import annotations
 
-import base64
 import errno
 import functools
 import hashlib
@@ -38,10 +35,8 @@ import io
 import logging
 import os
 import re
-import shutil
 import stat
 import struct
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -55,7 +50,10 @@ from .ingest import Importer, Item, Piece, import_namespace, show_path
 from .namespace import ROOT_INODE
 from .assembly import archive_place, open_archive
 from .backends import is_url
+from .signature import signature
 from .store import Store
+from .warcread import (READ_CHUNK, DigestCheck, Problem, Record, arc_fields, payload_pieces,
+                       read_records_apart)
 
 log = logging.getLogger(__name__)
 
@@ -72,518 +70,17 @@ XATTR_FIELDS = (
     (b"user.warc.payload-digest", b"warc-payload-digest"),
     (b"user.warc.type", b"warc-type"),
 )
-_BLANK_LINE = re.compile(rb"\n\r*\n")     # the end of a header block (\r\n, \n, \r\r\n lines)
-_ARC_LINE = re.compile(rb"\n([^ \r\n]+) ([0-9.]+|-) ([0-9]{14}) ")
-
-
-# ---------------------------------------------------------------- reading records
-
-SPILL_AT = 8 << 20          # a record longer than this is not held in memory (see Payload)
-READ_CHUNK = 1 << 20
-FEED = 1 << 16             # bytes of a per-record gzip file given to zlib at a time
-READERS = 12                # capture files read at once by export-warc (through a mount, reads overlap)
-
-
-class Payload:
-    """A payload kept out of memory: ``length`` bytes at ``offset`` of a file (the
-    source itself for a plain WARC, a temporary file for a gzipped record)."""
-
-    def __init__(self, fd: int, offset: int, length: int):
-        self.fd = os.dup(fd)           # its own: the reader closes the source before the store reads
-        self.offset = offset
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def pieces(self, size: int) -> Iterator[bytes]:
-        """The payload in pieces of ``size`` bytes (the last one shorter)."""
-        done = 0
-        while done < self.length:
-            want = min(size, self.length - done)
-            parts, got = [], 0
-            while got < want:
-                data = os.pread(self.fd, want - got, self.offset + done + got)
-                if not data:
-                    raise OSError(errno.EIO, "the source file got shorter while it was read")
-                parts.append(data)
-                got += len(data)
-            done += want
-            yield parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def __del__(self):
-        try:
-            os.close(self.fd)
-        except (OSError, AttributeError):
-            pass
-
-
-def payload_pieces(payload, size: int) -> Iterator[bytes]:
-    """A payload (bytes or Payload) in pieces of at most ``size`` bytes; none when empty."""
-    if isinstance(payload, Payload):
-        yield from payload.pieces(size)
-        return
-    mv = memoryview(payload)
-    for i in range(0, len(payload), size):
-        yield bytes(mv[i:i + size])
-
-
-@dataclass
-class Record:
-    """One record, raw: what the file holds, cut into its parts."""
-    offset: int                  # in the source file (the uncompressed stream for a whole-file gzip)
-    length: int                  # bytes in the source file (the gzip member for per-record gzip)
-    gz: bool
-    rtype: str
-    head: bytes                  # the WARC header block (with its blank line), or the ARC header line
-    http: bytes                  # the HTTP header block (with its blank line), or b""
-    payload: object              # bytes, or a Payload when the record is longer than SPILL_AT
-    tail: bytes                  # what follows the block (the two CRLFs), as written
-    fields: dict = field(default_factory=dict)   # lowercase header name -> raw value (bytes)
-    arc: bool = False
-    gzip: bytes = b""            # the index's gz column: how to make the gzip member again (gzip_recipe)
-
-
-def gzip_recipe(member: bytes, crc: int) -> bytes:
-    """The index's gz column for a gzip member: ``gz:LEVEL:HEADER:CRC`` (zlib's
-    level its header's XFL names, the member's 10 header bytes in hex, the CRC-32
-    of the whole member), from which export-warc tries to make the very member
-    again; plain ``gz`` when the header has optional fields (a name, a comment)."""
-    if len(member) < 10 or member[3] != 0:
-        return b"gz"
-    level = {2: 9, 4: 1}.get(member[8], 6)
-    return b"gz:%d:%s:%08x" % (level, member[:10].hex().encode(), crc)
-
-
-@dataclass
-class Problem:
-    offset: int
-    text: str
-
-
-def _header_fields(head: bytes) -> dict:
-    out: dict[bytes, bytes] = {}
-    for line in head.split(b"\n")[1:]:
-        name, sep, value = line.partition(b":")
-        if sep and name.strip():
-            out.setdefault(name.strip().lower(), value.strip(b" \t\r"))
-    return out
-
-
-def _arc_fields(line: bytes) -> dict:
-    parts = line.strip(b" \r\n").split(b" ")
-    d = parts[2] if len(parts) > 2 else b""
-    date = (d[0:4] + b"-" + d[4:6] + b"-" + d[6:8] + b"T" + d[8:10] + b":" + d[10:12] + b":"
-            + d[12:14] + b"Z") if len(d) == 14 and d.isdigit() else d
-    return {b"warc-target-uri": parts[0] if parts else b"", b"warc-date": date, b"arc-date": d,
-            b"content-type": parts[3] if len(parts) > 3 else b""}
-
-
-def _split_http(block: bytes) -> tuple[bytes, bytes]:
-    """(HTTP header block with its blank line, payload) of a block that starts with HTTP headers."""
-    m = _BLANK_LINE.search(block)
-    if m:
-        return block[:m.end()], block[m.end():]
-    return block, b""
-
-
-def _has_http(rtype: str, fields: dict, block: bytes) -> bool:
-    ct = fields.get(b"content-type", b"").lower()
-    if rtype in ("response", "request", "revisit") and b"application/http" in ct:
-        return True
-    return rtype in ("response", "revisit") and block[:5] == b"HTTP/" and not ct
-
-
-def _cut(raw: bytes, gz: bool, offset: int, length: int, rtype: str, warcio_rec) -> Record:
-    """A record's raw bytes cut into head, HTTP headers, payload and tail."""
-    if raw.startswith(b"WARC/"):
-        m = _BLANK_LINE.search(raw)
-        if not m:
-            raise ValueError("no end of the WARC header")
-        head = raw[:m.end()]
-        fields = _header_fields(head)
-        try:
-            n = int(fields.get(b"content-length", b""))
-        except ValueError:
-            raise ValueError("Content-Length is not a number") from None
-        block = raw[m.end():m.end() + n]
-        tail = raw[m.end() + n:]
-        arc = False
-        if len(block) < n:
-            fields[b"x-problem"] = (f"the record is cut short: {len(block)} of its {n} bytes "
-                                    "(Content-Length) are there").encode()
-    else:                                   # ARC: one header line, then the block
-        i = raw.find(b"\n")
-        head = raw[:i + 1]
-        fields = _arc_fields(head)
-        parts = head.split()
-        n = int(parts[-1]) if parts and parts[-1].isdigit() else len(raw) - len(head)
-        block = raw[i + 1:i + 1 + n]
-        tail = raw[i + 1 + n:]
-        arc = True
-    http, payload = b"", block
-    if (not arc and _has_http(rtype, fields, block)) or (arc and rtype == "response" and block[:5] == b"HTTP/"):
-        http, payload = _split_http(block)
-    return Record(offset, length, gz, rtype, head, http, payload, tail, fields, arc)
-
-
-class _Sink:
-    """The uncompressed bytes of one gzip member: in memory up to SPILL_AT, then
-    in a temporary file (a multi-GB record is imported with bounded memory)."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.length = 0
-        self.file = None
-
-    def write(self, data: bytes) -> None:
-        if not data:
-            return
-        self.length += len(data)
-        if self.file is not None:
-            self.file.write(data)
-            return
-        self.parts.append(data)
-        if self.length > SPILL_AT:
-            self.file = tempfile.TemporaryFile(prefix="webfs-warc-")
-            for part in self.parts:
-                self.file.write(part)
-            self.parts = []
-
-    def prefix(self) -> bytes:
-        """All of it, or (spilled) its first READ_CHUNK bytes."""
-        if self.file is None:
-            return b"".join(self.parts)
-        self.file.flush()
-        return os.pread(self.file.fileno(), READ_CHUNK, 0)
-
-
-def _strict_record(prefix: bytes, total: int, fd: Optional[int], base: int, gz: bool,
-                   offset: int, length: int) -> Optional[Record]:
-    """A well-formed WARC record (header, Content-Length, block, CRLF CRLF) cut into
-    its parts, or None for anything else (then warcio reads it). ``prefix`` is the
-    record's first bytes, all of them when ``total`` is its length; the rest is
-    at ``base`` of ``fd``, from where a long payload is read when it is stored."""
-    if not prefix.startswith(b"WARC/"):
-        return None
-    m = _BLANK_LINE.search(prefix)
-    if not m:
-        return None
-    head = prefix[:m.end()]
-    fields = _header_fields(head)
-    rtype = fields.get(b"warc-type")
-    try:
-        n = int(fields.get(b"content-length", b""))
-    except ValueError:
-        return None
-    if rtype is None or n < 0 or m.end() + n + 4 != total:
-        return None
-    rtype = rtype.decode("utf-8", "replace")
-    if total == len(prefix):
-        block, tail = prefix[m.end():m.end() + n], prefix[m.end() + n:]
-        if tail != b"\r\n\r\n":
-            return None
-        http, payload = b"", block
-        if _has_http(rtype, fields, block):
-            http, payload = _split_http(block)
-        return Record(offset, length, gz, rtype, head, http, payload, tail, fields)
-    if fd is None or os.pread(fd, 4, base + m.end() + n) != b"\r\n\r\n":
-        return None
-    start = prefix[m.end():]
-    http = b""
-    if _has_http(rtype, fields, start):
-        hm = _BLANK_LINE.search(start)
-        if not hm:
-            return None            # an HTTP header block of more than READ_CHUNK: warcio's
-        http = start[:hm.end()]
-    payload = Payload(fd, base + m.end() + len(http), n - len(http))
-    return Record(offset, length, gz, rtype, head, http, payload, b"\r\n\r\n", fields)
-
-
-def _strict_gz(fh, start: int, size: int) -> Iterator[object]:
-    """Well-formed records of a per-record gzip file from ``start``, read without
-    warcio (one decompression, no Python per line); returns where it stopped."""
-    pos = start
-    fh.seek(pos)
-    buf, at = b"", 0            # read ahead, and where in it the next member starts
-    while pos < size:
-        if len(buf) - at < FEED:
-            buf = buf[at:] + fh.read(READ_CHUNK)
-            at = 0
-        if buf[at:at + 3] != b"\x1f\x8b\x08":
-            return pos
-        d = zlib.decompressobj(31)
-        sink = _Sink()
-        # Fed FEED bytes at a time: zlib copies what follows a member's end into
-        # unused_data, which for the whole read-ahead cost a copy of up to a MiB per record.
-        view = memoryview(buf)
-        length, crc, head = 0, 0, buf[at:at + 10]
-        try:
-            while True:
-                data = view[at:at + FEED]
-                if not data:
-                    buf = fh.read(READ_CHUNK)
-                    if not buf:
-                        return pos               # cut short: warcio says so
-                    view, at = memoryview(buf), 0
-                    continue
-                sink.write(d.decompress(data, 1 << 22))
-                while d.unconsumed_tail and not d.eof:
-                    sink.write(d.decompress(d.unconsumed_tail, 1 << 22))
-                used = len(data) - len(d.unused_data)
-                crc = zlib.crc32(data[:used], crc)
-                length += used
-                at += used
-                if d.eof:
-                    break
-        except zlib.error:
-            return pos
-        prefix = sink.prefix()
-        spill = sink.file
-        rec = _strict_record(prefix, sink.length, spill.fileno() if spill else None, 0, True, pos, length)
-        if rec is None:
-            return pos
-        rec.gzip = gzip_recipe(head, crc)
-        yield rec
-        pos += length
-    return pos
-
-
-def _strict_plain(fh, start: int, size: int) -> Iterator[object]:
-    """Well-formed records of a plain WARC file from ``start``, each followed by the
-    next record or the end of the file; returns where it stopped."""
-    fd = fh.fileno()
-    pos = start
-    while pos < size:
-        prefix = os.pread(fd, min(READ_CHUNK, size - pos), pos)
-        m = _BLANK_LINE.search(prefix) if prefix.startswith(b"WARC/") else None
-        if not m:
-            return pos
-        try:
-            n = int(_header_fields(prefix[:m.end()]).get(b"content-length", b""))
-        except ValueError:
-            return pos
-        total = m.end() + n + 4
-        if n < 0 or pos + total > size or (pos + total < size and os.pread(fd, 5, pos + total) != b"WARC/"):
-            return pos
-        if total <= SPILL_AT and total > len(prefix):
-            prefix = os.pread(fd, total, pos)
-        rec = _strict_record(prefix[:total], total, fd, pos, False, pos, total)
-        if rec is None:
-            return pos
-        yield rec
-        pos += total
-    return pos
-
-
-def _resync(fh, start: int, gz: bool, arc: bool) -> Optional[int]:
-    """The offset of the next thing that looks like a record after ``start``."""
-    fh.seek(start)
-    data = fh.read(1 << 24)
-    if gz:
-        i = data.find(b"\x1f\x8b\x08")
-        return None if i < 0 else start + i
-    found = []
-    m = re.search(rb"(?:^|\n)WARC/[0-9]", data)
-    if m:
-        found.append(m.start() + (data[m.start():m.start() + 1] == b"\n"))
-    m = _ARC_LINE.search(b"\n" + data)
-    if m:
-        found.append(m.start())
-    return start + min(found) if found else None
-
-
-def read_records(path: str) -> Iterator[object]:
-    """Every record of a WARC or ARC file, as Record, and every damage met, as Problem."""
-    from warcio.archiveiterator import ArchiveIterator
-    try:
-        size = os.path.getsize(path)
-        fh = open(path, "rb")
-    except OSError as exc:
-        yield Problem(0, f"{exc.strerror}")
-        return
-    with fh:
-        if size == 0:
-            yield Problem(0, "empty file: no records")
-            return
-        magic = fh.read(3)
-        gz = magic[:2] == b"\x1f\x8b"
-        if gz and _whole_file_gzip(fh):
-            yield Problem(0, "a whole-file gzip (one gzip stream, not one per record): read as one "
-                          "stream; offsets are in the uncompressed stream")
-            with tempfile.TemporaryFile() as tmp:
-                fh.seek(0)
-                try:
-                    import gzip
-                    with gzip.GzipFile(fileobj=fh) as g:
-                        shutil.copyfileobj(g, tmp)
-                except (OSError, EOFError, zlib.error) as exc:
-                    yield Problem(tmp.tell(), f"the gzip stream is damaged ({exc}); what came before is read")
-                tmp.flush()
-                yield from _records(tmp, os.fstat(tmp.fileno()).st_size, False, ArchiveIterator)
-            return
-        yield from _records(fh, size, gz, ArchiveIterator)
-
-
-def _whole_file_gzip(fh) -> bool:
-    """Whether the first gzip member holds more than one record."""
-    fh.seek(0)
-    d = zlib.decompressobj(31)
-    out = b""
-    while not d.eof:
-        chunk = fh.read(1 << 16)
-        if not chunk:
-            break
-        try:
-            out += d.decompress(chunk, 1 << 20)
-        except zlib.error:
-            return False
-        if len(out) >= 1 << 20:
-            break
-    heads = len(re.findall(rb"(?:^|\n)WARC/[0-9]", out[:1 << 20]))
-    arcs = len(_ARC_LINE.findall(out[:1 << 20]))
-    return heads > 1 or (heads == 0 and arcs > 1 and d.eof is False)
-
-
-def _records(fh, size: int, gz: bool, ArchiveIterator) -> Iterator[object]:
-    """Well-formed records are read directly; from the first that is not (or an
-    ARC), warcio reads the rest and says what is wrong."""
-    with open(f"/proc/self/fd/{fh.fileno()}", "rb") as raw_fh:   # our own offset: warcio reads fh
-        start = yield from (_strict_gz(raw_fh, 0, size) if gz else _strict_plain(raw_fh, 0, size))
-        if start < size:
-            yield from _records_of(fh, raw_fh, size, gz, ArchiveIterator, start)
-
-
-def _records_of(fh, raw_fh, size: int, gz: bool, ArchiveIterator, start: int) -> Iterator[object]:
-    arc = False
-    while start < size:
-        fh.seek(start)
-        head = fh.read(16)
-        if not gz:
-            arc = not head.startswith(b"WARC/")
-        fh.seek(start)
-        it = ArchiveIterator(fh, arc2warc=False, ensure_http_headers=False)
-        offset = start
-        prev = None
-        try:
-            for rec in it:
-                offset = it.offset
-                rtype = rec.rec_type or ""
-                rec.raw_stream.read()     # to the end, so the length is known
-                length = it.get_record_length()
-                offset = it.get_record_offset()
-                if prev is not None:
-                    yield _raw(raw_fh, prev, offset)
-                prev = (offset, length, rtype, it.err_count)
-                it.err_count = 0
-        except Exception as exc:             # warcio says what it could not read
-            if prev is not None:
-                yield _raw(raw_fh, prev, None)
-                offset = prev[0] + prev[1]
-                prev = None
-            yield Problem(offset, f"unreadable record: {_say(exc)}")
-            offset = max(offset, start)
-            nxt = _resync(raw_fh, offset + 1, gz, arc)
-            if nxt is None:
-                return
-            yield Problem(offset, f"skipped {nxt - offset} bytes to the next record at offset {nxt}")
-            start = nxt
-            continue
-        if prev is not None:
-            yield _raw(raw_fh, prev, None if gz else size)
-            end = prev[0] + prev[1]
-            if gz and end < size:
-                raw_fh.seek(end)
-                rest = raw_fh.read(size - end)
-                if rest.strip(b"\0\r\n "):
-                    yield Problem(end, f"{size - end} bytes after the last record are not a whole "
-                                  "record (a gzip member cut short?); not imported")
-        elif start == 0 or start < size:
-            raw_fh.seek(start)
-            if raw_fh.read(size - start).strip(b"\0\r\n "):
-                yield Problem(start, "no record could be read here")
-        return
-
-
-def _say(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (type(exc).__name__ + (": " + text[0] if text else ""))[:300]
-
-
-def _raw(fh, prev, end: Optional[int]) -> object:
-    """The raw bytes of a record warcio found at offset, cut into parts (or a Problem)."""
-    offset, length, rtype, errs = prev
-    cut = False
-    try:
-        fh.seek(offset)
-        if end is not None and end > offset and not _is_gz(fh, offset):
-            data = fh.read(end - offset)          # plain: to the next record, blank lines included
-            gz = False
-        else:
-            data = fh.read(length)
-            gz = data[:2] == b"\x1f\x8b"
-        member = data
-        if gz:
-            d = zlib.decompressobj(31)
-            data = d.decompress(member)
-            cut = not d.eof
-        rec = _cut(data, gz, offset, len(data) if not gz else length, rtype, None)
-        if gz and not cut:
-            rec.gzip = gzip_recipe(member, zlib.crc32(member))
-    except (ValueError, zlib.error, OSError) as exc:
-        return Problem(offset, f"unreadable record: {_say(exc)}")
-    if cut:
-        rec.fields[b"x-problem"] = b"its gzip member is cut short"
-    elif errs and b"x-problem" not in rec.fields:
-        rec.fields[b"x-problem"] = b"the block is not followed by a blank line: its Content-Length is wrong"
-    return rec
-
-
-def _is_gz(fh, offset: int) -> bool:
-    here = fh.tell()
-    fh.seek(offset)
-    m = fh.read(2)
-    fh.seek(here)
-    return m == b"\x1f\x8b"
-
-
-_DIGESTS = {b"sha1": "sha1", b"sha256": "sha256", b"sha-256": "sha256", b"md5": "md5", b"sha512": "sha512"}
-
-
-class DigestCheck:
-    """A WARC digest (``sha1:BASE32``, ``sha256:HEX``, ...) checked over data fed in pieces."""
-
-    def __init__(self, value: bytes):
-        algo, sep, want = value.partition(b":")
-        name = _DIGESTS.get(algo.strip().lower()) if sep else None
-        self.want = want.strip()
-        self.hash = hashlib.new(name) if name else None
-
-    def update(self, data: bytes) -> None:
-        if self.hash is not None:
-            self.hash.update(data)
-
-    def matches(self) -> Optional[bool]:
-        """Whether it matches; None if it cannot tell (an unknown algorithm)."""
-        if self.hash is None:
-            return None
-        digest, want = self.hash.digest(), self.want
-        try:
-            if len(want) == len(digest) * 2:
-                return bytes.fromhex(want.decode()) == digest
-            return base64.b32decode(want.upper() + b"=" * (-len(want) % 8)) == digest
-        except (ValueError, UnicodeDecodeError):
-            return False
 
 
 # ---------------------------------------------------------------- importing
 
-# Threads preparing the chunks of captures (webfs.ingest: signing, digest
-# checks, compression); the walking thread stores them. Records are in memory,
-# so unlike a tree's files no thread waits on a disk: two keep both cores busy
-# with C code, and a parse thread or storing threads of their own only passed
-# the interpreter lock around (20,000 small-page records: a store thread spent
-# 4.3 s of CPU on what takes 2.5 s alone).
+# Threads preparing the chunks of captures (webfs.ingest: the catalog's twins,
+# compression, and signing and digest checks where the reading process did
+# not); the walking thread stores them. Records are in memory, so unlike a
+# tree's files no thread waits on a disk, and a parse thread or storing
+# threads of their own only passed the interpreter lock around (20,000
+# small-page records: a store thread spent 4.3 s of CPU on what takes 2.5 s
+# alone): parsing went to another process instead.
 PREPARE_WORKERS = 2
 
 # The figures of a WARC import. Shaped like ingest.Counts (a list of int
@@ -666,7 +163,7 @@ class WarcImporter(Importer):
 
     def _file(self, path: bytes, data, mtime_ns: int, xattrs: list, identity: bytes,
               src: bytes, share: Optional[object] = None, digest: Optional[bytes] = None,
-              where: str = "") -> Optional[Item]:
+              where: str = "", signed: Optional[tuple] = None) -> Optional[Item]:
         """A file item for a path below the collection; None when it is there already."""
         parent_path, _, name = path.rpartition(b"/")
         parent = self._dir(parent_path)
@@ -678,6 +175,7 @@ class WarcImporter(Importer):
         item.warc_identity = identity
         item.warc_where = where or show_path(item.path)     # its record, in messages
         item.warc_data, item.warc_digest, item.warc_share = data, digest, share
+        item.warc_signed = signed
         self.enqueue(item, len(data) if share is None else 0)
         item.warc_future = item.future
         return item
@@ -710,7 +208,8 @@ class WarcImporter(Importer):
         index = [INDEX_HEADER.encode()]
         heads = io.BytesIO()
         keep = KEEP_DIR
-        for rec in read_records(os.fsdecode(src)):
+        for rec in read_records_apart(os.fsdecode(src), self.max_block,
+                                           self.store.signature_fn is signature):
             if isinstance(rec, Problem):
                 self._report(f"{show_path(src)}: offset {rec.offset}: {rec.text}")
                 continue
@@ -848,7 +347,8 @@ class WarcImporter(Importer):
                 self.revisits_left.append(rv)   # its original may come later in this import
                 return None, path
             return self._revisit(rv, orig), path
-        item = self._file(path, rec.payload, mtime, xattrs, identity, src, digest=digest, where=where)
+        item = self._file(path, rec.payload, mtime, xattrs, identity, src, digest=digest, where=where,
+                          signed=rec.signed)
         if digest and digest not in self.by_digest:
             self.by_digest[digest] = item
         self.wc.captures += 1
@@ -913,6 +413,9 @@ class WarcImporter(Importer):
         data = item.warc_data
         if item.warc_share is not None or len(data) > self.max_block:
             return None
+        if item.warc_signed is not None:
+            sig, matches = item.warc_signed
+            return [Piece(data, sig or self.store.signature_fn(data))], matches
         check = DigestCheck(item.warc_digest) if item.warc_digest else None
         pieces = list(self._pieces(data, check, sign=True))
         return pieces, (check.matches() if check is not None else None)
@@ -1027,6 +530,7 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
 NOWHERE = (1 << 30, "")     # the order key of a capture whose place is not known: after every disk
 GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"   # what zlib writes for a level-6 member
 PART_SUFFIX = ".part"       # an export's file until its last record is written
+READERS = 12                # capture files read at once by export-warc (through a mount, reads overlap)
 BATCH = 4                   # records read, made and compressed by one task of an export
 PROGRESS_EVERY = 0.25       # seconds between the export's progress reports (each a socket write in a mount)
 
@@ -1265,7 +769,7 @@ def _set_header(head: bytes, name: bytes, value: Optional[bytes]) -> bytes:
 def _arc_to_warc(rec_head: bytes, rtype: str, http: bytes, payload: bytes, ident: bytes) -> bytes:
     """An ARC record as a WARC/1.1 record with the same URI, date, HTTP headers and payload."""
     import uuid
-    f = _arc_fields(rec_head)
+    f = arc_fields(rec_head)
     wtype = {"response": "response" if http else "resource"}.get(rtype, "warcinfo" if rtype == "arc_header"
                                                                   else "resource")
     rid = b"<urn:uuid:" + str(uuid.uuid5(uuid.NAMESPACE_URL, ident.decode("utf-8", "replace"))).encode() + b">"

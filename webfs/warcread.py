@@ -1,0 +1,633 @@
+"""Reading web archive files: every record of a WARC (0.17 to 1.1) or ARC file,
+gzipped per record or plain, cut into its raw parts, and every damage met
+said with its offset.
+
+Well-formed records are cut directly (one decompression, no Python per
+line); from the first record that is not, warcio reads the rest and says
+what is wrong, and the raw bytes of each record it found are read back from
+the file by offset and length, so nothing warcio rewrites is lost
+(``read_records``).
+
+An import reads a per-record gzip file in a process of its own
+(``read_records_apart``): that process also signs each capture and checks
+its WARC digest, so both cores work and the importing process spends no
+interpreter time on parsing. If that process dies, the importing process
+says so and reads on from the record after the last one it got.
+"""
+from __future__ import annotations
+
+import base64
+import errno
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zlib
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Iterator, Optional
+
+from . import testkill
+from .signature import signature
+
+_BLANK_LINE = re.compile(rb"\n\r*\n")     # the end of a header block (\r\n, \n, \r\r\n lines)
+_ARC_LINE = re.compile(rb"\n([^ \r\n]+) ([0-9.]+|-) ([0-9]{14}) ")
+
+SPILL_AT = 8 << 20          # a record longer than this is not held in memory (see Payload)
+READ_CHUNK = 1 << 20
+FEED = 1 << 16             # bytes of a per-record gzip file given to zlib at a time
+
+
+class Payload:
+    """A payload kept out of memory: ``length`` bytes at ``offset`` of a file (the
+    source itself for a plain WARC, a temporary file for a gzipped record)."""
+
+    def __init__(self, fd: int, offset: int, length: int):
+        self.fd = os.dup(fd)           # its own: the reader closes the source before the store reads
+        self.offset = offset
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def pieces(self, size: int) -> Iterator[bytes]:
+        """The payload in pieces of ``size`` bytes (the last one shorter)."""
+        done = 0
+        while done < self.length:
+            want = min(size, self.length - done)
+            parts, got = [], 0
+            while got < want:
+                data = os.pread(self.fd, want - got, self.offset + done + got)
+                if not data:
+                    raise OSError(errno.EIO, "the source file got shorter while it was read")
+                parts.append(data)
+                got += len(data)
+            done += want
+            yield parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def __del__(self):
+        try:
+            os.close(self.fd)
+        except (OSError, AttributeError):
+            pass
+
+
+def payload_pieces(payload, size: int) -> Iterator[bytes]:
+    """A payload (bytes or Payload) in pieces of at most ``size`` bytes; none when empty."""
+    if isinstance(payload, Payload):
+        yield from payload.pieces(size)
+        return
+    mv = memoryview(payload)
+    for i in range(0, len(payload), size):
+        yield bytes(mv[i:i + size])
+
+
+@dataclass
+class Record:
+    """One record, raw: what the file holds, cut into its parts."""
+    offset: int                  # in the source file (the uncompressed stream for a whole-file gzip)
+    length: int                  # bytes in the source file (the gzip member for per-record gzip)
+    gz: bool
+    rtype: str
+    head: bytes                  # the WARC header block (with its blank line), or the ARC header line
+    http: bytes                  # the HTTP header block (with its blank line), or b""
+    payload: object              # bytes, or a Payload when the record is longer than SPILL_AT
+    tail: bytes                  # what follows the block (the two CRLFs), as written
+    fields: dict = field(default_factory=dict)   # lowercase header name -> raw value (bytes)
+    arc: bool = False
+    gzip: bytes = b""            # the index's gz column: how to make the gzip member again (gzip_recipe)
+    signed: Optional[tuple] = None   # (signature, digest verdict) from the reading process
+
+
+def gzip_recipe(member: bytes, crc: int) -> bytes:
+    """The index's gz column for a gzip member: ``gz:LEVEL:HEADER:CRC`` (zlib's
+    level its header's XFL names, the member's 10 header bytes in hex, the CRC-32
+    of the whole member), from which export-warc tries to make the very member
+    again; plain ``gz`` when the header has optional fields (a name, a comment)."""
+    if len(member) < 10 or member[3] != 0:
+        return b"gz"
+    level = {2: 9, 4: 1}.get(member[8], 6)
+    return b"gz:%d:%s:%08x" % (level, member[:10].hex().encode(), crc)
+
+
+@dataclass
+class Problem:
+    offset: int
+    text: str
+
+
+def _header_fields(head: bytes) -> dict:
+    out: dict[bytes, bytes] = {}
+    for line in head.split(b"\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep and name.strip():
+            out.setdefault(name.strip().lower(), value.strip(b" \t\r"))
+    return out
+
+
+def arc_fields(line: bytes) -> dict:
+    parts = line.strip(b" \r\n").split(b" ")
+    d = parts[2] if len(parts) > 2 else b""
+    date = (d[0:4] + b"-" + d[4:6] + b"-" + d[6:8] + b"T" + d[8:10] + b":" + d[10:12] + b":"
+            + d[12:14] + b"Z") if len(d) == 14 and d.isdigit() else d
+    return {b"warc-target-uri": parts[0] if parts else b"", b"warc-date": date, b"arc-date": d,
+            b"content-type": parts[3] if len(parts) > 3 else b""}
+
+
+def _split_http(block: bytes) -> tuple[bytes, bytes]:
+    """(HTTP header block with its blank line, payload) of a block that starts with HTTP headers."""
+    m = _BLANK_LINE.search(block)
+    if m:
+        return block[:m.end()], block[m.end():]
+    return block, b""
+
+
+def _has_http(rtype: str, fields: dict, block: bytes) -> bool:
+    ct = fields.get(b"content-type", b"").lower()
+    if rtype in ("response", "request", "revisit") and b"application/http" in ct:
+        return True
+    return rtype in ("response", "revisit") and block[:5] == b"HTTP/" and not ct
+
+
+def _cut(raw: bytes, gz: bool, offset: int, length: int, rtype: str, warcio_rec) -> Record:
+    """A record's raw bytes cut into head, HTTP headers, payload and tail."""
+    if raw.startswith(b"WARC/"):
+        m = _BLANK_LINE.search(raw)
+        if not m:
+            raise ValueError("no end of the WARC header")
+        head = raw[:m.end()]
+        fields = _header_fields(head)
+        try:
+            n = int(fields.get(b"content-length", b""))
+        except ValueError:
+            raise ValueError("Content-Length is not a number") from None
+        block = raw[m.end():m.end() + n]
+        tail = raw[m.end() + n:]
+        arc = False
+        if len(block) < n:
+            fields[b"x-problem"] = (f"the record is cut short: {len(block)} of its {n} bytes "
+                                    "(Content-Length) are there").encode()
+    else:                                   # ARC: one header line, then the block
+        i = raw.find(b"\n")
+        head = raw[:i + 1]
+        fields = arc_fields(head)
+        parts = head.split()
+        n = int(parts[-1]) if parts and parts[-1].isdigit() else len(raw) - len(head)
+        block = raw[i + 1:i + 1 + n]
+        tail = raw[i + 1 + n:]
+        arc = True
+    http, payload = b"", block
+    if (not arc and _has_http(rtype, fields, block)) or (arc and rtype == "response" and block[:5] == b"HTTP/"):
+        http, payload = _split_http(block)
+    return Record(offset, length, gz, rtype, head, http, payload, tail, fields, arc)
+
+
+class _Sink:
+    """The uncompressed bytes of one gzip member: in memory up to SPILL_AT, then
+    in a temporary file (a multi-GB record is imported with bounded memory)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.length = 0
+        self.file = None
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self.length += len(data)
+        if self.file is not None:
+            self.file.write(data)
+            return
+        self.parts.append(data)
+        if self.length > SPILL_AT:
+            self.file = tempfile.TemporaryFile(prefix="webfs-warc-")
+            for part in self.parts:
+                self.file.write(part)
+            self.parts = []
+
+    def prefix(self) -> bytes:
+        """All of it, or (spilled) its first READ_CHUNK bytes."""
+        if self.file is None:
+            return b"".join(self.parts)
+        self.file.flush()
+        return os.pread(self.file.fileno(), READ_CHUNK, 0)
+
+
+def _strict_record(prefix: bytes, total: int, fd: Optional[int], base: int, gz: bool,
+                   offset: int, length: int) -> Optional[Record]:
+    """A well-formed WARC record (header, Content-Length, block, CRLF CRLF) cut into
+    its parts, or None for anything else (then warcio reads it). ``prefix`` is the
+    record's first bytes, all of them when ``total`` is its length; the rest is
+    at ``base`` of ``fd``, from where a long payload is read when it is stored."""
+    if not prefix.startswith(b"WARC/"):
+        return None
+    m = _BLANK_LINE.search(prefix)
+    if not m:
+        return None
+    head = prefix[:m.end()]
+    fields = _header_fields(head)
+    rtype = fields.get(b"warc-type")
+    try:
+        n = int(fields.get(b"content-length", b""))
+    except ValueError:
+        return None
+    if rtype is None or n < 0 or m.end() + n + 4 != total:
+        return None
+    rtype = rtype.decode("utf-8", "replace")
+    if total == len(prefix):
+        block, tail = prefix[m.end():m.end() + n], prefix[m.end() + n:]
+        if tail != b"\r\n\r\n":
+            return None
+        http, payload = b"", block
+        if _has_http(rtype, fields, block):
+            http, payload = _split_http(block)
+        return Record(offset, length, gz, rtype, head, http, payload, tail, fields)
+    if fd is None or os.pread(fd, 4, base + m.end() + n) != b"\r\n\r\n":
+        return None
+    start = prefix[m.end():]
+    http = b""
+    if _has_http(rtype, fields, start):
+        hm = _BLANK_LINE.search(start)
+        if not hm:
+            return None            # an HTTP header block of more than READ_CHUNK: warcio's
+        http = start[:hm.end()]
+    payload = Payload(fd, base + m.end() + len(http), n - len(http))
+    return Record(offset, length, gz, rtype, head, http, payload, b"\r\n\r\n", fields)
+
+
+def _strict_gz(fh, start: int, size: int) -> Iterator[object]:
+    """Well-formed records of a per-record gzip file from ``start``, read without
+    warcio (one decompression, no Python per line); returns where it stopped."""
+    pos = start
+    fh.seek(pos)
+    buf, at = b"", 0            # read ahead, and where in it the next member starts
+    while pos < size:
+        if len(buf) - at < FEED:
+            buf = buf[at:] + fh.read(READ_CHUNK)
+            at = 0
+        if buf[at:at + 3] != b"\x1f\x8b\x08":
+            return pos
+        d = zlib.decompressobj(31)
+        sink = _Sink()
+        # Fed FEED bytes at a time: zlib copies what follows a member's end into
+        # unused_data, which for the whole read-ahead cost a copy of up to a MiB per record.
+        view = memoryview(buf)
+        length, crc, head = 0, 0, buf[at:at + 10]
+        try:
+            while True:
+                data = view[at:at + FEED]
+                if not data:
+                    buf = fh.read(READ_CHUNK)
+                    if not buf:
+                        return pos               # cut short: warcio says so
+                    view, at = memoryview(buf), 0
+                    continue
+                sink.write(d.decompress(data, 1 << 22))
+                while d.unconsumed_tail and not d.eof:
+                    sink.write(d.decompress(d.unconsumed_tail, 1 << 22))
+                used = len(data) - len(d.unused_data)
+                crc = zlib.crc32(data[:used], crc)
+                length += used
+                at += used
+                if d.eof:
+                    break
+        except zlib.error:
+            return pos
+        prefix = sink.prefix()
+        spill = sink.file
+        rec = _strict_record(prefix, sink.length, spill.fileno() if spill else None, 0, True, pos, length)
+        if rec is None:
+            return pos
+        rec.gzip = gzip_recipe(head, crc)
+        yield rec
+        pos += length
+    return pos
+
+
+def _strict_plain(fh, start: int, size: int) -> Iterator[object]:
+    """Well-formed records of a plain WARC file from ``start``, each followed by the
+    next record or the end of the file; returns where it stopped."""
+    fd = fh.fileno()
+    pos = start
+    while pos < size:
+        prefix = os.pread(fd, min(READ_CHUNK, size - pos), pos)
+        m = _BLANK_LINE.search(prefix) if prefix.startswith(b"WARC/") else None
+        if not m:
+            return pos
+        try:
+            n = int(_header_fields(prefix[:m.end()]).get(b"content-length", b""))
+        except ValueError:
+            return pos
+        total = m.end() + n + 4
+        if n < 0 or pos + total > size or (pos + total < size and os.pread(fd, 5, pos + total) != b"WARC/"):
+            return pos
+        if total <= SPILL_AT and total > len(prefix):
+            prefix = os.pread(fd, total, pos)
+        rec = _strict_record(prefix[:total], total, fd, pos, False, pos, total)
+        if rec is None:
+            return pos
+        yield rec
+        pos += total
+    return pos
+
+
+def _resync(fh, start: int, gz: bool, arc: bool) -> Optional[int]:
+    """The offset of the next thing that looks like a record after ``start``."""
+    fh.seek(start)
+    data = fh.read(1 << 24)
+    if gz:
+        i = data.find(b"\x1f\x8b\x08")
+        return None if i < 0 else start + i
+    found = []
+    m = re.search(rb"(?:^|\n)WARC/[0-9]", data)
+    if m:
+        found.append(m.start() + (data[m.start():m.start() + 1] == b"\n"))
+    m = _ARC_LINE.search(b"\n" + data)
+    if m:
+        found.append(m.start())
+    return start + min(found) if found else None
+
+
+def read_records(path: str, start: int = 0) -> Iterator[object]:
+    """Every record of a WARC or ARC file, as Record, and every damage met, as
+    Problem; from ``start``, the offset of a record (not in a whole-file gzip)."""
+    from warcio.archiveiterator import ArchiveIterator
+    try:
+        size = os.path.getsize(path)
+        fh = open(path, "rb")
+    except OSError as exc:
+        yield Problem(0, f"{exc.strerror}")
+        return
+    with fh:
+        if size == 0:
+            yield Problem(0, "empty file: no records")
+            return
+        magic = fh.read(3)
+        gz = magic[:2] == b"\x1f\x8b"
+        if gz and not start and _whole_file_gzip(fh):
+            yield Problem(0, "a whole-file gzip (one gzip stream, not one per record): read as one "
+                          "stream; offsets are in the uncompressed stream")
+            with tempfile.TemporaryFile() as tmp:
+                fh.seek(0)
+                try:
+                    import gzip
+                    with gzip.GzipFile(fileobj=fh) as g:
+                        shutil.copyfileobj(g, tmp)
+                except (OSError, EOFError, zlib.error) as exc:
+                    yield Problem(tmp.tell(), f"the gzip stream is damaged ({exc}); what came before is read")
+                tmp.flush()
+                yield from _records(tmp, os.fstat(tmp.fileno()).st_size, False, ArchiveIterator)
+            return
+        yield from _records(fh, size, gz, ArchiveIterator, start)
+
+
+# The reading process of an import (read_records_apart).
+APART_BATCH = 64            # records it sends at once
+_APART_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from webfs.warcread import _read_and_send; _read_and_send()"
+
+
+@dataclass
+class Again:
+    """A record the reading process left to the importing one: its payload was
+    kept in a file of that process (longer than SPILL_AT), so it is read again."""
+    offset: int
+
+
+def read_records_apart(path: str, max_block: int, sign: bool) -> Iterator[object]:
+    """``read_records(path)``, read by a process of its own when the file is
+    gzipped per record. A capture of at most ``max_block`` bytes comes with
+    ``signed``: (its payload's signature when ``sign``, else None; what
+    ``DigestCheck.matches`` says of its WARC-Payload-Digest, None without one)."""
+    try:
+        with open(path, "rb") as fh:
+            apart = fh.read(2) == b"\x1f\x8b" and not _whole_file_gzip(fh)
+        code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        child = subprocess.Popen([sys.executable, "-c", _APART_MAIN, code, path, str(max_block),
+                                  "sign" if sign else "-"], stdout=subprocess.PIPE) if apart else None
+    except OSError:
+        child = None
+    if child is None:
+        yield from read_records(path)
+        return
+    conn = Connection(os.dup(child.stdout.fileno()))
+    child.stdout.close()
+    read_on = 0                 # where a record not received yet starts
+    said: set = set()           # problems received after it
+    ended = False
+    try:
+        while not ended:
+            try:
+                batch = conn.recv()
+            except (EOFError, OSError):
+                break
+            ended = batch is None
+            for rec in batch or ():
+                if isinstance(rec, Again):
+                    rec = _record_at(path, rec.offset)
+                if isinstance(rec, Record):
+                    read_on, said = rec.offset + rec.length, set()
+                else:
+                    said.add((rec.offset, rec.text))
+                yield rec
+    finally:
+        conn.close()
+        if not ended:
+            child.kill()
+        child.wait()
+    if ended:
+        return
+    how = f"killed by signal {-child.returncode}" if child.returncode < 0 else f"exit status {child.returncode}"
+    yield Problem(read_on, f"the process reading this file ended early ({how}); read on from here")
+    for rec in read_records(path, read_on):
+        if isinstance(rec, Record) or (rec.offset, rec.text) not in said:
+            yield rec
+
+
+def _record_at(path: str, offset: int) -> object:
+    """The well-formed record of a per-record gzip file at an offset."""
+    with open(path, "rb") as fh:
+        rec = next(_strict_gz(fh, offset, os.fstat(fh.fileno()).st_size), None)
+    return rec if rec is not None else Problem(offset, "the record could not be read again")
+
+
+def _read_and_send() -> None:
+    """The reading process: ``read_records`` of argv[2] to standard output, in
+    pickled batches, then None; each capture of at most argv[3] bytes signed
+    (argv[4] ``sign``) and its digest checked (see ``read_records_apart``)."""
+    path, max_block, sign = sys.argv[2], int(sys.argv[3]), sys.argv[4] == "sign"
+    testkill.arm()
+    conn = Connection(os.dup(1))
+    os.dup2(2, 1)                         # nothing else reaches the pipe
+    batch: list = []
+    for rec in read_records(path):
+        if isinstance(rec, Record):
+            if isinstance(rec.payload, Payload):
+                rec = Again(rec.offset)
+            elif rec.rtype in ("response", "resource") and len(rec.payload) <= max_block:
+                digest = rec.fields.get(b"warc-payload-digest")
+                check = DigestCheck(digest) if digest else None
+                if check is not None:
+                    check.update(rec.payload)
+                rec.signed = (signature(rec.payload) if sign else None,
+                              check.matches() if check is not None else None)
+        batch.append(rec)
+        if len(batch) >= APART_BATCH:
+            conn.send(batch)
+            batch = []
+            testkill.point("warc-reader-after-batch")
+    conn.send(batch)
+    conn.send(None)
+
+
+def _whole_file_gzip(fh) -> bool:
+    """Whether the first gzip member holds more than one record."""
+    fh.seek(0)
+    d = zlib.decompressobj(31)
+    out = b""
+    while not d.eof:
+        chunk = fh.read(1 << 16)
+        if not chunk:
+            break
+        try:
+            out += d.decompress(chunk, 1 << 20)
+        except zlib.error:
+            return False
+        if len(out) >= 1 << 20:
+            break
+    heads = len(re.findall(rb"(?:^|\n)WARC/[0-9]", out[:1 << 20]))
+    arcs = len(_ARC_LINE.findall(out[:1 << 20]))
+    return heads > 1 or (heads == 0 and arcs > 1 and d.eof is False)
+
+
+def _records(fh, size: int, gz: bool, ArchiveIterator, start: int = 0) -> Iterator[object]:
+    """Well-formed records are read directly; from the first that is not (or an
+    ARC), warcio reads the rest and says what is wrong."""
+    with open(f"/proc/self/fd/{fh.fileno()}", "rb") as raw_fh:   # our own offset: warcio reads fh
+        start = yield from (_strict_gz(raw_fh, start, size) if gz else _strict_plain(raw_fh, start, size))
+        if start < size:
+            yield from _records_of(fh, raw_fh, size, gz, ArchiveIterator, start)
+
+
+def _records_of(fh, raw_fh, size: int, gz: bool, ArchiveIterator, start: int) -> Iterator[object]:
+    arc = False
+    while start < size:
+        fh.seek(start)
+        head = fh.read(16)
+        if not gz:
+            arc = not head.startswith(b"WARC/")
+        fh.seek(start)
+        it = ArchiveIterator(fh, arc2warc=False, ensure_http_headers=False)
+        offset = start
+        prev = None
+        try:
+            for rec in it:
+                offset = it.offset
+                rtype = rec.rec_type or ""
+                rec.raw_stream.read()     # to the end, so the length is known
+                length = it.get_record_length()
+                offset = it.get_record_offset()
+                if prev is not None:
+                    yield _raw(raw_fh, prev, offset)
+                prev = (offset, length, rtype, it.err_count)
+                it.err_count = 0
+        except Exception as exc:             # warcio says what it could not read
+            if prev is not None:
+                yield _raw(raw_fh, prev, None)
+                offset = prev[0] + prev[1]
+                prev = None
+            yield Problem(offset, f"unreadable record: {_say(exc)}")
+            offset = max(offset, start)
+            nxt = _resync(raw_fh, offset + 1, gz, arc)
+            if nxt is None:
+                return
+            yield Problem(offset, f"skipped {nxt - offset} bytes to the next record at offset {nxt}")
+            start = nxt
+            continue
+        if prev is not None:
+            yield _raw(raw_fh, prev, None if gz else size)
+            end = prev[0] + prev[1]
+            if gz and end < size:
+                raw_fh.seek(end)
+                rest = raw_fh.read(size - end)
+                if rest.strip(b"\0\r\n "):
+                    yield Problem(end, f"{size - end} bytes after the last record are not a whole "
+                                  "record (a gzip member cut short?); not imported")
+        elif start == 0 or start < size:
+            raw_fh.seek(start)
+            if raw_fh.read(size - start).strip(b"\0\r\n "):
+                yield Problem(start, "no record could be read here")
+        return
+
+
+def _say(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (type(exc).__name__ + (": " + text[0] if text else ""))[:300]
+
+
+def _raw(fh, prev, end: Optional[int]) -> object:
+    """The raw bytes of a record warcio found at offset, cut into parts (or a Problem)."""
+    offset, length, rtype, errs = prev
+    cut = False
+    try:
+        fh.seek(offset)
+        if end is not None and end > offset and not _is_gz(fh, offset):
+            data = fh.read(end - offset)          # plain: to the next record, blank lines included
+            gz = False
+        else:
+            data = fh.read(length)
+            gz = data[:2] == b"\x1f\x8b"
+        member = data
+        if gz:
+            d = zlib.decompressobj(31)
+            data = d.decompress(member)
+            cut = not d.eof
+        rec = _cut(data, gz, offset, len(data) if not gz else length, rtype, None)
+        if gz and not cut:
+            rec.gzip = gzip_recipe(member, zlib.crc32(member))
+    except (ValueError, zlib.error, OSError) as exc:
+        return Problem(offset, f"unreadable record: {_say(exc)}")
+    if cut:
+        rec.fields[b"x-problem"] = b"its gzip member is cut short"
+    elif errs and b"x-problem" not in rec.fields:
+        rec.fields[b"x-problem"] = b"the block is not followed by a blank line: its Content-Length is wrong"
+    return rec
+
+
+def _is_gz(fh, offset: int) -> bool:
+    here = fh.tell()
+    fh.seek(offset)
+    m = fh.read(2)
+    fh.seek(here)
+    return m == b"\x1f\x8b"
+
+
+_DIGESTS = {b"sha1": "sha1", b"sha256": "sha256", b"sha-256": "sha256", b"md5": "md5", b"sha512": "sha512"}
+
+
+class DigestCheck:
+    """A WARC digest (``sha1:BASE32``, ``sha256:HEX``, ...) checked over data fed in pieces."""
+
+    def __init__(self, value: bytes):
+        algo, sep, want = value.partition(b":")
+        name = _DIGESTS.get(algo.strip().lower()) if sep else None
+        self.want = want.strip()
+        self.hash = hashlib.new(name) if name else None
+
+    def update(self, data: bytes) -> None:
+        if self.hash is not None:
+            self.hash.update(data)
+
+    def matches(self) -> Optional[bool]:
+        """Whether it matches; None if it cannot tell (an unknown algorithm)."""
+        if self.hash is None:
+            return None
+        digest, want = self.hash.digest(), self.want
+        try:
+            if len(want) == len(digest) * 2:
+                return bytes.fromhex(want.decode()) == digest
+            return base64.b32decode(want.upper() + b"=" * (-len(want) % 8)) == digest
+        except (ValueError, UnicodeDecodeError):
+            return False
