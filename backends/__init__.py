@@ -7,14 +7,15 @@ writes files. ``open_backend`` turns a disk's location into a backend.
 from __future__ import annotations
 
 import os
+import re
 
 from .base import Backend
 
 
 def is_url(location: str) -> bool:
-    """Is this disk location a URL (s3://, s3+http://) rather than a directory?"""
-    from .s3 import is_url as s3_url
-    return s3_url(location)
+    """Is this disk location a URL (s3://, s3+http://) rather than a directory?
+    (Without loading the S3 backend: every command asks.)"""
+    return isinstance(location, str) and re.match(r"^s3(\+http)?://", location) is not None
 
 
 def normalize(location: str) -> str:

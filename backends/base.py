@@ -8,6 +8,7 @@ from __future__ import annotations
 import abc
 from typing import Iterator
 
+LEASE = "meta/MOUNTED"      # the mount lease (webfs.locks): in an object store's bucket only, never cached
 
 class Backend(abc.ABC):
     """A disk root that holds files."""

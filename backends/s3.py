@@ -63,7 +63,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from .base import Backend
+from .base import LEASE, Backend
 from .local import LocalBackend
 from .staging import Staging
 
@@ -75,7 +75,6 @@ IDENTITY = ("WEBFS-DISK", "webfs.conf")  # in the bucket, mirrored in the state 
 PUBLISHED = ("meta/MANIFEST", "meta/JOURNAL", "meta/RECORDS")
 CATALOG = "meta/catalog.db"
 COPY = "meta/COPY"                      # the number of the last copy of meta/ to the bucket
-LEASE = "meta/MOUNTED"                  # the mount lease (webfs.locks): in the bucket only, never cached
 DOWN_SECONDS = 10.0                     # an endpoint that failed is not asked again for this long
 CONNECT_TIMEOUT = 2.0
 READ_TIMEOUT = 10.0
@@ -96,10 +95,6 @@ ENV = {"s3_credentials": "WEBFS_S3_CREDENTIALS", "state_dir": "WEBFS_STATE_DIR",
 
 class DiskURLError(ValueError):
     """A disk URL that cannot name an S3 disk (the message says why)."""
-
-
-def is_url(location: str) -> bool:
-    return isinstance(location, str) and re.match(r"^s3(\+http)?://", location) is not None
 
 
 @dataclass(frozen=True)

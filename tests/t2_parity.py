@@ -696,3 +696,23 @@ def test_blocks_stored_at_once_by_many_threads_agree_with_their_parity(tmp_path,
         store.close()
     assert found["problems"] == 0, found
     assert not [r.getMessage() for r in caplog.records if "cannot add block" in r.getMessage()]
+
+
+def test_the_intent_file_lists_a_stripe_once_until_it_is_emptied(tmp_path):
+    """The members of a stripe whose parity waits in memory list it once; the
+    file empties when every rewrite is done and committed, and lists it again after."""
+    from webfs.parity.intents import IntentLog
+    log = IntentLog(str(tmp_path / "parity-intent"), fsync=False)
+    a, b = "a" * 32, "b" * 32
+    for sid in (a, a, b, a):
+        log.begin(sid)
+    assert (tmp_path / "parity-intent").read_text().split() == [a, b]
+    for sid in (a, a, b):
+        log.done(sid)
+    log.committed()
+    assert log.listed() == {a, b}                  # a rewrite of a still runs: kept whole
+    log.done(a)
+    assert log.listed() == set()
+    log.begin(a)
+    assert log.listed() == {a}
+    log.close()

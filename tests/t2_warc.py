@@ -491,23 +491,48 @@ def _as_read(rec) -> tuple:
             rec.tail, rec.gzip, rec.fields)
 
 
-def test_the_reading_process_gives_the_records_signed(tmp_path):
+def _preparing(sign=True, catalog=None) -> warcread.Preparing:
+    return warcread.Preparing(1 << 20, sign, "gzip", 3, catalog)
+
+
+def test_the_reading_process_gives_the_records_prepared(tmp_path):
     """read_records_apart (a process of its own) gives what read_records gives, in
-    order: the long record read again here, each capture of at most a block signed
-    and its digest checked there, the wrong one said to be wrong."""
+    order: the long record read again here; each capture of at most a block signed,
+    its digest checked (the wrong one said to be wrong) and encoded as the store
+    would, once per signature, and not when a block in the catalog has it."""
+    from webfs import codecs
     from webfs.signature import signature
     src, verdicts = _per_record_gzip(tmp_path / "a.warc.gz", 150)
     want = [_as_read(r) for r in warcread.read_records(str(src))]
-    got = list(warcread.read_records_apart(str(src), 1 << 20, True))
+    got = list(warcread.read_records_apart(str(src), _preparing()))
     assert [_as_read(r) for r in got] == want
     long = [r for r in got if isinstance(r, warcread.Record) and isinstance(r.payload, warcread.Payload)]
-    assert len(long) == 1 and long[0].signed is None
-    signed = [r for r in got if isinstance(r, warcread.Record) and r is not long[0]]
-    assert len(signed) == 148        # and the one with a wrong Content-Length is unreadable
-    for r in signed:
-        assert r.signed == (signature(r.payload), verdicts[r.fields[b"warc-target-uri"]])
-    unsigned = list(warcread.read_records_apart(str(src), 1 << 20, False))
-    assert {r.signed[0] for r in unsigned if isinstance(r, warcread.Record) and r.signed} == {None}
+    assert len(long) == 1 and long[0].prepared is None
+    prepared = [r for r in got if isinstance(r, warcread.Record) and r is not long[0]]
+    assert len(prepared) == 148        # and the one with a wrong Content-Length is unreadable
+    for r in prepared:
+        assert r.prepared == (signature(r.payload), verdicts[r.fields[b"warc-target-uri"]],
+                              codecs.encode(r.payload, "gzip", 3))
+    unsigned = list(warcread.read_records_apart(str(src), _preparing(sign=False)))
+    assert {r.prepared[0] for r in unsigned if isinstance(r, warcread.Record) and r.prepared} == {None}
+
+    # Twice the same page, and a page whose block is in the catalog: encoded once, and not at all.
+    import sqlite3
+    cat = tmp_path / "catalog.db"
+    db = sqlite3.connect(cat)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE blocks (sig TEXT)")
+    db.execute("INSERT INTO blocks VALUES (?)", (signature(b"stored before"),))
+    db.commit()
+    twice = tmp_path / "b.warc.gz"
+    twice.write_bytes(b"".join(_gz(_one(b"http://example.com/%d" % i, body))
+                               for i, body in enumerate([b"same", b"same", b"stored before"])))
+    got = [r.prepared for r in warcread.read_records_apart(str(twice), _preparing(catalog=str(cat)))]
+    assert [p[2] is not None for p in got] == [True, False, False]
+    db.close()
+    # A catalog it cannot read: every new signature is encoded (the import would do it otherwise).
+    got = [r.prepared for r in warcread.read_records_apart(str(twice), _preparing(catalog=str(tmp_path / "none.db")))]
+    assert [p[2] is not None for p in got] == [True, False, True]
 
 
 def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeypatch):
@@ -516,7 +541,7 @@ def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeyp
     src, _ = _per_record_gzip(tmp_path / "a.warc.gz", 300)
     want = [_as_read(r) for r in warcread.read_records(str(src))]
     monkeypatch.setenv("WEBFS_TEST_KILL_AT", "warc-reader-after-batch:2")
-    got = [_as_read(r) for r in warcread.read_records_apart(str(src), 1 << 20, True)]
+    got = [_as_read(r) for r in warcread.read_records_apart(str(src), _preparing())]
     said = [r for r in got if r[0] == "problem" and "ended early" in r[2]]
     assert len(said) == 1 and "killed by signal 9" in said[0][2]
     assert said[0][1] == want[2 * warcread.APART_BATCH][0]      # where the third batch starts

@@ -8,7 +8,8 @@ cannot be found is *missing*; the archive opens without it (parity serves
 its blocks). The archive lock (``meta/lock`` on every present disk, held
 with flock) keeps two daemons or commands from working on one archive; on
 an S3 disk a writer also holds the bucket's lease (``webfs.locks``), which
-keeps two machines apart.
+keeps two machines apart. Commands name a place in an unmounted archive
+``DISK:/PATH`` (``archive_place``).
 """
 from __future__ import annotations
 
@@ -693,3 +694,15 @@ def _find_disk(conf: Config, disk: DiskInfo, given: str) -> Optional[str]:
             return cand if is_url(cand) else os.path.abspath(cand)
     return None
 
+
+def archive_place(text: str) -> Optional[tuple[str, str]]:
+    """(disk, path from the archive's root) when ``text`` is ``DISK:/PATH`` (or
+    ``DISK:``) of an archive, DISK a directory holding WEBFS-DISK or a disk URL
+    (whose own colon is not the one that ends it); else None."""
+    url = re.fullmatch(r"(s3(?:\+http)?://[^/]+/[^:]+):(/.*)?", text)
+    if url:
+        return url.group(1), url.group(2) or "/"
+    disk, sep, path = text.partition(":")
+    if sep and not is_url(text) and os.path.isfile(os.path.join(disk, "WEBFS-DISK")):
+        return disk, path or "/"
+    return None

@@ -1,37 +1,20 @@
 """Opening an archive: the one place where its parts are put together.
 
 ``open_archive`` opens the archive a disk belongs to, locks it, opens its
-catalog and gives the store its protection (declustered parity);
-``archive_place`` reads the ``DISK:/PATH`` by which commands name a place in
-an unmounted archive. The store
+catalog and gives the store its protection (declustered parity). The store
 and parity know each other only through ``webfs.protection.Protection``.
 """
 from __future__ import annotations
 
 import os
-import re
 from typing import Optional
 
 from . import signature as sigmod
 from .archive import Archive
-from .backends import is_url
 from .catalog import Catalog, catalog_path, check_catalog_file
 from .errors import ArchiveError
 from .parity import Parity
 from .store import Store
-
-
-def archive_place(text: str) -> Optional[tuple[str, str]]:
-    """(disk, path from the archive's root) when ``text`` is ``DISK:/PATH`` (or
-    ``DISK:``) of an archive, DISK a directory holding WEBFS-DISK or a disk URL
-    (whose own colon is not the one that ends it); else None."""
-    url = re.fullmatch(r"(s3(?:\+http)?://[^/]+/[^:]+):(/.*)?", text)
-    if url:
-        return url.group(1), url.group(2) or "/"
-    disk, sep, path = text.partition(":")
-    if sep and not is_url(text) and os.path.isfile(os.path.join(disk, "WEBFS-DISK")):
-        return disk, path or "/"
-    return None
 
 
 def open_archive(path: str, holder: str = "webfs", lock: bool = True,

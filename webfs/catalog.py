@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import urllib.parse
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -143,6 +144,30 @@ class BlockRow:
 
 
 GROUP_CACHE = 8192        # groups whose disk is kept in memory (of 65,536 at depth 3)
+
+
+class SignatureLookup:
+    """Which of some signatures a block has, asked of a catalog file read only
+    by another process (import-warc's reading process, to encode only new
+    documents): it sees what the catalog's writer has committed. Any SQLite
+    error makes it answer "none" from then on (the caller then does the work)."""
+
+    def __init__(self, path: str):
+        try:
+            self.db: Optional[sqlite3.Connection] = sqlite3.connect(
+                f"file:{urllib.parse.quote(path)}?mode=ro", uri=True, timeout=30)
+        except sqlite3.Error:
+            self.db = None
+
+    def having(self, sigs: list[str]) -> set[str]:
+        if self.db is None or not sigs:
+            return set()
+        try:
+            return {r[0] for r in self.db.execute(
+                f"SELECT sig FROM blocks WHERE sig IN ({','.join('?' * len(sigs))})", sigs)}
+        except sqlite3.Error:
+            self.db = None
+            return set()
 
 
 class Catalog:

@@ -14,22 +14,24 @@ import os
 import re
 import signal
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import click
 
 from . import __version__, archive as archmod
 from . import control
-from .commands import fsck as fsckmod
-from .commands.report import EXIT_FAILED
 from .admin import human
+from .archive import archive_place
 from .backends import is_url, normalize
 from .errors import CatalogUnreadable, WebfsError
 from .locks import TAKE_ENV
-from .operations import OPERATIONS
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
-from .assembly import archive_place, open_archive
-from .store import Store, key_of
+
+# The store, the operations and the daemon are loaded by the commands that
+# use them: `webfs --help`, and a command a mount's daemon runs, start in a
+# third of the time.
+if TYPE_CHECKING:
+    from .store import Store
 
 log = logging.getLogger("webfs")
 
@@ -112,6 +114,7 @@ def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
 def open_store(disk: str, holder: str) -> Store:
     # An import removes replaced blocks and flushes parity in the background
     # worker, as a mount does; the other commands expect each commit settled.
+    from .assembly import open_archive
     return open_archive(disk, holder=f"webfs {holder}", background=holder == "import")
 
 
@@ -140,6 +143,7 @@ def run_operation(target: str, name: str, as_json: bool = False, unit: str = "bl
         if control.is_mountpoint(target):
             result = control.call(target, name, options, listener)
         else:
+            from .operations import OPERATIONS
             store = open_store(target, name)
             previous = signal.getsignal(signal.SIGINT)
 
@@ -182,6 +186,7 @@ def status(as_json, target):
     if control.is_mountpoint(target):
         st = control.call(target, "status", {}).figures
     else:
+        from .assembly import open_archive
         store = open_archive(target, lock=False)
         try:
             st = store.status()
@@ -258,6 +263,8 @@ def fsck(repair, rebuild, disk):
     problems left, 8 the check could not run.
     """
     import sqlite3
+    from .commands import fsck as fsckmod
+    from .commands.report import EXIT_FAILED
     skipped: list = []
     try:
         if rebuild:
@@ -560,6 +567,7 @@ def _mount_of(path: str) -> Optional[tuple[str, str]]:
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 def put(mode, disk, files):
     """Store FILES in the archive without a mount; print one contentkey per file."""
+    from .store import key_of
     store = open_store(disk, "put")
     try:
         for path in files:
@@ -581,6 +589,7 @@ def put(mode, disk, files):
 def get(disk, key):
     """Write the document with contentkey KEY to standard output."""
     ck = _parse_key(key)
+    from .assembly import open_archive
     store = open_archive(disk, lock=False)
     try:
         data = store.retrieve(ck)
@@ -618,7 +627,8 @@ def delete(disk, keys):
 @click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
 def mount(options, foreground, disk, mountpoint):
     """Mount the archive that DISK belongs to on MOUNTPOINT."""
-    from . import daemon    # pyfuse3 and trio: only the commands that mount load them
+    from . import daemon
+    from .operations import OPERATIONS
     daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), OPERATIONS, foreground=foreground)
 
 
@@ -747,6 +757,7 @@ def mount_helper() -> None:
         sys.exit(1)
     _setup_logging(0)
     from . import daemon
+    from .operations import OPERATIONS
     try:
         opts = daemon.MountOptions.parse(options)
         if not fake:

@@ -462,7 +462,8 @@ class Importer:
                         prep[0][i] = p._replace(same=same)
                     elif not stored and p.sig not in encoded:
                         encoded.add(p.sig)
-                        prep[0][i] = p._replace(encoded=self.store.encode(p.data))
+                        if p.encoded is None:         # (a WARC's reading process may have)
+                            prep[0][i] = p._replace(encoded=self.store.encode(p.data))
         except Exception:
             pass                          # the store reads back and encodes what it needs
         return out
@@ -867,7 +868,6 @@ def import_namespace(store: Store) -> Iterator[Namespace]:
 def _open_namespace(store: Store):
     """The namespace and journal of an unmounted archive, recovered first if a
     mount or an import died; marked unclean while names are being made."""
-    from .daemon import recover_after_crash
     from .manifest import Journal
     journal = Journal(store.archive)
     ns = Namespace(store, journal.record)
@@ -875,6 +875,7 @@ def _open_namespace(store: Store):
     store.journal = journal
     ns.ensure_root(os.getuid(), os.getgid())
     if store.catalog.get_meta("clean") == "0":
+        from .daemon import recover_after_crash     # (pyfuse3 and trio: only when needed)
         log.warning("the archive was not unmounted cleanly; recovering")
         for line in recover_after_crash(store, ns):
             log.info("recovery: %s", line)

@@ -28,7 +28,7 @@ import uuid
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-from .backends.s3 import LEASE as LEASE_PATH
+from .backends.base import LEASE as LEASE_PATH
 from .errors import ArchiveBusy
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,9 @@ The import is the bulk import of webfs.ingest fed by records instead of a
 walk of directories: an ``Importer`` whose items carry their bytes. So it
 has the same batches (one catalog commit per batch), the same promise
 (a capture counted as imported survives ``kill -9``), the same resume.
-A per-record gzip file is read, and its captures signed and checked
-against their digests, by a process of its own (warcread.read_records_apart).
+A per-record gzip file is read, and its captures signed, checked against
+their digests and compressed, by a process of its own
+(warcread.read_records_apart).
 
 What a collection ``NAME`` keeps of a source file ``x.warc.gz``
 (webfs-format(5), WEB ARCHIVE FILES):
@@ -48,11 +49,12 @@ from .admin import human
 from .errors import FsError, WebfsError
 from .ingest import Importer, Item, Piece, import_namespace, show_path
 from .namespace import ROOT_INODE
-from .assembly import archive_place, open_archive
+from .archive import archive_place
+from .assembly import open_archive
 from .backends import is_url
 from .signature import signature
 from .store import Store
-from .warcread import (READ_CHUNK, DigestCheck, Problem, Record, arc_fields, payload_pieces,
+from .warcread import (READ_CHUNK, DigestCheck, Preparing, Problem, Record, arc_fields, payload_pieces,
                        read_records_apart)
 
 log = logging.getLogger(__name__)
@@ -163,7 +165,7 @@ class WarcImporter(Importer):
 
     def _file(self, path: bytes, data, mtime_ns: int, xattrs: list, identity: bytes,
               src: bytes, share: Optional[object] = None, digest: Optional[bytes] = None,
-              where: str = "", signed: Optional[tuple] = None) -> Optional[Item]:
+              where: str = "", prepared: Optional[tuple] = None) -> Optional[Item]:
         """A file item for a path below the collection; None when it is there already."""
         parent_path, _, name = path.rpartition(b"/")
         parent = self._dir(parent_path)
@@ -175,7 +177,7 @@ class WarcImporter(Importer):
         item.warc_identity = identity
         item.warc_where = where or show_path(item.path)     # its record, in messages
         item.warc_data, item.warc_digest, item.warc_share = data, digest, share
-        item.warc_signed = signed
+        item.warc_prepared = prepared
         self.enqueue(item, len(data) if share is None else 0)
         item.warc_future = item.future
         return item
@@ -208,8 +210,10 @@ class WarcImporter(Importer):
         index = [INDEX_HEADER.encode()]
         heads = io.BytesIO()
         keep = KEEP_DIR
-        for rec in read_records_apart(os.fsdecode(src), self.max_block,
-                                           self.store.signature_fn is signature):
+        conf = self.store.conf
+        preparing = Preparing(self.max_block, self.store.signature_fn is signature, conf.codec, conf.level,
+                              self.store.catalog.path)
+        for rec in read_records_apart(os.fsdecode(src), preparing):
             if isinstance(rec, Problem):
                 self._report(f"{show_path(src)}: offset {rec.offset}: {rec.text}")
                 continue
@@ -348,7 +352,7 @@ class WarcImporter(Importer):
                 return None, path
             return self._revisit(rv, orig), path
         item = self._file(path, rec.payload, mtime, xattrs, identity, src, digest=digest, where=where,
-                          signed=rec.signed)
+                          prepared=rec.prepared)
         if digest and digest not in self.by_digest:
             self.by_digest[digest] = item
         self.wc.captures += 1
@@ -413,9 +417,9 @@ class WarcImporter(Importer):
         data = item.warc_data
         if item.warc_share is not None or len(data) > self.max_block:
             return None
-        if item.warc_signed is not None:
-            sig, matches = item.warc_signed
-            return [Piece(data, sig or self.store.signature_fn(data))], matches
+        if item.warc_prepared is not None:
+            sig, matches, encoded = item.warc_prepared
+            return [Piece(data, sig or self.store.signature_fn(data), encoded)], matches
         check = DigestCheck(item.warc_digest) if item.warc_digest else None
         pieces = list(self._pieces(data, check, sign=True))
         return pieces, (check.matches() if check is not None else None)

@@ -9,16 +9,20 @@ the file by offset and length, so nothing warcio rewrites is lost
 (``read_records``).
 
 An import reads a per-record gzip file in a process of its own
-(``read_records_apart``): that process also signs each capture and checks
-its WARC digest, so both cores work and the importing process spends no
-interpreter time on parsing. If that process dies, the importing process
+(``read_records_apart``): that process also signs each capture, checks its
+WARC digest and compresses it as a new block would hold it (unless a block
+has its signature), so both cores work and the importing process spends no
+interpreter time on parsing nor hashing. If that process dies, the importing process
 says so and reads on from the record after the last one it got.
 """
 from __future__ import annotations
 
 import base64
+import dataclasses
 import errno
+import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -30,7 +34,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Iterator, Optional
 
-from . import testkill
+from . import codecs, testkill
+from .catalog import SignatureLookup
 from .signature import signature
 
 _BLANK_LINE = re.compile(rb"\n\r*\n")     # the end of a header block (\r\n, \n, \r\r\n lines)
@@ -99,7 +104,7 @@ class Record:
     fields: dict = field(default_factory=dict)   # lowercase header name -> raw value (bytes)
     arc: bool = False
     gzip: bytes = b""            # the index's gz column: how to make the gzip member again (gzip_recipe)
-    signed: Optional[tuple] = None   # (signature, digest verdict) from the reading process
+    prepared: Optional[tuple] = None   # (signature, digest verdict, encoded): read_records_apart
 
 
 def gzip_recipe(member: bytes, crc: int) -> bytes:
@@ -386,7 +391,23 @@ def read_records(path: str, start: int = 0) -> Iterator[object]:
 
 # The reading process of an import (read_records_apart).
 APART_BATCH = 64            # records it sends at once
+APART_PIPE = 1 << 20        # the pipe's buffer: it reads on while a batch waits (Linux's default bound)
+SEEN_KEPT = 200_000         # signatures it remembers having encoded (~100 B each)
 _APART_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from webfs.warcread import _read_and_send; _read_and_send()"
+
+
+@dataclass(frozen=True)
+class Preparing:
+    """What the reading process does to each capture of at most ``max_block``
+    bytes besides reading it: sign it (``sign``: the store's signature is
+    webfs's own), check its WARC digest, and encode it as the store would
+    (``codec``, ``level``) unless an earlier capture of the file, or a block
+    in the catalog (``catalog``, read only), has its signature."""
+    max_block: int
+    sign: bool
+    codec: str
+    level: int
+    catalog: Optional[str] = None
 
 
 @dataclass
@@ -396,22 +417,28 @@ class Again:
     offset: int
 
 
-def read_records_apart(path: str, max_block: int, sign: bool) -> Iterator[object]:
+def read_records_apart(path: str, preparing: Preparing) -> Iterator[object]:
     """``read_records(path)``, read by a process of its own when the file is
-    gzipped per record. A capture of at most ``max_block`` bytes comes with
-    ``signed``: (its payload's signature when ``sign``, else None; what
-    ``DigestCheck.matches`` says of its WARC-Payload-Digest, None without one)."""
+    gzipped per record. A capture that process prepared comes with
+    ``prepared``: (its signature, or None unless ``preparing.sign``; what
+    ``DigestCheck.matches`` says of its WARC-Payload-Digest, None without
+    one; its (codec, payload) as a new block would hold it, or None)."""
     try:
         with open(path, "rb") as fh:
             apart = fh.read(2) == b"\x1f\x8b" and not _whole_file_gzip(fh)
         code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        child = subprocess.Popen([sys.executable, "-c", _APART_MAIN, code, path, str(max_block),
-                                  "sign" if sign else "-"], stdout=subprocess.PIPE) if apart else None
+        child = subprocess.Popen([sys.executable, "-c", _APART_MAIN, code, path,
+                                  json.dumps(dataclasses.asdict(preparing))],
+                                 stdout=subprocess.PIPE) if apart else None
     except OSError:
         child = None
     if child is None:
         yield from read_records(path)
         return
+    try:
+        fcntl.fcntl(child.stdout.fileno(), fcntl.F_SETPIPE_SZ, APART_PIPE)
+    except OSError:
+        pass                    # a smaller bound: the reading process waits more
     conn = Connection(os.dup(child.stdout.fileno()))
     child.stdout.close()
     read_on = 0                 # where a record not received yet starts
@@ -455,31 +482,56 @@ def _record_at(path: str, offset: int) -> object:
 
 def _read_and_send() -> None:
     """The reading process: ``read_records`` of argv[2] to standard output, in
-    pickled batches, then None; each capture of at most argv[3] bytes signed
-    (argv[4] ``sign``) and its digest checked (see ``read_records_apart``)."""
-    path, max_block, sign = sys.argv[2], int(sys.argv[3]), sys.argv[4] == "sign"
+    pickled batches, then None; its captures prepared as argv[3] (Preparing,
+    as JSON) says."""
+    path, preparing = sys.argv[2], Preparing(**json.loads(sys.argv[3]))
     testkill.arm()
     conn = Connection(os.dup(1))
     os.dup2(2, 1)                         # nothing else reaches the pipe
+    encoder = _Encoder(preparing)
     batch: list = []
     for rec in read_records(path):
         if isinstance(rec, Record):
             if isinstance(rec.payload, Payload):
                 rec = Again(rec.offset)
-            elif rec.rtype in ("response", "resource") and len(rec.payload) <= max_block:
+            elif rec.rtype in ("response", "resource") and len(rec.payload) <= preparing.max_block:
                 digest = rec.fields.get(b"warc-payload-digest")
                 check = DigestCheck(digest) if digest else None
                 if check is not None:
                     check.update(rec.payload)
-                rec.signed = (signature(rec.payload) if sign else None,
-                              check.matches() if check is not None else None)
+                rec.prepared = (signature(rec.payload) if preparing.sign else None,
+                                check.matches() if check is not None else None, None)
         batch.append(rec)
         if len(batch) >= APART_BATCH:
-            conn.send(batch)
+            conn.send(encoder.encoded(batch))
             batch = []
             testkill.point("warc-reader-after-batch")
-    conn.send(batch)
+    conn.send(encoder.encoded(batch))
     conn.send(None)
+
+
+class _Encoder:
+    """The reading process's encoding of captures whose signature no block has."""
+
+    def __init__(self, preparing: Preparing):
+        self.preparing = preparing
+        self.seen: set[str] = set()
+        self.catalog = SignatureLookup(preparing.catalog) if preparing.catalog else None
+
+    def encoded(self, batch: list) -> list:
+        todo = [r for r in batch if isinstance(r, Record) and r.prepared is not None]
+        sigs = list({r.prepared[0] for r in todo if r.prepared[0] is not None} - self.seen)
+        known = self.catalog.having(sigs) if self.catalog is not None else set()
+        if len(self.seen) > SEEN_KEPT:
+            self.seen.clear()
+        for r in todo:
+            sig, matches, _ = r.prepared
+            if sig is None or not (sig in self.seen or sig in known):
+                r.prepared = (sig, matches, codecs.encode(r.payload, self.preparing.codec,
+                                                          self.preparing.level))
+            if sig is not None:
+                self.seen.add(sig)
+        return batch
 
 
 def _whole_file_gzip(fh) -> bool:

@@ -24,7 +24,7 @@ class IntentLog:
         self.fsync = fsync
         self._lock = threading.Lock()
         self._fd: Optional[int] = None
-        self._written = False
+        self._listed: set[str] = set()    # the ids in the file
         self._inflight: Counter[str] = Counter()
         self._uncommitted: set[str] = set()
 
@@ -37,12 +37,15 @@ class IntentLog:
 
     def begin(self, stripe_id: str) -> None:
         with self._lock:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(self._fd, f"{stripe_id}\n".encode())
-            if self.fsync:
-                os.fsync(self._fd)
-            self._written = True
+            # A stripe listed since the file was last emptied is not listed again
+            # (the next members of a stripe whose parity is written behind).
+            if stripe_id not in self._listed:
+                if self._fd is None:
+                    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                os.write(self._fd, f"{stripe_id}\n".encode())
+                if self.fsync:
+                    os.fsync(self._fd)
+                self._listed.add(stripe_id)
             self._inflight[stripe_id] += 1
             self._uncommitted.add(stripe_id)
 
@@ -64,15 +67,15 @@ class IntentLog:
             self._settle()
 
     def _settle(self) -> None:
-        if self._written and not self._inflight and not self._uncommitted:
+        if self._listed and not self._inflight and not self._uncommitted:
             os.ftruncate(self._fd, 0)
-            self._written = False
+            self._listed.clear()
 
     def clear(self) -> None:
         with self._lock:
             if os.path.exists(self.path):
                 os.truncate(self.path, 0)
-            self._written = False
+            self._listed.clear()
 
     def close(self) -> None:
         with self._lock:
