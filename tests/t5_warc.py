@@ -35,3 +35,42 @@ def test_kill_9_then_rerun_finishes_the_import(tmp_path):
     finally:
         t.close()
     assert webfs("fsck", disks[0], check=False).returncode == 0
+
+
+def test_ctrl_c_stops_at_a_safe_point_quietly_then_rerun_finishes(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group: the command and its
+    reading process) stops the import at a safe point with its summary, no
+    traceback, no process left behind; the rerun imports the rest."""
+    import signal
+    import subprocess
+    import time
+    disks = make_archive(tmp_path, 3)
+    pages = [(f"http://site.org/{i % 40}/p{i}.html", b"page %d " % i * (1 + i % 30)) for i in range(8000)]
+    src = write_warc(tmp_path / "big.warc.gz", pages)
+    proc = subprocess.Popen([str(BIN / "webfs"), "import-warc", "--collection", "c", str(src), f"{disks[0]}:/"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def readers() -> list[int]:
+        found = []
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"_read_and_send" in f.read() and os.getpgid(int(pid)) == proc.pid:
+                        found.append(int(pid))
+            except (OSError, ValueError):
+                pass
+        return found
+    deadline = time.monotonic() + 60
+    while not readers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert readers(), "the reading process never started"
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    out = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 4, out
+    assert "stopped before the end" in out and "Traceback" not in out, out
+    assert not readers()
+    _, fig = imp(disks[0], src, check=True)
+    assert fig["captures"] + fig["already"] == 8000, fig
+    fsck = webfs("fsck", disks[0], check=False)
+    assert fsck.returncode == 0, fsck.stdout.decode()

@@ -439,7 +439,17 @@ class Importer:
             self.waiting = None
         for chunk, prepared, ready in todo:
             self._store_chunk(chunk, prepared)
-            yield from ready
+            for i, item in enumerate(ready):
+                try:
+                    yield item
+                except GeneratorExit:
+                    # The import stops here (closed by ``run``): what this chunk
+                    # stored and will not give out gives its references back.
+                    for left in ready[i + 1:]:
+                        if left.future is not None and left.future.done() and \
+                                not left.future.cancelled() and left.future.exception() is None:
+                            self._give_back(left)
+                    raise
 
     def _prepare(self, chunk: list[Item]) -> list[Optional[tuple[list[Piece], object]]]:
         """What ``prepare`` gives for each item of a chunk, its pieces then
@@ -546,18 +556,24 @@ class Importer:
             self.pool = pool
             pending: deque[Item] = deque()
             batch: list[Item] = []
+            walked = self._chunked(self.walk(sources, dest))
             try:
-                for item in self._chunked(self.walk(sources, dest)):
+                for item in walked:
                     pending.append(item)
                     self._take(pending, batch, wait=len(pending) > WINDOW)
                     if self.progress.stopping:
                         break
+                walked.close()          # stopped: what was stored and not given out is given back
                 while pending:
                     self._take(pending, batch, wait=True)
                 self._flush(batch, final=True)
             except BaseException:
                 # Failed, or cut short (the command hung up): what was stored for
                 # names not made gives its references back.
+                try:
+                    walked.close()
+                except Exception as exc:          # the failure to report is the first one
+                    log.warning("giving back what an import stored and did not name: %s", exc)
                 for item in pending:
                     if item.future is not None:
                         item.future.cancel()

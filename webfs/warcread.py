@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -460,10 +461,10 @@ def read_records_apart(path: str, preparing: Preparing) -> Iterator[object]:
                     said.add((rec.offset, rec.text))
                 yield rec
     finally:
-        conn.close()
         if not ended:
             child.kill()
         child.wait()
+        conn.close()
     if ended:
         return
     how = f"killed by signal {-child.returncode}" if child.returncode < 0 else f"exit status {child.returncode}"
@@ -485,9 +486,19 @@ def _read_and_send() -> None:
     pickled batches, then None; its captures prepared as argv[3] (Preparing,
     as JSON) says."""
     path, preparing = sys.argv[2], Preparing(**json.loads(sys.argv[3]))
+    # Ctrl-C is the importing process's to act on (it stops at a safe point
+    # and ends this one); an importing process gone closes the pipe.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     testkill.arm()
     conn = Connection(os.dup(1))
     os.dup2(2, 1)                         # nothing else reaches the pipe
+    try:
+        _send_records(conn, path, preparing)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
     encoder = _Encoder(preparing)
     batch: list = []
     for rec in read_records(path):
