@@ -444,11 +444,8 @@ class Importer:
                     yield item
                 except GeneratorExit:
                     # The import stops here (closed by ``run``): what this chunk
-                    # stored and will not give out gives its references back.
-                    for left in ready[i + 1:]:
-                        if left.future is not None and left.future.done() and \
-                                not left.future.cancelled() and left.future.exception() is None:
-                            self._give_back(left)
+                    # stored (each future settled above) and will not give out.
+                    self._give_back_unnamed(ready[i + 1:])
                     raise
 
     def _prepare(self, chunk: list[Item]) -> list[Optional[tuple[list[Piece], object]]]:
@@ -577,11 +574,7 @@ class Importer:
                 for item in pending:
                     if item.future is not None:
                         item.future.cancel()
-                for item in list(pending) + batch:
-                    if item.future is not None:
-                        if item.future.cancelled() or item.future.exception() is not None:
-                            continue
-                    self._give_back(item)
+                self._give_back_unnamed(list(pending) + batch)
                 try:
                     self.store.commit()
                 except WebfsError:
@@ -590,6 +583,14 @@ class Importer:
             finally:
                 self._invalidate(self.dirs_changed)
         return self.counts
+
+    def _give_back_unnamed(self, items: Iterable[Item]) -> None:
+        """Give back what items whose names will not be made stored: not those
+        whose store failed or was cancelled (they took nothing)."""
+        for item in items:
+            if item.future is not None and (item.future.cancelled() or item.future.exception() is not None):
+                continue
+            self._give_back(item)
 
     def _give_back(self, item: Item) -> None:
         """Drop the references a file's blocks took for a name that was not made."""
