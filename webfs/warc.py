@@ -400,13 +400,12 @@ class WarcImporter(Importer):
 
     # -- preparing (the pool's threads) and storing (the walking thread) ---------
 
-    def _pieces(self, data, check: Optional[DigestCheck], sign: bool) -> Iterator[Piece]:
+    def _pieces(self, data, check: DigestCheck, sign: bool) -> Iterator[Piece]:
         """A payload (bytes or Payload) in pieces, fed to its digest check on the
         way (here, not in the walk: hashing releases the GIL); signed if asked."""
         sign_fn = self.store.signature_fn
         for piece in payload_pieces(data, self.max_block):
-            if check is not None:
-                check.update(piece)
+            check.update(piece)
             yield Piece(piece, sign_fn(piece) if sign else None)
         if not len(data):
             yield Piece(b"", sign_fn(b"") if sign else None)     # an empty capture is one empty block
@@ -420,9 +419,9 @@ class WarcImporter(Importer):
         if item.warc_prepared is not None:
             sig, matches, encoded = item.warc_prepared
             return [Piece(data, sig or self.store.signature_fn(data), encoded)], matches
-        check = DigestCheck(item.warc_digest) if item.warc_digest else None
+        check = DigestCheck(item.warc_digest)
         pieces = list(self._pieces(data, check, sign=True))
-        return pieces, (check.matches() if check is not None else None)
+        return pieces, check.matches()
 
     def store_prepared(self, item: Item, prepared: Optional[tuple[list[Piece], Optional[bool]]]) -> None:
         """Store a capture: a revisit's original blocks, or its payload (bytes or
@@ -437,9 +436,9 @@ class WarcImporter(Importer):
             pieces, matches = prepared
             self.store_pieces(item, pieces)
         else:
-            check = DigestCheck(digest) if digest else None
+            check = DigestCheck(digest)
             self.store_pieces(item, self._pieces(data, check, sign=False))
-            matches = check.matches() if check is not None else None
+            matches = check.matches()
         if matches is False:
             item.warning = (f"{item.warc_where}: WARC-Payload-Digest "
                             f"{show_path(digest)} does not match the payload; imported as read")

@@ -506,12 +506,9 @@ def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
             if isinstance(rec.payload, Payload):
                 rec = Again(rec.offset)
             elif rec.rtype in ("response", "resource") and len(rec.payload) <= preparing.max_block:
-                digest = rec.fields.get(b"warc-payload-digest")
-                check = DigestCheck(digest) if digest else None
-                if check is not None:
-                    check.update(rec.payload)
-                rec.prepared = (signature(rec.payload) if preparing.sign else None,
-                                check.matches() if check is not None else None, None)
+                check = DigestCheck(rec.fields.get(b"warc-payload-digest"))
+                check.update(rec.payload)
+                rec.prepared = (signature(rec.payload) if preparing.sign else None, check.matches(), None)
         batch.append(rec)
         if len(batch) >= APART_BATCH:
             conn.send(encoder.encoded(batch))
@@ -671,10 +668,11 @@ _DIGESTS = {b"sha1": "sha1", b"sha256": "sha256", b"sha-256": "sha256", b"md5": 
 
 
 class DigestCheck:
-    """A WARC digest (``sha1:BASE32``, ``sha256:HEX``, ...) checked over data fed in pieces."""
+    """A WARC digest (``sha1:BASE32``, ``sha256:HEX``, ...) checked over data fed
+    in pieces; with none (None) or an unknown algorithm, nothing is checked."""
 
-    def __init__(self, value: bytes):
-        algo, sep, want = value.partition(b":")
+    def __init__(self, value: Optional[bytes]):
+        algo, sep, want = (value or b"").partition(b":")
         name = _DIGESTS.get(algo.strip().lower()) if sep else None
         self.want = want.strip()
         self.hash = hashlib.new(name) if name else None
@@ -684,7 +682,7 @@ class DigestCheck:
             self.hash.update(data)
 
     def matches(self) -> Optional[bool]:
-        """Whether it matches; None if it cannot tell (an unknown algorithm)."""
+        """Whether it matches; None if it cannot tell (no digest, an unknown algorithm)."""
         if self.hash is None:
             return None
         digest, want = self.hash.digest(), self.want
