@@ -69,9 +69,7 @@ def write_warc(path: Path, pages, gz: bool = True, date: str = "2024-01-01T12:00
                                         warc_headers_dict={"WARC-Date": date, "WARC-Record-ID": _rid(n)})
             n += 1
             w.write_record(conv)
-            import base64
-            import hashlib
-            pd = "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
+            pd = _digest(body).decode()
             http = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8"), ("X-Test", "yes")],
                                     protocol="HTTP/1.1")
             rev = w.create_revisit_record("http://example.com/copy.html", pd, url, "2024-01-01T12:00:00Z",

@@ -56,15 +56,8 @@ def test_kill_9_loses_no_file_the_import_reported(tmp_path, victim):
     src.mkdir()
     for i in range(6000):
         (src / f"f{i:05d}").write_bytes(f"page {i}\n".encode() * (1 + i % 50))
-    m = Mounted(tmp_path, disks=3) if victim == "daemon" else None
-    if m is None:
-        m = Mounted.__new__(Mounted)
-        m.root, m.disks, m.mnt, m.options = tmp_path, [tmp_path / f"disk{i}" for i in range(3)], tmp_path / "mnt", ""
-        m.mnt.mkdir()
-        webfs("mkfs", *m.disks)
-        dest = f"{m.disks[0]}:/c"
-    else:
-        dest = str(m.mnt / "c")
+    m = Mounted(tmp_path, disks=3, mount=victim == "daemon")
+    dest = str(m.mnt / "c") if victim == "daemon" else f"{m.disks[0]}:/c"
     try:
         proc, shown = run_with_bar([str(BIN / "webfs"), "import", f"{src}/", dest])
         deadline = time.time() + 120
@@ -98,8 +91,8 @@ def test_ctrl_c_stops_at_a_safe_point_and_leaks_no_reference(tmp_path):
     src.mkdir()
     for i in range(6000):
         (src / f"f{i:05d}").write_bytes(f"page {i}\n".encode() * (1 + i % 50))
-    disks = [tmp_path / f"disk{i}" for i in range(3)]
-    webfs("mkfs", *disks)
+    m = Mounted(tmp_path, disks=3, mount=False)
+    disks = m.disks
     proc, shown = run_with_bar([str(BIN / "webfs"), "import", f"{src}/", f"{disks[0]}:/c"],
                                start_new_session=True)
     deadline = time.time() + 120
@@ -112,9 +105,6 @@ def test_ctrl_c_stops_at_a_safe_point_and_leaks_no_reference(tmp_path):
     webfs("import", f"{src}/", f"{disks[0]}:/c")
     fsck = webfs("fsck", disks[0], check=False)
     assert fsck.returncode == 0, fsck.stdout.decode()
-    m = Mounted.__new__(Mounted)
-    m.root, m.disks, m.mnt, m.options = tmp_path, disks, tmp_path / "mnt", ""
-    m.mnt.mkdir()
     m.mount()
     try:
         sh(f"diff -r '{src}' '{m.mnt}/c'")
