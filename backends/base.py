@@ -26,9 +26,10 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def write_new(self, path: str, data: bytes, fsync: bool = False) -> None:
-        """Write a file that should not exist yet (a new block, whose name is
-        listed in the store's intents first, so a crash's half-written file is
-        found and removed). By default the same as ``write_atomic``."""
+        """Write a file that should not exist yet (a new block, or a new
+        stripe's parity file, each listed in an intent log first, so a crash's
+        half-written file is found and removed or rewritten). By default the
+        same as ``write_atomic``."""
         self.write_atomic(path, data, fsync)
 
     def write_at(self, path: str, offset: int, data: bytes, fsync: bool = False) -> None:

@@ -34,7 +34,7 @@ from webfs.errors import ArchiveError, CorruptParity, DataLost, NoSpace
 from webfs.parity import (Member, Parity, ParityHeader, size_class, xor_payloads)
 from webfs.commands.rebuild_disk import MAX_THREADS, Pace, measure
 from webfs.signature import ContentKey
-from webfs.store import Store, key_of
+from webfs.store import Piece, Store, key_of
 
 WORDS = [w * k for w in ("web", "page", "archive", "link", "html", "crawl", "text") for k in (1, 2)]
 
@@ -499,6 +499,38 @@ def test_a_crash_between_a_block_and_its_parity_is_repaired_at_the_next_open(tmp
     store.close()
 
 
+@pytest.mark.parametrize("committed", [True, False])
+def test_a_new_stripes_parity_file_cut_short_by_a_crash_is_mended_at_the_next_open(tmp_path, committed):
+    """A new stripe's first parity file is written in place, not through a
+    temporary file: a crash in the middle leaves it short, under its own
+    name, with the stripe in meta/parity-intent. The next open recomputes it
+    (the stripe was committed) or removes it (it was not)."""
+    disks = make_archive(tmp_path / "a", disks=4, group_size=4)
+    store = open_store(disks)
+    stored = fill(store, documents(12, seed=21))
+    stripe_id = store.protection.stripe_ids()[0]
+    parity_disk = store.protection.stripe(stripe_id).parity_disk
+    if not committed:       # as if the catalog never learnt of the stripe
+        store.catalog.execute("UPDATE blocks SET stripe=NULL WHERE stripe=?", (stripe_id,))
+        store.catalog.execute("DELETE FROM stripes WHERE id=?", (stripe_id,))
+        store.commit()
+    store.close()
+    path = parity_file(disks, stripe_id, parity_disk)
+    path.write_bytes(path.read_bytes()[:100])
+    (disks[0] / "meta" / "parity-intent").write_text(stripe_id + "\n")
+    store = open_store(disks)
+    [(sid, done)] = store.protection.recovered
+    assert sid == stripe_id
+    if committed:
+        assert "unreadable" in done and path.exists()
+        assert_parity_consistent(store)
+        for row, doc in stored:
+            assert store.read(row) == doc
+    else:
+        assert "does not know" in done and not path.exists()
+    store.close()
+
+
 def test_a_failed_commit_takes_its_blocks_out_of_the_parity_again(tmp_path, monkeypatch):
     disks = make_archive(tmp_path / "a", disks=4, group_size=3)
     store = open_store(disks)
@@ -644,6 +676,18 @@ class ParityModel(RuleBasedStateMachine):
         row = self.store.store(doc, name=b"/m", pin=True)
         self.live.append((row.id, doc))
 
+    @rule(sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=12), seed=st.integers(0, 10 ** 6),
+          twice=st.booleans())
+    def store_chunk(self, sizes, seed, twice):
+        """A chunk of an import: placed at once, several members of a stripe XOR-ed in at once."""
+        rnd = random.Random(seed)
+        docs = [rnd.randbytes(size) for size in sizes]
+        if twice:
+            docs.append(docs[0])            # a duplicate within the chunk
+        rows = self.store.store_many([Piece(d) for d in docs], [b"/m"] * len(docs), pin=True)
+        for row, doc in zip(rows, docs):
+            self.live.append((row.id, doc))
+
     @rule()
     def commit(self):
         self.store.commit()
@@ -695,7 +739,34 @@ def test_blocks_stored_at_once_by_many_threads_agree_with_their_parity(tmp_path,
     finally:
         store.close()
     assert found["problems"] == 0, found
-    assert not [r.getMessage() for r in caplog.records if "cannot add block" in r.getMessage()]
+    assert not [r.getMessage() for r in caplog.records if "cannot add" in r.getMessage()]
+
+
+def test_chunks_stored_at_once_by_threads_agree_with_their_parity(tmp_path, caplog):
+    """An import stores a chunk of files at once (``store_many``): its blocks
+    are placed together and each stripe's new members XOR-ed in at once, from
+    several threads (two imports into a mount, a mount's own writes)."""
+    from concurrent.futures import ThreadPoolExecutor
+    disks = make_archive(tmp_path, 5, group_size=4)
+    docs = documents(900, seed=12, median=5.0, sigma=0.5)
+    chunks = [docs[i:i + 30] for i in range(0, len(docs), 30)]
+    store = open_archive(str(disks[0]), holder="test")
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda c: store.store_many([Piece(d) for d in c], [b"/c"] * len(c), pin=True),
+                                chunks))
+        store.commit()
+        store.protection.flush()
+        assert_parity_consistent(store)
+        assert store.status()["protection"]["unprotected_blocks"] == 0
+        for chunk, rows in zip(chunks, got):
+            assert [store.read(r) for r in rows] == chunk
+    finally:
+        sys.setswitchinterval(switch)
+        store.close()
+    assert not [r.getMessage() for r in caplog.records if "cannot add" in r.getMessage()]
 
 
 def test_the_intent_file_lists_a_stripe_once_until_it_is_emptied(tmp_path):

@@ -15,6 +15,7 @@ from webfs.block import BlockHeader, HEADER_SIZE
 from webfs.errors import ArchiveBusy, ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock
 from webfs.signature import signature
 from webfs.assembly import open_archive
+from webfs.store import Piece
 
 from conftest import make_archive, tmpfs_disks
 
@@ -53,6 +54,19 @@ class StoreModel(RuleBasedStateMachine):
         if mode == "force-new":
             assert row.refs == 1
         self.refs.append((row.id, doc, mode))
+
+    @rule(docs=st.lists(DOCS, min_size=1, max_size=6), mode=st.sampled_from(["force-new", "regular", "compare"]))
+    def store_chunk(self, docs, mode):
+        """A chunk of an import, fake and real duplicates within it compared in memory."""
+        rows = self.store.store_many([Piece(d) for d in docs], [b"/doc"] * len(docs), mode=mode)
+        self.store.commit()
+        for row, doc in zip(rows, docs):
+            assert not isinstance(row, Exception), row
+            if mode == "compare":
+                assert self.store.read(row) == doc
+            self.refs.append((row.id, doc, mode))
+        if mode == "force-new":
+            assert len({r.id for r in rows}) == len(docs)
 
     @precondition(lambda self: self.refs)
     @rule(data=st.data())
@@ -116,6 +130,43 @@ def test_twins_found_ahead_match_only_the_same_bytes(tmp_path):
     assert (again.id, again.refs, reads) == (a.id, 2, [])
     other = store.store(b"fir5t", encoded=store.encode(b"fir5t"))    # a twin of nothing: overflow 1
     assert other.overflow == 1 and real_read(other) == b"fir5t"
+    store.close()
+
+
+def test_a_chunk_with_duplicates_within_it_gives_each_file_its_own_row(tmp_path):
+    """``store_many`` (an import's chunk): a document repeated in the chunk
+    is one block, each outcome a row of its own with the count the block had
+    when that file was stored (the import's summary counts new blocks by
+    it); fake duplicates in the chunk get overflow blocks."""
+    make_archive(tmp_path, disks=3)
+    store = open_archive(str(tmp_path / "disk0"), signature_fn=lambda d: "0" * 32)
+    rows = store.store_many([Piece(b"page"), Piece(b"page"), Piece(b"pag3"), Piece(b"page")], [b"/a"] * 4)
+    assert [(r.overflow, r.refs) for r in rows] == [(0, 1), (0, 2), (1, 1), (0, 3)]
+    assert len({id(r) for r in rows}) == 4
+    store.commit()
+    assert [store.read(r) for r in rows] == [b"page", b"page", b"pag3", b"page"]
+    assert store.catalog.block("0" * 32, 0).refs == 3
+    assert store.archive.volumes[rows[0].disk].read_header("0" * 32, 0).refs == 3
+    store.close()
+
+
+def test_a_duplicate_of_a_new_block_is_compared_in_memory_until_it_is_released(tmp_path):
+    """An import meets most duplicates a chunk or two after the first copy,
+    before ``twins`` could see it: the newest blocks' documents are kept to
+    compare with, so the duplicate costs no read of the disk; a block released
+    is forgotten (its row id may be given to the next new block)."""
+    make_archive(tmp_path, disks=2)
+    store = open_archive(str(tmp_path / "disk0"), signature_fn=lambda d: "0" * 32)
+    reads = []
+    real_read = store.read
+    store.read = lambda row: reads.append(row) or real_read(row)
+    a = store.store(b"first")
+    again = store.store(b"first")
+    other = store.store(b"fir5t")            # same signature and size, other bytes
+    assert (again.id, again.refs, other.overflow, reads) == (a.id, 2, 1, [])
+    store.release(other)
+    store.commit()
+    assert other.id not in store._fresh
     store.close()
 
 

@@ -18,11 +18,11 @@ ACLs, which webfs refuses) are kept.
 Files go to the store in chunks: a pool of threads reads, hashes, finds the
 twin of, or compresses each file of a chunk (xxhash and zlib-ng release the
 GIL; the pool takes no lock), while the walk goes on; the walking thread
-stores the chunk (block write, catalog rows, parity) and then makes the
-names in order, a batch at a time, under the catalog lock: one catalog
-commit and so one JOURNAL append per batch, not per file. A file is
-counted as imported (progress, summary) only once the commit of its batch
-has returned, so a
+stores the chunk at once (``Store.store_many``: block files, catalog rows,
+parity placed and XOR-ed per stripe) and then makes the names in order, a
+batch at a time, under the catalog lock: one catalog commit and so one
+JOURNAL append per batch, not per file. A file is counted as imported
+(progress, summary) only once the commit of its batch has returned, so a
 file reported imported survives ``kill -9`` of the daemon or of the import,
 as a file whose ``close()`` returned does.
 
@@ -52,14 +52,14 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, NamedTuple, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from . import admin
 from .admin import human
 from .catalog import BlockRow
 from .errors import FsError, NoSpace, WebfsError
 from .namespace import ROOT_INODE, Inode, Namespace, check_name, now_ns
-from .store import Store
+from .store import Piece, Store
 
 log = logging.getLogger(__name__)
 
@@ -95,21 +95,13 @@ class Item:
     skip: bool = False               # already there: nothing to do
     future: Optional[Future] = None
     rows: list = field(default_factory=list)
+    stored: Optional[list] = None    # what the store gave for its prepared pieces (with its chunk's)
     size: int = 0
     target: bytes = b""
     xattrs: list = field(default_factory=list)
     first: Optional["Item"] = None   # a hard link: the item of the inode's first name
     failed: str = ""                 # why it cannot be imported (reported in walk order)
     warning: str = ""                # imported, but something of it was not (its xattrs)
-
-
-class Piece(NamedTuple):
-    """A piece of a file on its way to the store, maybe signed and encoded
-    ahead by a thread that holds no lock of the store (see ``Store.store``)."""
-    data: bytes
-    sig: Optional[str] = None
-    encoded: Optional[tuple[str, bytes]] = None
-    same: Optional[int] = None
 
 
 @dataclass
@@ -476,14 +468,24 @@ class Importer:
         return out
 
     def _store_chunk(self, chunk: list[Item], prepared: Future) -> None:
-        """Store a chunk's items in walk order, settling each one's future."""
+        """Store a chunk's items in walk order, settling each one's future. The
+        pieces prepared ahead go to the store first, all in one ``store_many``."""
         try:
             ready = prepared.result()
         except BaseException:
             ready = [None] * len(chunk)
-        for item, prep in zip(chunk, ready):
-            if not item.future.set_running_or_notify_cancel():
-                continue                          # the import was cut short
+        # (not running: cancelled, the import was cut short)
+        live = [(item, prep) for item, prep in zip(chunk, ready) if item.future.set_running_or_notify_cancel()]
+        pieces = [(item, piece) for item, prep in live if prep is not None for piece in prep[0]]
+        try:
+            outcomes = self.store.store_many([piece for _, piece in pieces], [item.path for item, _ in pieces])
+        except BaseException as exc:
+            outcomes = [exc] * len(pieces)
+        for item, _ in pieces:
+            item.stored = []
+        for (item, _), outcome in zip(pieces, outcomes):
+            item.stored.append(outcome)
+        for item, prep in live:
             try:
                 self.store_prepared(item, prep)
             except BaseException as exc:
@@ -515,8 +517,18 @@ class Importer:
 
     def store_pieces(self, item: Item, pieces: Iterable[Piece]) -> None:
         """Store a file's content, piece by piece (each at most max_block bytes), as
-        ``item.rows`` and ``item.size``. The references taken are the item's own
+        ``item.rows`` and ``item.size`` (or take what ``_store_chunk`` stored). The references taken are the item's own
         until its name is made; if a piece fails, those already taken are given back."""
+        if item.stored is not None:             # stored with its chunk
+            outcomes, item.stored = item.stored, None
+            rows = [o for o in outcomes if isinstance(o, BlockRow)]
+            failed = next((o for o in outcomes if not isinstance(o, BlockRow)), None)
+            if failed is not None:
+                for row in rows:
+                    self.store.release(row)
+                raise failed
+            item.rows, item.size = rows, sum(row.size for row in rows)
+            return
         rows: list[BlockRow] = []
         size = 0
         try:

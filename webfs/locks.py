@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Iterator, Optional
 
 from .backends.base import LEASE as LEASE_PATH
@@ -61,6 +61,16 @@ class KeyedLocks:
                 entry[1] -= 1
                 if not entry[1]:
                     del self._locks[key]
+
+
+    @contextmanager
+    def many(self, keys) -> Iterator[None]:
+        """The locks of all these keys, taken in sorted order, so that two
+        threads taking several never wait for each other's."""
+        with ExitStack() as stack:
+            for key in sorted(keys):
+                stack.enter_context(self(key))
+            yield
 
 
 def machine_id() -> str:

@@ -26,8 +26,8 @@ class Protection:
         those commands use the stripes' own methods (``webfs.parity.Parity``)."""
         return False
 
-    def block_added(self, row: BlockRow, payload: bytes) -> None:
-        pass
+    def blocks_added(self, added: list[tuple[BlockRow, bytes]]) -> None:
+        """New blocks (their rows and payloads), stored but not yet committed."""
 
     def block_removed(self, row: BlockRow, payload: Optional[bytes]) -> None:
         pass

@@ -21,12 +21,14 @@ on that signature, so they make one block with two references.
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
 import threading
 import time
-from typing import Optional
+from collections import OrderedDict
+from typing import NamedTuple, Optional, Union
 
 from . import codecs, testkill
 from . import signature as sigmod
@@ -48,6 +50,18 @@ log = logging.getLogger(__name__)
 INTENTS_FILE = "meta/intents"
 REFS_INTENT = "refs"            # intent line of a Refs header written ahead of its commit
 FLUSH_EVERY = 0.25         # seconds between asks to flush parity written behind
+FRESH_BYTES = 16 << 20     # documents of the newest blocks, kept to compare duplicates with
+
+
+class Piece(NamedTuple):
+    """A document on its way to the store, with what may be computed ahead of
+    ``store`` by a thread that holds no lock of the store: its signature, its
+    encoding (``encode``) and the id of a block with the very same bytes
+    (``twins``)."""
+    data: bytes
+    sig: Optional[str] = None
+    encoded: Optional[tuple[str, bytes]] = None
+    same: Optional[int] = None
 
 
 class Store:
@@ -82,6 +96,10 @@ class Store:
         self._intents_path = os.path.join(archive.first_volume.root, INTENTS_FILE)
         self._intents_fd: Optional[int] = None
         self._inflight = 0
+        # The documents of the newest blocks by id: a duplicate of one (an import
+        # meets most a chunk or two later) is compared in memory, not read back.
+        self._fresh: OrderedDict[int, tuple[str, int, bytes]] = OrderedDict()
+        self._fresh_bytes = 0
 
     def close(self) -> None:
         self.background.close()
@@ -160,6 +178,7 @@ class Store:
 
     def _undo_pending(self) -> None:
         for row in self._pending_new:
+            self._forget_fresh(row)
             vol = self.archive.volumes.get(row.disk)
             if vol is not None:
                 vol.remove_block(row.sig, row.overflow)
@@ -177,30 +196,60 @@ class Store:
         """Store a document (or add a reference to its twin); the caller commits.
         ``sig``, ``encoded`` (what ``encode`` gives) and ``same`` (what ``twins``
         gives) may be computed ahead, by threads that hold no lock of the store."""
+        outcome = self.store_many([Piece(data, sig, encoded, same)], [name], mode, pin)[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def store_many(self, pieces: list[Piece], names: list[bytes], mode: Optional[str] = None,
+                   pin: bool = False) -> list[Union[BlockRow, Exception]]:
+        """Store documents (each named for its block header) as ``store``
+        stores one, in order; for each, its block's row or the error that
+        stopped it. The new blocks among them are written together: their
+        intents in one write, their parity placed at once and XOR-ed once per
+        stripe; a document that repeats an earlier one is compared with it in
+        memory. An import stores a chunk of files so."""
         mode = mode or self.conf.store_mode
         if mode not in STORE_MODES:
             raise ValueError(f"unknown store mode {mode!r}")
-        sig = sig or self.signature_fn(data)
-        with self._sig_locks(sig):
-            rows = self.catalog.blocks_with_sig(sig)
-            if mode != "force-new":
-                for row in rows:
-                    if row.size == len(data) and (mode == "regular" or row.id == same or
-                                                  self._same_bytes(row, data)):
-                        return self._add_ref(row, pin)
-            # A released block keeps its file until the commit: never reuse its name.
-            with self.catalog.lock:
-                taken = [r.overflow for r in rows + self._pending_removals + self._removing
-                         if r.sig == sig]
-            overflow = max(taken) + 1 if taken else 0
-            codec, payload = encoded or self.encode(data)
-            with self.catalog.lock:
-                self._inflight += 1
-            try:
-                return self._store_new(sig, overflow, codec, payload, len(data), name, pin)
-            finally:
-                with self.catalog.lock:
-                    self._inflight -= 1
+        pieces = [p if p.sig else p._replace(sig=self.signature_fn(p.data)) for p in pieces]
+        out: list[Union[BlockRow, Exception, None]] = [None] * len(pieces)
+        sigs = {p.sig for p in pieces}
+        with self._sig_locks.many(sigs):
+            found = self.catalog.blocks_with_sigs(list(sigs))
+            new: dict[str, list[tuple[int, int]]] = {}      # sig -> (index, overflow) of new blocks
+            twin: dict[int, Union[BlockRow, int]] = {}      # index -> a row, or an index in new
+            for i, p in enumerate(pieces):
+                rows, made = found.get(p.sig, []), new.get(p.sig, [])
+                if mode != "force-new":
+                    row = next((r for r in rows if r.size == len(p.data) and (
+                        mode == "regular" or r.id == p.same or self._same_bytes(r, p.data))), None)
+                    j = row if row is not None else next((j for j, _ in made if len(pieces[j].data) == len(p.data) and (
+                        mode == "regular" or pieces[j].data == p.data)), None)
+                    if j is not None:
+                        twin[i] = j
+                        continue
+                with self.catalog.lock:     # a released block keeps its file until the commit
+                    taken = [r.overflow for r in rows + self._pending_removals + self._removing
+                             if r.sig == p.sig] + [n for _, n in made]
+                new.setdefault(p.sig, []).append((i, max(taken) + 1 if taken else 0))
+            made = sorted(x for per_sig in new.values() for x in per_sig)
+            for (i, _), outcome in zip(made, self._store_new(
+                    [(pieces[i], names[i], overflow) for i, overflow in made], pin)):
+                out[i] = outcome
+            # Each outcome is a row of its own, with the count the block had then.
+            counted: dict[int, BlockRow] = {}
+            for i, j in twin.items():
+                row = j if isinstance(j, BlockRow) else out[j]
+                if not isinstance(row, BlockRow):
+                    out[i] = row                # the same error as the twin it would have had
+                    continue
+                try:
+                    row = counted.setdefault(row.id, dataclasses.replace(row))
+                    out[i] = dataclasses.replace(self._add_ref(row, pin))
+                except Exception as exc:
+                    out[i] = exc
+        return out
 
     def encode(self, data: bytes) -> tuple[str, bytes]:
         """(codec, payload) of a document, as a new block of it would hold it."""
@@ -223,22 +272,54 @@ class Store:
             out.append((same, sig in rows))
         return out
 
-    def _store_new(self, sig: str, overflow: int, codec: str, payload: bytes, size: int,
-                   name: bytes, pin: bool) -> BlockRow:
-        header = BlockHeader(sig, size, len(payload), codec, 1, utc_timestamp(),
-                             percent_encode(name))
-        grp = sigmod.group_of(sig, self.conf.depth)
-        disk = self._write_new(header, payload, overflow, grp)
-        try:
-            row = self.catalog.insert_block(sig, overflow, disk, header.size, header.stored,
-                                            codec, 1, int(pin), header.created, header.name, grp)
-        except BaseException:
-            self.archive.volumes[disk].remove_block(sig, overflow)
-            raise
+    def _store_new(self, new: list[tuple[Piece, bytes, int]], pin: bool) -> list[Union[BlockRow, Exception]]:
+        """New blocks (piece, name, overflow): their intents in one write, then
+        their files and rows, then their parity, all at once."""
+        out: list[Union[BlockRow, Exception]] = []
+        if not new:
+            return out
+        blocks = []
+        for p, name, overflow in new:
+            codec, payload = p.encoded or self.encode(p.data)
+            header = BlockHeader(p.sig, len(p.data), len(payload), codec, 1, utc_timestamp(),
+                                 percent_encode(name))
+            grp = sigmod.group_of(p.sig, self.conf.depth)
+            disks = self.home_disks(grp)
+            first = next((d for d in disks if self.has_room(d, len(payload) + HEADER_SIZE)), None)
+            blocks.append((p.data, header, payload, overflow, grp, disks, first))
         with self.catalog.lock:
-            self._pending_new.append(row)
-        self.protection.block_added(row, payload)
-        return row
+            self._inflight += len(new)
+        try:
+            self._intend("".join(f"{h.signature}~{overflow} {first}\n"
+                                 for _, h, _, overflow, _, _, first in blocks if first is not None))
+            added = []
+            for data, header, payload, overflow, grp, disks, first in blocks:
+                try:
+                    disk = self._write_new(header, payload, overflow, disks, first)
+                    try:
+                        row = self.catalog.insert_block(
+                            header.signature, overflow, disk, header.size, header.stored, header.codec,
+                            1, int(pin), header.created, header.name, grp)
+                    except BaseException:
+                        self.archive.volumes[disk].remove_block(header.signature, overflow)
+                        raise
+                except Exception as exc:
+                    out.append(exc)
+                    continue
+                out.append(row)
+                added.append((row, payload, data))
+            with self.catalog.lock:
+                for row, _, data in added:
+                    self._pending_new.append(row)
+                    self._fresh[row.id] = (row.sig, row.overflow, data)
+                    self._fresh_bytes += len(data)
+                while self._fresh_bytes > FRESH_BYTES:
+                    self._fresh_bytes -= len(self._fresh.popitem(last=False)[1][2])
+            self.protection.blocks_added([(row, payload) for row, payload, _ in added])
+        finally:
+            with self.catalog.lock:
+                self._inflight -= len(new)
+        return out
 
     def add_ref(self, row: BlockRow, pin: bool = False) -> BlockRow:
         """One more reference to a stored block (a hard link's new file, a copy)."""
@@ -272,6 +353,10 @@ class Store:
                 self._inflight -= 1
 
     def _same_bytes(self, row: BlockRow, data: bytes) -> bool:
+        with self.catalog.lock:
+            fresh = self._fresh.get(row.id)
+        if fresh is not None and fresh[:2] == (row.sig, row.overflow):
+            return fresh[2] == data
         try:
             return self.read(row) == data
         except WebfsError as exc:
@@ -294,13 +379,17 @@ class Store:
         """Can a disk take this many more bytes of blocks (``Archive.has_room``)?"""
         return self.archive.has_room(disk, needed)
 
-    def _write_new(self, header: BlockHeader, payload: bytes, overflow: int, grp: str) -> int:
+    def _write_new(self, header: BlockHeader, payload: bytes, overflow: int, disks: list[int],
+                   intended: Optional[int]) -> int:
+        """Write a new block on the first of these disks with room; its intent
+        line is written first (already, for the disk ``intended``)."""
         needed = len(payload) + HEADER_SIZE
-        for disk in self.home_disks(grp):
+        for disk in disks:
             vol = self.archive.volumes.get(disk)
             if vol is None or not self.has_room(disk, needed):
                 continue                # gone since, or full (a vanished disk has no room)
-            self._intend(f"{header.signature}~{overflow} {disk}\n")
+            if disk != intended:
+                self._intend(f"{header.signature}~{overflow} {disk}\n")
             try:
                 vol.write_block(header, payload, overflow, fsync=self.fsync)
                 return disk
@@ -313,11 +402,13 @@ class Store:
                 log.warning("disk %d is full; trying the next disk", disk)
         raise NoSpace("no disk has room for a block of %d bytes" % needed)
 
-    def _intend(self, line: str) -> None:
+    def _intend(self, lines: str) -> None:
+        if not lines:
+            return
         with self.catalog.lock:
             if self._intents_fd is None:
                 self._intents_fd = os.open(self._intents_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(self._intents_fd, line.encode())
+            os.write(self._intents_fd, lines.encode())
 
     def forget_unfinished_writes(self) -> list[str]:
         """Remove block files that were written but never made it into the
@@ -477,7 +568,14 @@ class Store:
             with self.catalog.lock:
                 self.catalog.delete_block(fresh.id)
                 self._pending_removals.append(fresh)
+                self._forget_fresh(fresh)
             return 0
+
+    def _forget_fresh(self, row: BlockRow) -> None:
+        """(under the catalog lock) A block gone: its id may be given to another."""
+        fresh = self._fresh.pop(row.id, None)
+        if fresh is not None:
+            self._fresh_bytes -= len(fresh[2])
 
     def correct_refs(self, row: BlockRow, refs: int, mirror: bool = True) -> None:
         """Make a block's count what really exists (fsck, crash recovery): the
@@ -557,4 +655,4 @@ def key_of(row: BlockRow) -> ContentKey:
     return ContentKey(row.sig, row.overflow, row.disk)
 
 
-__all__ = ["Store", "key_of"]
+__all__ = ["Piece", "Store", "key_of"]

@@ -118,7 +118,7 @@ def move_block(store: Store, row: BlockRow, target: int, restripe: bool = False)
             fresh = replace(fresh, disk=target, stripe=None)
         if fresh.stripe is None:
             payload = payload or vol.read_block(fresh.sig, fresh.overflow)[1]
-            store.protection.block_added(fresh, payload)
+            store.protection.blocks_added([(fresh, payload)])
             store.commit()
         for disk, other in store.archive.volumes.items():
             if disk != target and other.has_block(fresh.sig, fresh.overflow):

@@ -168,11 +168,49 @@ class StripeLayout:
         total: Counter[tuple[int, int]] = sum(self.pairs.values(), Counter())
         return {p: total[p] for p in itertools.combinations(self.archive.disk_indexes, 2)}
 
-    def place(self, row: BlockRow) -> Optional[Placement]:
-        """Choose the stripe a new block joins (or start one) and record it in
-        the catalog; None when no other disk can take its parity."""
+    def place(self, rows: list[BlockRow]) -> list[Optional[Placement]]:
+        """Choose the stripe each new block joins (or start one), in order, and
+        record it in the catalog; None for a block no other disk can take the
+        parity of. The open stripes are read once and the catalog written once
+        per table, however many blocks come (a chunk of an import)."""
+        width, volumes = self.width, self.archive.volumes
+        draining = {i.index for i in self.archive.conf.disks if i.weight <= 0}
+        room = self.archive.has_room        # for a parity file: its length and a header
+        classes = sorted({c + k for c in map(size_class, (r.stored for r in rows)) for k in (-1, 0, 1)})
+        # The open stripes of these classes and their neighbours: [parity disk, disks,
+        # members, class, length] by id. IN, not BETWEEN: each class is then a range of the
+        # stripes_open index on members too, instead of every stripe of the classes (96 us -> 9 us).
+        open_: dict[int, dict[str, list]] = {c: {} for c in classes}
+        for i in range(0, len(classes), 500):           # under SQLite's bound on parameters
+            part = classes[i:i + 500]
+            for stripe_id, parity_disk, disks, members, cls, length in self.catalog.query(
+                    "SELECT id, parity_disk, disks, members, size_class, length FROM stripes "
+                    f"WHERE size_class IN ({','.join('?' * len(part))}) AND members<? AND state='ok'",
+                    (*part, width)):
+                open_[cls][stripe_id] = [parity_disk, disks, members, cls, length]
+        joined: dict[str, list] = {}        # existing stripes: [members, disks, length] added
+        started: dict[str, list] = {}       # new stripes, as open_ has them
+        placed: list[Optional[Placement]] = []
+        for row in rows:
+            placed.append(self._place(row, open_, joined, started, volumes, draining, room))
+            if placed[-1] is not None:
+                row.stripe = placed[-1].stripe_id
+        self.catalog.executemany(
+            "UPDATE stripes SET members=members+?, disks=disks|?, length=MAX(length, ?) WHERE id=?",
+            [(*added, stripe_id) for stripe_id, added in joined.items()])
+        self.catalog.executemany(
+            "INSERT INTO stripes (id, parity_disk, size_class, length, members, disks) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [(stripe_id, p, cls, length, members, disks)
+             for stripe_id, (p, disks, members, cls, length) in started.items()])
+        self.catalog.executemany("UPDATE blocks SET stripe=? WHERE id=?",
+                                 [(r.stripe, r.id) for r, p in zip(rows, placed) if p is not None])
+        return placed
+
+    def _place(self, row: BlockRow, open_: dict[int, dict[str, list]], joined: dict[str, list],
+               started: dict[str, list], volumes, draining: set[int], room) -> Optional[Placement]:
+        """``place`` for one block, on the open stripes as the blocks before it left them."""
         d, cls = row.disk, size_class(row.stored)
-        volumes = self.archive.volumes
         pairs, parities = self.counters(cls)
 
         def shared(disks: int) -> tuple[int, int]:
@@ -180,27 +218,30 @@ class StripeLayout:
                     sum(self.pair_bytes[pair(d, x)] for x in bits(disks)))
 
         best = None
-        draining = {i.index for i in self.archive.conf.disks if i.weight <= 0}
-        room = self.archive.has_room        # for a parity file: its length and a header
         same = domain_mask(self.archive.conf.disks, d)      # one member per failure domain
         # Its own size class first; a neighbouring one rather than a new stripe.
-        # IN, not BETWEEN: each class is then a range of the stripes_open index
-        # on members too, instead of every stripe of three classes (96 us -> 9 us).
-        for stripe_id, parity_disk, disks, members, their_cls in self.catalog.query(
-                "SELECT id, parity_disk, disks, members, size_class FROM stripes "
-                "WHERE size_class IN (?, ?, ?) AND members<? AND state='ok'",
-                (cls - 1, cls, cls + 1, self.width)):
-            if disks & same or parity_disk not in volumes or parity_disk in draining:
-                continue
-            rank = (abs(their_cls - cls), -members, shared(disks), stripe_id)
-            if (best is None or rank < best[0]) and room(parity_disk, row.stored + HEADER_SIZE):
-                best = (rank, stripe_id, parity_disk, disks)
+        for their_cls in (cls - 1, cls, cls + 1):
+            for stripe_id, (parity_disk, disks, members, _, _) in open_[their_cls].items():
+                if disks & same or parity_disk not in volumes or parity_disk in draining:
+                    continue
+                rank = (abs(their_cls - cls), -members, shared(disks), stripe_id)
+                if (best is None or rank < best[0]) and room(parity_disk, row.stored + HEADER_SIZE):
+                    best = (rank, stripe_id, parity_disk, their_cls)
         if best is not None:
-            _, stripe_id, parity_disk, disks = best
-            self.catalog.execute(
-                "UPDATE stripes SET members=members+1, disks=disks|?, length=MAX(length, ?) "
-                "WHERE id=?", (1 << d, row.stored, stripe_id))
-            new = False
+            _, stripe_id, parity_disk, their_cls = best
+            entry = open_[their_cls][stripe_id]
+            disks = entry[1]
+            entry[1] |= 1 << d
+            entry[2] += 1
+            entry[4] = max(entry[4], row.stored)
+            if entry[2] >= self.width:
+                del open_[their_cls][stripe_id]
+            if stripe_id not in started:
+                added = joined.setdefault(stripe_id, [0, 0, 0])
+                added[0] += 1
+                added[1] |= 1 << d
+                added[2] = max(added[2], row.stored)
+            new = stripe_id in started
         else:
             # Fewest stripes shared with this disk first: that puts parity where
             # blocks are scarce, so every disk ends up in as many stripes (blocks
@@ -212,15 +253,14 @@ class StripeLayout:
             if parity_disk is None:
                 return None
             stripe_id, disks = uuidmod.uuid4().hex, 1 << parity_disk
-            self.catalog.execute(
-                "INSERT INTO stripes (id, parity_disk, size_class, length, members, disks) "
-                "VALUES (?, ?, ?, ?, 1, ?)", (stripe_id, parity_disk, cls, row.stored, disks | 1 << d))
+            entry = [parity_disk, disks | 1 << d, 1, cls, row.stored]
+            started[stripe_id] = entry
+            if self.width > 1:
+                open_[cls][stripe_id] = entry       # the same list: later members update both
             parities[parity_disk] += 1
             self.parity_bytes[parity_disk] += row.stored
             new = True
         for x in bits(disks):
             pairs[pair(d, x)] += 1
             self.pair_bytes[pair(d, x)] += row.stored
-        self.catalog.execute("UPDATE blocks SET stripe=? WHERE id=?", (stripe_id, row.id))
-        row.stripe = stripe_id
         return Placement(stripe_id, parity_disk, new)

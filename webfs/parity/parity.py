@@ -138,57 +138,72 @@ class Parity(Protection):
 
     # -- a new block ---------------------------------------------------------
 
-    def block_added(self, row: BlockRow, payload: bytes) -> None:
-        if self.width < 1:
+    def blocks_added(self, added: list[tuple[BlockRow, bytes]]) -> None:
+        if self.width < 1 or not added:
             return
-        with contextlib.ExitStack() as stripe_locked:
-            with self.catalog.lock:
-                placed = self.layout.place(row)
+        stripes: dict[str, tuple[Placement, list[tuple[Member, bytes]]]] = {}
+        held: dict[str, contextlib.ExitStack] = {}
+        with self.catalog.lock:
+            for (row, payload), placed in zip(added, self.layout.place([row for row, _ in added])):
                 if placed is None:
-                    return
+                    continue
                 self.intents.begin(placed.stripe_id)
-                if placed.new:
+                stripes.setdefault(placed.stripe_id, (placed, []))[1].append((Member.of(row), payload))
+                if placed.new and placed.stripe_id not in held:
                     # The stripe is in the catalog from here on, its parity not
                     # yet anywhere: hold its lock (nobody else can) before the
                     # catalog's goes, so a block that joins it meanwhile waits
                     # for this parity instead of finding none (and then having
                     # its own overwritten by this one).
-                    stripe_locked.enter_context(self.locks(placed.stripe_id))
-            held = False
-            try:
-                if not placed.new:
-                    stripe_locked.enter_context(self.locks(placed.stripe_id))
-                held = self._xor_in(placed, Member.of(row), payload)
-            except (OSError, WebfsError) as exc:
-                log.warning("stripe %s: cannot add block %s to its parity on disk %d (%s); "
-                            "recomputing it", placed.stripe_id, row.block_name, placed.parity_disk, exc)
-                stripe_locked.close()
-                self.reconciler.reconcile_or_mark(placed.stripe_id)
-            finally:
-                if not held:
-                    self.intents.done(placed.stripe_id)
+                    held[placed.stripe_id] = contextlib.ExitStack()
+                    held[placed.stripe_id].enter_context(self.locks(placed.stripe_id))
+        failed = []
+        try:
+            # The new stripes first, whose locks are held: no lock is waited for
+            # while another is held, so two threads adding blocks cannot deadlock.
+            for stripe_id in sorted(stripes, key=lambda s: s not in held):
+                placed, members = stripes[stripe_id]
+                with held.pop(stripe_id, None) or self.locks(stripe_id):
+                    kept = 0
+                    try:
+                        kept = self._xor_in(placed, members)
+                    except (OSError, WebfsError) as exc:
+                        log.warning("stripe %s: cannot add %d block(s) to its parity on disk %d "
+                                    "(%s); recomputing it", stripe_id, len(members),
+                                    placed.parity_disk, exc)
+                        failed.append(stripe_id)
+                    finally:
+                        for _ in range(len(members) - kept):
+                            self.intents.done(stripe_id)
+        finally:
+            for stack in held.values():
+                stack.close()
+        for stripe_id in failed:
+            self.reconciler.reconcile_or_mark(stripe_id)
 
-    def _xor_in(self, placed: Placement, member: Member, payload: bytes) -> bool:
-        """XOR a member into its stripe's parity; True if the parity waits in
-        memory (written behind) and holds the member's intent until written."""
+    def _xor_in(self, placed: Placement, members: list[tuple[Member, bytes]]) -> int:
+        """XOR new members into their stripe's parity; how many of their intents
+        the parity holds (it waits in memory, written behind) until it is written."""
         stripe_id = placed.stripe_id
         vol = self.io.parity_volume(stripe_id, placed.parity_disk)
         header, parity = (ParityHeader(stripe_id, 0), b"") if placed.new else \
             self.io.read_parity_on(vol, stripe_id)
-        if member.key in header.keys():
-            return False            # a reconcile got here first
-        header = ParityHeader(stripe_id, max(header.length, member.stored), header.members + (member,))
-        payload = xor_payloads((parity, payload), header.length)
+        members = [(m, p) for m, p in members if m.key not in header.keys()]   # a reconcile got here first
+        if not members:
+            return 0
+        header = ParityHeader(stripe_id, max(header.length, *(m.stored for m, _ in members)),
+                              header.members + tuple(m for m, _ in members))
+        payload = xor_payloads((parity, *(p for _, p in members)), header.length)
         if len(header.members) >= self.width or self.fsync:     # -o sync: no write-behind
-            self.io.write_parity(vol, header, payload)
-            return False
-        self.write_behind.hold(stripe_id, vol, header, payload)
-        return True
+            self.io.write_parity(vol, header, payload, new=placed.new)
+            return 0
+        self.write_behind.hold(stripe_id, vol, header, payload, len(members))
+        return len(members)
 
     def protect(self, row: BlockRow, payload: bytes) -> bool:
         """Put an unprotected block (one stored while no other disk could take
         its parity) into a stripe; the caller commits. True if it now is."""
-        self.block_added(row, payload)
+        self.blocks_added([(row, payload)])
         return row.stripe is not None
 
     def flush(self, older_than: float = 0.0) -> None:

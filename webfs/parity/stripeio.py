@@ -136,8 +136,12 @@ class StripeIO:
             raise CorruptParity(f"{where}: payload is {len(raw) - n} bytes, header says {header.length}")
         return header, raw[n:]
 
-    def write_parity(self, vol: Volume, header: ParityHeader, payload: bytes) -> None:
-        vol.backend.write_atomic(vol.parity_path(header.stripe), header.encode() + payload,
-                                 fsync=self.fsync)
+    def write_parity(self, vol: Volume, header: ParityHeader, payload: bytes, new: bool = False) -> None:
+        """Write a stripe's parity file, replacing it atomically; ``new``: the
+        stripe's first, created in place (no temporary file and rename), since
+        a crash that cuts it short leaves its stripe in ``meta/parity-intent``
+        and so recomputed at the next open."""
+        write = vol.backend.write_new if new else vol.backend.write_atomic
+        write(vol.parity_path(header.stripe), header.encode() + payload, fsync=self.fsync)
         if header.stripe in self.write_behind:
             self.write_behind.forget(header.stripe)

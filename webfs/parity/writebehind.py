@@ -47,15 +47,16 @@ class WriteBehind:
     def __contains__(self, stripe_id: str) -> bool:
         return stripe_id in self._waiting
 
-    def hold(self, stripe_id: str, volume: Volume, header: ParityHeader, payload: bytes) -> None:
-        """Keep a stripe's new parity in memory, with one more intent."""
+    def hold(self, stripe_id: str, volume: Volume, header: ParityHeader, payload: bytes,
+             intents: int) -> None:
+        """Keep a stripe's new parity in memory, with this many more intents."""
         with self._lock:
             held, since = 0, time.monotonic()
             old = self._waiting.pop(stripe_id, None)
             if old is not None:
                 held, since = old.intents, old.since
                 self._bytes -= len(old.payload)
-            self._waiting[stripe_id] = UnwrittenParity(volume, header, payload, held + 1, since)
+            self._waiting[stripe_id] = UnwrittenParity(volume, header, payload, held + intents, since)
             self._bytes += len(payload)
 
     def due(self, older_than: float) -> list[str]:
