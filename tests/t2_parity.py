@@ -609,7 +609,9 @@ def test_every_pair_of_disks_shares_about_the_same_number_of_stripes(tmp_path, c
     elements = {d["index"]: d["blocks"] + st["protection"]["parity_per_disk"][d["index"]]["parity_files"]
                 for d in st["disks"]}
     assert max(elements.values()) / min(elements.values()) < 1.1, elements
-    assert st["protection"]["open_stripes"] <= 4 * c
+    # Few stripes left open. How many depends on ties broken by the random
+    # stripe ids: 6 disks, G=6, 60 runs: median 12, most 27 (of ~600 stripes).
+    assert st["protection"]["open_stripes"] <= 6 * c
     # The counters kept while writing are the ones recounted from the catalog.
     store.close()
     store = open_store(disks)

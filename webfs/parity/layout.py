@@ -23,12 +23,14 @@ from collections import Counter
 from dataclasses import astuple, dataclass
 from typing import NamedTuple, Optional
 
+from .. import signature as sigmod
 from ..archive import Archive
 from ..block import HEADER_SIZE
 from ..catalog import BLOCK_COLUMNS, BlockRow, Catalog
 from ..placement import domain_mask
 
 STRIPE_COLUMNS = "id, parity_disk, size_class, length, state, members, disks"
+STRIPES_PER_GROUP = 1024    # new stripes whose parity files share a directory
 
 
 def size_class(stored: int) -> int:
@@ -94,6 +96,7 @@ class StripeLayout:
         self.parities: dict[int, Counter[int]] = {}
         self.pair_bytes: Counter[tuple[int, int]] = Counter()
         self.parity_bytes: Counter[int] = Counter()
+        self._group, self._ids_left = "", 0         # see new_stripe_id
         self.recount()
 
     @property
@@ -207,6 +210,17 @@ class StripeLayout:
                                  [(r.stripe, r.id) for r, p in zip(rows, placed) if p is not None])
         return placed
 
+    def new_stripe_id(self) -> str:
+        """32 hex digits, random but for the first ones (the directories of its
+        parity file), which a run of STRIPES_PER_GROUP new stripes shares: a
+        new stripe's parity file then seldom starts a directory, which on
+        ext4 costs as much again as writing the file."""
+        if not self._ids_left:
+            self._group = sigmod.group_of(uuidmod.uuid4().hex, self.archive.conf.depth)
+            self._ids_left = STRIPES_PER_GROUP
+        self._ids_left -= 1
+        return self._group + uuidmod.uuid4().hex[len(self._group):]
+
     def _place(self, row: BlockRow, open_: dict[int, dict[str, list]], joined: dict[str, list],
                started: dict[str, list], volumes, draining: set[int], room) -> Optional[Placement]:
         """``place`` for one block, on the open stripes as the blocks before it left them."""
@@ -252,7 +266,7 @@ class StripeLayout:
             parity_disk = next((c[-1] for c in candidates if room(c[-1], row.stored + HEADER_SIZE)), None)
             if parity_disk is None:
                 return None
-            stripe_id, disks = uuidmod.uuid4().hex, 1 << parity_disk
+            stripe_id, disks = self.new_stripe_id(), 1 << parity_disk
             entry = [parity_disk, disks | 1 << d, 1, cls, row.stored]
             started[stripe_id] = entry
             if self.width > 1:
