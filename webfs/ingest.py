@@ -632,14 +632,16 @@ class Importer:
         """Make the names of a batch, commit once, then (and only then) count them done."""
         with self.cat.lock:
             nlinks: dict[int, int] = {}
+            xattrs: list[tuple[int, bytes, bytes]] = []      # set in one statement for the batch
             for item in batch:
                 if item.failed:
                     continue
                 try:
-                    self._make(item, nlinks)
+                    self._make(item, nlinks, xattrs)
                 except (OSError, FsError, NoSpace) as exc:
                     item.failed = problem_line(item.src, exc)
                     self._give_back(item)
+            self.ns.add_xattrs(xattrs)
             for ino, delta in nlinks.items():
                 self.ns.bump_nlink(ino, delta)
             t = now_ns()
@@ -668,7 +670,7 @@ class Importer:
         batch.clear()
         self.last_flush = time.monotonic()
 
-    def _make(self, item: Item, nlinks: dict[int, int]) -> None:
+    def _make(self, item: Item, nlinks: dict[int, int], xattrs: list[tuple[int, bytes, bytes]]) -> None:
         parent = item.parent
         if parent.ino is None:
             raise FsError(errno.ENOENT, "its directory could not be imported")
@@ -721,8 +723,7 @@ class Importer:
             self.ns.add_symlink_target(ino, item.target)
         if rows:
             self.ns.add_contents(ino, [r.id for r in rows])
-        if item.xattrs:
-            self.ns.add_xattrs(ino, item.xattrs)
+        xattrs.extend((ino, name, value) for name, value in item.xattrs)
         self.ns.journal("+", node, item.path, rows=rows)
         if is_dir:
             self.counts.dirs += 1

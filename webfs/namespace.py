@@ -122,10 +122,9 @@ class NamespaceRows:
         self.cat.executemany("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
                              [(ino, piece, block_id) for piece, block_id in enumerate(block_ids)])
 
-    def add_xattrs(self, ino: int, xattrs: list[tuple[bytes, bytes]]) -> None:
-        """(name, value) pairs set on an inode, replacing any of the same name."""
-        self.cat.executemany("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)",
-                             [(ino, name, value) for name, value in xattrs])
+    def add_xattrs(self, xattrs: list[tuple[int, bytes, bytes]]) -> None:
+        """(inode, name, value) xattrs set, replacing any of the same name."""
+        self.cat.executemany("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)", xattrs)
 
     def bump_nlink(self, ino: int, delta: int) -> None:
         self.cat.execute("UPDATE inodes SET nlink=nlink+? WHERE id=?", (delta, ino))
