@@ -550,6 +550,58 @@ def test_the_reading_process_gives_the_records_prepared(tmp_path):
     assert [p[2] is not None for p in got] == [True, False, True]
 
 
+def test_the_reading_process_makes_new_blocks_directories_where_they_go(tmp_path):
+    """The reading process makes the placement group directory of each new
+    capture's block ahead of the import, on the disk the store then writes it
+    to: a group mapped away from its home (as cooling leaves one) on the disk
+    it is mapped to, no directory left empty, and a disk whose root is gone
+    not made again."""
+    import shutil
+    import sqlite3
+    from webfs.assembly import open_archive
+    from webfs.placement import home_disk, ranked_disks
+    from webfs.signature import group_of, signature
+    disks = make_archive(tmp_path, 4)
+    pages = [(f"http://site.org/p{i}.html", os.urandom(1500)) for i in range(200)]
+    store = open_archive(str(disks[0]))
+    depth, conf_disks = store.conf.depth, [(d.index, d.uuid, d.weight) for d in store.conf.disks]
+    store.close()
+    moved = group_of(signature(pages[7][1]), depth)
+    home = home_disk(moved, conf_disks)
+    there = next(d for d in (1, 2, 0) if d != home)
+    db = sqlite3.connect(disks[0] / "meta" / "catalog.db")
+    db.execute("INSERT INTO groups (grp, disk, home) VALUES (?, ?, ?)", (moved, there, home))
+    db.commit()
+    db.close()
+    shutil.rmtree(disks[3])
+    src = write_warc(tmp_path / "a.warc.gz", pages)
+
+    def leaves() -> dict[str, Path]:
+        found = {}
+        for disk in disks[:3]:
+            for leaf in (disk / "blocks").glob("/".join(["*"] * (depth - 1))):
+                found["".join(leaf.relative_to(disk / "blocks").parts)] = leaf
+        return found
+
+    # The reading process alone, disk 3 gone since the import began: a directory
+    # for every page, on its disk, but for those whose disk is the one gone.
+    preparing = warcread.Preparing(1 << 20, True, "gzip", 3, str(disks[0] / "meta" / "catalog.db"), depth,
+                                   [[i, u, w, str(disks[i] / "blocks")] for i, u, w in conf_disks])
+    assert len(list(warcread.read_records_apart(str(src), preparing))) == 401   # with the requests
+    made = leaves()
+    for _, body in pages:
+        grp = group_of(signature(body), depth)
+        disk = there if grp == moved else ranked_disks(grp, conf_disks)[0]
+        assert (made[grp].parent.parent == disks[disk] / "blocks") if disk != 3 else grp not in made
+    assert not disks[3].exists()
+    # The import puts every block in the directory made for it: none is left empty.
+    _, figures = imp(disks[0], src, check=True)
+    assert figures["captures"] == 200 and figures["new_blocks"] >= 200      # (and the index, the heads)
+    for leaf in leaves().values():
+        assert any(leaf.iterdir()), f"{leaf} was made and left empty"
+    assert not disks[3].exists()
+
+
 def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeypatch):
     """The reading process killed (kill -9) after its second batch: the importing
     process says so and reads the rest itself; no record is lost or given twice."""
@@ -559,7 +611,7 @@ def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeyp
     got = [_as_read(r) for r in warcread.read_records_apart(str(src), _preparing())]
     said = [r for r in got if r[0] == "problem" and "ended early" in r[2]]
     assert len(said) == 1 and "killed by signal 9" in said[0][2]
-    assert said[0][1] == want[2 * warcread.APART_BATCH][0]      # where the third batch starts
+    assert said[0][1] == want[3 * warcread.FIRST_BATCH][0]      # where the third batch starts
     assert [r for r in got if r not in said] == want
 
     disks = make_archive(tmp_path, 3)

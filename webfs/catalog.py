@@ -147,9 +147,10 @@ GROUP_CACHE = 8192        # groups whose disk is kept in memory (of 65,536 at de
 
 
 class SignatureLookup:
-    """Which of some signatures a block has, asked of a catalog file read only
-    by another process (import-warc's reading process, to encode only new
-    documents): it sees what the catalog's writer has committed. Any SQLite
+    """Which of some signatures a block has (and where some placement groups
+    are mapped), asked of a catalog file read only by another process
+    (import-warc's reading process, to encode only new documents and make
+    their directories): it sees what the catalog's writer has committed. Any SQLite
     error makes it answer "none" from then on (the caller then does the work)."""
 
     def __init__(self, path: str):
@@ -160,14 +161,20 @@ class SignatureLookup:
             self.db = None
 
     def having(self, sigs: list[str]) -> set[str]:
-        if self.db is None or not sigs:
-            return set()
+        return {sig for sig, in self._ask("SELECT sig FROM blocks WHERE sig IN ({})", sigs)}
+
+    def group_disks(self, groups: list[str]) -> dict[str, int]:
+        """group -> the disk it is mapped to, of the groups that are."""
+        return dict(self._ask("SELECT grp, disk FROM groups WHERE grp IN ({})", groups))
+
+    def _ask(self, sql: str, keys: list[str]) -> list:
+        if self.db is None or not keys:
+            return []
         try:
-            return {r[0] for r in self.db.execute(
-                f"SELECT sig FROM blocks WHERE sig IN ({','.join('?' * len(sigs))})", sigs)}
+            return self.db.execute(sql.format(",".join("?" * len(keys))), keys).fetchall()
         except sqlite3.Error:
             self.db = None
-            return set()
+            return []
 
 
 class Catalog:

@@ -11,7 +11,7 @@ move a group away from its home.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import xxhash
 
@@ -30,6 +30,12 @@ def ranked_disks(group: str, disks: Iterable[tuple[int, str, float]]) -> list[in
     return [index for _, index in sorted(scored, reverse=True)]
 
 
+def first_disk(ranked: list[int], mapped: Optional[int], present) -> Optional[int]:
+    """Where a new block of a group goes: the disk the catalog maps the group
+    to, else the first present disk of its ranking (its home, while present)."""
+    return mapped if mapped is not None else next((d for d in ranked if d in present), None)
+
+
 def home_disk(group: str, disks: Sequence[tuple[int, str, float]]) -> int:
     ranked = ranked_disks(group, disks)
     if not ranked:
@@ -45,4 +51,4 @@ def domain_mask(disks: Iterable, index: int) -> int:
     return sum(1 << d.index for d in disks if d.failure_domain == mine) | 1 << index
 
 
-__all__ = ["score", "ranked_disks", "home_disk", "domain_mask", "group_dir"]
+__all__ = ["score", "ranked_disks", "first_disk", "home_disk", "domain_mask", "group_dir"]

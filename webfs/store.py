@@ -40,7 +40,7 @@ from .errors import (CorruptBlock, DataLost, NoSpace, NoSuchBlock,
 from .background import Background
 from .heat import DEFAULT_K, HeatTracker
 from .locks import KeyedLocks
-from .placement import ranked_disks
+from .placement import first_disk, ranked_disks
 from .protection import Protection
 from .signature import ContentKey, SignatureFn
 from .volume import search_order
@@ -365,14 +365,12 @@ class Store:
 
     def home_disks(self, grp: str) -> list[int]:
         """Disks for a new block of a group, best first: its mapped disk, then rendezvous order."""
-        conf = self.conf
-        ranked = ranked_disks(grp, [(d.index, d.uuid, d.weight) for d in conf.disks])
+        ranked = ranked_disks(grp, [(d.index, d.uuid, d.weight) for d in self.conf.disks])
         mapped = self.catalog.group_disk(grp)
-        if mapped is None:
-            mapped = next((d for d in ranked if d in self.archive.volumes), None)
-            if mapped is not None and mapped == ranked[0]:
-                self.catalog.set_group_disk(grp, mapped)
-        order = ([mapped] if mapped is not None else []) + [d for d in ranked if d != mapped]
+        first = first_disk(ranked, mapped, self.archive.volumes)
+        if mapped is None and first is not None and first == ranked[0]:
+            self.catalog.set_group_disk(grp, first)
+        order = ([first] if first is not None else []) + [d for d in ranked if d != first]
         return [d for d in order if d in self.archive.volumes]
 
     def has_room(self, disk: int, needed: int) -> bool:

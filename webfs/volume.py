@@ -8,11 +8,13 @@ well-formed block and that what it writes lands whole.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Iterator, Optional
 
 from .backends import Backend
+from .backends.local import LocalBackend
 
 from . import signature as sigmod
 from .block import HEADER_SIZE, BlockHeader, encode_refs, refs_offset
@@ -57,6 +59,11 @@ class Volume:
     @property
     def root(self) -> str:
         return self.backend.root
+
+    @property
+    def local_blocks(self) -> Optional[str]:
+        """The directory of this disk's blocks, when the disk is a local directory."""
+        return os.path.join(self.backend.root, BLOCKS) if isinstance(self.backend, LocalBackend) else None
 
     def block_path(self, sig: str, overflow: int = 0) -> str:
         return f"{BLOCKS}/{sigmod.location(sig, self.depth, overflow)}"
