@@ -50,7 +50,11 @@ log = logging.getLogger(__name__)
 INTENTS_FILE = "meta/intents"
 REFS_INTENT = "refs"            # intent line of a Refs header written ahead of its commit
 FLUSH_EVERY = 0.25         # seconds between asks to flush parity written behind
-FRESH_BYTES = 16 << 20     # documents of the newest blocks, kept to compare duplicates with
+# The newest blocks' documents of at most FRESH_DOC bytes, FRESH_BYTES in all, are
+# kept to compare duplicates with: an import meets most a chunk or two later. Small
+# pages are most of those; a bound the daemon's memory shows little of.
+FRESH_BYTES = 8 << 20
+FRESH_DOC = 256 << 10
 
 
 class Piece(NamedTuple):
@@ -96,8 +100,8 @@ class Store:
         self._intents_path = os.path.join(archive.first_volume.root, INTENTS_FILE)
         self._intents_fd: Optional[int] = None
         self._inflight = 0
-        # The documents of the newest blocks by id: a duplicate of one (an import
-        # meets most a chunk or two later) is compared in memory, not read back.
+        # The documents of the newest blocks by id (FRESH_BYTES): a duplicate of
+        # one is compared in memory, not read back.
         self._fresh: OrderedDict[int, tuple[str, int, bytes]] = OrderedDict()
         self._fresh_bytes = 0
 
@@ -311,8 +315,9 @@ class Store:
             with self.catalog.lock:
                 for row, _, data in added:
                     self._pending_new.append(row)
-                    self._fresh[row.id] = (row.sig, row.overflow, data)
-                    self._fresh_bytes += len(data)
+                    if len(data) <= FRESH_DOC:
+                        self._fresh[row.id] = (row.sig, row.overflow, data)
+                        self._fresh_bytes += len(data)
                 while self._fresh_bytes > FRESH_BYTES:
                     self._fresh_bytes -= len(self._fresh.popitem(last=False)[1][2])
             self.protection.blocks_added([(row, payload) for row, payload, _ in added])
