@@ -586,7 +586,7 @@ def test_the_reading_process_makes_new_blocks_directories_where_they_go(tmp_path
     # The reading process alone, disk 3 gone since the import began: a directory
     # for every page, on its disk, but for those whose disk is the one gone.
     preparing = warcread.Preparing(1 << 20, True, "gzip", 3, str(disks[0] / "meta" / "catalog.db"), depth,
-                                   [[i, u, w, str(disks[i] / "blocks")] for i, u, w in conf_disks])
+                                   [[i, u, w, True, str(disks[i] / "blocks")] for i, u, w in conf_disks])
     assert len(list(warcread.read_records_apart(str(src), preparing))) == 401   # with the requests
     made = leaves()
     for _, body in pages:
@@ -600,6 +600,25 @@ def test_the_reading_process_makes_new_blocks_directories_where_they_go(tmp_path
     for leaf in leaves().values():
         assert any(leaf.iterdir()), f"{leaf} was made and left empty"
     assert not disks[3].exists()
+
+
+def test_the_reading_process_makes_no_directory_for_a_block_bound_for_an_object_store(tmp_path):
+    """A group whose disk is an S3 one (present, not a local directory) gets
+    no directory on a local disk: its block goes to the bucket."""
+    from webfs.placement import ranked_disks
+    from webfs.signature import group_of, signature
+    pages = [(f"http://site.org/p{i}.html", os.urandom(100)) for i in range(60)]
+    src = write_warc(tmp_path / "a.warc.gz", pages)
+    local = tmp_path / "disk0"
+    local.mkdir()
+    disks = [(0, "a" * 32, 1.0), (1, "b" * 32, 1.0)]
+    preparing = warcread.Preparing(1 << 20, True, "gzip", 3, None, 3,
+                                   [[0, "a" * 32, 1.0, True, str(local / "blocks")], [1, "b" * 32, 1.0, True, None]])
+    list(warcread.read_records_apart(str(src), preparing))
+    made = {"".join(p.relative_to(local / "blocks").parts) for p in (local / "blocks").glob("*/*")}
+    homes = {group_of(signature(body), 3): ranked_disks(group_of(signature(body), 3), disks)[0]
+             for _, body in pages}
+    assert made == {g for g, d in homes.items() if d == 0} and 1 in homes.values()
 
 
 def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeypatch):

@@ -214,8 +214,9 @@ class WarcImporter(Importer):
         volumes = self.store.archive.volumes
         preparing = Preparing(self.max_block, self.store.signature_fn is signature, conf.codec, conf.level,
                               self.store.catalog.path, conf.depth,
-                              [[d.index, d.uuid, d.weight, volumes[d.index].local_blocks if d.index in volumes
-                                else None] for d in conf.disks])
+                              [[d.index, d.uuid, d.weight, d.index in volumes,
+                                volumes[d.index].local_blocks if d.index in volumes else None]
+                               for d in conf.disks])
         for rec in read_records_apart(os.fsdecode(src), preparing):
             if isinstance(rec, Problem):
                 self._report(f"{show_path(src)}: offset {rec.offset}: {rec.text}")

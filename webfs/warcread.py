@@ -409,8 +409,8 @@ class Preparing:
     in the catalog (``catalog``, read only), has its signature. For a capture
     it encodes, it also makes the directory of the capture's placement group
     (``depth``) on the disk its block will go to, when that disk is a local
-    directory (``disks``: [index, uuid, weight, its blocks/ directory or None]
-    of every disk, present or not)."""
+    directory (``disks``: [index, uuid, weight, present, its blocks/ directory
+    or None] of every disk)."""
     max_block: int
     sign: bool
     codec: str
@@ -536,7 +536,8 @@ class _Encoder:
         self.seen: set[str] = set()
         self.catalog = SignatureLookup(preparing.catalog) if preparing.catalog else None
         self.made: set[str] = set()         # groups whose directory is there
-        self.blocks_dirs = {i: d for i, _, _, d in preparing.disks if d is not None}
+        self.present = {i for i, _, _, present, _ in preparing.disks if present}
+        self.blocks_dirs = {i: d for i, _, _, _, d in preparing.disks if d is not None}
 
     def encoded(self, batch: list) -> list:
         todo = [r for r in batch if isinstance(r, Record) and r.prepared is not None]
@@ -570,12 +571,12 @@ class _Encoder:
             return
         groups = list({sigmod.group_of(sig, depth) for sig in sigs} - self.made)
         mapped = self.catalog.group_disks(groups) if self.catalog is not None else {}
-        disks = [(i, uuid, weight) for i, uuid, weight, _ in self.preparing.disks]
+        disks = [(i, uuid, weight) for i, uuid, weight, _, _ in self.preparing.disks]
         if len(self.made) > SEEN_KEPT:
             self.made.clear()
         for grp in groups:
             blocks = self.blocks_dirs.get(first_disk(ranked_disks(grp, disks), mapped.get(grp),
-                                                     self.blocks_dirs))
+                                                     self.present))
             if blocks is None or not os.path.isdir(os.path.dirname(blocks)):
                 continue
             try:
