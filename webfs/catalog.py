@@ -278,8 +278,11 @@ class Catalog:
         for i in range(0, len(sigs), 500):          # under SQLite's bound on parameters
             part = sigs[i:i + 500]
             for r in self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig IN "
-                                f"({','.join('?' * len(part))}) ORDER BY overflow", part):
+                                f"({','.join('?' * len(part))})", part):
                 found.setdefault(r[1], []).append(BlockRow(*r))
+        for rows in found.values():
+            if len(rows) > 1:           # (here, not ORDER BY: a sort of every row found)
+                rows.sort(key=lambda r: r.overflow)
         return found
 
     def block(self, sig: str, overflow: int = 0) -> Optional[BlockRow]:
@@ -404,6 +407,20 @@ class Catalog:
                     self._groups.clear()
                 disk = self._groups[grp] = self.scalar("SELECT disk FROM groups WHERE grp=?", (grp,))
                 return disk
+
+    def read_groups(self, groups: set[str]) -> None:
+        """Read the disks of these groups into memory at once (a chunk of new
+        blocks is about to ask ``group_disk`` of each)."""
+        with self.lock:
+            todo = [g for g in groups if g not in self._groups][:GROUP_CACHE]
+            if len(self._groups) + len(todo) > GROUP_CACHE:
+                self._groups.clear()
+            for i in range(0, len(todo), 500):          # under SQLite's bound on parameters
+                part = todo[i:i + 500]
+                found = dict(self.query(f"SELECT grp, disk FROM groups WHERE grp IN "
+                                        f"({','.join('?' * len(part))})", part))
+                for g in part:
+                    self._groups[g] = found.get(g)
 
     def set_group_disk(self, grp: str, disk: int, home: Optional[int] = None) -> None:
         """Map a group to a disk. With a home, that is its new rendezvous home

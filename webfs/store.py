@@ -283,6 +283,7 @@ class Store:
         if not new:
             return out
         blocks = []
+        self.catalog.read_groups({sigmod.group_of(p.sig, self.conf.depth) for p, _, _ in new})
         for p, name, overflow in new:
             codec, payload = p.encoded or self.encode(p.data)
             header = BlockHeader(p.sig, len(p.data), len(payload), codec, 1, utc_timestamp(),
