@@ -226,6 +226,39 @@ def test_a_name_too_long_is_reported(store, tmp_path, monkeypatch):
     assert result.figures["files"] == 1
 
 
+def test_names_are_made_without_waiting_for_a_signature_under_the_catalog_lock(store, tmp_path):
+    """The store's lock order is a signature's lock, then the catalog's. An
+    import makes a batch of names under the catalog lock; the blocks its
+    symlinks' targets and hard links need (a signature lock each) are taken
+    before it, so a writer that holds such a signature's lock and then asks
+    for the catalog's (a mount storing the same bytes) gets it: no deadlock.
+    Then a rerun with a new hard link to a file already imported: one more
+    reference to its block."""
+    import threading
+    from webfs.signature import signature
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "page.html").write_bytes(b"<html>a page</html>")
+    os.symlink("some/target", src / "lnk")
+    done = {}
+    with store.block_lock(signature(b"some/target")):
+        t = threading.Thread(target=lambda: done.update(r=OPERATIONS["import"](
+            store, admin.Progress(), sources=[str(src) + "/"], dest="/d")))
+        t.start()
+        time.sleep(2)               # the import waits for the lock held here
+        got = store.catalog.lock.acquire(timeout=10)
+        if got:
+            store.catalog.lock.release()
+    t.join(60)
+    assert got, "the import held the catalog lock while it waited for a signature's"
+    assert done["r"].exit_code == 0 and done["r"].figures["symlinks"] == 1
+    os.link(src / "page.html", src / "zz.html")         # walked after the name it links to
+    r = OPERATIONS["import"](store, admin.Progress(), sources=[str(src) + "/"], dest="/d")
+    assert r.exit_code == 0 and r.figures["hardlinks"] == 1, r.figures
+    [row] = store.catalog.blocks_with_sigs([signature(b"<html>a page</html>")])[signature(b"<html>a page</html>")]
+    assert row.refs == 2
+
+
 def test_import_into_an_unmounted_archive_then_mount(tmp_path, corpus):
     m = Mounted.__new__(Mounted)
     m.root, m.disks, m.mnt, m.options = tmp_path, [tmp_path / f"disk{i}" for i in range(4)], tmp_path / "mnt", ""

@@ -629,7 +629,13 @@ class Importer:
                 self._flush(batch)
 
     def _flush(self, batch: list, final: bool = False) -> None:
-        """Make the names of a batch, commit once, then (and only then) count them done."""
+        """Make the names of a batch, commit once, then (and only then) count them done.
+        What takes a signature lock (a symlink's target stored, a hard link's
+        references, what a failed name gives back) is done before or after the
+        catalog lock the names are made under: the store's lock order is a
+        signature's lock, then the catalog's."""
+        self._take_blocks(batch)
+        failed = []
         with self.cat.lock:
             nlinks: dict[int, int] = {}
             xattrs: list[tuple[int, bytes, bytes]] = []      # set in one statement for the batch
@@ -640,7 +646,7 @@ class Importer:
                     self._make(item, nlinks, xattrs)
                 except (OSError, FsError, NoSpace) as exc:
                     item.failed = problem_line(item.src, exc)
-                    self._give_back(item)
+                    failed.append(item)
             self.ns.add_xattrs(xattrs)
             for ino, delta in nlinks.items():
                 self.ns.bump_nlink(ino, delta)
@@ -652,6 +658,8 @@ class Importer:
             if final:
                 for item in self.merged:
                     self._set_dir_attrs(item)
+        for item in failed:
+            self._give_back(item)
         self.store.commit()
         self._forget_replaced()
         # Only now are these names durable: count them, and say what failed.
@@ -669,6 +677,26 @@ class Importer:
         self.touched, self.relinked = set(), set()
         batch.clear()
         self.last_flush = time.monotonic()
+
+    def _take_blocks(self, batch: list) -> None:
+        """The blocks of a batch's symlinks (their targets, stored: recovery
+        reads them) and hard links (one more reference to each of their first
+        name's), as ``item.rows``."""
+        for item in batch:
+            if item.failed or item.skip or item.kind not in ("symlink", "hardlink"):
+                continue
+            try:
+                if item.kind == "symlink":
+                    item.rows = [self.store.store(item.target, name=item.path)]
+                    continue
+                first = item.first
+                ino = first.ino if first.ino is not None else \
+                    first.existing.id if first.skip and first.existing is not None else None
+                for row in self.ns.contents(ino) if ino is not None else first.rows:
+                    item.rows.append(self.store.add_ref(row))
+            except (OSError, FsError, NoSpace) as exc:
+                item.failed = problem_line(item.src, exc)
+                self._give_back(item)
 
     def _make(self, item: Item, nlinks: dict[int, int], xattrs: list[tuple[int, bytes, bytes]]) -> None:
         parent = item.parent
@@ -688,14 +716,12 @@ class Importer:
                 raise FsError(errno.ENOENT, f"its other name {show_path(first.src)} could not be imported")
             self.ns.add_name(parent.ino, item.name, first.ino)
             self.ns.bump_nlink(first.ino, 1)
-            rows = self.ns.contents(first.ino)
-            for row in rows:
-                self.store.add_ref(row)
             item.ino = first.ino
             if first.existing is not None:
                 self.relinked.add(first.ino)      # the kernel may hold its old nlink
-            self.ns.journal("+", self.ns.get(first.ino), item.path, rows=rows)
+            self.ns.journal("+", self.ns.get(first.ino), item.path, rows=item.rows)
             self.counts.hardlinks += 1
+            item.rows = []
             return
         if item.kind == "file" and item.existing is not None:
             # A changed file gets a new inode under its name, as rsync does: with the
@@ -707,8 +733,6 @@ class Importer:
             self.renamed.append((parent.ino, item.name))
             self.counts.replaced += 1
         is_dir = item.kind == "dir"
-        if item.kind == "symlink":            # its target is a block too (recovery reads it)
-            item.rows = [self.store.store(item.target, name=item.path)]
         size = item.size if item.kind == "file" else len(item.target) if item.kind == "symlink" else 0
         t = now_ns()
         rdev = st.st_rdev if item.kind == "special" else 0
