@@ -253,6 +253,15 @@ class Catalog:
         with self.lock:
             return self.db.execute(sql, args).fetchall()
 
+    def query_in(self, sql: str, keys: list, args=()) -> list:
+        """The rows of ``sql``, whose ``{}`` is a list of ``keys``, asked 500 keys at
+        a time (under SQLite's bound on parameters); ``args`` follow the keys."""
+        rows = []
+        for i in range(0, len(keys), 500):
+            part = keys[i:i + 500]
+            rows += self.query(sql.format(",".join("?" * len(part))), (*part, *args))
+        return rows
+
     def scalar(self, sql: str, args=()):
         with self.lock:
             row = self.db.execute(sql, args).fetchone()
@@ -268,18 +277,11 @@ class Catalog:
 
     # -- blocks --------------------------------------------------------------
 
-    def blocks_with_sig(self, sig: str) -> list[BlockRow]:
-        return [BlockRow(*r) for r in self.query(
-            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig=? ORDER BY overflow", (sig,))]
-
     def blocks_with_sigs(self, sigs: list[str]) -> dict[str, list[BlockRow]]:
         """The blocks of each of these signatures that has any."""
         found: dict[str, list[BlockRow]] = {}
-        for i in range(0, len(sigs), 500):          # under SQLite's bound on parameters
-            part = sigs[i:i + 500]
-            for r in self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig IN "
-                                f"({','.join('?' * len(part))})", part):
-                found.setdefault(r[1], []).append(BlockRow(*r))
+        for r in self.query_in(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig IN ({{}})", sigs):
+            found.setdefault(r[1], []).append(BlockRow(*r))
         for rows in found.values():
             if len(rows) > 1:           # (here, not ORDER BY: a sort of every row found)
                 rows.sort(key=lambda r: r.overflow)
@@ -415,12 +417,9 @@ class Catalog:
             todo = [g for g in groups if g not in self._groups][:GROUP_CACHE]
             if len(self._groups) + len(todo) > GROUP_CACHE:
                 self._groups.clear()
-            for i in range(0, len(todo), 500):          # under SQLite's bound on parameters
-                part = todo[i:i + 500]
-                found = dict(self.query(f"SELECT grp, disk FROM groups WHERE grp IN "
-                                        f"({','.join('?' * len(part))})", part))
-                for g in part:
-                    self._groups[g] = found.get(g)
+            found = dict(self.query_in("SELECT grp, disk FROM groups WHERE grp IN ({})", todo))
+            for g in todo:
+                self._groups[g] = found.get(g)
 
     def set_group_disk(self, grp: str, disk: int, home: Optional[int] = None) -> None:
         """Map a group to a disk. With a home, that is its new rendezvous home
