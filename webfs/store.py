@@ -283,14 +283,17 @@ class Store:
         if not new:
             return out
         blocks = []
-        self.catalog.read_groups({sigmod.group_of(p.sig, self.conf.depth) for p, _, _ in new})
-        for p, name, overflow in new:
+        grps = [sigmod.group_of(p.sig, self.conf.depth) for p, _, _ in new]
+        self.catalog.read_groups(set(grps))
+        for (p, name, overflow), grp in zip(new, grps):
             codec, payload = p.encoded or self.encode(p.data)
             header = BlockHeader(p.sig, len(p.data), len(payload), codec, 1, utc_timestamp(),
                                  percent_encode(name))
-            grp = sigmod.group_of(p.sig, self.conf.depth)
             disks = self.home_disks(grp)
-            first = next((d for d in disks if self.has_room(d, len(payload) + HEADER_SIZE)), None)
+            # Its room is asked as it is written, after the chunk's blocks before
+            # it (asking here too would count each block twice); a block that
+            # goes to another disk after all has an intent line of its own.
+            first = disks[0] if disks else None
             blocks.append((p.data, header, payload, overflow, grp, disks, first))
         with self.catalog.lock:
             self._inflight += len(new)
