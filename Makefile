@@ -16,10 +16,10 @@ all: deps
 
 help:
 	@echo 'make demo        a 4-disk archive under ./demo, a sample crawl copied in, and the pywb sample crawls under ./demo-warc'
-	@echo 'make test        the whole test suite, tiers t1-t5 (about 12 minutes on 2 busy cores)'
-	@echo 'make test-fast   tiers t1-t3 only: no FUSE mount (about a minute)'
+	@echo 'make test        the whole test suite, tiers t1-t5 (README, Tests, says how long)'
+	@echo 'make test-fast   tiers t1-t3 only: no FUSE mount'
 	@echo 'make test-long   the soaks (pytest -m soak) with WEBFS_LONG_TESTS=1: longer runs, more operations'
-	@echo 'make bench       tools/bench against a plain directory, bindfs and mergerfs (15-20 minutes)'
+	@echo 'make bench       tools/bench against a plain directory, bindfs and mergerfs'
 	@echo 'make bench-full  the same on 10 GB crawls (hours)'
 	@echo 'make install     man pages, webfs in $(PREFIX)/bin, mount.webfs and mount.fuse.webfs in /sbin'
 	@echo 'make deps        Debian packages when missing, everything Python in .venv'
@@ -53,11 +53,11 @@ deps: apt $(STAMP)
 # options, e.g. PYTEST_ARGS='-n 0' for one process, or '-k store -x'.
 PYTEST := $(BIN)/pytest -q -ra -n 2 --dist loadfile $(PYTEST_ARGS)
 
-# Every tier: about 5 minutes on 2 quiet cores (12 minutes at load 7).
+# Every tier (README, Tests, has the times measured).
 test: deps
 	$(PYTEST) tests
 
-# t1-t3: nothing mounted; about 100 s of test time, 52-56 s on 2 quiet cores.
+# t1-t3: nothing mounted.
 test-fast: deps
 	$(PYTEST) tests/t[1-3]_*.py
 
@@ -73,7 +73,7 @@ demo: deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" sh tools/demo-warc.sh demo-warc
 
 # Every section of tools/bench on two 30 MB crawls, a small-page corpus and a
-# 20,000-file ingest: about 15-20 minutes on 2 cores (bench-results/results.md).
+# 20,000-file ingest (bench-results/results.md).
 bench: deps
 	-@$(MAKE) -s apt APT_PKGS=rclone   # the s3 section compares rclone mount; skipped if it will not install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tools/bench --out bench-results

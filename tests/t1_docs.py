@@ -46,7 +46,7 @@ def test_every_mount_option_is_in_mount_webfs_8():
         assert opt in text, opt
 
 
-@pytest.mark.parametrize("page", ["webfs.1", "mount.webfs.8", "webfs-format.5"])
+@pytest.mark.parametrize("page", ["webfs.1", "mount.webfs.8", "webfs-format.5", "webfs-internals.7"])
 def test_man_pages_render_without_warnings(page):
     proc = subprocess.run(["groff", "-man", "-ww", "-z", str(MAN / page)], capture_output=True)
     assert proc.returncode == 0 and proc.stderr == b"", proc.stderr.decode()

@@ -36,7 +36,7 @@ from .volume import CONF_FILE, DISK_ID_FILE, META, Volume
 log = logging.getLogger(__name__)
 
 STORE_MODES = ("force-new", "regular", "compare")
-DEFAULT_LEVEL = 3          # zlib-ng gzip level: see README "Compression level"
+DEFAULT_LEVEL = 3          # zlib-ng gzip level: see webfs-internals(7), "Compression level"
 DEFAULT_MAX_BLOCK = 4 << 20
 LOCK_FILE = f"{META}/lock"
 MAX_GROUP_SIZE = 62        # stripes keep their disks as bits of a 64-bit integer

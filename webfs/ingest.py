@@ -67,10 +67,9 @@ log = logging.getLogger(__name__)
 # each file of at most one block whole, hash it, look in one catalog query for
 # a block with the same bytes, and compress what no block has yet; they hold
 # no lock and mostly wait on disks or run C code. The walking thread itself
-# then stores the chunk (and reads any larger file as it stores it). Threads
+# then stores the chunk (and reads any larger file as it stores it): threads
 # that each read and stored cost more in interpreter-lock hand-overs than they
-# overlapped: 19,974 pages, 4 storing threads 9.7 s, 1 thread 6.5 s (page
-# cache), 10.3 s and 8.1 s with the caches dropped.
+# overlapped (webfs-internals(7) has the measurement).
 WORKERS = 4
 CHUNK_FILES = 64
 CHUNK_BYTES = 16 << 20
