@@ -104,6 +104,8 @@ def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
                         codec=codec, level=level, store_mode=store_mode, force=force)
     click.echo(f"made archive {conf.uuid} on {len(conf.disks)} disk(s), depth {conf.depth}, "
                f"parity group size {conf.group_size}")
+    click.echo("each disk's root is mode 0700 (an S3 disk's: its local state directory): its blocks "
+               "and catalog show every file and name, whatever their own modes, so only you read them")
     if len(conf.disks) == 1:
         click.echo(f"webfs: warning: one disk, so no parity: losing {conf.disks[0].path} loses the "
                    "archive; to add parity later, 'webfs add-disk NEWDIR DISK' then "

@@ -187,7 +187,8 @@ class Daemon:
     def open(self) -> None:
         testkill.arm()
         store = open_archive(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync,
-                           delays=self.opts.disk_delay, heat_k=self.opts.heat_k, background=True)
+                           delays=self.opts.disk_delay, heat_k=self.opts.heat_k, background=True,
+                           private=True)
         self.store = store
         log_path = _log_to_disk(store)
         journal = Journal(store.archive, limit=self.opts.journal_limit)
