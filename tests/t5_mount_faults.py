@@ -6,7 +6,10 @@ themselves, without a kernel, are in t3_handlers."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -80,6 +83,46 @@ def test_huge_truncate_is_efbig_and_mount_lives(m):
     assert proc.returncode != 0
     assert os.stat(M / "s").st_size == 0 and (M / "s").read_bytes() == b""
     assert alive(m)
+
+
+EFBIG_SCRIPT = """
+import errno, mmap, os, sys
+path, direct = sys.argv[1], sys.argv[2] == "direct"
+page = mmap.mmap(-1, 4096)                      # O_DIRECT wants an aligned buffer
+page.write(b"a" * 4096)
+fd = os.open(path, os.O_RDWR | os.O_CREAT | (os.O_DIRECT if direct else 0))
+os.pwrite(fd, page, 0)
+try:
+    os.pwrite(fd, page, 1 << 40)                # past the largest file (1 TiB)
+    print("write ok")
+except OSError as exc:
+    print("write", errno.errorcode[exc.errno])
+try:
+    os.fsync(fd)
+    print("fsync ok")
+except OSError as exc:
+    print("fsync", errno.errorcode[exc.errno])
+os.close(fd)
+"""
+
+
+def test_a_write_past_the_largest_file_fails(m):
+    """A write that bypasses the kernel's cache (O_DIRECT) fails itself with
+    EFBIG and the file keeps every other write; a cached one the kernel has
+    accepted before webfs sees it (FUSE has no way to tell it the largest
+    size), so fsync fails with EFBIG and the file keeps what was stored last."""
+    M = m.mnt
+    out = sh(f"{sys.executable} -c '{EFBIG_SCRIPT}' {M}/direct direct").stdout.decode().split("\n")
+    assert out[:2] == ["write EFBIG", "fsync ok"], out
+    assert (M / "direct").read_bytes() == b"a" * 4096
+    sh(f"echo hello > {M}/cached")
+    out = sh(f"{sys.executable} -c '{EFBIG_SCRIPT}' {M}/cached cached").stdout.decode().split("\n")
+    assert out[:2] == ["write ok", "fsync EFBIG"], out
+    assert (M / "cached").read_bytes() == b"hello\n"
+    assert alive(m)
+    m.remount()
+    assert (M / "direct").read_bytes() == b"a" * 4096
+    assert (M / "cached").read_bytes() == b"hello\n"
 
 
 def test_huge_sparse_truncate_and_seek(m):
