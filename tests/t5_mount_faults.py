@@ -285,3 +285,34 @@ def test_one_gib_file_daemon_memory_bounded(m, tmp_path):
     sh("echo 3 > /proc/sys/vm/drop_caches")
     sh(f"cmp {src} {m.mnt}/big")
     assert after_write < 200 * 1024 and peak_kb(m) < 200 * 1024, (after_write, peak_kb(m))
+
+
+def test_a_command_on_a_mount_whose_daemon_died_says_so(tmp_path):
+    """export-warc (and any command given the mount) says the mount is gone,
+    not 'not a directory'; webfs umount lets go of it, and it mounts again."""
+    from t2_warc import imp, write_warc
+    m = Mounted(tmp_path, disks=3, mount=False)
+    imp(m.disks[0], write_warc(tmp_path / "a.warc.gz", [("http://site.org/", b"<html>hi</html>")]), check=True)
+    m.mount()
+    pid = m.pid()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gone = f"the mount at {m.mnt} is gone (its daemon died); remount it"
+    try:
+        for cmd in (("export-warc", m.mnt / "c", tmp_path / "out.warc.gz"), ("status", m.mnt),
+                    ("mount", m.disks[0], m.mnt)):
+            proc = webfs(*cmd, check=False)
+            lines = proc.stderr.decode().strip().splitlines()
+            assert proc.returncode == 1 and len(lines) == 1 and gone in lines[0], (cmd, proc.stderr)
+        proc = webfs("umount", m.mnt, check=False)
+        assert proc.returncode == 1 and b"whose daemon had died" in proc.stderr, proc.stderr
+        assert os.path.isdir(m.mnt) and not os.path.ismount(m.mnt)
+    finally:
+        subprocess.run(["fusermount3", "-uz", str(m.mnt)], capture_output=True)
+    m.mount()
+    try:
+        webfs("export-warc", m.mnt / "c", tmp_path / "out.warc.gz")
+    finally:
+        m.umount()

@@ -43,6 +43,7 @@ class DiskPath(click.Path):
     def convert(self, value, param, ctx):
         if is_url(value):
             return value
+        control.check_not_gone(value)
         return super().convert(value, param, ctx)
 
 
@@ -412,19 +413,22 @@ def import_warc(collection, as_json, sources, dest):
 @click.option("--order", type=click.Choice(["source", "disk"]), default="source", show_default=True,
               help="Records in the order of their source files, or captures disk by disk in turn, "
                    "each disk's in the order of its signature tree.")
+@click.option("--force", is_flag=True,
+              help="Replace an OUT (or OUT.part) already there; without it, such a name is refused.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("collection", metavar="COLLECTION")
 @click.argument("out", metavar="OUT.warc.gz")
-def export_warc(split, duplicates, order, as_json, collection, out):
+def export_warc(split, duplicates, order, force, as_json, collection, out):
     """Write COLLECTION (a directory in a mount, or DISK:/NAME) as WARC,
     one gzip member per record: each record byte-identical to the one
     imported where the kept bytes allow, otherwise a valid WARC/1.1 record
     with the same URI, date, record id, HTTP headers and payload.
 
     In a mount, the mount's daemon reads the blocks and writes OUT (unless
-    OUT is in that mount). OUT is written as OUT.part and renamed when
-    complete; an export that fails leaves no OUT.part and an OUT already
-    there as it was.
+    OUT is in that mount). OUT is written as OUT.part, created new, and
+    renamed when complete; an export that fails leaves no OUT.part and an
+    OUT already there as it was. An OUT or OUT.part already there is refused
+    unless --force (which replaces the name, never a symlink's target).
     """
     from . import warc
     size = None
@@ -434,11 +438,12 @@ def export_warc(split, duplicates, order, as_json, collection, out):
             raise WebfsError(f"--split {split}: not a size (e.g. 500M, 1G)")
         size = int(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " ")
     out = os.path.abspath(out)
-    options = dict(out=out, split=size, duplicates=duplicates, order=order)
+    options = dict(out=out, split=size, duplicates=duplicates, order=order, force=force)
     place = archive_place(collection)
     if place is not None:
         target, inside = place
     elif not os.path.isdir(collection):
+        control.check_not_gone(collection)
         raise WebfsError(f"{collection}: not a directory, and not DISK:/NAME of an archive")
     else:
         target, inside = _mount_of(collection) or (None, None)
@@ -454,11 +459,14 @@ def export_warc(split, duplicates, order, as_json, collection, out):
         finally:
             bar.close()
         print_result(result, as_json)
+    there = warc.OutFiles(out, size).leftovers()
     try:
         run_operation(target, "export-warc", as_json=as_json, unit="rec", collection=inside, **options)
     except WebfsError as exc:
-        # (the daemon removes what it wrote when it fails; not when it is killed)
-        left = warc.OutFiles(out, size).leftovers()
+        # The daemon removes what it wrote when it fails, not when it is killed.
+        # Only the .part files this export made go: not those it refused.
+        left = [name for name, ident in warc.OutFiles(out, size).leftovers().items()
+                if force or there.get(name) != ident]
         for name in left:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name)
@@ -626,7 +634,7 @@ def delete(disk, keys):
                    "block_cache=BYTES, s3_requests=N, s3_staging=BYTES, take_lease, debug.")
 @click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground (log to stderr).")
 @click.argument("disk", type=DiskPath(exists=True, file_okay=False))
-@click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
+@click.argument("mountpoint", type=DiskPath(exists=True, file_okay=False))
 def mount(options, foreground, disk, mountpoint):
     """Mount the archive that DISK belongs to on MOUNTPOINT."""
     from . import daemon
@@ -635,9 +643,10 @@ def mount(options, foreground, disk, mountpoint):
 
 
 @main.command()
-@click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
+@click.argument("mountpoint", type=click.Path(file_okay=False))
 def umount(mountpoint):
-    """Unmount; returns once the daemon has written everything and exited."""
+    """Unmount; returns once the daemon has written everything and exited.
+    A mount whose daemon died is unmounted too (exit status 1, saying so)."""
     control.umount(mountpoint)
 
 
