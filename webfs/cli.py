@@ -100,7 +100,8 @@ def main(verbose: int, take_lease: bool) -> None:
 @click.option("--force", is_flag=True, help="Make the archive even if a directory is not empty.")
 @click.argument("disks", nargs=-1, required=True, type=DiskPath(file_okay=False))
 def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
-    """Make a new archive on the DISKS (empty directories)."""
+    """Make a new archive on the DISKS (empty directories), each root made
+    mode 0700: its blocks and catalog show every file, whatever its mode."""
     conf = archmod.mkfs(list(disks), depth=depth, group_size=group_size, label=label,
                         codec=codec, level=level, store_mode=store_mode, force=force)
     click.echo(f"made archive {conf.uuid} on {len(conf.disks)} disk(s), depth {conf.depth}, "
@@ -344,7 +345,8 @@ def scrub(repair, max_rate, as_json, target):
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def rebuild(index, new_dir, max_rate, as_json, target):
-    """Rebuild disk N's blocks and parity files from the others into NEWDIR.
+    """Rebuild disk N's blocks and parity files from the others into NEWDIR
+    (its root made mode 0700).
 
     Resumable: run it again after an interruption. Exit status: 0 all
     rebuilt, 4 something could not be rebuilt (or interrupted).
@@ -636,7 +638,8 @@ def delete(disk, keys):
 @click.argument("disk", type=DiskPath(exists=True, file_okay=False))
 @click.argument("mountpoint", type=DiskPath(exists=True, file_okay=False))
 def mount(options, foreground, disk, mountpoint):
-    """Mount the archive that DISK belongs to on MOUNTPOINT."""
+    """Mount the archive that DISK belongs to on MOUNTPOINT. A disk whose
+    root others can read is refused (fix: chmod 700 DISK)."""
     from . import daemon
     from .operations import OPERATIONS
     daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), OPERATIONS, foreground=foreground)
@@ -719,7 +722,7 @@ def rebalance(dry_run, as_json, target):
 @click.argument("new_dir", metavar="NEWDIR", type=DiskPath(file_okay=False))
 @click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def add_disk(weight, as_json, new_dir, target):
-    """Add the empty directory NEWDIR to the archive as a new disk."""
+    """Add the empty directory NEWDIR to the archive as a new disk (its root mode 0700)."""
     run_operation(target, "add-disk", as_json=as_json, path=disk_location(new_dir), weight=weight)
 
 
