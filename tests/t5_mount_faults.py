@@ -302,7 +302,8 @@ def test_a_command_on_a_mount_whose_daemon_died_says_so(tmp_path):
     gone = f"the mount at {m.mnt} is gone (its daemon died); remount it"
     try:
         for cmd in (("export-warc", m.mnt / "c", tmp_path / "out.warc.gz"), ("status", m.mnt),
-                    ("mount", m.disks[0], m.mnt)):
+                    ("mount", m.disks[0], m.mnt), ("import", tmp_path / "a.warc.gz", m.mnt / "c"),
+                    ("replay", m.mnt / "c", tmp_path / "pywb"), ("versions", "http://site.org/", m.mnt)):
             proc = webfs(*cmd, check=False)
             lines = proc.stderr.decode().strip().splitlines()
             assert proc.returncode == 1 and len(lines) == 1 and gone in lines[0], (cmd, proc.stderr)

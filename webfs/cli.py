@@ -532,6 +532,7 @@ def replay(port, collection, pywb_dir):
     records as virtual WARC files on 127.0.0.1 until interrupted. Run
     'wayback' in PYWBDIR to browse it."""
     from . import replay as replaymod
+    control.check_not_gone(collection)
     server, lines, tree = replaymod.prepare(collection, pywb_dir, port)
     for line in lines:
         click.echo(line)
@@ -549,6 +550,7 @@ def _import_target(dest: str) -> tuple[str, str]:
     """(mount point or disk, DEST's path from the archive's root) of an import's DEST."""
     found = archive_place(dest) or _mount_of(dest)
     if found is None:
+        control.check_not_gone(dest)
         raise WebfsError(f"{dest}: not in a webfs mount, and not DISK:/PATH of an archive")
     return found
 
