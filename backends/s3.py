@@ -701,6 +701,7 @@ class S3Backend(Backend):
         if replayed:
             self.staging.drain()
             log.warning("%s: %d objects left staged by an earlier mount are uploaded", self.location, replayed)
+        os.makedirs(self.root, mode=0o700, exist_ok=True)     # private, as a disk root is (webfs.archive)
         os.makedirs(os.path.join(self.root, "meta"), exist_ok=True)
         for path in IDENTITY:
             try:
@@ -788,6 +789,8 @@ class S3Backend(Backend):
         self.fetched = self.made = True             # a new disk: ours is the only side
         import shutil
         shutil.rmtree(self.root, ignore_errors=True)     # a state directory of an earlier disk here
+        os.makedirs(self.root, mode=0o700, exist_ok=True)
+        os.chmod(self.root, 0o700)                       # whatever the umask: private, as a disk root is
         os.makedirs(os.path.join(self.root, "meta"), exist_ok=True)
 
 

@@ -98,7 +98,7 @@ def test_a_capture_that_cannot_be_read_stops_the_export_and_keeps_the_old_out(tm
     raw = bytearray(block.read_bytes())
     raw[-3] ^= 0xFF
     block.write_bytes(bytes(raw))
-    proc = webfs("export-warc", f"{disks[0]}:/c", out, check=False)
+    proc = webfs("export-warc", "--force", f"{disks[0]}:/c", out, check=False)
     assert f"{path.decode()}: cannot be read" in _one_error_line(proc, warnings=1)
     assert out.read_bytes() == before
     assert not list(tmp_path.glob("*.part"))

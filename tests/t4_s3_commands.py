@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import time
 
 from conftest import REPO, sh, unmount, webfs
@@ -129,6 +130,8 @@ def test_rebuild_catalog_after_losing_it_everywhere(weeds, tmp_path, corpus):
 def test_import_into_an_unmounted_s3_archive(weeds, tmp_path, corpus):
     disks = bucket_on_each(weeds, "import")
     webfs("mkfs", *disks)
+    states = [state_dir(DiskURL.parse(d)) for d in disks]
+    assert [stat.S_IMODE(os.stat(s).st_mode) for s in states] == [0o700] * len(disks)
     src = sorted((corpus / "crawl-001").iterdir())[1]
     webfs("import", src, f"{disks[1]}:/crawls")
     pages = [("http://example.com/", b"<html>home</html>"), ("http://example.com/a.html", b"<html>a</html>")]
@@ -136,6 +139,10 @@ def test_import_into_an_unmounted_s3_archive(weeds, tmp_path, corpus):
     webfs("import-warc", warc, f"{disks[2]}:/")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
+    os.chmod(states[1], 0o755)          # a state directory others can read is refused as a disk root is
+    proc = webfs("mount", disks[0], mnt, check=False)
+    assert proc.returncode == 1 and f"chmod 700 {states[1]}".encode() in proc.stderr, proc.stderr
+    os.chmod(states[1], 0o700)
     webfs("mount", disks[0], mnt)
     try:
         sh(f"diff -r '{src}' '{mnt}/crawls/{src.name}'")

@@ -6,7 +6,10 @@ themselves, without a kernel, are in t3_handlers."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -80,6 +83,46 @@ def test_huge_truncate_is_efbig_and_mount_lives(m):
     assert proc.returncode != 0
     assert os.stat(M / "s").st_size == 0 and (M / "s").read_bytes() == b""
     assert alive(m)
+
+
+EFBIG_SCRIPT = """
+import errno, mmap, os, sys
+path, direct = sys.argv[1], sys.argv[2] == "direct"
+page = mmap.mmap(-1, 4096)                      # O_DIRECT wants an aligned buffer
+page.write(b"a" * 4096)
+fd = os.open(path, os.O_RDWR | os.O_CREAT | (os.O_DIRECT if direct else 0))
+os.pwrite(fd, page, 0)
+try:
+    os.pwrite(fd, page, 1 << 40)                # past the largest file (1 TiB)
+    print("write ok")
+except OSError as exc:
+    print("write", errno.errorcode[exc.errno])
+try:
+    os.fsync(fd)
+    print("fsync ok")
+except OSError as exc:
+    print("fsync", errno.errorcode[exc.errno])
+os.close(fd)
+"""
+
+
+def test_a_write_past_the_largest_file_fails(m):
+    """A write that bypasses the kernel's cache (O_DIRECT) fails itself with
+    EFBIG and the file keeps every other write; a cached one the kernel has
+    accepted before webfs sees it (FUSE has no way to tell it the largest
+    size), so fsync fails with EFBIG and the file keeps what was stored last."""
+    M = m.mnt
+    out = sh(f"{sys.executable} -c '{EFBIG_SCRIPT}' {M}/direct direct").stdout.decode().split("\n")
+    assert out[:2] == ["write EFBIG", "fsync ok"], out
+    assert (M / "direct").read_bytes() == b"a" * 4096
+    sh(f"echo hello > {M}/cached")
+    out = sh(f"{sys.executable} -c '{EFBIG_SCRIPT}' {M}/cached cached").stdout.decode().split("\n")
+    assert out[:2] == ["write ok", "fsync EFBIG"], out
+    assert (M / "cached").read_bytes() == b"hello\n"
+    assert alive(m)
+    m.remount()
+    assert (M / "direct").read_bytes() == b"a" * 4096
+    assert (M / "cached").read_bytes() == b"hello\n"
 
 
 def test_huge_sparse_truncate_and_seek(m):
@@ -242,3 +285,35 @@ def test_one_gib_file_daemon_memory_bounded(m, tmp_path):
     sh("echo 3 > /proc/sys/vm/drop_caches")
     sh(f"cmp {src} {m.mnt}/big")
     assert after_write < 200 * 1024 and peak_kb(m) < 200 * 1024, (after_write, peak_kb(m))
+
+
+def test_a_command_on_a_mount_whose_daemon_died_says_so(tmp_path):
+    """export-warc (and any command given the mount) says the mount is gone,
+    not 'not a directory'; webfs umount lets go of it, and it mounts again."""
+    from t2_warc import imp, write_warc
+    m = Mounted(tmp_path, disks=3, mount=False)
+    imp(m.disks[0], write_warc(tmp_path / "a.warc.gz", [("http://site.org/", b"<html>hi</html>")]), check=True)
+    m.mount()
+    pid = m.pid()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gone = f"the mount at {m.mnt} is gone (its daemon died); remount it"
+    try:
+        for cmd in (("export-warc", m.mnt / "c", tmp_path / "out.warc.gz"), ("status", m.mnt),
+                    ("mount", m.disks[0], m.mnt), ("import", tmp_path / "a.warc.gz", m.mnt / "c"),
+                    ("replay", m.mnt / "c", tmp_path / "pywb"), ("versions", "http://site.org/", m.mnt)):
+            proc = webfs(*cmd, check=False)
+            lines = proc.stderr.decode().strip().splitlines()
+            assert proc.returncode == 1 and len(lines) == 1 and gone in lines[0], (cmd, proc.stderr)
+        proc = webfs("umount", m.mnt, check=False)
+        assert proc.returncode == 1 and b"whose daemon had died" in proc.stderr, proc.stderr
+        assert os.path.isdir(m.mnt) and not os.path.ismount(m.mnt)
+    finally:
+        subprocess.run(["fusermount3", "-uz", str(m.mnt)], capture_output=True)
+    m.mount()
+    try:
+        webfs("export-warc", m.mnt / "c", tmp_path / "out.warc.gz")
+    finally:
+        m.umount()

@@ -21,6 +21,7 @@ import math
 import os
 import re
 import shlex
+import stat
 import uuid as uuidmod
 from dataclasses import dataclass, field
 from typing import Optional
@@ -205,6 +206,10 @@ class Config:
             if d.index in seen:
                 raise ConfigError(f"{where}: [disk {d.index}] is listed twice")
             seen.add(d.index)
+        if not any(d.weight > 0 for d in self.disks):
+            raise ConfigError(f"{where}: every disk has weight 0, so none may take a new block and every "
+                              "write would fail for want of space; give at least one disk a weight above 0 "
+                              "(weight = 1 in its [disk N] section, on every disk)")
         if self.catalog not in seen:
             raise ConfigError(f"{where}: catalog = {self.catalog} is not allowed; allowed: the index of "
                               f"a listed disk ({', '.join(map(str, sorted(seen)))})")
@@ -442,12 +447,42 @@ def not_empty(location: str) -> bool:
 
 def make_disk_root(location: str) -> None:
     """Make the place a new disk's files go: its directory and meta/, or its
-    bucket (if absent) and a fresh state directory."""
+    bucket (if absent) and a fresh state directory; either private (``make_private``)."""
     if is_url(location):
         from .backends.s3 import open_s3
-        open_s3(location, fetch=False).create()
+        open_s3(location, fetch=False).create()         # its state directory is made 0700
     else:
         os.makedirs(os.path.join(location, META), exist_ok=True)
+        make_private(location)
+
+
+PRIVATE_MODE = 0o700
+
+
+def make_private(root: str) -> None:
+    """A disk root (or an S3 disk's state directory) of mode 0700: its blocks
+    and catalog show every file and name, whatever their own modes say, so
+    only the archive's owner may read or search it."""
+    os.chmod(root, PRIVATE_MODE)
+
+
+def private_note(location: str) -> str:
+    """What a command that made a disk says of its mode."""
+    return "its local state directory mode 0700" if is_url(location) else "mode 0700"
+
+
+def open_to_others(root: str) -> Optional[str]:
+    """Why a disk root (or state directory) is not private, as a message that
+    says how to fix it; None when it is (group and others have no access)."""
+    try:
+        mode = os.stat(root).st_mode
+    except OSError:
+        return None                     # missing: the archive says so elsewhere
+    if not mode & 0o077:
+        return None
+    return (f"{root}: other users can read this disk directly (mode {stat.S_IMODE(mode):04o}): its "
+            "blocks and catalog show every file and name, whatever their own modes; make it "
+            f"private with 'chmod 700 {shlex.quote(root)}' (mkfs, add-disk and rebuild do)")
 
 
 def _clear_webfs_files(root: str) -> None:

@@ -10,7 +10,7 @@ import os
 from typing import Optional
 
 from . import signature as sigmod
-from .archive import Archive
+from .archive import Archive, open_to_others
 from .catalog import Catalog, catalog_path, check_catalog_file
 from .errors import ArchiveError
 from .parity import Parity
@@ -18,11 +18,17 @@ from .store import Store
 
 
 def open_archive(path: str, holder: str = "webfs", lock: bool = True,
-                 delays: Optional[dict[int, float]] = None, **kwargs) -> Store:
+                 delays: Optional[dict[int, float]] = None, private: bool = False, **kwargs) -> Store:
     """Open the archive that a disk belongs to, lock it and open its catalog.
     ``delays`` gives disks a simulated service time per I/O (benchmarks);
-    the other arguments go to ``Store`` (``protection`` replaces parity)."""
+    ``private`` refuses disks others can read (``open_to_others``), as a mount
+    does; the other arguments go to ``Store`` (``protection`` replaces parity)."""
     archive = Archive.open(path, delays=delays)
+    if private:
+        for vol in archive.volumes.values():
+            why = open_to_others(vol.root)
+            if why:
+                raise ArchiveError(f"{why}; not mounted")
     if lock:
         archive.lock(holder)
     try:

@@ -43,6 +43,7 @@ class DiskPath(click.Path):
     def convert(self, value, param, ctx):
         if is_url(value):
             return value
+        control.check_not_gone(value)
         return super().convert(value, param, ctx)
 
 
@@ -99,11 +100,14 @@ def main(verbose: int, take_lease: bool) -> None:
 @click.option("--force", is_flag=True, help="Make the archive even if a directory is not empty.")
 @click.argument("disks", nargs=-1, required=True, type=DiskPath(file_okay=False))
 def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
-    """Make a new archive on the DISKS (empty directories)."""
+    """Make a new archive on the DISKS (empty directories), each root made
+    mode 0700: its blocks and catalog show every file, whatever its mode."""
     conf = archmod.mkfs(list(disks), depth=depth, group_size=group_size, label=label,
                         codec=codec, level=level, store_mode=store_mode, force=force)
     click.echo(f"made archive {conf.uuid} on {len(conf.disks)} disk(s), depth {conf.depth}, "
                f"parity group size {conf.group_size}")
+    click.echo("each disk's root is mode 0700 (an S3 disk's: its local state directory): its blocks "
+               "and catalog show every file and name, whatever their own modes, so only you read them")
     if len(conf.disks) == 1:
         click.echo(f"webfs: warning: one disk, so no parity: losing {conf.disks[0].path} loses the "
                    "archive; to add parity later, 'webfs add-disk NEWDIR DISK' then "
@@ -341,7 +345,8 @@ def scrub(repair, max_rate, as_json, target):
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def rebuild(index, new_dir, max_rate, as_json, target):
-    """Rebuild disk N's blocks and parity files from the others into NEWDIR.
+    """Rebuild disk N's blocks and parity files from the others into NEWDIR
+    (its root made mode 0700).
 
     Resumable: run it again after an interruption. Exit status: 0 all
     rebuilt, 4 something could not be rebuilt (or interrupted).
@@ -410,19 +415,22 @@ def import_warc(collection, as_json, sources, dest):
 @click.option("--order", type=click.Choice(["source", "disk"]), default="source", show_default=True,
               help="Records in the order of their source files, or captures disk by disk in turn, "
                    "each disk's in the order of its signature tree.")
+@click.option("--force", is_flag=True,
+              help="Replace an OUT (or OUT.part) already there; without it, such a name is refused.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("collection", metavar="COLLECTION")
 @click.argument("out", metavar="OUT.warc.gz")
-def export_warc(split, duplicates, order, as_json, collection, out):
+def export_warc(split, duplicates, order, force, as_json, collection, out):
     """Write COLLECTION (a directory in a mount, or DISK:/NAME) as WARC,
     one gzip member per record: each record byte-identical to the one
     imported where the kept bytes allow, otherwise a valid WARC/1.1 record
     with the same URI, date, record id, HTTP headers and payload.
 
     In a mount, the mount's daemon reads the blocks and writes OUT (unless
-    OUT is in that mount). OUT is written as OUT.part and renamed when
-    complete; an export that fails leaves no OUT.part and an OUT already
-    there as it was.
+    OUT is in that mount). OUT is written as OUT.part, created new, and
+    renamed when complete; an export that fails leaves no OUT.part and an
+    OUT already there as it was. An OUT or OUT.part already there is refused
+    unless --force (which replaces the name, never a symlink's target).
     """
     from . import warc
     size = None
@@ -432,11 +440,12 @@ def export_warc(split, duplicates, order, as_json, collection, out):
             raise WebfsError(f"--split {split}: not a size (e.g. 500M, 1G)")
         size = int(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " ")
     out = os.path.abspath(out)
-    options = dict(out=out, split=size, duplicates=duplicates, order=order)
+    options = dict(out=out, split=size, duplicates=duplicates, order=order, force=force)
     place = archive_place(collection)
     if place is not None:
         target, inside = place
     elif not os.path.isdir(collection):
+        control.check_not_gone(collection)
         raise WebfsError(f"{collection}: not a directory, and not DISK:/NAME of an archive")
     else:
         target, inside = _mount_of(collection) or (None, None)
@@ -452,11 +461,14 @@ def export_warc(split, duplicates, order, as_json, collection, out):
         finally:
             bar.close()
         print_result(result, as_json)
+    there = warc.OutFiles(out, size).leftovers()
     try:
         run_operation(target, "export-warc", as_json=as_json, unit="rec", collection=inside, **options)
     except WebfsError as exc:
-        # (the daemon removes what it wrote when it fails; not when it is killed)
-        left = warc.OutFiles(out, size).leftovers()
+        # The daemon removes what it wrote when it fails, not when it is killed.
+        # Only the .part files this export made go: not those it refused.
+        left = [name for name, ident in warc.OutFiles(out, size).leftovers().items()
+                if force or there.get(name) != ident]
         for name in left:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name)
@@ -520,6 +532,7 @@ def replay(port, collection, pywb_dir):
     records as virtual WARC files on 127.0.0.1 until interrupted. Run
     'wayback' in PYWBDIR to browse it."""
     from . import replay as replaymod
+    control.check_not_gone(collection)
     server, lines, tree = replaymod.prepare(collection, pywb_dir, port)
     for line in lines:
         click.echo(line)
@@ -537,6 +550,7 @@ def _import_target(dest: str) -> tuple[str, str]:
     """(mount point or disk, DEST's path from the archive's root) of an import's DEST."""
     found = archive_place(dest) or _mount_of(dest)
     if found is None:
+        control.check_not_gone(dest)
         raise WebfsError(f"{dest}: not in a webfs mount, and not DISK:/PATH of an archive")
     return found
 
@@ -624,18 +638,20 @@ def delete(disk, keys):
                    "block_cache=BYTES, s3_requests=N, s3_staging=BYTES, take_lease, debug.")
 @click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground (log to stderr).")
 @click.argument("disk", type=DiskPath(exists=True, file_okay=False))
-@click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
+@click.argument("mountpoint", type=DiskPath(exists=True, file_okay=False))
 def mount(options, foreground, disk, mountpoint):
-    """Mount the archive that DISK belongs to on MOUNTPOINT."""
+    """Mount the archive that DISK belongs to on MOUNTPOINT. A disk whose
+    root others can read is refused (fix: chmod 700 DISK)."""
     from . import daemon
     from .operations import OPERATIONS
     daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), OPERATIONS, foreground=foreground)
 
 
 @main.command()
-@click.argument("mountpoint", type=click.Path(exists=True, file_okay=False))
+@click.argument("mountpoint", type=click.Path(file_okay=False))
 def umount(mountpoint):
-    """Unmount; returns once the daemon has written everything and exited."""
+    """Unmount; returns once the daemon has written everything and exited.
+    A mount whose daemon died is unmounted too (exit status 1, saying so)."""
     control.umount(mountpoint)
 
 
@@ -708,7 +724,7 @@ def rebalance(dry_run, as_json, target):
 @click.argument("new_dir", metavar="NEWDIR", type=DiskPath(file_okay=False))
 @click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def add_disk(weight, as_json, new_dir, target):
-    """Add the empty directory NEWDIR to the archive as a new disk."""
+    """Add the empty directory NEWDIR to the archive as a new disk (its root mode 0700)."""
     run_operation(target, "add-disk", as_json=as_json, path=disk_location(new_dir), weight=weight)
 
 

@@ -10,9 +10,12 @@ of a second of every ``webfs import`` or ``webfs status``).
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import time
+from typing import Optional
 
 from . import admin
 from .errors import ArchiveError, WebfsError
@@ -32,10 +35,46 @@ def report_path(socket_path: str) -> str:
     return socket_path + ".report"
 
 
+def gone_mount(path: str) -> Optional[str]:
+    """The mount point of the FUSE mount ``path`` is in, if its daemon died
+    (statfs, which the kernel always asks the daemon, says ENOTCONN), else None."""
+    here = os.path.abspath(path)
+    best = None
+    with open("/proc/self/mountinfo", "rb") as f:
+        for line in f:
+            fields = line.split()
+            fstype = fields[fields.index(b"-") + 1]
+            point = os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4]))
+            if fstype.startswith(b"fuse") and (here == point or here.startswith(point.rstrip("/") + "/")) \
+                    and (best is None or len(point) > len(best)):
+                best = point
+    if best is None:
+        return None
+    try:
+        os.statvfs(best)
+    except OSError as exc:
+        return best if exc.errno == errno.ENOTCONN else None
+    return None
+
+
+def check_not_gone(path: str) -> None:
+    """ArchiveError when ``path`` is in a mount whose daemon died: it says so, and what to do."""
+    mnt = gone_mount(path)
+    if mnt is not None:
+        raise ArchiveError(f"the mount at {mnt} is gone (its daemon died); remount it: "
+                           f"'webfs umount {mnt}', then 'webfs mount DISK {mnt}'")
+
+
 def umount(mountpoint: str, timeout: float = 600.0) -> None:
     """Unmount and wait until the daemon has written everything and exited."""
     import subprocess
     mnt = os.path.abspath(mountpoint)
+    if gone_mount(mnt) == mnt:
+        proc = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise WebfsError(f"cannot unmount {mountpoint}: {proc.stderr.strip()}")
+        raise WebfsError(f"unmounted {mountpoint}, whose daemon had died: what it had not stored "
+                         "is lost; mount the archive again (its crash recovery runs)")
     if not os.path.ismount(mnt):
         raise ArchiveError(f"{mountpoint}: not mounted")
     try:

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import socketserver
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,7 +36,8 @@ from .manifest import JOURNAL_LIMIT, Journal, manifest_chunks
 from .namespace import Namespace
 from .assembly import open_archive
 from .backends.s3 import ENV as S3_OPTIONS, configure as configure_s3
-from .control import CONTROL_XATTR, control_socket_path, report_path
+from .files import write_file
+from .control import CONTROL_XATTR, check_not_gone, control_socket_path, report_path
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -187,7 +189,8 @@ class Daemon:
     def open(self) -> None:
         testkill.arm()
         store = open_archive(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync,
-                           delays=self.opts.disk_delay, heat_k=self.opts.heat_k, background=True)
+                           delays=self.opts.disk_delay, heat_k=self.opts.heat_k, background=True,
+                           private=True)
         self.store = store
         log_path = _log_to_disk(store)
         journal = Journal(store.archive, limit=self.opts.journal_limit)
@@ -265,7 +268,14 @@ class Daemon:
 
     def start_control(self) -> None:
         self.socket_path = control_socket_path(self.store.conf.uuid)
-        os.makedirs(os.path.dirname(self.socket_path), mode=0o700, exist_ok=True)
+        run_dir = os.path.dirname(self.socket_path)
+        os.makedirs(run_dir, mode=0o700, exist_ok=True)
+        st = os.lstat(run_dir)
+        # The socket and the unmount report are made there: nobody else may plant anything in it.
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise ArchiveError(f"{run_dir}: not a directory of this user's that only it can write "
+                               f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); "
+                               "remove it, and the mount makes it anew")
         try:
             os.unlink(self.socket_path)
         except FileNotFoundError:
@@ -501,9 +511,7 @@ class Daemon:
             return
         path = report_path(self.socket_path)
         try:
-            with open(path + ".tmp", "w") as f:
-                f.write("".join(line.replace("\n", " ") + "\n" for line in problems))
-            os.rename(path + ".tmp", path)
+            write_file(path, "".join(line.replace("\n", " ") + "\n" for line in problems).encode())
         except OSError as exc:
             log.error("cannot write the unmount report %s: %s", path, exc)
 
@@ -521,6 +529,7 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, operations: dict[str, 
     if opts.take_lease:
         os.environ[TAKE_ENV] = "1"
     if not os.path.isdir(mnt):
+        check_not_gone(mnt)
         raise ArchiveError(f"{mountpoint}: mount point is not a directory")
     if os.path.ismount(mnt):
         raise ArchiveError(f"{mountpoint}: something is already mounted there")

@@ -419,7 +419,7 @@ class Operations(pyfuse3.Operations):
     async def create(self, parent_inode, name, mode, flags, ctx):
         self._check_writable(parent_inode, name)
         node = self.ns.create(parent_inode, name, stat.S_IFREG | (mode & 0o7777), ctx.uid, ctx.gid)
-        return (pyfuse3.FileInfo(fh=self.files.created(node.id), keep_cache=True),
+        return (pyfuse3.FileInfo(fh=self.files.created(node.id, flags), keep_cache=True),
                 self._made(parent_inode, name, node))
 
     @translate_errors

@@ -182,6 +182,7 @@ class OpenFiles:
         self.known_to_kernel = known_to_kernel
         self.by_inode: dict[int, OpenFile] = {}
         self.handles: dict[int, int] = {}                 # fh -> inode
+        self.direct: set[int] = set()                     # handles opened O_DIRECT
         self.next_fh = 1
         self.failures: list[str] = []       # files whose changes could not be stored, for umount
         self._zero_sigs: dict[int, str] = {}
@@ -207,10 +208,12 @@ class OpenFiles:
         of.handles += 1
         return of
 
-    def _new_handle(self, ino: int) -> int:
+    def _new_handle(self, ino: int, flags: int = 0) -> int:
         fh = self.next_fh
         self.next_fh += 1
         self.handles[fh] = ino
+        if flags & os.O_DIRECT:
+            self.direct.add(fh)
         return fh
 
     def _new_buffer(self) -> FileBuffer:
@@ -232,14 +235,14 @@ class OpenFiles:
                 of.buffer.truncate(0)
                 of.dirty = True
                 of.mtime_ns = now_ns()
-        return self._new_handle(ino)
+        return self._new_handle(ino, flags)
 
-    def created(self, ino: int) -> int:
+    def created(self, ino: int, flags: int = 0) -> int:
         """A handle of a file just created: empty, and to be stored at its close."""
         of = self._acquire(ino)
         of.buffer = self._new_buffer()
         of.dirty = True
-        return self._new_handle(ino)
+        return self._new_handle(ino, flags)
 
     def set_mtime(self, ino: int, mtime_ns: int) -> None:
         """utimens of an open file: the content stored at its close keeps this mtime."""
@@ -311,6 +314,13 @@ class OpenFiles:
     async def write(self, fh: int, off: int, data: bytes) -> int:
         of = self.of_handle(fh)
         if off + len(data) > self.max_block * MAX_PIECES:
+            if self._uncached(of.ino):
+                # The writer waits for this answer (O_DIRECT): refused alone, as
+                # on ext4; the file keeps every other write.
+                raise FsError(errno.EFBIG)
+            # A cached write, taken long ago; the kernel's idea of the size grew
+            # with it and padded the pages it wrote back since: only the content
+            # stored last is sure (FUSE cannot tell the kernel a largest size).
             await self._write_failed(of, errno.EFBIG)
         async with of.lock:
             if of.error:
@@ -323,6 +333,10 @@ class OpenFiles:
             of.dirty = True
             of.mtime_ns = now_ns()
         return len(data)
+
+    def _uncached(self, ino: int) -> bool:
+        """Is every handle of the file O_DIRECT (its writes bypass the kernel's cache)?"""
+        return all(fh in self.direct for fh, i in self.handles.items() if i == ino)
 
     async def _write_failed(self, of: OpenFile, err: int) -> None:
         """A write the file cannot keep. With the writeback cache the kernel took
@@ -439,6 +453,7 @@ class OpenFiles:
 
     async def release(self, fh: int) -> None:
         of = self.by_inode[self.handles.pop(fh)]
+        self.direct.discard(fh)
         async with of.lock:
             try:
                 # The flush before it committed what this close owes; other

@@ -21,6 +21,7 @@ from typing import Optional
 
 from . import warc
 from .errors import WebfsError
+from .files import write_file
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,14 @@ def pywb_config(coll: str, index_path: str, port: int) -> str:
             f"    archive_paths: http://127.0.0.1:{port}/{coll}/\n")
 
 
+def _write(path: str, data: bytes) -> None:
+    """A file replay makes, created new and renamed over its name (webfs.files)."""
+    try:
+        write_file(path, data)
+    except OSError as exc:
+        raise WebfsError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
 def prepare(collection: str, pywb_dir: str, port: int):
     """Index the collection, write the pywb config; return (server, lines to say)."""
     tree = warc.open_tree(collection)
@@ -201,21 +210,18 @@ def prepare(collection: str, pywb_dir: str, port: int):
         # the index lives in the collection itself, an ordinary file of the archive
         path = os.path.join(os.path.abspath(collection), "@warc", CDXJ_NAME.decode())
         try:
-            with open(path, "rb") as f:
+            with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
                 same = f.read() == index
         except OSError:
             same = False
         if not same:
-            with open(path, "wb") as f:
-                f.write(index)
+            _write(path, index)
         lines.append(f"CDXJ index: {path} ({count} lines)")
     else:
         path = os.path.join(os.path.abspath(pywb_dir), coll + ".cdxj")
-        with open(path, "wb") as f:
-            f.write(index)
+        _write(path, index)
         lines.append(f"CDXJ index: {path} ({count} lines)")
-    with open(os.path.join(pywb_dir, "config.yaml"), "w") as f:
-        f.write(pywb_config(coll, path, port))
+    _write(os.path.join(pywb_dir, "config.yaml"), pywb_config(coll, path, port).encode())
     lines.append(f"serving {len(files)} virtual WARC file(s) of {coll} on http://127.0.0.1:{port}/{coll}/")
     lines.append(f"now run:  cd {pywb_dir} && wayback   (then http://localhost:8080/{coll}/URL)")
     return serve(files, coll, port), lines, tree

@@ -29,6 +29,7 @@ them back, and the source file's records can be rebuilt with ``head -c``.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import hashlib
@@ -47,6 +48,7 @@ from typing import Iterator, Optional
 from . import admin, urlpath
 from .admin import human
 from .errors import FsError, WebfsError
+from .files import create_new, publish
 from .ingest import Importer, Item, Piece, import_namespace, show_path
 from .namespace import ROOT_INODE
 from .archive import archive_place
@@ -924,11 +926,14 @@ class OutFiles:
     their names only once the last record is written, so an export that fails
     or is stopped leaves no short file (its .part files are removed, and an
     OUT already there is left as it was), and one that is killed leaves only
-    files named as incomplete."""
+    files named as incomplete. Every file is created new (``webfs.files``): a
+    name already taken, OUT or its .part, is refused unless ``force``, and
+    then only the name is replaced, never what a symlink there points at."""
 
-    def __init__(self, out: str, split: Optional[int]):
+    def __init__(self, out: str, split: Optional[int], force: bool = False):
         self.out = out
         self.split = split
+        self.force = force
         self.names: list[str] = []
         self.fh = None
 
@@ -943,36 +948,70 @@ class OutFiles:
         except OSError as exc:
             raise self._failed(exc) from None
 
+    def check(self, name: str) -> None:
+        """Refuse a name the export may not take, or its .part (before anything is written)."""
+        self._refuse_part(name)
+        try:
+            st = os.lstat(name)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise WebfsError(f"{name}: {exc.strerror}") from None
+        if stat.S_ISDIR(st.st_mode):
+            raise WebfsError(f"{name}: is a directory")
+        if not self.force:
+            raise WebfsError(f"{name}: exists; refusing to overwrite it (give --force)")
+
+    def _refuse_part(self, name: str) -> None:
+        if not self.force and os.path.lexists(name + PART_SUFFIX):
+            raise WebfsError(f"{name}{PART_SUFFIX}: exists (an export killed before its end leaves one); "
+                             "remove it, or give --force")
+
     def _next(self) -> None:
         self._close()
         name = self.name(len(self.names) + 1)
-        if os.path.isdir(name):
-            raise WebfsError(f"{name}: is a directory")
-        self.names.append(name)
+        self.check(name)
         try:
-            self.fh = open(name + PART_SUFFIX, "wb", buffering=1 << 20)
+            fd = create_new(name + PART_SUFFIX, replace_leftover=self.force)
+        except FileExistsError:
+            raise WebfsError(f"{name}{PART_SUFFIX}: was made by another process while the export "
+                             "started; refusing to write there") from None
+        except IsADirectoryError:
+            raise WebfsError(f"{name}{PART_SUFFIX}: is a directory") from None
         except OSError as exc:
-            self.names.pop()
-            raise self._failed(exc) from None
+            raise self._failed(exc, name) from None
+        self.names.append(name)
+        self.fh = open(fd, "wb", buffering=1 << 20)
 
     def _close(self) -> None:
         fh, self.fh = self.fh, None
         if fh is not None:
             try:
-                fh.close()
+                fh.flush()
+                os.fsync(fh.fileno())       # the data on disk before the name says it is complete
             except OSError as exc:
+                with contextlib.suppress(OSError):
+                    fh.close()
                 raise self._failed(exc) from None
+            fh.close()
 
-    def _failed(self, exc: OSError) -> WebfsError:
-        return WebfsError(f"{self.name(max(1, len(self.names)))}: cannot write: {exc.strerror or exc}")
+    def _failed(self, exc: OSError, name: Optional[str] = None) -> WebfsError:
+        name = name or self.name(max(1, len(self.names)))
+        return WebfsError(f"{name}: cannot write: {exc.strerror or exc}")
 
     def finish(self) -> list[str]:
-        """Every file complete: rename the .part files to their names."""
+        """Every file complete: give the .part files their names."""
         if self.fh is None and not self.names:
             self._next()                # a collection without records is an empty file
         self._close()
         for name in self.names:
-            os.replace(name + PART_SUFFIX, name)
+            try:
+                publish(name + PART_SUFFIX, name, replace=self.force)
+            except FileExistsError:
+                raise WebfsError(f"{name}: appeared while the export ran; refusing to overwrite it "
+                                 "(give --force)") from None
+            except OSError as exc:
+                raise self._failed(exc, name) from None
         return self.names
 
     def discard(self) -> None:
@@ -987,11 +1026,15 @@ class OutFiles:
             except FileNotFoundError:
                 pass
 
-    def leftovers(self) -> list[str]:
-        """The .part files an export killed before its end left, by their names."""
-        found, n = [], 1
-        while os.path.exists(self.name(n) + PART_SUFFIX):
-            found.append(self.name(n) + PART_SUFFIX)
+    def leftovers(self) -> dict[str, tuple[int, int]]:
+        """The .part files there now, by name: (device, inode) of each (a symlink's own)."""
+        found, n = {}, 1
+        while True:
+            try:
+                st = os.lstat(self.name(n) + PART_SUFFIX)
+            except OSError:
+                break
+            found[self.name(n) + PART_SUFFIX] = (st.st_dev, st.st_ino)
             if self.split is None:
                 break
             n += 1
@@ -999,19 +1042,20 @@ class OutFiles:
 
 
 def export_warc(store: Store, progress: admin.Progress, collection: str, out: str, split: Optional[int] = None,
-                duplicates: str = "revisit", order: str = "source") -> admin.Result:
+                duplicates: str = "revisit", order: str = "source", force: bool = False) -> admin.Result:
     """The export-warc operation: the collection at ``collection`` (its path in
     the archive) written as WARC into ``out``, read from the store's catalog
     and blocks; inside a mount's daemon, or on an unmounted archive."""
     tree = DiskTree("", collection, store=store)
     try:
-        return export_tree(tree, out, split, duplicates, progress, order)
+        return export_tree(tree, out, split, duplicates, progress, order, force)
     finally:
         tree.close()
 
 
 def export_tree(tree, out: str, split: Optional[int] = None, duplicates: str = "revisit",
-                progress: Optional[admin.Progress] = None, order: str = "source") -> admin.Result:
+                progress: Optional[admin.Progress] = None, order: str = "source",
+                force: bool = False) -> admin.Result:
     """Write a collection (a MountTree or DiskTree) as per-record gzipped WARC (OutFiles)."""
     from . import testkill
     if not tree.is_dir(KEEP_DIR):
@@ -1019,7 +1063,8 @@ def export_tree(tree, out: str, split: Optional[int] = None, duplicates: str = "
     progress = progress or admin.Progress()
     progress.set_total(None, "exporting")
     figures = {"records": 0, "identical": 0, "gzip_identical": 0, "bytes": 0, "files": []}
-    files = OutFiles(out, split)
+    files = OutFiles(out, split, force)
+    files.check(files.name(1))          # refused before a record is read
     told, last = 0, time.monotonic()
     try:
         for member, identical, same_member, size in collection_members(tree, duplicates, order):

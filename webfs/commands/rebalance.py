@@ -14,7 +14,8 @@ from collections import Counter
 from typing import Iterable
 
 from ..admin import Progress, Result, human
-from ..archive import DiskInfo, check_new_remote, default_domain, disk_id_text, make_disk_root, read_disk_id
+from ..archive import (DiskInfo, check_new_remote, default_domain, disk_id_text, make_disk_root, private_note,
+                       read_disk_id)
 from ..backends import is_url, normalize, open_backend
 from ..errors import ArchiveError, NoSpace, WebfsError
 from ..placement import home_disk
@@ -159,7 +160,7 @@ def add_disk(store: Store, progress: Progress, path: str, weight: float = 1.0) -
         open_backend(path).write_atomic(DISK_ID_FILE, disk_id_text(archive.conf, info).encode(), fsync=True)
         archive.attach(info)
         archive.save_config()
-    res = Result([f"added disk {info.index} at {path} (weight {weight:g}); "
+    res = Result([f"added disk {info.index} at {path} (weight {weight:g}, {private_note(path)}); "
                   "'webfs rebalance' moves the groups whose home it now is"])
     res.figures = {"index": info.index, "uuid": info.uuid, "path": path, "weight": weight}
     return res
@@ -193,6 +194,9 @@ def remove_disk(store: Store, progress: Progress, disk: int) -> Result:
         raise ArchiveError(f"disk {disk} holds the catalog and cannot be removed")
     if len(archive.conf.disks) < 2:
         raise ArchiveError("the archive's only disk cannot be removed")
+    if not any(d.weight > 0 for d in archive.conf.disks if d.index != disk):
+        raise ArchiveError(f"every other disk has weight 0: nothing could take disk {disk}'s blocks; "
+                           "give one a weight above 0 in webfs.conf first")
     res = Result()
     with MOVER:
         res.lines += finish_interrupted(store)

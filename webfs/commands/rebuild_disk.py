@@ -24,8 +24,8 @@ from typing import Optional
 
 from .. import admin
 from ..admin import DiskGates, Pace, parallel
-from ..archive import disk_id_text, make_disk_root, not_empty, read_disk_id
-from ..backends import normalize, open_backend
+from ..archive import disk_id_text, make_disk_root, make_private, not_empty, private_note, read_disk_id
+from ..backends import is_url, normalize, open_backend
 from ..block import HEADER_SIZE, utc_timestamp
 from ..catalog import BlockRow
 from ..errors import ArchiveError, CorruptBlock, WebfsError
@@ -64,6 +64,8 @@ def replacement(store: Store, index: int, to: str) -> Volume:
         if ident.get("Archive") != archive.conf.uuid or ident.get("Disk") != info.uuid:
             raise ArchiveError(f"{to}: not empty, and not disk {index} of this archive; "
                                "refusing to rebuild into it")
+        if not is_url(to):
+            make_private(to)
     else:
         make_disk_root(to)
     backend = open_backend(to)
@@ -168,7 +170,8 @@ def _rebuild_result(store: Store, disk: int, vol: Volume, counts: Counter, lost:
     result = admin.Result(exit_code=EXIT_LEFT if lost or stopped else EXIT_CLEAN)
     for line in lost:
         result.say(f"lost: {line}")
-    result.say(f"{'interrupted (run again to resume): ' if stopped else ''}disk {disk} at {vol.backend.location}: "
+    result.say(f"{'interrupted (run again to resume): ' if stopped else ''}disk {disk} at {vol.backend.location} "
+               f"({private_note(vol.backend.location)}): "
                f"{counts['blocks_rebuilt']} block(s) rebuilt, {counts['blocks_present']} already there, "
                f"{counts['parity_rebuilt']} parity file(s) rebuilt, {counts['parity_present']} already there, "
                f"{len(lost)} lost; {written / 1e6:.1f} MB written in {seconds:.1f} s "
