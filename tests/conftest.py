@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +35,27 @@ def eventually(check, what: str, seconds: float = 120.0, every: float = 0.01):
         assert time.monotonic() < deadline, f"{what}: not within {seconds:.0f} s"
         time.sleep(every)
     return result
+
+
+def dead(pid: int) -> bool:
+    """Has this process exited (gone, or a zombie nobody reaped)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def wait_dead(pid: int, what: str = "the daemon exiting", seconds: float = 120.0) -> None:
+    """After a kill: wait until the process is gone (its flock and files let go)."""
+    eventually(lambda: dead(pid), what, seconds, every=0.02)
+
+
+def parity_written(mnt) -> bool:
+    """Does the mount's status say that no block's parity waits in memory
+    (written behind) or is missing?"""
+    protection = json.loads(webfs("status", "--json", mnt).stdout)["protection"]
+    return protection["written_behind_blocks"] == 0 and protection["unprotected_blocks"] == 0
 
 
 def make_archive(root: Path, disks: int = 4, **kwargs) -> list[Path]:

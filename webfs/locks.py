@@ -131,6 +131,11 @@ class KeyedLocks:
                 if not entry[1]:
                     del self._locks[key]
 
+    def users(self, key: str) -> int:
+        """Threads that hold or wait for this key's lock now."""
+        with self._guard:
+            entry = self._locks.get(key)
+            return entry[1] if entry else 0
 
     @contextmanager
     def many(self, keys) -> Iterator[None]:
