@@ -1,15 +1,20 @@
 """webfs.locks.Clock: a manual clock stands still until advanced and wakes
-whoever waits on it; the parity written behind (webfs.parity.writebehind) is due by
-it. (The lease's renewals by it: t1_lease; staged uploads: t2_s3_staging; a
-disk's free-space count: t2_store.)"""
+whoever waits on it; the parity written behind (webfs.parity.writebehind) is
+due by it. (The lease's renewals by it: t1_lease; staged uploads:
+t2_s3_staging; a disk's free-space count: t2_store.) The mount's periodic
+tasks go by trio's clock: a MockClock moved by hand."""
 from __future__ import annotations
 
 import threading
 import time
 
 import pytest
+import trio
 from conftest import eventually
+from trio.testing import MockClock, wait_all_tasks_blocked, wait_all_threads_completed
 
+from webfs import daemon
+from webfs.errors import WebfsError
 from webfs.locks import SYSTEM_CLOCK, Clock
 from webfs.parity.format import ParityHeader
 from webfs.parity.writebehind import WRITE_BEHIND, WRITE_BEHIND_BYTES, WriteBehind
@@ -69,3 +74,44 @@ def test_parity_written_behind_is_due_after_it_waited_from_its_first_change():
     assert intents.released == [STRIPE_A, STRIPE_A] and behind.due(WRITE_BEHIND) == []
     behind.hold(STRIPE_A, None, ParityHeader(STRIPE_A, 0), b"\0" * (WRITE_BEHIND_BYTES + 1), 1)
     assert sorted(behind.due(WRITE_BEHIND)) == [STRIPE_A, STRIPE_B]     # past the byte bound: all
+
+
+def test_a_periodic_task_runs_each_period_by_trios_clock_and_again_after_a_failure(caplog):
+    """The mount's periodic tasks (Daemon.run_every) wait on trio's clock: a
+    MockClock moved by hand shows each run at its period, a failed run logged
+    and the next one made, without waiting a period."""
+    clock = MockClock()                 # rate 0: time moves only by jump
+    d = daemon.Daemon("/nonexistent/disk", "/nonexistent/mnt", daemon.MountOptions(), operations={})
+    runs: list[float] = []
+
+    async def main():
+        ran = trio.Event()
+
+        def task():                     # in a worker thread, as the mount runs it
+            runs.append(clock.current_time())
+            trio.from_thread.run_sync(ran.set)
+            if len(runs) == 1:
+                raise WebfsError("disk 2 is missing (made by the test)")
+
+        async def next_run():
+            """Wait for the task's run, then for run_every to sleep again."""
+            nonlocal ran
+            await ran.wait()
+            ran = trio.Event()
+            await wait_all_threads_completed()
+            await wait_all_tasks_blocked()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(d.run_every, 60.0, task, "the test's task")
+            await wait_all_tasks_blocked()
+            clock.jump(59.9)
+            await wait_all_tasks_blocked()
+            assert runs == []
+            clock.jump(0.1)
+            await next_run()
+            clock.jump(60.0)
+            await next_run()
+            nursery.cancel_scope.cancel()
+    trio.run(main, clock=clock)
+    assert runs == [60.0, 120.0]
+    assert "the test's task failed: disk 2 is missing (made by the test); it runs again in 60 s" in caplog.text

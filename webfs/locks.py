@@ -105,7 +105,6 @@ class Clock:
                 cond.notify_all()
 
 
-
 SYSTEM_CLOCK = Clock()
 
 
