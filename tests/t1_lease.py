@@ -10,9 +10,8 @@ import logging
 import pytest
 from conftest import eventually
 
-from webfs.locks import SYSTEM_CLOCK, Clock
 from webfs.errors import ArchiveBusy
-from webfs.locks import LEASE_PATH, BucketLease
+from webfs.locks import LEASE_PATH, SYSTEM_CLOCK, BucketLease, Clock
 
 
 class Bucket:

@@ -74,8 +74,10 @@ def test_the_lease_keeps_a_second_machine_out(weeds, tmp_path):
         assert webfs("status", disks[1], env=b).returncode == 0
         proc = webfs("fsck", disks[2], check=False, env=b)     # (by the bucket's older catalog copy)
         assert proc.returncode in (0, 4) and b"read-only check" in proc.stdout, proc.stderr.decode()
-        after = eventually(lambda: lease_of(weeds[0], disks[0]) != before and lease_of(weeds[0], disks[0]),
-                           "a renewal of the holder's lease")
+        def renewed():
+            now = lease_of(weeds[0], disks[0])
+            return now if now != before else None
+        after = eventually(renewed, "a renewal of the holder's lease", every=0.2)
         assert after.split(b"Renewed: ")[0] == before.split(b"Renewed: ")[0]
     finally:
         unmount(mnt)

@@ -25,8 +25,6 @@ def test_kill_9_then_rerun_finishes_the_import(tmp_path):
     """kill -9 of an import-warc mid-way; the rerun resumes (captures already
     there are not made twice), the result exports byte-identical and fsck is clean."""
     import signal
-    import subprocess
-    import time
     disks = make_archive(tmp_path, 3)
     pages = [(f"http://site.org/{i % 40}/p{i}.html", b"page %d " % i * (1 + i % 30)) for i in range(4000)]
     src = write_warc(tmp_path / "big.warc.gz", pages)
