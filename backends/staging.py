@@ -23,10 +23,10 @@ import errno
 import logging
 import os
 import threading
-import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from ..locks import SYSTEM_CLOCK, Clock
 from .local import TMP_SUFFIX, LocalBackend
 
 log = logging.getLogger(__name__)
@@ -43,15 +43,16 @@ class _Staged:
     version: int = 0
     writing: int = 0
     uploading: bool = False
-    since: float = 0.0          # when it was queued (monotonic)
+    since: float = 0.0          # when it was queued (clock.monotonic())
 
 
 class Staging:
-    """The staged objects of one disk (thread-safe)."""
+    """The staged objects of one disk (thread-safe); the uploads wait by ``clock``."""
 
     def __init__(self, directory: str, upload: Callable[[str, bytes], None], workers: int,
-                 limit: int, where: str):
+                 limit: int, where: str, clock: Clock = SYSTEM_CLOCK):
         self.dir = directory
+        self.clock = clock
         self.files = LocalBackend(directory)
         self._upload = upload
         self._workers = workers
@@ -61,7 +62,7 @@ class Staging:
         self._queue: collections.deque[str] = collections.deque()
         self._bytes = 0
         self._failure: Optional[OSError] = None  # the last upload's error, until one succeeds
-        self._retry_at = 0.0                    # after a failure, no upload starts before (monotonic)
+        self._retry_at = 0.0                    # after a failure, no upload starts before (clock.monotonic())
         self._draining = 0                      # callers of drain(): upload everything now
         lock = threading.RLock()
         self._changed = threading.Condition(lock)   # writers, drain, discard wait on it
@@ -104,7 +105,7 @@ class Staging:
             self._bytes += size - staged.size
             staged.size = size
             if not staged.uploading and path not in self._queue:
-                staged.since = time.monotonic()
+                staged.since = self.clock.monotonic()
                 self._queue.append(path)
                 if len(self._queue) == 1:
                     self._ready.notify()    # the others wait for the head's time, or are busy
@@ -169,10 +170,10 @@ class Staging:
                     if not self._queue:
                         self._ready.wait()
                         continue
-                    pause = max(self._retry_at, self._due(self._queue[0])) - time.monotonic()
-                    if pause <= 0:
+                    until = max(self._retry_at, self._due(self._queue[0]))
+                    if until <= self.clock.monotonic():
                         break
-                    self._ready.wait(pause)
+                    self.clock.wait(self._ready, until)
                 if self._closing:
                     return
                 path = self._queue.popleft()
@@ -197,7 +198,7 @@ class Staging:
                         log.warning("%s: cannot upload %s (%s); it stays staged and is tried again",
                                     self._where, path, failure.strerror or failure)
                     self._failure = failure
-                    self._retry_at = time.monotonic() + RETRY_SECONDS
+                    self._retry_at = self.clock.monotonic() + RETRY_SECONDS
                     self._queue.append(path)
                 elif staged.version == version and not staged.writing:
                     self._failure = None
@@ -207,7 +208,7 @@ class Staging:
                 else:
                     self._failure = None
                     if path not in self._queue:
-                        staged.since = time.monotonic()
+                        staged.since = self.clock.monotonic()
                         self._queue.append(path)    # written again meanwhile: its last bytes
                 self._changed.notify_all()
 

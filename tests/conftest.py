@@ -2,18 +2,60 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from webfs.assembly import open_archive
 from webfs import archive as archmod
 
+# No per-example deadline: on a shared, loaded machine (CI, several test runs
+# at once) an example that takes 20 ms alone takes more than hypothesis's
+# 200 ms default; what a test bounds is its result, not the machine's speed.
+settings.register_profile("webfs", deadline=None, max_examples=100,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("webfs")
+
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
+
+
+def eventually(check, what: str, seconds: float = 120.0, every: float = 0.01):
+    """Wait until ``check()`` is true (and return what it returned). The
+    deadline only bounds a hang: on a loaded machine what takes a second
+    alone may take twenty, so a test waits for the event, not for a time."""
+    deadline = time.monotonic() + seconds
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"{what}: not within {seconds:.0f} s"
+        time.sleep(every)
+    return result
+
+
+def dead(pid: int) -> bool:
+    """Has this process exited (gone, or a zombie nobody reaped)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def wait_dead(pid: int, what: str = "the daemon exiting", seconds: float = 120.0) -> None:
+    """After a kill: wait until the process is gone (its flock and files let go)."""
+    eventually(lambda: dead(pid), what, seconds, every=0.02)
+
+
+def parity_written(mnt) -> bool:
+    """Does the mount's status say that no block's parity waits in memory
+    (written behind) or is missing?"""
+    protection = json.loads(webfs("status", "--json", mnt).stdout)["protection"]
+    return protection["written_behind_blocks"] == 0 and protection["unprotected_blocks"] == 0
 
 
 def make_archive(root: Path, disks: int = 4, **kwargs) -> list[Path]:

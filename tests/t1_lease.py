@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import errno
 import logging
-import time
 
 import pytest
+from conftest import eventually
 
 from webfs.errors import ArchiveBusy
-from webfs.locks import LEASE_PATH, BucketLease
+from webfs.locks import LEASE_PATH, SYSTEM_CLOCK, BucketLease, Clock
 
 
 class Bucket:
@@ -54,11 +54,14 @@ class Bucket:
         self.objects.pop(path, None)
 
 
-def other_holder(bucket: Bucket, renewed_ago: float = 0.0) -> bytes:
+def other_holder(bucket: Bucket, clock: Clock = SYSTEM_CLOCK, renewed_ago: float = 0.0) -> bytes:
     """Another machine's lease, renewed that many seconds ago."""
-    them = BucketLease(Bucket(), "webfs mount on /mnt/elsewhere")
+    them = BucketLease(Bucket(), "webfs mount on /mnt/elsewhere", clock)
     them.backend.root = "/elsewhere/state"
-    return them._text(time.time() - renewed_ago).replace(b"Machine: ", b"Machine: other-")
+    return them._text(clock.time() - renewed_ago).replace(b"Machine: ", b"Machine: other-")
+
+
+START = 1_800_000_000.0            # 2027-01-15T08:00:00Z, a manual clock's start
 
 
 def test_a_store_that_ignores_the_condition_is_caught_by_the_read_back():
@@ -92,22 +95,43 @@ def test_an_endpoint_that_fails_refuses_in_one_line():
 
 
 def test_a_failed_renewal_is_logged_and_the_next_one_renews(monkeypatch, caplog):
-    monkeypatch.setenv("WEBFS_LEASE_RENEW", "0.1")
+    monkeypatch.setenv("WEBFS_LEASE_RENEW", "60")
+    clock = Clock(start=START)
     bucket = Bucket()
-    lease = BucketLease(bucket, "webfs mount on /mnt/here")
+    lease = BucketLease(bucket, "webfs mount on /mnt/here", clock)
     lease.take()
     try:
         first = bucket.objects[LEASE_PATH]
         with caplog.at_level(logging.WARNING):
             bucket.fail = True
-            time.sleep(0.35)
-            assert "cannot renew the mount lease" in caplog.text
+            clock.advance(60)
+            eventually(lambda: "cannot renew the mount lease" in caplog.text, "a failed renewal logged")
             bucket.fail = False
-            time.sleep(1.2)             # Renewed: is in whole seconds
-        assert bucket.objects[LEASE_PATH] != first and lease.held()
+            assert bucket.objects[LEASE_PATH] == first
+            clock.advance(60)
+            eventually(lambda: bucket.objects[LEASE_PATH] != first, "the next renewal")
+        assert b"Renewed: 2027-01-15T08:02:00Z" in bucket.objects[LEASE_PATH]
+        assert caplog.text.count("cannot renew") == 1 and lease.held()
     finally:
         lease.release()
     assert LEASE_PATH not in bucket.objects and bucket.lease is None
+
+
+def test_a_lease_goes_stale_after_five_missed_renewals(monkeypatch):
+    """Another machine's lease, renewed every 60 s, is in use for 300 s after
+    its last renewal and stale (taken over when asked) after that."""
+    monkeypatch.setenv("WEBFS_TAKE_LEASE", "1")
+    clock = Clock(start=START)
+    bucket = Bucket()
+    bucket.objects[LEASE_PATH] = other_holder(bucket, clock)
+    clock.advance(300)
+    with pytest.raises(ArchiveBusy, match="renewed 300 s ago; unmount it there"):
+        BucketLease(bucket, "webfs put", clock).take()
+    clock.advance(1)
+    lease = BucketLease(bucket, "webfs put", clock)
+    lease.take()
+    assert b"Mount: " + lease.mount_id.encode() in bucket.objects[LEASE_PATH]
+    lease.release()
 
 
 def test_a_stale_lease_with_an_unreadable_age_is_never_taken(monkeypatch):

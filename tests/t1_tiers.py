@@ -3,6 +3,7 @@ by its tier, the tiers that `make test-fast` runs mount nothing, and the
 tests that WEBFS_LONG_TESTS makes longer are the ones `make test-long` runs."""
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -43,3 +44,40 @@ def test_what_webfs_long_tests_lengthens_is_marked_soak():
             marked.append(p.name)
     assert not unmarked, f"these read WEBFS_LONG_TESTS but are not marked soak: {unmarked}"
     assert marked and all(name.startswith("t5_") for name in marked), marked
+
+
+def _sleeps_outside_loops(path: Path) -> list[str]:
+    """Calls of sleep() in a file that are not in the body of a loop (where
+    they pace a poll with a deadline) and whose line does not say it is
+    ``not a wait`` (simulated work)."""
+    tree = ast.parse(path.read_text())
+    lines = path.read_text().splitlines()
+    found = []
+
+    def visit(node, in_loop: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                visit(child, False)
+                continue
+            if isinstance(child, ast.Call):
+                name = child.func.attr if isinstance(child.func, ast.Attribute) else getattr(child.func, "id", "")
+                if name == "sleep" and not in_loop and "not a wait" not in lines[child.lineno - 1]:
+                    found.append(f"{path.name}:{child.lineno}")
+            visit(child, in_loop or isinstance(child, (ast.While, ast.For, ast.AsyncFor)))
+    visit(tree, False)
+    return found
+
+
+def test_no_fixed_sleep_stands_in_for_synchronisation():
+    """A test waits for what it needs (conftest.eventually, wait_dead, an event,
+    a kill point), with a deadline that only bounds a hang: a fixed sleep is
+    too short on a loaded machine and too long on an idle one."""
+    found = [where for p in _files() + [TESTS / "conftest.py"] for where in _sleeps_outside_loops(p)]
+    assert not found, f"sleeps that wait for something instead of polling for it: {found}"
+
+
+def test_hypothesis_has_no_deadline():
+    """tests/conftest.py loads a profile without hypothesis's 200 ms per example,
+    which a loaded machine exceeds."""
+    from hypothesis import settings
+    assert settings.default.deadline is None and settings(max_examples=5).deadline is None

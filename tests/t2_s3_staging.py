@@ -1,14 +1,19 @@
-"""The replay of an S3 disk's staging area (backends/staging.py) when the disk
-is opened, without a server: an endpoint that refuses (127.0.0.1:1)."""
+"""An S3 disk's staging area (backends/staging.py) without a server: its
+replay when the disk is opened, against an endpoint that refuses
+(127.0.0.1:1), and when its uploads start, by a manual clock."""
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 
 import pytest
+from conftest import eventually
 
 from webfs.backends.s3 import ARCHIVE_LOCK, STAGING, forget_open, open_s3
+from webfs.backends.staging import RETRY_SECONDS, UPLOAD_AFTER, Staging
+from webfs.locks import Clock
 
 URL = "s3+http://127.0.0.1:1/staged"
 NAME = "blocks/aa/bb/cccc"
@@ -60,3 +65,36 @@ def test_an_open_leaves_the_staging_area_of_a_mount_alone(staged):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_an_upload_waits_its_time_puts_the_last_bytes_once_and_retries_after_a_failure(tmp_path):
+    """By a manual clock: an object staged twice inside UPLOAD_AFTER is PUT
+    once, with its last bytes, when UPLOAD_AFTER has passed; a failed PUT is
+    tried again RETRY_SECONDS later, not before."""
+    clock = Clock(start=1000.0)
+    puts, refuse = [], [False]
+
+    def upload(path: str, data: bytes) -> None:
+        puts.append((path, data, clock.monotonic()))
+        if refuse[0]:
+            raise OSError(errno.EHOSTDOWN, "endpoint unreachable")
+    staging = Staging(str(tmp_path / "staging"), upload, 1, 1 << 30, URL, clock)
+    try:
+        staging.put(NAME, b"first bytes")
+        eventually(lambda: clock.waiters == 1, "the uploader waiting")
+        clock.advance(UPLOAD_AFTER / 2)
+        staging.put(NAME, b"last bytes")
+        clock.advance(UPLOAD_AFTER / 2)
+        eventually(lambda: staging.pending == 0, "the upload")
+        assert puts == [(NAME, b"last bytes", 1000.0 + UPLOAD_AFTER)]
+        refuse[0] = True
+        staging.put("blocks/dd/ee/ffff", b"refused once")
+        clock.advance(UPLOAD_AFTER)
+        eventually(lambda: len(puts) == 2 and clock.waiters == 1, "the refused upload")
+        refuse[0] = False
+        clock.advance(RETRY_SECONDS)
+        eventually(lambda: staging.pending == 0, "the retried upload")
+        assert [at for _, _, at in puts[1:]] == [1000.0 + 2 * UPLOAD_AFTER,
+                                                 1000.0 + 2 * UPLOAD_AFTER + RETRY_SECONDS]
+    finally:
+        staging.close()

@@ -321,11 +321,12 @@ def test_has_room_counts_down_far_from_full_and_asks_the_disk_near_it(tmp_path, 
     """Far from the reserve, a disk's free space is asked once and counted down;
     once it is near (here: filled by someone else), every call asks the disk, so
     the last bytes are never promised twice."""
-    import time
     from webfs import volume
+    from webfs.locks import Clock
     from webfs.backends.local import LocalBackend
     with tmpfs_disks(tmp_path, 1, "400m") as (disk,):
-        vol = volume.Volume(LocalBackend(str(disk)), 0, "u", 2)
+        clock = Clock(start=1000.0)
+        vol = volume.Volume(LocalBackend(str(disk)), 0, "u", 2, clock)
         asked = []
         statvfs = os.statvfs
         monkeypatch.setattr(os, "statvfs", lambda path: asked.append(path) or statvfs(path))
@@ -333,7 +334,8 @@ def test_has_room_counts_down_far_from_full_and_asks_the_disk_near_it(tmp_path, 
         assert len(asked) == 1                      # counted down, not asked 100 times
         with open(disk / "filler", "wb") as f:      # the disk fills behind webfs's back
             f.write(b"\0" * (380 << 20))
-        time.sleep(volume.ROOM_FRESH + 0.1)
+        assert vol.has_room(4096) and len(asked) == 1   # not asked again while fresh ...
+        clock.advance(volume.ROOM_FRESH)                # ... and asked once it is not
         free = statvfs(str(disk)).f_bavail * statvfs(str(disk)).f_frsize
         asked.clear()
         answers = [vol.has_room(4096) for _ in range(5)]

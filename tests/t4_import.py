@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import BIN, Mounted, sh, unmount, webfs
+from conftest import BIN, Mounted, eventually, sh, unmount, webfs
 from webfs import admin
 from webfs.operations import OPERATIONS
 from webfs import ingest
@@ -245,8 +245,9 @@ def test_names_are_made_without_waiting_for_a_signature_under_the_catalog_lock(s
         t = threading.Thread(target=lambda: done.update(r=OPERATIONS["import"](
             store, admin.Progress(), sources=[str(src) + "/"], dest="/d")))
         t.start()
-        time.sleep(2)               # the import waits for the lock held here
-        got = store.catalog.lock.acquire(timeout=10)
+        eventually(lambda: store._sig_locks.users(signature(b"some/target")) == 2,
+                   "the import waiting for the signature's lock held here")
+        got = store.catalog.lock.acquire(timeout=60)
         if got:
             store.catalog.lock.release()
     t.join(60)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Mounted, sh, unmount, webfs
+from conftest import Mounted, sh, unmount, wait_dead, webfs
 
 
 def tree_listing(root: Path) -> list[tuple]:
@@ -260,8 +260,9 @@ def test_second_mount_is_refused_and_a_killed_daemon_leaves_no_stale_lock(mounte
     proc = webfs("fsck", mounted.disks[2], check=False)
     assert proc.returncode == 1 and b"mount point" in proc.stderr
     (mounted.mnt / "kept.txt").write_text("closed before the kill")
-    os.kill(mounted.pid(), signal.SIGKILL)
-    time.sleep(0.5)
+    pid = mounted.pid()
+    os.kill(pid, signal.SIGKILL)
+    wait_dead(pid)
     unmount(mounted.mnt)
     mounted.mount()
     assert (mounted.mnt / "kept.txt").read_text() == "closed before the kill"

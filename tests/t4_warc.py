@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from conftest import BIN, Mounted, webfs
+from conftest import BIN, Mounted, eventually, webfs
 from t2_warc import records_of, write_warc
 
 
@@ -57,19 +57,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _get(url: str, tries: int = 100) -> tuple[int, bytes]:
-    import time
+def _get(url: str) -> tuple[int, bytes]:
+    """The answer of a server that may still be starting (pywb takes seconds,
+    more on a loaded machine: the deadline only bounds a hang)."""
     import urllib.error
     import urllib.request
-    for _ in range(tries):
+
+    def answer():
         try:
-            with urllib.request.urlopen(url, timeout=10) as r:
+            with urllib.request.urlopen(url, timeout=60) as r:
                 return r.status, r.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
         except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url}: no answer")
+            return None
+    return eventually(answer, f"{url} answering", every=0.2)
 
 
 @pytest.mark.skipif(not (BIN / "wayback").exists(), reason="pywb is not installed")

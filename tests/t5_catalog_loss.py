@@ -5,11 +5,10 @@ import errno
 import os
 import shutil
 import signal
-import time
 
 import pytest
 
-from conftest import Mounted, sh, unmount, webfs
+from conftest import Mounted, eventually, parity_written, sh, unmount, wait_dead, webfs
 
 
 def _fill(m: Mounted, src, sync_midway: bool = False) -> None:
@@ -41,9 +40,10 @@ def test_catalog_lost_after_a_kill(tmp_path, site, how, sync_midway):
     m = Mounted(tmp_path)
     try:
         _fill(m, site, sync_midway)
-        time.sleep(2)                           # parity is written behind, within a second
-        os.kill(m.pid(), signal.SIGKILL)        # no unmount, no MANIFEST: the JOURNAL has it all
-        time.sleep(0.3)
+        eventually(lambda: parity_written(m.mnt), "parity written behind", every=0.2)
+        pid = m.pid()
+        os.kill(pid, signal.SIGKILL)            # no unmount, no MANIFEST: the JOURNAL has it all
+        wait_dead(pid)
     finally:
         unmount(m.mnt)
     if how == "whole disk":

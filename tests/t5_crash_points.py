@@ -8,12 +8,11 @@ from __future__ import annotations
 import ctypes
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Mounted, webfs
+from conftest import REPO, Mounted, wait_dead, webfs
 from webfs import testkill
 from webfs.archive import Archive
 from webfs.commands.rebuild_catalog import read_namespace
@@ -26,21 +25,8 @@ def exchange(a: Path, b: Path) -> None:
         raise OSError(ctypes.get_errno(), "renameat2")
 
 
-def wait_dead(pid: int, seconds: float = 20) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(")")[-1].split()[0] == "Z":
-                    return True
-        except OSError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def after_kill(m: Mounted, pid: int) -> None:
-    assert wait_dead(pid), "the daemon did not die at the kill point"
+    wait_dead(pid, "the daemon dying at the kill point")
     subprocess.run(["fusermount3", "-uz", str(m.mnt)], check=False)
 
 
@@ -83,9 +69,7 @@ def test_kill_inside_commit_and_parity_write_behind(tmp_path, monkeypatch, point
     try:
         pid = m.pid()
         closed = write_until_dead(m, pid)
-        if point.startswith("parity"):
-            time.sleep(3)               # the write-behind flush comes within ~1.5 s
-        after_kill(m, pid)
+        after_kill(m, pid)              # (at a parity point: when the write-behind flush comes)
         assert closed
         m.mount()
         check_survivors(m, closed)
@@ -110,7 +94,6 @@ def test_kill_inside_checkpoint_never_replays_an_exchange_twice(tmp_path, monkey
         for d, name, data in (("a", "x", b"AAAA" * 1000), ("b", "y", b"BBBB" * 2000)):
             (m.mnt / d).mkdir()
             (m.mnt / d / name).write_bytes(data)
-        time.sleep(1)
         webfs("sync", m.mnt)                       # checkpoint 1 (2 disks), whole: a and b in it
         exchange(m.mnt / "a", m.mnt / "b")         # only in the JOURNAL: <> /a /b
         (m.mnt / "c").write_bytes(b"CCCC" * 300)
@@ -151,8 +134,7 @@ def test_recovery_at_mount_is_summed_up_in_one_or_two_lines(tmp_path, monkeypatc
         pid = m.pid()
         for i in range(60):             # many small files: many open stripes
             (m.mnt / f"p{i}").write_bytes(os.urandom(2000 + 500 * (i % 9)))
-        time.sleep(3)
-        after_kill(m, pid)
+        after_kill(m, pid)              # when the write-behind flush comes
         proc = webfs("mount", m.disks[0], m.mnt)
         err = proc.stderr.decode().strip().splitlines()
         assert 1 <= len(err) <= 2, err

@@ -9,12 +9,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import Mounted, sh, unmount, webfs
+from conftest import Mounted, eventually, sh, unmount, wait_dead, webfs
 
 HOSTILE_JOURNAL = [
     b"+\t-\t0\t100644\t1.000000000\t/.",
@@ -119,9 +118,10 @@ def test_fsck_without_repair_writes_nothing_after_a_kill(tmp_path):
     try:
         writer = subprocess.Popen([sys.executable, "-c", WRITER, str(m.mnt)],
                                   stderr=subprocess.DEVNULL)
-        time.sleep(2.5)
-        os.kill(m.pid(), signal.SIGKILL)        # mid-writes: intents, WAL, journal left as they are
-        time.sleep(0.3)
+        eventually(lambda: (m.mnt / "w2").exists(), "the writer's first 100 files")
+        pid = m.pid()
+        os.kill(pid, signal.SIGKILL)            # mid-writes: intents, WAL, journal left as they are
+        wait_dead(pid)
     finally:
         if writer is not None:
             writer.kill()

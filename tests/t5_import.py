@@ -42,9 +42,9 @@ def run_with_bar(args: list[str], **popen):
     t = threading.Thread(target=reader, daemon=True)
     t.start()
 
-    def shown() -> int:
-        counts = re.findall(rb"\| *(\d+)/(\d+) \[", bytes(seen))
-        return int(counts[-1][0]) if counts else 0
+    def shown() -> int:     # "| 1500/6000 [" (files), or "1536rec [" (import-warc's records)
+        counts = re.findall(rb"(?:\| *(\d+)/\d+|(\d+)rec) \[", bytes(seen))
+        return int(counts[-1][0] or counts[-1][1]) if counts else 0
     return proc, shown
 
 

@@ -5,7 +5,7 @@ t2_recover_tools)."""
 from __future__ import annotations
 
 import random
-import time
+import resource
 
 from t2_recover_tools import assert_same_tree, build_archive, recover
 from t2_recover_tools import restricted_bin, tools  # noqa: F401  (the fixtures, by name)
@@ -22,8 +22,11 @@ def test_thousands_of_files_take_seconds(tmp_path_factory, tools, restricted_bin
                         0o644))
     ops.append(("checkpoint",))
     b = build_archive(tmp_path_factory.mktemp("many"), ops)
-    t = time.monotonic()
+    # The processor time it spends, not the wall time: that is what a loaded
+    # machine (CI, tests beside it) stretches; the tool's own timeout bounds a hang.
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     recover(tools, restricted_bin, tmp_path, *b.disks, tmp_path / "out")
-    took = time.monotonic() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    took = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     assert_same_tree(b.orig, tmp_path / "out")
-    assert took < 60, f"2000 files took {took:.1f}s"
+    assert took < 60, f"2000 files took {took:.1f} s of processor time"

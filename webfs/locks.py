@@ -1,5 +1,15 @@
 """Locks: ``KeyedLocks`` gives one lock per key (a signature, a stripe) in a
-process; ``BucketLease`` keeps two machines from writing one S3 disk.
+process; ``BucketLease`` keeps two machines from writing one S3 disk; and
+``Clock``, the time that leases and webfs's other timers go by.
+
+The lease's renewals, parity written behind, staged uploads and a disk's
+counted-down free space ask a ``Clock`` (``SYSTEM_CLOCK`` unless they are
+given another) instead of the ``time`` module, and wait on it. A test gives
+them a manual clock and moves it with ``advance``: it checks the timing
+logic (a lease goes stale after five periods, an upload waits
+``UPLOAD_AFTER``) without sleeping through it, so the check holds however
+loaded the machine is. The mount's periodic tasks run under trio, whose
+clock (``trio.testing.MockClock``) plays that part there.
 
 flock in a state directory keeps two mounts of one machine apart, not two
 machines: for an S3 disk, whoever writes (a mount, a command that changes
@@ -40,6 +50,64 @@ DEFAULT_RENEW = 60.0
 STALE_RENEWALS = 5                      # renewals missed before a lease counts as stale
 
 
+class Clock:
+    """The system's clocks, or (``Clock(start=...)``) a manual clock that
+    stands still until ``advance`` moves it; both of its readings (monotonic
+    and wall) are then ``start`` plus what was advanced."""
+
+    def __init__(self, start: Optional[float] = None):
+        self.manual = start is not None
+        self._now = float(start or 0.0)
+        self._lock = threading.Lock()
+        self._waiting: dict[threading.Condition, int] = {}     # manual: conditions waited on
+
+    def monotonic(self) -> float:
+        return self._now if self.manual else time.monotonic()
+
+    def time(self) -> float:
+        """Wall time (seconds since the epoch): for stamps other machines read."""
+        return self._now if self.manual else time.time()
+
+    def wait(self, cond: threading.Condition, until: float) -> None:
+        """With ``cond`` held: wait until it is notified or ``monotonic()``
+        reaches ``until``. It may return early; callers check again."""
+        if not self.manual:
+            cond.wait(max(0.0, until - time.monotonic()))
+            return
+        with self._lock:
+            if self._now >= until:
+                return
+            self._waiting[cond] = self._waiting.get(cond, 0) + 1
+        try:
+            cond.wait()
+        finally:
+            with self._lock:
+                self._waiting[cond] -= 1
+                if not self._waiting[cond]:
+                    del self._waiting[cond]
+
+    @property
+    def waiters(self) -> int:
+        """(Manual clock.) Threads in ``wait`` now: a test that advances the
+        clock once a thread waits again knows the step reaches it."""
+        with self._lock:
+            return sum(self._waiting.values())
+
+    def advance(self, seconds: float) -> None:
+        """(Manual clock.) Move time forward and wake whoever waits on it."""
+        if not self.manual:
+            raise ValueError("only a manual clock is advanced")
+        with self._lock:
+            self._now += seconds
+            waiting = list(self._waiting)
+        for cond in waiting:
+            with cond:
+                cond.notify_all()
+
+
+SYSTEM_CLOCK = Clock()
+
+
 class KeyedLocks:
     """One lock per key, made on demand and dropped when nobody holds it."""
 
@@ -62,6 +130,11 @@ class KeyedLocks:
                 if not entry[1]:
                     del self._locks[key]
 
+    def users(self, key: str) -> int:
+        """Threads that hold or wait for this key's lock now."""
+        with self._guard:
+            entry = self._locks.get(key)
+            return entry[1] if entry else 0
 
     @contextmanager
     def many(self, keys) -> Iterator[None]:
@@ -117,16 +190,20 @@ def _stamp(seconds: float) -> str:
 
 class BucketLease:
     """The lease of one S3 disk (a backend with ``write_if_absent``), taken
-    with ``take``, renewed by a thread of its own, let go with ``release``."""
+    with ``take``, renewed by a thread of its own, let go with ``release``;
+    its stamps, ages and renewals go by ``clock``."""
 
-    def __init__(self, backend, holder: str):
+    def __init__(self, backend, holder: str, clock: Clock = SYSTEM_CLOCK):
         self.backend = backend
         self.holder = holder
+        self.clock = clock
         self.mount_id = uuid.uuid4().hex
         self.renew = _renew_seconds()
-        self.started = time.time()
+        self.started = clock.time()
         self.lost = False
-        self._stop = threading.Event()
+        self._wake = threading.Condition()      # notified by release
+        self._stopping = False
+        self._due = 0.0                         # the next renewal (clock.monotonic())
         self._thread: Optional[threading.Thread] = None
 
     def _text(self, now: float) -> bytes:
@@ -150,13 +227,14 @@ class BucketLease:
         except OSError as exc:
             raise ArchiveBusy(f"{where}: cannot take the mount lease: {exc.strerror or exc}") from None
         self.backend.lease = self
+        self._due = self.clock.monotonic() + self.renew
         self._thread = threading.Thread(target=self._renew_loop, name="lease renewal", daemon=True)
         self._thread.start()
 
     def _create(self) -> None:
         for _ in range(3):          # a lease removed between our create and our read: again
             try:
-                self.backend.write_if_absent(LEASE_PATH, self._text(time.time()))
+                self.backend.write_if_absent(LEASE_PATH, self._text(self.clock.time()))
             except FileExistsError:
                 other = self._current()
                 if other is None:
@@ -186,12 +264,11 @@ class BucketLease:
                 raise ArchiveBusy(self._refusal(other, stale=True))
             log.warning("%s: taking over the stale lease of %s on %s, not renewed for %.0f s",
                         self.backend.location, other.get("Holder", "?"), other.get("Host", "?"), age)
-        self.backend.write_atomic(LEASE_PATH, self._text(time.time()))
+        self.backend.write_atomic(LEASE_PATH, self._text(self.clock.time()))
 
-    @staticmethod
-    def _age(fields: dict[str, str]) -> Optional[float]:
+    def _age(self, fields: dict[str, str]) -> Optional[float]:
         renewed = _seconds(fields.get("Renewed", ""))
-        return None if renewed is None else max(0.0, time.time() - renewed)
+        return None if renewed is None else max(0.0, self.clock.time() - renewed)
 
     @staticmethod
     def _stale_after(fields: dict[str, str]) -> float:
@@ -225,18 +302,28 @@ class BucketLease:
         return not self.lost
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self.renew):
+        while self._sleep_until_due():
+            self._due = self.clock.monotonic() + self.renew
             try:
                 if not self.held():
                     return
-                self.backend.write_atomic(LEASE_PATH, self._text(time.time()))
+                self.backend.write_atomic(LEASE_PATH, self._text(self.clock.time()))
             except OSError as exc:
                 log.warning("%s: cannot renew the mount lease: %s", self.backend.location,
                             exc.strerror or exc)
 
+    def _sleep_until_due(self) -> bool:
+        """Wait for the next renewal: False when the lease is being released."""
+        with self._wake:
+            while not self._stopping and self.clock.monotonic() < self._due:
+                self.clock.wait(self._wake, self._due)
+            return not self._stopping
+
     def release(self) -> None:
         """Stop renewing and remove the lease, if it is still ours."""
-        self._stop.set()
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
         if self._thread is not None:
             self._thread.join()
         self.backend.lease = None

@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from typing import Iterator, Optional
 
 from .backends import Backend
 from .backends.local import LocalBackend
 
 from . import signature as sigmod
+from .locks import SYSTEM_CLOCK, Clock
 from .block import HEADER_SIZE, BlockHeader, encode_refs, refs_offset
 from .errors import CorruptBlock
 
@@ -42,7 +42,7 @@ def search_order(volumes: dict[int, "Volume"], disk: int) -> list["Volume"]:
 class Volume:
     """The blocks of one disk of an archive."""
 
-    def __init__(self, backend: "Backend", index: int, uuid: str, depth: int):
+    def __init__(self, backend: "Backend", index: int, uuid: str, depth: int, clock: Clock = SYSTEM_CLOCK):
         self.backend = backend
         self.index = index
         self.uuid = uuid
@@ -52,6 +52,7 @@ class Volume:
         self._room_lock = threading.Lock()
         self._free_left = 0
         self._free_until = 0.0
+        self.clock = clock
 
     def __repr__(self) -> str:
         return f"<Volume {self.index} at {self.backend.root}>"
@@ -80,14 +81,14 @@ class Volume:
         more than the two reserves differ, so either answer holds.)"""
         cost = -(-needed // FS_BLOCK) * FS_BLOCK + FS_BLOCK
         with self._room_lock:
-            if time.monotonic() < self._free_until and self._free_left - cost >= ROOM_SLACK:
+            if self.clock.monotonic() < self._free_until and self._free_left - cost >= ROOM_SLACK:
                 self._free_left -= cost
                 return True
         free, total = self.backend.free_space()
         reserve = min(256 << 20, total // 16) if holds_catalog else min(64 << 20, total // 50)
         with self._room_lock:
             self._free_left = free - reserve - cost
-            self._free_until = time.monotonic() + ROOM_FRESH
+            self._free_until = self.clock.monotonic() + ROOM_FRESH
         return free >= needed + reserve
 
     def has_block(self, sig: str, overflow: int = 0) -> bool:

@@ -10,10 +10,10 @@ next open (crash window 1 of ``webfs.parity``).
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 from typing import Optional
 
+from ..locks import SYSTEM_CLOCK, Clock
 from ..volume import Volume
 from .format import ParityHeader
 from .intents import IntentLog
@@ -29,14 +29,15 @@ class UnwrittenParity:
     header: ParityHeader
     payload: bytes
     intents: int                # intents it holds, released when it is written or given up
-    since: float                # time.monotonic() of its first change since the last write
+    since: float                # clock.monotonic() of its first change since the last write
 
 
 class WriteBehind:
     """Stripes whose parity waits in memory, by stripe id (thread-safe)."""
 
-    def __init__(self, intents: IntentLog):
+    def __init__(self, intents: IntentLog, clock: Clock = SYSTEM_CLOCK):
         self.intents = intents
+        self.clock = clock
         self._waiting: dict[str, UnwrittenParity] = {}
         self._bytes = 0
         self._lock = threading.Lock()
@@ -51,7 +52,7 @@ class WriteBehind:
              intents: int) -> None:
         """Keep a stripe's new parity in memory, with this many more intents."""
         with self._lock:
-            held, since = 0, time.monotonic()
+            held, since = 0, self.clock.monotonic()
             old = self._waiting.pop(stripe_id, None)
             if old is not None:
                 held, since = old.intents, old.since
@@ -61,7 +62,7 @@ class WriteBehind:
 
     def due(self, older_than: float) -> list[str]:
         """Stripes that have waited long enough (all of them past the byte bound)."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._lock:
             return [sid for sid, entry in self._waiting.items()
                     if now - entry.since >= older_than or self._bytes > WRITE_BEHIND_BYTES]

@@ -1,0 +1,117 @@
+"""webfs.locks.Clock: a manual clock stands still until advanced and wakes
+whoever waits on it; the parity written behind (webfs.parity.writebehind) is
+due by it. (The lease's renewals by it: t1_lease; staged uploads:
+t2_s3_staging; a disk's free-space count: t2_store.) The mount's periodic
+tasks go by trio's clock: a MockClock moved by hand."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import trio
+from conftest import eventually
+from trio.testing import MockClock, wait_all_tasks_blocked, wait_all_threads_completed
+
+from webfs import daemon
+from webfs.errors import WebfsError
+from webfs.locks import SYSTEM_CLOCK, Clock
+from webfs.parity.format import ParityHeader
+from webfs.parity.writebehind import WRITE_BEHIND, WRITE_BEHIND_BYTES, WriteBehind
+
+STRIPE_A, STRIPE_B = "a" * 32, "b" * 32
+
+
+def test_a_manual_clock_stands_still_and_wakes_its_waiters_when_advanced():
+    clock = Clock(start=500.0)
+    assert clock.monotonic() == clock.time() == 500.0
+    cond, woke = threading.Condition(), []
+
+    def waiter():
+        with cond:
+            while clock.monotonic() < 510.0:
+                clock.wait(cond, 510.0)
+            woke.append(clock.monotonic())
+    t = threading.Thread(target=waiter)
+    t.start()
+    eventually(lambda: clock.waiters == 1, "the thread waiting")
+    clock.advance(4.0)
+    clock.advance(6.0)
+    t.join(60)
+    assert woke == [510.0] and clock.waiters == 0
+    with cond:
+        clock.wait(cond, 505.0)         # already past: returns at once
+
+
+def test_the_system_clock_is_not_advanced():
+    assert abs(SYSTEM_CLOCK.time() - time.time()) < 60 and not SYSTEM_CLOCK.manual
+    with pytest.raises(ValueError, match="only a manual clock"):
+        SYSTEM_CLOCK.advance(1.0)
+
+
+class Intents:
+    """The IntentLog's side that WriteBehind uses: intents released."""
+
+    def __init__(self):
+        self.released: list[str] = []
+
+    def done(self, stripe_id: str) -> None:
+        self.released.append(stripe_id)
+
+
+def test_parity_written_behind_is_due_after_it_waited_from_its_first_change():
+    clock = Clock(start=0.0)
+    intents = Intents()
+    behind = WriteBehind(intents, clock)
+    behind.hold(STRIPE_A, None, ParityHeader(STRIPE_A, 3), b"abc", 1)
+    clock.advance(WRITE_BEHIND / 2)
+    behind.hold(STRIPE_A, None, ParityHeader(STRIPE_A, 4), b"abcd", 1)    # waits since its first change
+    behind.hold(STRIPE_B, None, ParityHeader(STRIPE_B, 3), b"xyz", 1)
+    assert behind.due(WRITE_BEHIND) == []
+    clock.advance(WRITE_BEHIND / 2)
+    assert behind.due(WRITE_BEHIND) == [STRIPE_A]
+    behind.forget(STRIPE_A)
+    assert intents.released == [STRIPE_A, STRIPE_A] and behind.due(WRITE_BEHIND) == []
+    behind.hold(STRIPE_A, None, ParityHeader(STRIPE_A, 0), b"\0" * (WRITE_BEHIND_BYTES + 1), 1)
+    assert sorted(behind.due(WRITE_BEHIND)) == [STRIPE_A, STRIPE_B]     # past the byte bound: all
+
+
+def test_a_periodic_task_runs_each_period_by_trios_clock_and_again_after_a_failure(caplog):
+    """The mount's periodic tasks (Daemon.run_every) wait on trio's clock: a
+    MockClock moved by hand shows each run at its period, a failed run logged
+    and the next one made, without waiting a period."""
+    clock = MockClock()                 # rate 0: time moves only by jump
+    d = daemon.Daemon("/nonexistent/disk", "/nonexistent/mnt", daemon.MountOptions(), operations={})
+    runs: list[float] = []
+
+    async def main():
+        ran = trio.Event()
+
+        def task():                     # in a worker thread, as the mount runs it
+            runs.append(clock.current_time())
+            trio.from_thread.run_sync(ran.set)
+            if len(runs) == 1:
+                raise WebfsError("disk 2 is missing (made by the test)")
+
+        async def next_run():
+            """Wait for the task's run, then for run_every to sleep again."""
+            nonlocal ran
+            await ran.wait()
+            ran = trio.Event()
+            await wait_all_threads_completed()
+            await wait_all_tasks_blocked()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(d.run_every, 60.0, task, "the test's task")
+            await wait_all_tasks_blocked()
+            clock.jump(59.9)
+            await wait_all_tasks_blocked()
+            assert runs == []
+            clock.jump(0.1)
+            await next_run()
+            clock.jump(60.0)
+            await next_run()
+            nursery.cancel_scope.cancel()
+    trio.run(main, clock=clock)
+    assert runs == [60.0, 120.0]
+    assert "the test's task failed: disk 2 is missing (made by the test); it runs again in 60 s" in caplog.text
