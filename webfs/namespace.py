@@ -85,6 +85,58 @@ def check_name(name: bytes) -> None:
 DIR_PATHS_KEPT = 10_000
 
 
+# Inodes, names and xattrs kept in memory (NamespaceMemo): what a copy of
+# a crawl asks about again and again (getattr, lookup, the kernel's
+# security.capability before each write) answered without SQLite. About
+# 300 bytes an inode with its name; the oldest go first.
+MEMO_INODES = 50_000
+
+
+class NamespaceMemo:
+    """The namespace's rows as read or made, in memory, shared by every
+    ``NamespaceRows`` over one catalog (``Catalog.memo``). Every change of the
+    rows goes through ``NamespaceRows``, under the catalog lock, and forgets
+    what it changed; a fill happens under the same lock, so it never keeps a
+    row older than a change. A rollback forgets everything (``clear``).
+
+    ``complete`` directories are those whose every name is in ``names`` (a
+    directory made here, empty): a lookup that misses there is a miss
+    without SQLite; losing any of its names to the bound makes it incomplete."""
+
+    def __init__(self, bound: int = MEMO_INODES):
+        self.bound = bound
+        self.nodes: dict[int, Inode] = {}
+        self.names: dict[tuple[int, bytes], int] = {}
+        self.xattrs: dict[int, dict[bytes, bytes]] = {}
+        self.complete: set[int] = set()
+
+    def clear(self) -> None:
+        self.nodes.clear()
+        self.names.clear()
+        self.xattrs.clear()
+        self.complete.clear()
+
+    def keep_node(self, node: Inode) -> None:
+        if len(self.nodes) >= self.bound:
+            old = next(iter(self.nodes))
+            del self.nodes[old]
+            self.xattrs.pop(old, None)
+        self.nodes[node.id] = node
+
+    def keep_name(self, parent: int, name: bytes, ino: int) -> None:
+        if len(self.names) >= self.bound:
+            old = next(iter(self.names))
+            del self.names[old]
+            self.complete.discard(old[0])
+        self.names[(parent, name)] = ino
+
+    def drop_node(self, ino: int) -> None:
+        self.nodes.pop(ino, None)
+
+    def drop_name(self, parent: int, name: bytes) -> None:
+        self.names.pop((parent, name), None)
+
+
 class NamespaceRows:
     """The namespace's rows in the catalog, read and written as they are: no
     POSIX checks, no journal, no commit. For writers that make names in bulk
@@ -94,6 +146,9 @@ class NamespaceRows:
 
     def __init__(self, catalog: Catalog):
         self.cat = catalog
+        if catalog.memo is None:
+            catalog.memo = NamespaceMemo()
+        self.memo: NamespaceMemo = catalog.memo
         # Inode numbers only grow while these rows are open: SQLite would give
         # a freed number to the next file, and the kernel may still hold the old
         # inode (its attributes and page cache) under that number. A bulk
@@ -108,11 +163,17 @@ class NamespaceRows:
         self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
                          (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
         self._last_ino = max(self._last_ino, ino)
-        return Inode(ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
+        node = Inode(ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
+        self.memo.drop_node(ino)
+        return node
 
     def add_name(self, parent: int, name: bytes, ino: int) -> None:
         """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts untouched)."""
         self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
+        if parent in self.memo.complete:
+            self.memo.keep_name(parent, name, ino)
+        else:
+            self.memo.drop_name(parent, name)
 
     def add_symlink_target(self, ino: int, target: bytes) -> None:
         self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
@@ -125,13 +186,17 @@ class NamespaceRows:
     def add_xattrs(self, xattrs: list[tuple[int, bytes, bytes]]) -> None:
         """(inode, name, value) xattrs set, replacing any of the same name."""
         self.cat.executemany("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)", xattrs)
+        for ino, _, _ in xattrs:
+            self.memo.xattrs.pop(ino, None)
 
     def bump_nlink(self, ino: int, delta: int) -> None:
         self.cat.execute("UPDATE inodes SET nlink=nlink+? WHERE id=?", (delta, ino))
+        self.memo.drop_node(ino)
 
     def set_changed(self, ino: int, t_ns: int) -> None:
         """mtime and ctime set to ``t_ns`` (a directory that got names)."""
         self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=? WHERE id=?", (t_ns, t_ns, ino))
+        self.memo.drop_node(ino)
 
     def children(self, parent: int) -> dict[bytes, Inode]:
         """Every name in a directory, with its inode."""
@@ -193,13 +258,24 @@ class Namespace(NamespaceRows):
             self.cat.commit()
 
     def get(self, ino: int) -> Inode:
-        rows = self.cat.query(f"SELECT {INODE_COLUMNS} FROM inodes WHERE id=?", (ino,))
-        if not rows:
-            raise FsError(errno.ENOENT, f"no inode {ino}")
-        return Inode(*rows[0])
+        node = self.memo.nodes.get(ino)
+        if node is not None:
+            return node
+        with self.cat.lock:
+            rows = self.cat.query(f"SELECT {INODE_COLUMNS} FROM inodes WHERE id=?", (ino,))
+            if not rows:
+                raise FsError(errno.ENOENT, f"no inode {ino}")
+            node = Inode(*rows[0])
+            self.memo.keep_node(node)
+        return node
 
     def lookup(self, parent: int, name: bytes) -> Inode:
-        ino = self.cat.scalar("SELECT inode FROM dentries WHERE parent=? AND name=?", (parent, name))
+        ino = self.memo.names.get((parent, name))
+        if ino is None and parent not in self.memo.complete:
+            with self.cat.lock:
+                ino = self.cat.scalar("SELECT inode FROM dentries WHERE parent=? AND name=?", (parent, name))
+                if ino is not None:
+                    self.memo.keep_name(parent, name, ino)
         if ino is None:
             if len(name) > NAME_MAX:
                 raise FsError(errno.ENAMETOOLONG)
@@ -311,6 +387,7 @@ class Namespace(NamespaceRows):
         t = now_ns()
         self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=?, nlink=nlink+? WHERE id=?",
                          (t, t, nlink_delta, parent))
+        self.memo.drop_node(parent)
         self.journal("+", self.get(parent), self.path_of(parent) or b"/")
 
     def create(self, parent: int, name: bytes, mode: int, uid: int, gid: int,
@@ -335,6 +412,10 @@ class Namespace(NamespaceRows):
                 rows = [self.store.store(target, name=path)]
                 self.add_contents(ino, [rows[0].id])
             self.journal("+", node, path, rows=rows)
+            self.memo.keep_node(node)
+            self.memo.xattrs[ino] = {}
+            if is_dir:
+                self.memo.complete.add(ino)        # new, so every name of it will be known
             return node
 
     def link(self, ino: int, parent: int, name: bytes) -> Inode:
@@ -348,6 +429,7 @@ class Namespace(NamespaceRows):
                 raise FsError(errno.EEXIST)
             self.add_name(parent, name, ino)
             self.cat.execute("UPDATE inodes SET nlink=nlink+1, ctime_ns=? WHERE id=?", (now_ns(), ino))
+            self.memo.drop_node(ino)
             self._touch_dir(parent)
             for row in self.contents(ino):
                 self._later(self.store.add_ref, row)
@@ -385,6 +467,8 @@ class Namespace(NamespaceRows):
 
     def _drop_name(self, parent: int, name: bytes, node: Inode) -> None:
         self.cat.execute("DELETE FROM dentries WHERE parent=? AND name=?", (parent, name))
+        self.memo.drop_name(parent, name)
+        self.memo.drop_node(node.id)
         self._dir_paths.pop(node.id, None)
         if node.is_dir:
             self.cat.execute("UPDATE inodes SET nlink=0, ctime_ns=? WHERE id=?", (now_ns(), node.id))
@@ -409,6 +493,9 @@ class Namespace(NamespaceRows):
             for table, col in (("contents", "inode"), ("symlinks", "inode"),
                                ("xattrs", "inode"), ("inodes", "id")):
                 self.cat.execute(f"DELETE FROM {table} WHERE {col}=?", (ino,))
+            self.memo.drop_node(ino)
+            self.memo.xattrs.pop(ino, None)
+            self.memo.complete.discard(ino)
 
     def orphans(self) -> list[int]:
         """Inodes with no name left (a crash while they were open)."""
@@ -442,6 +529,9 @@ class Namespace(NamespaceRows):
                                  (target.id, old_parent, old_name))
                 self.cat.execute("UPDATE dentries SET inode=? WHERE parent=? AND name=?",
                                  (node.id, new_parent, new_name))
+                self.memo.drop_name(old_parent, old_name)
+                self.memo.drop_name(new_parent, new_name)
+                self.memo.complete.difference_update((old_parent, new_parent))
                 self._dir_paths.clear()
                 if node.is_dir != target.is_dir and old_parent != new_parent:
                     delta = 1 if node.is_dir else -1
@@ -464,11 +554,17 @@ class Namespace(NamespaceRows):
                 replaced = self.get(target.id)
             self.cat.execute("UPDATE dentries SET parent=?, name=? WHERE parent=? AND name=?",
                              (new_parent, new_name, old_parent, old_name))
+            self.memo.drop_name(old_parent, old_name)
+            if new_parent in self.memo.complete:
+                self.memo.keep_name(new_parent, new_name, node.id)
+            else:
+                self.memo.drop_name(new_parent, new_name)
             self._dir_paths.clear()
             delta = 1 if node.is_dir else 0
             self._touch_dir(old_parent, -delta)
             self._touch_dir(new_parent, delta)
             self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), node.id))
+            self.memo.drop_node(node.id)
             self.journal(">", None, old_path, new_path)
             return replaced
 
@@ -493,6 +589,7 @@ class Namespace(NamespaceRows):
         with self.cat.lock:
             self.cat.execute(f"UPDATE inodes SET {', '.join(k + '=?' for k in attrs)} WHERE id=?",
                              (*attrs.values(), ino))
+            self.memo.drop_node(ino)
             node = self.get(ino)
             if set(attrs) - {"atime_ns", "ctime_ns"}:
                 for (parent, name) in self.cat.query("SELECT parent, name FROM dentries WHERE inode=?", (ino,)):
@@ -518,14 +615,23 @@ class Namespace(NamespaceRows):
 
     # -- xattrs ----------------------------------------------------------------
 
+    def _xattrs(self, ino: int) -> dict[bytes, bytes]:
+        found = self.memo.xattrs.get(ino)
+        if found is None:
+            with self.cat.lock:
+                found = dict(self.cat.query("SELECT name, value FROM xattrs WHERE inode=?", (ino,)))
+                if ino in self.memo.nodes:          # kept as long as its inode is
+                    self.memo.xattrs[ino] = found
+        return found
+
     def getxattr(self, ino: int, name: bytes) -> bytes:
-        value = self.cat.scalar("SELECT value FROM xattrs WHERE inode=? AND name=?", (ino, name))
+        value = self._xattrs(ino).get(name)
         if value is None:
             raise FsError(errno.ENODATA)
         return value
 
     def listxattr(self, ino: int) -> list[bytes]:
-        return [r[0] for r in self.cat.query("SELECT name FROM xattrs WHERE inode=? ORDER BY name", (ino,))]
+        return sorted(self._xattrs(ino))
 
     def setxattr(self, ino: int, name: bytes, value: bytes, create: bool = False,
                  replace: bool = False) -> None:
@@ -538,9 +644,12 @@ class Namespace(NamespaceRows):
             self.cat.execute("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)",
                              (ino, name, value))
             self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), ino))
+            self.memo.xattrs.pop(ino, None)
+            self.memo.drop_node(ino)
 
     def removexattr(self, ino: int, name: bytes) -> None:
         with self.cat.lock:
+            self.memo.xattrs.pop(ino, None)
             if self.cat.execute("DELETE FROM xattrs WHERE inode=? AND name=?", (ino, name)).rowcount == 0:
                 raise FsError(errno.ENODATA)
 
