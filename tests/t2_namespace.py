@@ -129,6 +129,10 @@ def _memo_agrees_with_the_catalog(ns) -> None:
         assert known == {r[0] for r in ns.cat.query("SELECT name FROM dentries WHERE parent=?", (parent,))}
     for ino, xattrs in list(memo.xattrs.items()):
         assert xattrs == dict(ns.cat.query("SELECT name, value FROM xattrs WHERE inode=?", (ino,)))
+    for ino, rows in list(memo.pieces.items()):
+        assert [(r.id, r.sig, r.size) for r in rows] == [(r.id, r.sig, r.size) for r in ns.contents(ino)], ino
+    for ino, (parent, offset) in list(memo.positions.items()):
+        assert ns.cat.scalar("SELECT inode FROM dentries WHERE parent=? AND rowid=?", (parent, offset)) == ino
 
 
 @pytest.mark.parametrize("seed,bound", [(1, 50_000), (2, 50_000), (3, 7)])
@@ -144,10 +148,10 @@ def test_the_memo_answers_what_the_catalog_says_through_every_change(store, seed
     ns.ensure_root()
     rnd = random.Random(seed)
     dirs, files = [ROOT_INODE], []
-    kept = 0
+    kept = read_ahead = 0
     for step in range(400):
         op = rnd.choice(["mkdir", "file", "file", "link", "unlink", "rename", "exchange", "attr",
-                         "xattr", "rmxattr", "bulk", "lookup", "rollback"])
+                         "xattr", "rmxattr", "bulk", "lookup", "rollback", "store", "store", "readahead"])
         parent = rnd.choice(dirs)
         name = b"n%d" % rnd.randrange(12)
         try:
@@ -177,6 +181,12 @@ def test_the_memo_answers_what_the_catalog_says_through_every_change(store, seed
                 files.append(node.id)
             elif op == "lookup":
                 ns.lookup(parent, name)
+            elif op == "store" and files:
+                data = b"page %d" % rnd.randrange(5)
+                row = store.store(data, name=b"x")
+                ns.set_contents(rnd.choice(files), [row], len(data), step)
+            elif op == "readahead":
+                ns.first_pieces_after(parent, 0, 8)
             elif op == "rollback":
                 if rnd.random() < 0.5:
                     ns.cat.commit()
@@ -191,8 +201,11 @@ def test_the_memo_answers_what_the_catalog_says_through_every_change(store, seed
             try:
                 ns.get(ino)
                 ns.listxattr(ino)
+                ns.pieces(ino)
+                ns.position(ino)
             except FsError:
                 pass
         _memo_agrees_with_the_catalog(ns)
         kept = max(kept, len(ns.memo.names))
-    assert kept >= 3
+        read_ahead = max(read_ahead, len(ns.memo.pieces))
+    assert kept >= 3 and read_ahead >= 1

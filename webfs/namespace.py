@@ -109,12 +109,24 @@ class NamespaceMemo:
         self.names: dict[tuple[int, bytes], int] = {}
         self.xattrs: dict[int, dict[bytes, bytes]] = {}
         self.complete: set[int] = set()
+        # For readers: a file's blocks (their refs, disk and stripe as they
+        # were read: a reader needs only what a block is) and where one of its
+        # names sits (parent, offset), as a directory's next files are read
+        # ahead (first_pieces_after).
+        self.pieces: dict[int, list[BlockRow]] = {}
+        self.positions: dict[int, tuple[int, int]] = {}
 
     def clear(self) -> None:
-        self.nodes.clear()
-        self.names.clear()
-        self.xattrs.clear()
-        self.complete.clear()
+        for table in (self.nodes, self.names, self.xattrs, self.complete, self.pieces, self.positions):
+            table.clear()
+
+    def keep_pieces(self, ino: int, parent: int, offset: int, rows: list[BlockRow]) -> None:
+        if len(self.pieces) >= self.bound:
+            self.pieces.pop(next(iter(self.pieces)))
+        if len(self.positions) >= self.bound:
+            self.positions.pop(next(iter(self.positions)))
+        self.pieces[ino] = rows
+        self.positions[ino] = (parent, offset)
 
     def keep_node(self, node: Inode) -> None:
         if len(self.nodes) >= self.bound:
@@ -132,6 +144,11 @@ class NamespaceMemo:
 
     def drop_node(self, ino: int) -> None:
         self.nodes.pop(ino, None)
+
+    def drop_reading(self, ino: int) -> None:
+        """A file's blocks or names changed: what readers kept of it goes."""
+        self.pieces.pop(ino, None)
+        self.positions.pop(ino, None)
 
     def drop_name(self, parent: int, name: bytes) -> None:
         self.names.pop((parent, name), None)
@@ -182,6 +199,7 @@ class NamespaceRows:
         """A file's blocks, in piece order, for a file that has none yet."""
         self.cat.executemany("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
                              [(ino, piece, block_id) for piece, block_id in enumerate(block_ids)])
+        self.memo.drop_reading(ino)
 
     def add_xattrs(self, xattrs: list[tuple[int, bytes, bytes]]) -> None:
         """(inode, name, value) xattrs set, replacing any of the same name."""
@@ -292,6 +310,9 @@ class Namespace(NamespaceRows):
 
     def position(self, ino: int) -> Optional[tuple[int, int]]:
         """(parent, offset) of one of an inode's names, or None if it has none."""
+        found = self.memo.positions.get(ino)
+        if found is not None:
+            return found
         rows = self.cat.query("SELECT parent, rowid FROM dentries WHERE inode=? LIMIT 1", (ino,))
         return tuple(rows[0]) if rows else None
 
@@ -307,12 +328,21 @@ class Namespace(NamespaceRows):
             "WHERE d.parent=? AND d.rowid<? LIMIT 1", (parent, offset)))
 
     def first_pieces_after(self, parent: int, offset: int, limit: int) -> list[tuple[int, BlockRow]]:
-        """(offset, first block) of the next files with content after an offset, in order."""
-        rows = self.cat.query(
-            f"SELECT d.rowid, {BLOCK_COLUMNS_OF_B} FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
-            "JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? "
-            "ORDER BY d.rowid LIMIT ?", (parent, offset, limit))
-        return [(r[0], BlockRow(*r[1:])) for r in rows]
+        """(offset, first block) of the next files with content after an offset,
+        in order. Those of one piece are kept for their reader (``pieces``)."""
+        with self.cat.lock:
+            rows = self.cat.query(
+                f"SELECT d.rowid, d.inode, i.size, {BLOCK_COLUMNS_OF_B} FROM dentries d "
+                "JOIN contents c ON c.inode = d.inode AND c.piece = 0 JOIN blocks b ON b.id = c.block "
+                "JOIN inodes i ON i.id = d.inode WHERE d.parent=? AND d.rowid>? "
+                "ORDER BY d.rowid LIMIT ?", (parent, offset, limit))
+            out = []
+            for r in rows:
+                row = BlockRow(*r[3:])
+                if r[2] == row.size:            # the first piece is the whole file
+                    self.memo.keep_pieces(r[1], parent, r[0], [row])
+                out.append((r[0], row))
+        return out
 
     def path_of(self, ino: int) -> bytes:
         """The path of an inode from the root (one of its names, for hints and journals)."""
@@ -337,6 +367,17 @@ class Namespace(NamespaceRows):
         return [BlockRow(*r) for r in self.cat.query(
             f"SELECT {BLOCK_COLUMNS_OF_B} FROM contents c JOIN blocks b ON b.id = c.block "
             "WHERE c.inode=? ORDER BY c.piece", (ino,))]
+
+    def pieces(self, ino: int) -> list[BlockRow]:
+        """A file's blocks for a reader: ``contents``, or what the read-ahead of
+        its directory kept (no SQL then). Their refs, disk and stripe may be
+        older than the catalog's; what each block is (and so its bytes) is not."""
+        found = self.memo.pieces.get(ino)
+        return found if found is not None else self.contents(ino)
+
+    def forget_pieces(self, ino: int) -> None:
+        """A reader found the kept blocks wrong (a read failed): ask the catalog next."""
+        self.memo.drop_reading(ino)
 
     def _pieces_of(self, inodes: list[int], cols: str) -> Iterator[tuple]:
         """(inode, *cols of its blocks joined as b) of many files, in piece order, a query per 500."""
@@ -469,6 +510,7 @@ class Namespace(NamespaceRows):
         self.cat.execute("DELETE FROM dentries WHERE parent=? AND name=?", (parent, name))
         self.memo.drop_name(parent, name)
         self.memo.drop_node(node.id)
+        self.memo.drop_reading(node.id)
         self._dir_paths.pop(node.id, None)
         if node.is_dir:
             self.cat.execute("UPDATE inodes SET nlink=0, ctime_ns=? WHERE id=?", (now_ns(), node.id))
@@ -494,6 +536,7 @@ class Namespace(NamespaceRows):
                                ("xattrs", "inode"), ("inodes", "id")):
                 self.cat.execute(f"DELETE FROM {table} WHERE {col}=?", (ino,))
             self.memo.drop_node(ino)
+            self.memo.drop_reading(ino)
             self.memo.xattrs.pop(ino, None)
             self.memo.complete.discard(ino)
 
@@ -532,6 +575,8 @@ class Namespace(NamespaceRows):
                 self.memo.drop_name(old_parent, old_name)
                 self.memo.drop_name(new_parent, new_name)
                 self.memo.complete.difference_update((old_parent, new_parent))
+                self.memo.drop_reading(node.id)
+                self.memo.drop_reading(target.id)
                 self._dir_paths.clear()
                 if node.is_dir != target.is_dir and old_parent != new_parent:
                     delta = 1 if node.is_dir else -1
@@ -565,6 +610,7 @@ class Namespace(NamespaceRows):
             self._touch_dir(new_parent, delta)
             self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), node.id))
             self.memo.drop_node(node.id)
+            self.memo.drop_reading(node.id)
             self.journal(">", None, old_path, new_path)
             return replaced
 
@@ -603,6 +649,7 @@ class Namespace(NamespaceRows):
             node = self.get(ino)
             old = self.contents(ino)
             self.cat.execute("DELETE FROM contents WHERE inode=?", (ino,))
+            self.memo.drop_reading(ino)
             self.add_contents(ino, [row.id for row in rows])
             # A file with n names holds n references to each of its blocks.
             for _ in range(max(node.nlink, 1) - 1):

@@ -342,13 +342,15 @@ class OpenFiles:
         if of.buffer is not None:
             return of.buffer.read(off, size)
         if of.pieces is None:
-            of.pieces = self.ns.contents(of.ino)
+            of.pieces = self.ns.pieces(of.ino)
         pieces = of.pieces
         try:
             return await self.reader.read(pieces, off, size, of.reading)
         except WebfsError:
             # The file was stored anew while this read waited (its old blocks
-            # may be gone): read it again as it is now, once.
+            # may be gone), or what the read-ahead kept of it is out of date:
+            # read it again as the catalog says now, once.
+            self.ns.forget_pieces(of.ino)
             if of.pieces is pieces and pieces == self.ns.contents(of.ino):
                 raise
             if of.buffer is not None:
