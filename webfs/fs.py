@@ -360,7 +360,9 @@ class Operations(pyfuse3.Operations):
         self._forget_miss(parent_inode_new, name_new)
         if replaced is not None:
             self.free_if_unused(replaced)
-        self._changed()
+        # Committed before the answer: a mv that returned survives kill -9
+        # (t4_s3_mount), and rsync's rename of a file it closed names it.
+        await self.commits.commit()
 
     def free_if_unused(self, node: Inode) -> None:
         """An inode with no name goes now, or when it is neither open nor known to the kernel."""
@@ -490,7 +492,7 @@ class Operations(pyfuse3.Operations):
         return names_done
 
     def _changed(self) -> None:
-        """A change of names (mkdir, create, symlink, link, rename) or attributes
+        """A change of names (mkdir, create, symlink, link) or attributes
         only: it is committed with the next
         close or fsync of any file, or within a second (the daemon's periodic
         commit), not before the answer. As on a local filesystem, a crash may

@@ -377,7 +377,8 @@ class Namespace(NamespaceRows):
 
     def forget_pieces(self, ino: int) -> None:
         """A reader found the kept blocks wrong (a read failed): ask the catalog next."""
-        self.memo.drop_reading(ino)
+        with self.cat.lock:             # the memo changes only under the lock
+            self.memo.drop_reading(ino)
 
     def _pieces_of(self, inodes: list[int], cols: str) -> Iterator[tuple]:
         """(inode, *cols of its blocks joined as b) of many files, in piece order, a query per 500."""
