@@ -19,7 +19,7 @@ help:
 	@echo 'make test        the whole test suite, tiers t1-t5 (README, Tests, says how long)'
 	@echo 'make test-fast   tiers t1-t3 only: no FUSE mount'
 	@echo 'make test-long   the soaks (pytest -m soak) with WEBFS_LONG_TESTS=1: longer runs, more operations'
-	@echo 'make bench       tools/bench against a plain directory, bindfs and mergerfs'
+	@echo 'make bench       tools/bench against a plain directory, bindfs, mergerfs, JuiceFS and tools/memfs'
 	@echo 'make bench-full  the same on 10 GB crawls (hours)'
 	@echo 'make install     man pages, webfs in $(PREFIX)/bin, mount.webfs and mount.fuse.webfs in /sbin'
 	@echo 'make deps        Debian packages when missing, everything Python in .venv'

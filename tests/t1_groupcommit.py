@@ -75,3 +75,46 @@ def test_a_failed_commit_is_heard_by_its_batch_and_the_next_one_runs():
 
     trio.run(main)
     assert len(calls) == 2
+
+
+def test_jobs_of_requests_that_arrive_together_run_in_one_trip_before_its_commit():
+    """A close gives its store as a job: the jobs of closes that wait together
+    run in one worker trip, each before the commit that holds it; each caller
+    gets its own result, and a failed job is heard by its caller alone."""
+    from webfs.groupcommit import HANDOFFS
+    log = []
+
+    def commit():
+        log.append("commit")
+        time.sleep(0.05)
+
+    gc = GroupCommit(commit)
+    results = {}
+
+    def job(i):
+        def run():
+            log.append(i)
+            if i == 7:
+                raise OSError(5, "Input/output error")
+            return i * 10
+        return run
+
+    async def close(i):
+        try:
+            results[i] = await gc.commit(job(i))
+        except OSError as exc:
+            results[i] = exc.errno
+
+    before = sum(HANDOFFS.values())
+
+    async def main():
+        async with trio.open_nursery() as n:
+            for i in range(10):
+                n.start_soon(close, i)
+
+    trio.run(main)
+    assert results == {i: (5 if i == 7 else i * 10) for i in range(10)}
+    assert sum(HANDOFFS.values()) - before == gc.commits <= 2        # trips, not jobs
+    assert log.count("commit") == gc.commits
+    # Every job ran before the commit of its trip.
+    assert log[-1] == "commit" and all(log.index(i) < len(log) - 1 for i in range(10))

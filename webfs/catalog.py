@@ -186,6 +186,9 @@ class Catalog:
         self.db = sqlite3.connect(path, check_same_thread=False, timeout=30)
         self.lock = threading.RLock()
         self._groups: dict[str, Optional[int]] = {}     # group -> disk (None: not mapped), as read
+        # The namespace's rows kept in memory (webfs.namespace.NamespaceMemo),
+        # made by the first NamespaceRows over this catalog; a rollback clears it.
+        self.memo = None
         self.db.execute("PRAGMA journal_mode=WAL")
         # NORMAL: a commit survives a killed process (it is in the OS's hands);
         # fsync of the WAL happens at checkpoints and at 'webfs sync'.
@@ -217,6 +220,7 @@ class Catalog:
         view.path = self.path
         view.lock = threading.RLock()
         view._groups = {}
+        view.memo = None
         view.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
         view.db.execute("BEGIN")
         view.db.execute("SELECT COUNT(*) FROM inodes").fetchone()     # the snapshot starts here
@@ -240,6 +244,8 @@ class Catalog:
         with self.lock:
             self.db.rollback()
             self._groups.clear()
+            if self.memo is not None:
+                self.memo.clear()
 
     def execute(self, sql: str, args=()) -> sqlite3.Cursor:
         with self.lock, _full_is_nospace:

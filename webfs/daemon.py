@@ -461,9 +461,10 @@ class Daemon:
         the report that ``webfs umount`` prints before it exits non-zero."""
         problems = list(self.ops.files.failures) if self.ops is not None else []
         if self.ops is not None:
-            from .fs import REQUESTS
-            log.info("FUSE requests answered: %s", ", ".join(
-                f"{k} {v}" for k, v in sorted(REQUESTS.items(), key=lambda kv: -kv[1])) or "none")
+            from .fs import HANDOFFS, REQUESTS
+            for what, counts in (("FUSE requests answered", REQUESTS), ("hand-offs to worker threads", HANDOFFS)):
+                log.info("%s: %s", what, ", ".join(
+                    f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "none")
         if getattr(self, "journal", None) is not None:
             self.journal.on_full = None         # the checkpoint below is the last
         if self.server is not None:

@@ -26,7 +26,7 @@ import trio
 
 from .controltree import CONTROL_DIR, ControlTree, VirtualNode, is_virtual
 from .errors import CorruptBlock, DataLost, FsError, NoSpace, WebfsError, errno_of
-from .groupcommit import GroupCommit
+from .groupcommit import HANDOFFS, REQUEST, GroupCommit, to_worker
 from .namespace import ROOT_INODE, Inode, Namespace
 from .openfiles import OpenFiles
 from .readcache import PieceReader
@@ -75,6 +75,7 @@ def translate_errors(method):
     @functools.wraps(method)
     async def answered(*args, **kwargs):
         count_request(name)
+        REQUEST.set(name)
         try:
             return await method(*args, **kwargs)
         except pyfuse3.FUSEError:
@@ -100,6 +101,7 @@ def translate_errors(method):
     @functools.wraps(method)
     async def unanswered(*args, **kwargs):
         count_request(name)
+        REQUEST.set(name)
         try:
             return await method(*args, **kwargs)
         except Exception:
@@ -320,9 +322,8 @@ class Operations(pyfuse3.Operations):
     async def symlink(self, parent_inode, name, target, ctx):
         self._check_writable(parent_inode, name)
         # A symlink's target is stored as a block: hashing and disk I/O off the loop.
-        node = await trio.to_thread.run_sync(
-            lambda: self.ns.create(parent_inode, name, stat.S_IFLNK | 0o777, ctx.uid, ctx.gid, 0, target),
-            limiter=self.limiter)
+        node = await to_worker(self.ns.create, parent_inode, name, stat.S_IFLNK | 0o777,
+                               ctx.uid, ctx.gid, 0, target, limiter=self.limiter)
         self._changed()
         return self._made(parent_inode, name, node)
 
@@ -359,6 +360,8 @@ class Operations(pyfuse3.Operations):
         self._forget_miss(parent_inode_new, name_new)
         if replaced is not None:
             self.free_if_unused(replaced)
+        # Committed before the answer: a mv that returned survives kill -9
+        # (t4_s3_mount), and rsync's rename of a file it closed names it.
         await self.commits.commit()
 
     def free_if_unused(self, node: Inode) -> None:
@@ -479,7 +482,7 @@ class Operations(pyfuse3.Operations):
 
         async def task():
             try:
-                await trio.to_thread.run_sync(work)
+                await to_worker(work)
             except Exception:
                 log.exception("cannot invalidate the kernel's copy of inode %d", ino)
             finally:
@@ -489,7 +492,8 @@ class Operations(pyfuse3.Operations):
         return names_done
 
     def _changed(self) -> None:
-        """A change of names or attributes only: it is committed with the next
+        """A change of names (mkdir, create, symlink, link) or attributes
+        only: it is committed with the next
         close or fsync of any file, or within a second (the daemon's periodic
         commit), not before the answer. As on a local filesystem, a crash may
         lose such a change unless something after it was closed or synced;
@@ -502,6 +506,8 @@ class Operations(pyfuse3.Operations):
             return self.root_xattrs[name]
         if inode == ROOT_INODE and name == XATTR_PREFIX + b"requests":
             return json.dumps(dict(sorted(REQUESTS.items()))).encode()
+        if inode == ROOT_INODE and name == XATTR_PREFIX + b"handoffs":
+            return json.dumps(dict(sorted(HANDOFFS.items()))).encode()
         if not name.startswith(XATTR_PREFIX) or is_virtual(inode):
             return None
         key = name[len(XATTR_PREFIX):]

@@ -1,8 +1,18 @@
-"""Group commit for the event loop: requests that arrive together share one
-catalog commit and one JOURNAL append, run in a worker thread.
+"""The event loop's trips to worker threads: each one counted by the request
+that makes it (``to_worker``), and the group commit, by which requests that
+arrive together share one catalog commit and one JOURNAL append in one trip.
+
+A hand-off (the loop gives a function to a worker thread and is woken when
+it ends) costs two wake-ups, which a busy machine delays: ``HANDOFFS``
+counts them by the FUSE request that made them (``REQUEST``, set by
+``webfs.fs`` as each request starts; "other" for the mount's own periodic
+work), read beside the request counts from the root's
+``user.webfs.handoffs`` xattr.
 
 A request that changed the catalog calls ``await commits.commit()`` and
-returns once a commit that began after its changes has ended: then what it
+returns once a commit that began after its changes has ended (a close gives
+it the store of its file as a job, so the store and the commit are one trip,
+shared by the closes that arrive together): then what it
 did is in the catalog's WAL and in the JOURNAL, so it survives ``kill -9``
 as before. A commit starts as soon as the previous one ends; every request
 that arrived meanwhile waits for that next one, together. The event loop
@@ -11,15 +21,37 @@ the WAL write; the JOURNAL appends happen outside it).
 """
 from __future__ import annotations
 
+import contextvars
+import functools
 from typing import Callable, Optional
 
 import trio
+
+REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("webfs_request", default="other")
+HANDOFFS: dict[str, int] = {}
+
+
+async def to_worker(fn, *args, limiter: Optional[trio.CapacityLimiter] = None):
+    """``fn(*args)`` in a worker thread, counted as one hand-off of the request that asks."""
+    name = REQUEST.get()
+    HANDOFFS[name] = HANDOFFS.get(name, 0) + 1
+    return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=limiter)
+
+
+class _Job:
+    """Work a request gives the next commit's trip, run just before the commit."""
+
+    def __init__(self, fn: Callable[[], object]):
+        self.fn = fn
+        self.result: object = None
+        self.error: Optional[Exception] = None
 
 
 class _Batch:
     def __init__(self) -> None:
         self.done = trio.Event()
         self.error: Optional[BaseException] = None
+        self.jobs: list[_Job] = []
 
 
 class GroupCommit:
@@ -33,10 +65,19 @@ class GroupCommit:
         self.commits = 0                            # counts, for tests and benchmarks
         self.joined = 0
 
-    async def commit(self) -> None:
+    async def commit(self, before: Optional[Callable[[], object]] = None):
+        """Return once a commit that began after this call has ended. ``before``,
+        if given, runs in the same worker trip just before that commit (after
+        the jobs of the requests that asked earlier): its result is returned,
+        its error raised to this caller alone (the commit goes on for the
+        others, with what the job changed before it failed)."""
         if self._pending is None:
             self._pending = _Batch()
         batch = self._pending
+        job = None
+        if before is not None:
+            job = _Job(before)
+            batch.jobs.append(job)
         self.joined += 1
         while not batch.done.is_set():
             if self._running:
@@ -46,7 +87,7 @@ class GroupCommit:
             self._running = True
             running, self._pending = self._pending, None
             try:
-                await trio.to_thread.run_sync(self._commit)
+                await to_worker(self._run_trip, running.jobs)
             except BaseException as exc:        # every request of the batch hears it
                 running.error = exc
                 # Requests that changed the catalog while it ran may have lost
@@ -63,3 +104,16 @@ class GroupCommit:
                 ended.set()
         if batch.error is not None:
             raise batch.error
+        if job is None:
+            return None
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _run_trip(self, jobs: list[_Job]) -> None:
+        for job in jobs:
+            try:
+                job.result = job.fn()
+            except Exception as exc:
+                job.error = exc
+        self._commit()

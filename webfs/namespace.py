@@ -85,6 +85,75 @@ def check_name(name: bytes) -> None:
 DIR_PATHS_KEPT = 10_000
 
 
+# Inodes, names and xattrs kept in memory (NamespaceMemo): what a copy of
+# a crawl asks about again and again (getattr, lookup, the kernel's
+# security.capability before each write) answered without SQLite. About
+# 300 bytes an inode with its name; the oldest go first.
+MEMO_INODES = 50_000
+
+
+class NamespaceMemo:
+    """The namespace's rows as read or made, in memory, shared by every
+    ``NamespaceRows`` over one catalog (``Catalog.memo``). Every change of the
+    rows goes through ``NamespaceRows``, under the catalog lock, and forgets
+    what it changed; a fill happens under the same lock, so it never keeps a
+    row older than a change. A rollback forgets everything (``clear``).
+
+    ``complete`` directories are those whose every name is in ``names`` (a
+    directory made here, empty): a lookup that misses there is a miss
+    without SQLite; losing any of its names to the bound makes it incomplete."""
+
+    def __init__(self, bound: int = MEMO_INODES):
+        self.bound = bound
+        self.nodes: dict[int, Inode] = {}
+        self.names: dict[tuple[int, bytes], int] = {}
+        self.xattrs: dict[int, dict[bytes, bytes]] = {}
+        self.complete: set[int] = set()
+        # For readers: a file's blocks (their refs, disk and stripe as they
+        # were read: a reader needs only what a block is) and where one of its
+        # names sits (parent, offset), as a directory's next files are read
+        # ahead (first_pieces_after).
+        self.pieces: dict[int, list[BlockRow]] = {}
+        self.positions: dict[int, tuple[int, int]] = {}
+
+    def clear(self) -> None:
+        for table in (self.nodes, self.names, self.xattrs, self.complete, self.pieces, self.positions):
+            table.clear()
+
+    def keep_pieces(self, ino: int, parent: int, offset: int, rows: list[BlockRow]) -> None:
+        if len(self.pieces) >= self.bound:
+            self.pieces.pop(next(iter(self.pieces)))
+        if len(self.positions) >= self.bound:
+            self.positions.pop(next(iter(self.positions)))
+        self.pieces[ino] = rows
+        self.positions[ino] = (parent, offset)
+
+    def keep_node(self, node: Inode) -> None:
+        if len(self.nodes) >= self.bound:
+            old = next(iter(self.nodes))
+            del self.nodes[old]
+            self.xattrs.pop(old, None)
+        self.nodes[node.id] = node
+
+    def keep_name(self, parent: int, name: bytes, ino: int) -> None:
+        if len(self.names) >= self.bound:
+            old = next(iter(self.names))
+            del self.names[old]
+            self.complete.discard(old[0])
+        self.names[(parent, name)] = ino
+
+    def drop_node(self, ino: int) -> None:
+        self.nodes.pop(ino, None)
+
+    def drop_reading(self, ino: int) -> None:
+        """A file's blocks or names changed: what readers kept of it goes."""
+        self.pieces.pop(ino, None)
+        self.positions.pop(ino, None)
+
+    def drop_name(self, parent: int, name: bytes) -> None:
+        self.names.pop((parent, name), None)
+
+
 class NamespaceRows:
     """The namespace's rows in the catalog, read and written as they are: no
     POSIX checks, no journal, no commit. For writers that make names in bulk
@@ -94,6 +163,9 @@ class NamespaceRows:
 
     def __init__(self, catalog: Catalog):
         self.cat = catalog
+        if catalog.memo is None:
+            catalog.memo = NamespaceMemo()
+        self.memo: NamespaceMemo = catalog.memo
         # Inode numbers only grow while these rows are open: SQLite would give
         # a freed number to the next file, and the kernel may still hold the old
         # inode (its attributes and page cache) under that number. A bulk
@@ -108,11 +180,17 @@ class NamespaceRows:
         self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
                          (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
         self._last_ino = max(self._last_ino, ino)
-        return Inode(ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
+        node = Inode(ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
+        self.memo.drop_node(ino)
+        return node
 
     def add_name(self, parent: int, name: bytes, ino: int) -> None:
         """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts untouched)."""
         self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
+        if parent in self.memo.complete:
+            self.memo.keep_name(parent, name, ino)
+        else:
+            self.memo.drop_name(parent, name)
 
     def add_symlink_target(self, ino: int, target: bytes) -> None:
         self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
@@ -121,17 +199,22 @@ class NamespaceRows:
         """A file's blocks, in piece order, for a file that has none yet."""
         self.cat.executemany("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
                              [(ino, piece, block_id) for piece, block_id in enumerate(block_ids)])
+        self.memo.drop_reading(ino)
 
     def add_xattrs(self, xattrs: list[tuple[int, bytes, bytes]]) -> None:
         """(inode, name, value) xattrs set, replacing any of the same name."""
         self.cat.executemany("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)", xattrs)
+        for ino, _, _ in xattrs:
+            self.memo.xattrs.pop(ino, None)
 
     def bump_nlink(self, ino: int, delta: int) -> None:
         self.cat.execute("UPDATE inodes SET nlink=nlink+? WHERE id=?", (delta, ino))
+        self.memo.drop_node(ino)
 
     def set_changed(self, ino: int, t_ns: int) -> None:
         """mtime and ctime set to ``t_ns`` (a directory that got names)."""
         self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=? WHERE id=?", (t_ns, t_ns, ino))
+        self.memo.drop_node(ino)
 
     def children(self, parent: int) -> dict[bytes, Inode]:
         """Every name in a directory, with its inode."""
@@ -193,13 +276,24 @@ class Namespace(NamespaceRows):
             self.cat.commit()
 
     def get(self, ino: int) -> Inode:
-        rows = self.cat.query(f"SELECT {INODE_COLUMNS} FROM inodes WHERE id=?", (ino,))
-        if not rows:
-            raise FsError(errno.ENOENT, f"no inode {ino}")
-        return Inode(*rows[0])
+        node = self.memo.nodes.get(ino)
+        if node is not None:
+            return node
+        with self.cat.lock:
+            rows = self.cat.query(f"SELECT {INODE_COLUMNS} FROM inodes WHERE id=?", (ino,))
+            if not rows:
+                raise FsError(errno.ENOENT, f"no inode {ino}")
+            node = Inode(*rows[0])
+            self.memo.keep_node(node)
+        return node
 
     def lookup(self, parent: int, name: bytes) -> Inode:
-        ino = self.cat.scalar("SELECT inode FROM dentries WHERE parent=? AND name=?", (parent, name))
+        ino = self.memo.names.get((parent, name))
+        if ino is None and parent not in self.memo.complete:
+            with self.cat.lock:
+                ino = self.cat.scalar("SELECT inode FROM dentries WHERE parent=? AND name=?", (parent, name))
+                if ino is not None:
+                    self.memo.keep_name(parent, name, ino)
         if ino is None:
             if len(name) > NAME_MAX:
                 raise FsError(errno.ENAMETOOLONG)
@@ -216,6 +310,9 @@ class Namespace(NamespaceRows):
 
     def position(self, ino: int) -> Optional[tuple[int, int]]:
         """(parent, offset) of one of an inode's names, or None if it has none."""
+        found = self.memo.positions.get(ino)
+        if found is not None:
+            return found
         rows = self.cat.query("SELECT parent, rowid FROM dentries WHERE inode=? LIMIT 1", (ino,))
         return tuple(rows[0]) if rows else None
 
@@ -231,12 +328,21 @@ class Namespace(NamespaceRows):
             "WHERE d.parent=? AND d.rowid<? LIMIT 1", (parent, offset)))
 
     def first_pieces_after(self, parent: int, offset: int, limit: int) -> list[tuple[int, BlockRow]]:
-        """(offset, first block) of the next files with content after an offset, in order."""
-        rows = self.cat.query(
-            f"SELECT d.rowid, {BLOCK_COLUMNS_OF_B} FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
-            "JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? "
-            "ORDER BY d.rowid LIMIT ?", (parent, offset, limit))
-        return [(r[0], BlockRow(*r[1:])) for r in rows]
+        """(offset, first block) of the next files with content after an offset,
+        in order. Those of one piece are kept for their reader (``pieces``)."""
+        with self.cat.lock:
+            rows = self.cat.query(
+                f"SELECT d.rowid, d.inode, i.size, {BLOCK_COLUMNS_OF_B} FROM dentries d "
+                "JOIN contents c ON c.inode = d.inode AND c.piece = 0 JOIN blocks b ON b.id = c.block "
+                "JOIN inodes i ON i.id = d.inode WHERE d.parent=? AND d.rowid>? "
+                "ORDER BY d.rowid LIMIT ?", (parent, offset, limit))
+            out = []
+            for r in rows:
+                row = BlockRow(*r[3:])
+                if r[2] == row.size:            # the first piece is the whole file
+                    self.memo.keep_pieces(r[1], parent, r[0], [row])
+                out.append((r[0], row))
+        return out
 
     def path_of(self, ino: int) -> bytes:
         """The path of an inode from the root (one of its names, for hints and journals)."""
@@ -261,6 +367,18 @@ class Namespace(NamespaceRows):
         return [BlockRow(*r) for r in self.cat.query(
             f"SELECT {BLOCK_COLUMNS_OF_B} FROM contents c JOIN blocks b ON b.id = c.block "
             "WHERE c.inode=? ORDER BY c.piece", (ino,))]
+
+    def pieces(self, ino: int) -> list[BlockRow]:
+        """A file's blocks for a reader: ``contents``, or what the read-ahead of
+        its directory kept (no SQL then). Their refs, disk and stripe may be
+        older than the catalog's; what each block is (and so its bytes) is not."""
+        found = self.memo.pieces.get(ino)
+        return found if found is not None else self.contents(ino)
+
+    def forget_pieces(self, ino: int) -> None:
+        """A reader found the kept blocks wrong (a read failed): ask the catalog next."""
+        with self.cat.lock:             # the memo changes only under the lock
+            self.memo.drop_reading(ino)
 
     def _pieces_of(self, inodes: list[int], cols: str) -> Iterator[tuple]:
         """(inode, *cols of its blocks joined as b) of many files, in piece order, a query per 500."""
@@ -311,6 +429,7 @@ class Namespace(NamespaceRows):
         t = now_ns()
         self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=?, nlink=nlink+? WHERE id=?",
                          (t, t, nlink_delta, parent))
+        self.memo.drop_node(parent)
         self.journal("+", self.get(parent), self.path_of(parent) or b"/")
 
     def create(self, parent: int, name: bytes, mode: int, uid: int, gid: int,
@@ -335,6 +454,10 @@ class Namespace(NamespaceRows):
                 rows = [self.store.store(target, name=path)]
                 self.add_contents(ino, [rows[0].id])
             self.journal("+", node, path, rows=rows)
+            self.memo.keep_node(node)
+            self.memo.xattrs[ino] = {}
+            if is_dir:
+                self.memo.complete.add(ino)        # new, so every name of it will be known
             return node
 
     def link(self, ino: int, parent: int, name: bytes) -> Inode:
@@ -348,6 +471,7 @@ class Namespace(NamespaceRows):
                 raise FsError(errno.EEXIST)
             self.add_name(parent, name, ino)
             self.cat.execute("UPDATE inodes SET nlink=nlink+1, ctime_ns=? WHERE id=?", (now_ns(), ino))
+            self.memo.drop_node(ino)
             self._touch_dir(parent)
             for row in self.contents(ino):
                 self._later(self.store.add_ref, row)
@@ -385,6 +509,9 @@ class Namespace(NamespaceRows):
 
     def _drop_name(self, parent: int, name: bytes, node: Inode) -> None:
         self.cat.execute("DELETE FROM dentries WHERE parent=? AND name=?", (parent, name))
+        self.memo.drop_name(parent, name)
+        self.memo.drop_node(node.id)
+        self.memo.drop_reading(node.id)
         self._dir_paths.pop(node.id, None)
         if node.is_dir:
             self.cat.execute("UPDATE inodes SET nlink=0, ctime_ns=? WHERE id=?", (now_ns(), node.id))
@@ -409,6 +536,10 @@ class Namespace(NamespaceRows):
             for table, col in (("contents", "inode"), ("symlinks", "inode"),
                                ("xattrs", "inode"), ("inodes", "id")):
                 self.cat.execute(f"DELETE FROM {table} WHERE {col}=?", (ino,))
+            self.memo.drop_node(ino)
+            self.memo.drop_reading(ino)
+            self.memo.xattrs.pop(ino, None)
+            self.memo.complete.discard(ino)
 
     def orphans(self) -> list[int]:
         """Inodes with no name left (a crash while they were open)."""
@@ -442,6 +573,11 @@ class Namespace(NamespaceRows):
                                  (target.id, old_parent, old_name))
                 self.cat.execute("UPDATE dentries SET inode=? WHERE parent=? AND name=?",
                                  (node.id, new_parent, new_name))
+                self.memo.drop_name(old_parent, old_name)
+                self.memo.drop_name(new_parent, new_name)
+                self.memo.complete.difference_update((old_parent, new_parent))
+                self.memo.drop_reading(node.id)
+                self.memo.drop_reading(target.id)
                 self._dir_paths.clear()
                 if node.is_dir != target.is_dir and old_parent != new_parent:
                     delta = 1 if node.is_dir else -1
@@ -464,11 +600,18 @@ class Namespace(NamespaceRows):
                 replaced = self.get(target.id)
             self.cat.execute("UPDATE dentries SET parent=?, name=? WHERE parent=? AND name=?",
                              (new_parent, new_name, old_parent, old_name))
+            self.memo.drop_name(old_parent, old_name)
+            if new_parent in self.memo.complete:
+                self.memo.keep_name(new_parent, new_name, node.id)
+            else:
+                self.memo.drop_name(new_parent, new_name)
             self._dir_paths.clear()
             delta = 1 if node.is_dir else 0
             self._touch_dir(old_parent, -delta)
             self._touch_dir(new_parent, delta)
             self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), node.id))
+            self.memo.drop_node(node.id)
+            self.memo.drop_reading(node.id)
             self.journal(">", None, old_path, new_path)
             return replaced
 
@@ -493,6 +636,7 @@ class Namespace(NamespaceRows):
         with self.cat.lock:
             self.cat.execute(f"UPDATE inodes SET {', '.join(k + '=?' for k in attrs)} WHERE id=?",
                              (*attrs.values(), ino))
+            self.memo.drop_node(ino)
             node = self.get(ino)
             if set(attrs) - {"atime_ns", "ctime_ns"}:
                 for (parent, name) in self.cat.query("SELECT parent, name FROM dentries WHERE inode=?", (ino,)):
@@ -506,6 +650,7 @@ class Namespace(NamespaceRows):
             node = self.get(ino)
             old = self.contents(ino)
             self.cat.execute("DELETE FROM contents WHERE inode=?", (ino,))
+            self.memo.drop_reading(ino)
             self.add_contents(ino, [row.id for row in rows])
             # A file with n names holds n references to each of its blocks.
             for _ in range(max(node.nlink, 1) - 1):
@@ -518,14 +663,23 @@ class Namespace(NamespaceRows):
 
     # -- xattrs ----------------------------------------------------------------
 
+    def _xattrs(self, ino: int) -> dict[bytes, bytes]:
+        found = self.memo.xattrs.get(ino)
+        if found is None:
+            with self.cat.lock:
+                found = dict(self.cat.query("SELECT name, value FROM xattrs WHERE inode=?", (ino,)))
+                if ino in self.memo.nodes:          # kept as long as its inode is
+                    self.memo.xattrs[ino] = found
+        return found
+
     def getxattr(self, ino: int, name: bytes) -> bytes:
-        value = self.cat.scalar("SELECT value FROM xattrs WHERE inode=? AND name=?", (ino, name))
+        value = self._xattrs(ino).get(name)
         if value is None:
             raise FsError(errno.ENODATA)
         return value
 
     def listxattr(self, ino: int) -> list[bytes]:
-        return [r[0] for r in self.cat.query("SELECT name FROM xattrs WHERE inode=? ORDER BY name", (ino,))]
+        return sorted(self._xattrs(ino))
 
     def setxattr(self, ino: int, name: bytes, value: bytes, create: bool = False,
                  replace: bool = False) -> None:
@@ -538,9 +692,12 @@ class Namespace(NamespaceRows):
             self.cat.execute("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)",
                              (ino, name, value))
             self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), ino))
+            self.memo.xattrs.pop(ino, None)
+            self.memo.drop_node(ino)
 
     def removexattr(self, ino: int, name: bytes) -> None:
         with self.cat.lock:
+            self.memo.xattrs.pop(ino, None)
             if self.cat.execute("DELETE FROM xattrs WHERE inode=? AND name=?", (ino, name)).rowcount == 0:
                 raise FsError(errno.ENODATA)
 

@@ -16,6 +16,7 @@ forget of a file whose changes were dropped is the caller's to do
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import stat
@@ -26,7 +27,7 @@ import trio
 
 from .catalog import BlockRow
 from .errors import FsError, WebfsError, errno_of
-from .groupcommit import GroupCommit
+from .groupcommit import GroupCommit, to_worker
 from .namespace import Namespace, now_ns
 from .readcache import PieceReader, ReadState
 from .signature import new_hasher
@@ -188,7 +189,7 @@ class OpenFiles:
         self._zero_sigs: dict[int, str] = {}
 
     async def _thread(self, fn, *args, **kwargs):
-        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self.limiter)
+        return await to_worker(functools.partial(fn, *args, **kwargs), limiter=self.limiter)
 
     def of_handle(self, fh: int) -> OpenFile:
         return self.by_inode[self.handles[fh]]
@@ -355,13 +356,15 @@ class OpenFiles:
         if of.buffer is not None:
             return of.buffer.read(off, size)
         if of.pieces is None:
-            of.pieces = self.ns.contents(of.ino)
+            of.pieces = self.ns.pieces(of.ino)
         pieces = of.pieces
         try:
             return await self.reader.read(pieces, off, size, of.reading)
         except WebfsError:
             # The file was stored anew while this read waited (its old blocks
-            # may be gone): read it again as it is now, once.
+            # may be gone), or what the read-ahead kept of it is out of date:
+            # read it again as the catalog says now, once.
+            self.ns.forget_pieces(of.ino)
             if of.pieces is pieces and pieces == self.ns.contents(of.ino):
                 raise
             if of.buffer is not None:
@@ -371,17 +374,51 @@ class OpenFiles:
 
     # -- storing ----------------------------------------------------------------------
 
-    async def commit(self, of: OpenFile) -> None:
-        """Store a dirty file's buffer as blocks and make them its content (lock held)."""
+    async def commit(self, of: OpenFile) -> bool:
+        """Store a dirty file's buffer as blocks and make them its content (lock
+        held); True if it did, with a commit that holds whatever the catalog
+        held before. A file of one piece is stored in the commit's own worker
+        trip: one hand-off, shared with the closes that arrive together."""
         if of.error:
             raise FsError(of.error)
         if not of.dirty or of.buffer is None:
-            return
+            return False
         buf = of.buffer
         size = buf.size
         path = self.ns.path_of(of.ino)
+        mtime_ns = of.mtime_ns or now_ns()
+        if size <= self.max_block:
+            await self.commits.commit(lambda: self._store_small(of.ino, buf, path, mtime_ns))
+        else:
+            rows = await self._store_pieces(buf, path)
+            try:
+                self.ns.set_contents(of.ino, rows, size, mtime_ns)
+            except BaseException:
+                self._give_back(rows, path)
+                raise
+            # A WAL commit without fsync, shared with the requests that arrive meanwhile;
+            # a failure rolls all of it back.
+            await self.commits.commit()
+        of.dirty = False
+        of.pieces = None
+        return True
+
+    def _store_small(self, ino: int, buf: FileBuffer, path: bytes, mtime_ns: int) -> None:
+        """(in the commit's worker trip) A file of at most one piece made its content."""
+        size = buf.size
+        rows = [self.store.store(buf.read(0, size), name=path, mode=self.store_mode,
+                                 sig=buf.piece_sig(0))] if size else []
+        try:
+            self.ns.set_contents(ino, rows, size, mtime_ns)
+        except BaseException:
+            self._give_back(rows, path)
+            raise
+
+    async def _store_pieces(self, buf: FileBuffer, path: bytes) -> list[BlockRow]:
+        """A large file's pieces stored one worker trip each (holes share the zeros block)."""
         rows: list[BlockRow] = []
         holes: dict[int, BlockRow] = {}     # piece length -> the zeros block (a sparse file's holes)
+        size = buf.size
         try:
             for i, start in enumerate(range(0, size, self.max_block)):
                 length = min(self.max_block, size - start)
@@ -395,19 +432,18 @@ class OpenFiles:
                     holes[length] = row
                 rows.append(row)
                 del data
-            self.ns.set_contents(of.ino, rows, size, of.mtime_ns or now_ns())
         except BaseException:
-            for row in rows:
-                try:
-                    self.store.release(row)
-                except WebfsError as exc:
-                    log.warning("%s: cannot give back block %s: %s", path, row.block_name, exc)
+            self._give_back(rows, path)
             raise
-        # A WAL commit without fsync, shared with the requests that arrive meanwhile;
-        # a failure rolls all of it back.
-        await self.commits.commit()
-        of.dirty = False
-        of.pieces = None
+        return rows
+
+    def _give_back(self, rows: list[BlockRow], path: bytes) -> None:
+        """The references taken for a store that did not become the file's content."""
+        for row in rows:
+            try:
+                self.store.release(row)
+            except WebfsError as exc:
+                log.warning("%s: cannot give back block %s: %s", path, row.block_name, exc)
 
     async def commit_open(self, ino: int) -> None:
         """Store an open file's changes now (before a hard link shares its content)."""
@@ -436,14 +472,18 @@ class OpenFiles:
 
     async def _commit_pending(self) -> None:
         """Join the next commit if the catalog holds changes not yet committed
-        (the create, mkdir or chmod before a close, a release's free)."""
+        (an fsync of a clean file whose name or mode changed)."""
         if self.store.catalog.uncommitted:
             await self.commits.commit()
 
     async def flush(self, fh: int) -> None:
+        """A close: a file written since its last store is stored and committed
+        before the answer. A clean file's close waits for nothing: changes of
+        names and attributes made meanwhile go with the next commit (within a
+        second), as they would if it had not been opened."""
         of = self.of_handle(fh)
         async with of.lock:
-            await self._commit_or_drop(of, "close", fh)
+            await self._commit_or_drop(of, "close", fh, pending=False)
 
     async def fsync(self, fh: int) -> None:
         of = self.of_handle(fh)
@@ -473,8 +513,7 @@ class OpenFiles:
         # the writer itself (at its fsync or close): drop, but say it only once.
         told = of.error != 0
         try:
-            await self.commit(of)
-            if pending:
+            if not await self.commit(of) and pending:
                 await self._commit_pending()
         except Exception as exc:
             done = self._drop_changes(of, what, exc, fh, owe=not told)

@@ -17,6 +17,7 @@ import trio
 
 from .catalog import BlockRow
 from .errors import WebfsError
+from .groupcommit import to_worker
 from .namespace import Namespace
 from .store import Store
 
@@ -128,8 +129,7 @@ class PieceReader:
         event = self.cache.inflight[key] = trio.Event()
         try:
             # store.read checks the bytes against row.sig: what goes in the cache is that piece.
-            data = await trio.to_thread.run_sync(self.store.read, row,
-                                                 limiter=self._disk_limiter(row.disk))
+            data = await to_worker(self.store.read, row, limiter=self._disk_limiter(row.disk))
             self.cache.put(row, data)
             return data
         finally:
