@@ -86,7 +86,7 @@ def test_jobs_of_requests_that_arrive_together_run_in_one_trip_before_its_commit
 
     def commit():
         log.append("commit")
-        time.sleep(0.05)
+        time.sleep(0.05)                # not a wait: a slow commit, so the closes gather
 
     gc = GroupCommit(commit)
     results = {}
