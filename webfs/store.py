@@ -28,7 +28,6 @@ on that signature, so they make one block with two references.
 """
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import os
@@ -275,10 +274,12 @@ class Store:
             if not isinstance(row, BlockRow):
                 out[i] = row                # the same error as the twin it would have had
                 continue
-            row = counted.setdefault(row.id, dataclasses.replace(row))
-            row.refs += 1
-            row.pins += int(pin)
-            out[i] = dataclasses.replace(row)
+            mine = counted.get(row.id)
+            if mine is None:
+                mine = counted[row.id] = row.copy()
+            mine.refs += 1
+            mine.pins += int(pin)
+            out[i] = mine.copy()
         try:
             if counted:
                 self._set_refs(list(counted.values()))
