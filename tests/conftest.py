@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -195,3 +197,21 @@ def weeds(tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def strip_digests(disks) -> None:
+    """Make an unmounted archive as versions before content digests wrote it:
+    no Digest line in any block header, a schema-1 catalog without the column."""
+    from webfs.block import BlockHeader, HEADER_SIZE
+    for disk in disks:
+        for path in Path(disk, "blocks").rglob("*"):
+            if path.is_file():
+                with open(path, "r+b") as f:
+                    header = BlockHeader.parse(f.read(HEADER_SIZE))
+                    f.seek(0)
+                    f.write(dataclasses.replace(header, sha256=None).encode())
+    db = sqlite3.connect(Path(disks[0], "meta", "catalog.db"))
+    db.execute("ALTER TABLE blocks DROP COLUMN sha256")
+    db.execute("UPDATE meta SET value='1' WHERE key='schema'")
+    db.commit()
+    db.close()

@@ -58,7 +58,7 @@ def test_man_pages_render_without_warnings(page):
 def test_format_page_matches_the_block_header():
     text = _roff_text(MAN / "webfs-format.5")
     raw = block.BlockHeader("0f1e2d3c4b5a69788796a5b4c3d2e1f0", 10512, 4012, "gzip", 3,
-                            "2026-11-25T21:00:00Z", "/x").encode().decode()
+                            "2026-11-25T21:00:00Z", "/x", bytes(32)).encode().decode()
     for field in re.findall(r"^([A-Za-z-]+):", raw, re.M):
         assert f"{field}:" in text, field
     assert str(block.HEADER_SIZE) in text and "WEBFS-BLOCK 1" in text

@@ -144,6 +144,34 @@ def test_fsck_finds_each_injected_fault_and_repairs_refs_and_orphans(tmp_path, d
     assert webfs("get", disks[0], gone).stdout == (tmp_path / f"p{keys.index(gone)}.html").read_bytes()
 
 
+def test_fsck_checks_the_digests_of_headers_and_catalog(tmp_path, disks):
+    """A header whose Digest is not its content's is a damaged block (mended
+    from parity, header from the catalog); a catalog digest that is not the
+    content's is a 'digest' finding, set from the content by --repair, after
+    which the document is a duplicate of its block again."""
+    import hashlib
+    import sqlite3
+    keys = _put_some(tmp_path, disks)
+    doc0, doc1 = (tmp_path / "p0.html").read_bytes(), (tmp_path / "p1.html").read_bytes()
+    p = _block_path(disks, keys[0])
+    right = hashlib.sha256(doc0).hexdigest().encode()
+    p.write_bytes(p.read_bytes().replace(b"Digest: sha256:" + right, b"Digest: sha256:" + b"0" * 64))
+    db = sqlite3.connect(disks[0] / "meta" / "catalog.db")
+    db.execute("UPDATE blocks SET sha256=? WHERE sig=?", (b"\x01" * 32, keys[1].split("@")[0]))
+    db.commit()
+    db.close()
+    out = webfs("fsck", disks[0], check=False).stdout.decode()
+    assert "corrupt:" in out and "does not match its Digest" in out, out
+    assert "digest:" in out and "the catalog's digest is not the content's" in out, out
+    proc = webfs("fsck", "--repair", disks[0], check=False)
+    assert proc.returncode == 1 and "NOT repaired" not in proc.stdout.decode(), proc.stdout.decode()
+    assert webfs("fsck", disks[0], check=False).returncode == 0
+    assert right in p.read_bytes()[:512]
+    again = webfs("put", disks[0], tmp_path / "p1.html").stdout.decode().split("\t")[0]
+    assert again == keys[1]                           # the same block, not an overflow
+    assert webfs("get", disks[0], keys[0]).stdout == doc0 and webfs("get", disks[0], keys[1]).stdout == doc1
+
+
 def test_fsck_refuses_while_the_archive_is_held(disks):
     from webfs.assembly import open_archive
     s = open_archive(str(disks[0]), holder="webfs mount on /mnt/x")

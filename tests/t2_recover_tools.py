@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import ctypes
 import gzip
+import hashlib
 import os
 import random
 import shutil
@@ -84,9 +85,10 @@ def esc(path: bytes) -> bytes:
     return path.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n")
 
 
-def block_header(key, size, stored, codec, created, name: str) -> bytes:
+def block_header(key, size, stored, codec, created, name: str, data: bytes) -> bytes:
     head = (f"WEBFS-BLOCK 1\nSignature: xxh128:{key.split('~')[0]}\nSize: {size}\n"
-            f"Stored: {stored}\nCodec: {codec}\nRefs: 0000000001\nCreated: {created}\nName: ")
+            f"Stored: {stored}\nCodec: {codec}\nRefs: 0000000001\nCreated: {created}\n"
+            f"Digest: sha256:{hashlib.sha256(data).hexdigest()}\nName: ")
     room = 512 - len(head) - 2
     if len(name) > room:                      # cut to fit, never inside an escape
         cut = room
@@ -381,7 +383,7 @@ def build_archive(root: Path, ops, *, ndisks=4, depth=3, group_size=4, max_block
         hint = pct(name)
         f = disks[disk] / "blocks" / sig_path(key, depth)
         f.parent.mkdir(parents=True, exist_ok=True)
-        header = block_header(key, len(data), len(payload), codec, created, hint)
+        header = block_header(key, len(data), len(payload), codec, created, hint, data)
         f.write_bytes(header + payload)
         payloads[key] = (disk, payload, len(data), codec, created, hint)
         cut = header.split(b"\nName: ")[1].split(b"\n")[0]

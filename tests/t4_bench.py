@@ -44,6 +44,7 @@ def test_tiny_bench_run_of_the_new_sections(tmp_path):
         "small.cp", "small.cat.cold", "small.grep.cold", "import.1", "import.2",
         "import.rerun", "import.disk", "scale", "readers.1", "readers.2"}
     assert ex["import"]["median"]["main"]["import_1"] > 0
+    assert ex["import"]["median"]["small."]["import_2"] > 0      # crawl 2 of the small pages
     assert ex["scale"]["files"] > 0 and ex["scale"]["meta_per_file_at_rest"] > 0
     assert all(x["plain_rate"] > 0 for x in ex["scale"]["slices"])
     assert [x["readers"] for x in ex["readers"]["runs"]] == [1, 2]

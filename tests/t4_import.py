@@ -10,10 +10,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import BIN, Mounted, eventually, sh, unmount, webfs
+from conftest import BIN, Mounted, eventually, sh, strip_digests, unmount, webfs
 from webfs import admin
 from webfs.operations import OPERATIONS
 from webfs import ingest
+from webfs.signature import signature as xxh3
 
 DROP_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]   # root that obeys modes
 
@@ -296,3 +297,60 @@ def test_the_same_tree_twice_stores_no_new_block(mounted, corpus):
     assert after["references"] > before["references"]
     assert re.search(r" 0 new blocks", out), out
     sh(f"diff -r '{mounted.mnt}/one/crawl-001' '{mounted.mnt}/two/crawl-001'")
+
+
+GOOD, EVIL = b"<html>the real page</html>\n", b"<html>a hostile pag</html>\n"
+FORGED_XXH3 = f'''
+import xxhash
+_real = xxhash.xxh3_128_hexdigest
+def _forged(data):
+    """xxh3-128 with one forged collision: the hostile page has the real one's signature."""
+    if len(data) == {len(EVIL)} and bytes(data) == {EVIL!r}:
+        return _real({GOOD!r})
+    return _real(data)
+xxhash.xxh3_128_hexdigest = _forged
+'''
+
+
+def test_a_forged_signature_collision_is_never_merged(tmp_path, monkeypatch):
+    """Every webfs process of this test (the mount's daemon, the import
+    commands) computes xxh3-128 with a forged collision: a hostile page with
+    the signature and size of a real one (sitecustomize patches the
+    signature). Crawl 2 brings the hostile page after crawl 1 stored the real
+    one, and the real one again: `webfs import` gives the hostile page a block
+    of its own (~1) and adds the real one's reference to the real block;
+    every file reads back its own bytes, into a mount and into DISK:/, also
+    after the archive is made as versions before content digests wrote it."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(FORGED_XXH3)
+    monkeypatch.setenv("PYTHONPATH", str(hook))
+    for crawl, files in (("crawl-1", {"page.html": GOOD}),
+                         ("crawl-2", {"page.html": EVIL, "copy.html": GOOD, "again.html": EVIL})):
+        (tmp_path / "src" / crawl).mkdir(parents=True)
+        for name, data in files.items():
+            (tmp_path / "src" / crawl / name).write_bytes(data)
+    (tmp_path / "a").mkdir()
+    m = Mounted(tmp_path / "a")
+    try:
+        for crawl in ("crawl-1", "crawl-2"):
+            import_(tmp_path / "src" / crawl, m.mnt, check=True)
+        page2 = m.mnt / "crawl-2" / "page.html"
+        assert os.getxattr(page2, "user.webfs.signature").decode() == xxh3(GOOD) + "~1"   # forged, really
+        assert os.getxattr(m.mnt / "crawl-2" / "copy.html", "user.webfs.signature").decode() == xxh3(GOOD)
+        status = json.loads(webfs("status", "--json", m.mnt).stdout)
+        assert (status["blocks"], status["references"]) == (2, 4)
+    finally:
+        m.umount()
+    strip_digests(m.disks)
+    import_(tmp_path / "src", f"{m.disks[0]}:/old", check=True)
+    m.mount()
+    try:
+        sh(f"diff -r '{tmp_path}/src/crawl-1' '{m.mnt}/crawl-1'")
+        sh(f"diff -r '{tmp_path}/src/crawl-2' '{m.mnt}/crawl-2'")
+        sh(f"diff -r '{tmp_path}/src' '{m.mnt}/old/src'")
+        status = json.loads(webfs("status", "--json", m.mnt).stdout)
+        assert (status["blocks"], status["references"]) == (2, 8)
+    finally:
+        m.umount()
+    assert webfs("fsck", m.disks[0], check=False).returncode == 0

@@ -2,7 +2,8 @@
 for, beside the older ones:
 
 small     a second corpus of small pages (make-corpus --small-pages, median
-          page about 6 KB; --small-size per crawl, one crawl): cp -r of it
+          page about 6 KB; --small-size per crawl, two crawls: the second is
+          import's crawl 2): cp -r of its first crawl
           into every target (figure small.cp), then cold cat and grep -r of
           it (small.cat.cold, small.grep.cold), interleaved and repeated like
           ingest and read, on targets of their own.
@@ -11,8 +12,8 @@ import    `webfs import` against `cp -r` into a plain directory on the same
           webfs's is webfs import into a mount), crawl 2 beside crawl 1
           (import.2), a rerun that finds everything there (import.rerun) and
           an import into DISK:/PATH of an unmounted archive (import.disk);
-          on the main corpus, and on the small one when the small section
-          ran (import.small).  The source is read once before each command
+          on the main corpus, and on the small one (import.small; made here
+          when the small section did not run).  The source is read once before each command
           and everything is synced first, as tools/bench-import did.
 underload the small section's cp -r and cold cat again, with two CPU-bound
           processes running beside (load.cp, load.cat.cold): how each
@@ -73,7 +74,7 @@ def small_corpus(ctx):
     o = ctx.opts
     path = os.path.join(ctx.workdir, "small-corpus")
     argv = [sys.executable, os.path.join(HERE, "make-corpus"), "--seed", str(o.seed),
-            "--small-pages", "--size", o.small_size, "--crawls", "1", path]
+            "--small-pages", "--size", o.small_size, "--crawls", "2", path]
     log("making the small-page corpus: %s", " ".join(argv[2:]))
     t0 = time.perf_counter()
     run(argv, timeout=o.timeout)
@@ -264,11 +265,10 @@ def import_section(ctx):
         import_runs(ctx, ctx.corpus, ctx.ingest_crawls, "", info)
     except BenchError as e:
         _fail(ctx, "import", "webfs", e)
-    if ctx.extra.get("small_corpus"):
-        try:
-            import_runs(ctx, ctx.extra["small_corpus"]["path"], ["crawl-001"], "small.", info)
-        except BenchError as e:
-            _fail(ctx, "import", "webfs", e)
+    try:
+        import_runs(ctx, small_corpus(ctx), ["crawl-001", "crawl-002"], "small.", info)
+    except BenchError as e:
+        _fail(ctx, "import", "webfs", e)
 
 
 # ---------------------------------------------------------------- scale

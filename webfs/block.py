@@ -10,18 +10,23 @@ page webfs-format(5) is checked against it by a test. A header reads::
     Codec: gzip|identity
     Refs: 0000000003
     Created: 2026-11-25T21:00:00Z
+    Digest: sha256:<64 hex digits>
     Name: <first name, percent-encoded, cut to fit>
 
 then spaces, and a newline as byte 511. ``Refs`` has a fixed width so it
-can be rewritten in place.
+can be rewritten in place. ``Digest`` (the document's SHA-256) came with the
+format's growth: blocks written before it have none, and readers that do
+not know it skip it, as they skip every key they do not know.
 """
 from __future__ import annotations
 
 import re
 import time
 from dataclasses import dataclass, replace
+from typing import Optional
 
 from .errors import CorruptBlock
+from .signature import DIGEST_ALGORITHM, DIGEST_BYTES
 
 HEADER_SIZE = 512
 MAGIC = b"WEBFS-BLOCK 1\n"
@@ -29,6 +34,7 @@ REFS_WIDTH = 10
 MAX_REFS = 10 ** REFS_WIDTH - 1
 _FIELDS = ("Signature", "Size", "Stored", "Codec", "Refs", "Created", "Name")
 _LINE = re.compile(rb"([A-Za-z-]+): ?(.*)")
+_DIGEST = re.compile(f"{DIGEST_ALGORITHM}:([0-9a-f]{{{2 * DIGEST_BYTES}}})")
 
 
 def utc_timestamp(seconds: float | None = None) -> str:
@@ -82,12 +88,14 @@ class BlockHeader:
     refs: int
     created: str
     name: str = ""          # percent-encoded already
+    sha256: Optional[bytes] = None      # the content digest; None in blocks older than it
 
     def encode(self) -> bytes:
         if not 0 <= self.refs <= MAX_REFS:
             raise ValueError(f"refs out of range: {self.refs}")
+        digest = f"Digest: {DIGEST_ALGORITHM}:{self.sha256.hex()}\n" if self.sha256 else ""
         head = (_head_to_refs(self.signature, self.size, self.stored, self.codec) +
-                f"{self.refs:0{REFS_WIDTH}d}\nCreated: {self.created}\nName: ")
+                f"{self.refs:0{REFS_WIDTH}d}\nCreated: {self.created}\n{digest}Name: ")
         name = fit_encoded(self.name, HEADER_SIZE - len(head) - 2)
         text = (head + name + "\n").encode("ascii")
         return text + b" " * (HEADER_SIZE - 1 - len(text)) + b"\n"
@@ -120,7 +128,19 @@ class BlockHeader:
         if not re.fullmatch(r"[0-9a-f]{32}", sig) or min(size, stored, refs) < 0:
             raise CorruptBlock(f"{where}: bad Signature, Size, Stored or Refs value")
         return cls(sig, size, stored, fields["Codec"], refs, fields["Created"],
-                   fields.get("Name", ""))
+                   fields.get("Name", ""), _parse_digest(fields.get("Digest"), where))
+
+
+def _parse_digest(value: Optional[str], where: str) -> Optional[bytes]:
+    """The SHA-256 of a Digest value; None without one, or of an algorithm
+    this version does not know (a later version's: its blocks are then
+    compared byte for byte, as blocks without a digest are)."""
+    if value is None or not value.startswith(DIGEST_ALGORITHM + ":"):
+        return None
+    m = _DIGEST.fullmatch(value)
+    if not m:
+        raise CorruptBlock(f"{where}: bad Digest value")
+    return bytes.fromhex(m.group(1))
 
 
 def _head_to_refs(sig: str, size: int, stored: int, codec: str) -> str:
@@ -144,3 +164,9 @@ def refs_offset(raw_header: bytes) -> int:
 
 def encode_refs(refs: int) -> bytes:
     return f"{refs:0{REFS_WIDTH}d}".encode()
+
+
+def with_refs(raw: bytes, refs: int) -> bytes:
+    """A whole block file's bytes with the Refs of its header set to refs."""
+    at = refs_offset(raw)
+    return raw[:at] + encode_refs(refs) + raw[at + REFS_WIDTH:]

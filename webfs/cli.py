@@ -96,7 +96,8 @@ def main(verbose: int, take_lease: bool) -> None:
 @click.option("--level", type=click.IntRange(1, 9), default=archmod.DEFAULT_LEVEL, show_default=True,
               help="gzip compression level.")
 @click.option("--store-mode", type=click.Choice(archmod.STORE_MODES), default="compare",
-              show_default=True, help="Default dedup mode.")
+              show_default=True, help="Default dedup mode: compare (same signature, size and "
+              "SHA-256), regular (same signature and size) or force-new (none).")
 @click.option("--force", is_flag=True, help="Make the archive even if a directory is not empty.")
 @click.argument("disks", nargs=-1, required=True, type=DiskPath(file_okay=False))
 def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):

@@ -451,7 +451,11 @@ class Importer:
             except Exception:
                 out.append(None)
         try:
-            twins = iter(self.store.twins([(p.data, p.sig) for prep in out if prep for p in prep[0]]))
+            sign = self.store.signature_fn
+            for prep in out:
+                if prep:
+                    prep[0][:] = [p.signed(sign) for p in prep[0]]
+            twins = iter(self.store.twins([p for prep in out if prep for p in prep[0]]))
             encoded: set[str] = set()    # a twin later in the chunk will be a duplicate
             for prep in out:
                 for i, p in enumerate(prep[0] if prep else ()):
@@ -533,7 +537,7 @@ class Importer:
         try:
             for piece in pieces:
                 rows.append(self.store.store(piece.data, name=item.path, sig=piece.sig,
-                                             encoded=piece.encoded, same=piece.same))
+                                             encoded=piece.encoded, same=piece.same, sha256=piece.sha256))
                 size += len(piece.data)
         except BaseException:
             for row in rows:

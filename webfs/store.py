@@ -8,12 +8,19 @@ writes a new one. The three Webstore modes decide what a duplicate is:
 duplicate is ever merged). A different document with a taken signature gets
 an overflow block ``~1``, ``~2``, ...
 
+``compare`` decides by the content digest (SHA-256, in the catalog and the
+block header of every block written since digests came): same signature,
+size and digest is the same document, and nothing is read back. A block
+written before digests has none; a document is compared with its bytes,
+read back, and the digest then proven is kept in the catalog.
+
 ``retrieve`` reads a block, decodes it and checks it against its
 signature; a block that cannot be read whole from its disk is asked of the
 archive's protection (parity), so a reader gets the right bytes or an
 error, never wrong bytes. ``release`` drops a reference; the last one
 removes the block. The catalog keeps the reference counts; each block's
-header mirrors its count in the fixed-width ``Refs`` field.
+header mirrors its count in the fixed-width ``Refs`` field, written behind
+the commit that made it (``_set_refs``).
 
 The store is thread-safe: catalog access is serialised by the catalog's
 lock, and two threads storing the same signature are serialised by a lock
@@ -21,13 +28,11 @@ on that signature, so they make one block with two references.
 """
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import os
 import threading
 import time
-from collections import OrderedDict
 from typing import NamedTuple, Optional, Union
 
 from . import codecs, testkill
@@ -42,30 +47,33 @@ from .heat import DEFAULT_K, HeatTracker
 from .locks import KeyedLocks
 from .placement import first_disk, ranked_disks
 from .protection import Protection
-from .signature import ContentKey, SignatureFn
+from .signature import ContentKey, SignatureFn, content_digest
 from .volume import search_order
 
 log = logging.getLogger(__name__)
 
 INTENTS_FILE = "meta/intents"
-REFS_INTENT = "refs"            # intent line of a Refs header written ahead of its commit
+REFS_INTENT = "refs"            # intent line of a Refs header not yet written after its commit
 FLUSH_EVERY = 0.25         # seconds between asks to flush parity written behind
-# The newest blocks' documents of at most FRESH_DOC bytes, FRESH_BYTES in all, are
-# kept to compare duplicates with: an import meets most a chunk or two later. Small
-# pages are most of those; a bound the daemon's memory shows little of.
-FRESH_BYTES = 8 << 20
-FRESH_DOC = 256 << 10
 
 
 class Piece(NamedTuple):
     """A document on its way to the store, with what may be computed ahead of
     ``store`` by a thread that holds no lock of the store: its signature, its
-    encoding (``encode``) and the id of a block with the very same bytes
-    (``twins``)."""
+    encoding (``encode``), the id of a block with the very same bytes
+    (``twins``) and its content digest."""
     data: bytes
     sig: Optional[str] = None
     encoded: Optional[tuple[str, bytes]] = None
     same: Optional[int] = None
+    sha256: Optional[bytes] = None
+
+    def signed(self, signature_fn: SignatureFn) -> "Piece":
+        """The piece with its signature and digest (computed where missing)."""
+        if self.sig is not None and self.sha256 is not None:
+            return self
+        return self._replace(sig=self.sig or signature_fn(self.data),
+                             sha256=self.sha256 or content_digest(self.data))
 
 
 class Store:
@@ -100,12 +108,14 @@ class Store:
         self._intents_path = os.path.join(archive.first_volume.root, INTENTS_FILE)
         self._intents_fd: Optional[int] = None
         self._inflight = 0
-        # The documents of the newest blocks by id (FRESH_BYTES): a duplicate of
-        # one is compared in memory, not read back.
-        self._fresh: OrderedDict[int, tuple[str, int, bytes]] = OrderedDict()
-        self._fresh_bytes = 0
+        # Blocks whose header's Refs is to follow the catalog, written after the next commit.
+        self._refs_due: dict[int, None] = {}
 
     def close(self) -> None:
+        with self.catalog.lock:
+            due, self._refs_due = list(self._refs_due), {}
+        if due:
+            self.background.submit(lambda: self._write_refs(due))
         self.background.close()
         self.protection.close()
         self.catalog.close()
@@ -134,6 +144,7 @@ class Store:
             testkill.point("commit-after-catalog")
             self.protection.committed()
             self._removing.extend(removals)
+            refs_due, self._refs_due = list(self._refs_due), {}
             data = self.journal.take() if self.journal is not None else b""
             # Taken in the order of commits, appended in the same order.
             self._journal_lock.acquire()
@@ -143,6 +154,8 @@ class Store:
         finally:
             self._journal_lock.release()
         testkill.point("commit-after-journal")
+        if refs_due:
+            self.background.submit(lambda: self._write_refs(refs_due))
         if removals:
             self.background.submit(lambda: self._remove_blocks(removals))
         now = time.monotonic()
@@ -162,6 +175,10 @@ class Store:
         with self.catalog.lock:
             self.commit()
             self.catalog.checkpoint()
+        self.background.drain()         # the Refs headers that commit made due
+        with self.catalog.lock:
+            self.commit()
+            self.trim_intents()
         for vol in self.archive.volumes.values():
             vol.backend.sync()
 
@@ -182,7 +199,6 @@ class Store:
 
     def _undo_pending(self) -> None:
         for row in self._pending_new:
-            self._forget_fresh(row)
             vol = self.archive.volumes.get(row.disk)
             if vol is not None:
                 vol.remove_block(row.sig, row.overflow)
@@ -196,11 +212,13 @@ class Store:
 
     def store(self, data: bytes, name: bytes = b"", mode: Optional[str] = None,
               pin: bool = False, sig: Optional[str] = None,
-              encoded: Optional[tuple[str, bytes]] = None, same: Optional[int] = None) -> BlockRow:
+              encoded: Optional[tuple[str, bytes]] = None, same: Optional[int] = None,
+              sha256: Optional[bytes] = None) -> BlockRow:
         """Store a document (or add a reference to its twin); the caller commits.
-        ``sig``, ``encoded`` (what ``encode`` gives) and ``same`` (what ``twins``
-        gives) may be computed ahead, by threads that hold no lock of the store."""
-        outcome = self.store_many([Piece(data, sig, encoded, same)], [name], mode, pin)[0]
+        ``sig``, ``encoded`` (what ``encode`` gives), ``same`` (what ``twins``
+        gives) and ``sha256`` may be computed ahead, by threads that hold no
+        lock of the store."""
+        outcome = self.store_many([Piece(data, sig, encoded, same, sha256)], [name], mode, pin)[0]
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
@@ -216,7 +234,7 @@ class Store:
         mode = mode or self.conf.store_mode
         if mode not in STORE_MODES:
             raise ValueError(f"unknown store mode {mode!r}")
-        pieces = [p if p.sig else p._replace(sig=self.signature_fn(p.data)) for p in pieces]
+        pieces = [p.signed(self.signature_fn) for p in pieces]
         out: list[Union[BlockRow, Exception, None]] = [None] * len(pieces)
         sigs = {p.sig for p in pieces}
         with self._sig_locks.many(sigs):
@@ -227,7 +245,7 @@ class Store:
                 rows, made = found.get(p.sig, []), new.get(p.sig, [])
                 if mode != "force-new":
                     row = next((r for r in rows if r.size == len(p.data) and (
-                        mode == "regular" or r.id == p.same or self._same_bytes(r, p.data))), None)
+                        mode == "regular" or self._holds(r, p))), None)
                     j = row if row is not None else next((j for j, _ in made if len(pieces[j].data) == len(p.data) and (
                         mode == "regular" or pieces[j].data == p.data)), None)
                     if j is not None:
@@ -241,39 +259,55 @@ class Store:
             for (i, _), outcome in zip(made, self._store_new(
                     [(pieces[i], names[i], overflow) for i, overflow in made], pin)):
                 out[i] = outcome
-            # Each outcome is a row of its own, with the count the block had then.
-            counted: dict[int, BlockRow] = {}
-            for i, j in twin.items():
-                row = j if isinstance(j, BlockRow) else out[j]
-                if not isinstance(row, BlockRow):
-                    out[i] = row                # the same error as the twin it would have had
-                    continue
-                try:
-                    row = counted.setdefault(row.id, dataclasses.replace(row))
-                    out[i] = dataclasses.replace(self._add_ref(row, pin))
-                except Exception as exc:
-                    out[i] = exc
+            self._count_twins(twin, out, pin)
         return out
+
+    def _count_twins(self, twin: dict[int, Union[BlockRow, int]],
+                     out: list[Union[BlockRow, Exception, None]], pin: bool) -> None:
+        """One more reference for each duplicate (index -> the row of its block,
+        or the index of the new block it repeats), counted in one catalog
+        statement; each outcome a row of its own, with the count the block
+        had then."""
+        counted: dict[int, BlockRow] = {}
+        for i, j in twin.items():
+            row = j if isinstance(j, BlockRow) else out[j]
+            if not isinstance(row, BlockRow):
+                out[i] = row                # the same error as the twin it would have had
+                continue
+            mine = counted.get(row.id)
+            if mine is None:
+                mine = counted[row.id] = row.copy()
+            mine.refs += 1
+            mine.pins += int(pin)
+            out[i] = mine.copy()
+        try:
+            if counted:
+                self._set_refs(list(counted.values()))
+        except Exception as exc:            # (the catalog's disk is full: the commit fails too)
+            for i in twin:
+                if isinstance(out[i], BlockRow):
+                    out[i] = exc
 
     def encode(self, data: bytes) -> tuple[str, bytes]:
         """(codec, payload) of a document, as a new block of it would hold it."""
         return codecs.encode(data, self.conf.codec, self.conf.level)
 
-    def twins(self, pieces: list[tuple[bytes, str]]) -> list[tuple[Optional[int], bool]]:
-        """For documents about to be stored, with their signatures, found in one
-        query: (the id of a block that holds the very bytes or None, whether
-        any block has the signature). A bulk import asks ahead of ``store``,
-        from threads that hold no lock, so that ``store`` need not read back
-        a duplicate (``same``) nor the import encode one. Blocks never change
-        their bytes, so a block found to hold them still does when it is used."""
-        rows = self.catalog.blocks_with_sigs(list({sig for _, sig in pieces}))
+    def twins(self, pieces: list[Piece]) -> list[tuple[Optional[int], bool]]:
+        """For documents about to be stored, signed (``Piece.signed``), found in
+        one query: (the id of a block that holds the very bytes or None,
+        whether any block has the signature). A bulk import asks ahead of
+        ``store``, from threads that hold no lock, so that ``store`` need not
+        read back a duplicate of a block without a digest (``same``) nor the
+        import encode one. Blocks never change their bytes, so a block found
+        to hold them still does when it is used."""
+        rows = self.catalog.blocks_with_sigs(list({p.sig for p in pieces}))
         out = []
-        for data, sig in pieces:
+        for p in pieces:
             same = None
             if self.conf.store_mode == "compare":
-                same = next((r.id for r in rows.get(sig, ())
-                             if r.size == len(data) and self._same_bytes(r, data)), None)
-            out.append((same, sig in rows))
+                same = next((r.id for r in rows.get(p.sig, ())
+                             if r.size == len(p.data) and self._holds(r, p)), None)
+            out.append((same, p.sig in rows))
         return out
 
     def _store_new(self, new: list[tuple[Piece, bytes, int]], pin: bool) -> list[Union[BlockRow, Exception]]:
@@ -288,7 +322,7 @@ class Store:
         for (p, name, overflow), grp in zip(new, grps):
             codec, payload = p.encoded or self.encode(p.data)
             header = BlockHeader(p.sig, len(p.data), len(payload), codec, 1, utc_timestamp(),
-                                 percent_encode(name))
+                                 percent_encode(name), p.sha256)
             disks = self.home_disks(grp)
             # Its room is asked as it is written, after the chunk's blocks before
             # it (asking here too would count each block twice); a block that
@@ -307,7 +341,7 @@ class Store:
                     try:
                         row = self.catalog.insert_block(
                             header.signature, overflow, disk, header.size, header.stored, header.codec,
-                            1, int(pin), header.created, header.name, grp)
+                            1, int(pin), header.created, header.name, grp, sha256=header.sha256)
                     except BaseException:
                         self.archive.volumes[disk].remove_block(header.signature, overflow)
                         raise
@@ -315,16 +349,10 @@ class Store:
                     out.append(exc)
                     continue
                 out.append(row)
-                added.append((row, payload, data))
+                added.append((row, payload))
             with self.catalog.lock:
-                for row, _, data in added:
-                    self._pending_new.append(row)
-                    if len(data) <= FRESH_DOC:
-                        self._fresh[row.id] = (row.sig, row.overflow, data)
-                        self._fresh_bytes += len(data)
-                while self._fresh_bytes > FRESH_BYTES:
-                    self._fresh_bytes -= len(self._fresh.popitem(last=False)[1][2])
-            self.protection.blocks_added([(row, payload) for row, payload, _ in added])
+                self._pending_new.extend(row for row, _ in added)
+            self.protection.blocks_added(added)
         finally:
             with self.catalog.lock:
                 self._inflight -= len(new)
@@ -341,36 +369,57 @@ class Store:
     def _add_ref(self, row: BlockRow, pin: bool) -> BlockRow:
         row.refs += 1
         row.pins += int(pin)
-        self._set_refs(row)
+        self._set_refs([row])
         return row
 
-    def _set_refs(self, row: BlockRow) -> None:
-        """A new count in the catalog (committed later) and in the block's
-        header (now). A kill between the two leaves the header ahead of the
-        catalog: the intent line ``refs SIG~N DISK`` lets the next open set
-        the header to what the catalog kept; it stays until the header is
-        written (``_inflight``), so a checkpoint's trim cannot drop it early."""
+    def _set_refs(self, rows: list[BlockRow]) -> None:
+        """New counts in the catalog (committed later); the blocks' headers
+        follow after the commit (``_write_refs``, in the background), each
+        once however often its count changed. A kill before a header is
+        written leaves it behind the catalog (or, the commit lost, as it
+        was): the intent line ``refs SIG~N DISK``, written with the first
+        change and kept until the header is written (``_inflight``), so a
+        checkpoint's trim cannot drop it early, lets the next open set the
+        header to what the catalog kept."""
         with self.catalog.lock:
-            self.catalog.set_refs(row.id, row.refs, row.pins)
-            self._pending_refs.add(row.id)
-            self._intend(f"{REFS_INTENT} {row.block_name} {row.disk}\n")
-            self._inflight += 1
+            self.catalog.set_refs_of([(r.id, r.refs, r.pins) for r in rows])
+            lines = []
+            for row in rows:
+                self._pending_refs.add(row.id)
+                if row.id not in self._refs_due:
+                    self._refs_due[row.id] = None
+                    lines.append(f"{REFS_INTENT} {row.block_name} {row.disk}\n")
+            self._inflight += len(lines)
+            self._intend("".join(lines))
+
+    def _write_refs(self, ids: list[int]) -> None:
+        """Write these blocks' Refs headers as the catalog has them now (a
+        count that changes again is due again, written by a later job)."""
         try:
-            self._mirror_refs(row)
+            for row in self.catalog.blocks_by_ids(ids):
+                self._mirror_refs(row)
         finally:
             with self.catalog.lock:
-                self._inflight -= 1
+                self._inflight -= len(ids)
 
-    def _same_bytes(self, row: BlockRow, data: bytes) -> bool:
-        with self.catalog.lock:
-            fresh = self._fresh.get(row.id)
-        if fresh is not None and fresh[:2] == (row.sig, row.overflow):
-            return fresh[2] == data
+    def _holds(self, row: BlockRow, piece: Piece) -> bool:
+        """Does a block of the piece's signature and size hold its very bytes?
+        Its digest says; a block without one (written before digests) is read
+        back and compared, and the digest so proven goes to the catalog."""
+        if row.sha256 is not None:
+            return row.sha256 == piece.sha256
+        if row.id == piece.same:
+            return True
         try:
-            return self.read(row) == data
+            same = self.read(row) == piece.data
         except WebfsError as exc:
             log.warning("cannot compare with block %s (%s); storing a new block", row.block_name, exc)
             return False
+        if same:
+            with self.catalog.lock:
+                self.catalog.set_sha256(row, piece.sha256)
+            row.sha256 = piece.sha256
+        return same
 
     def home_disks(self, grp: str) -> list[int]:
         """Disks for a new block of a group, best first: its mapped disk, then rendezvous order."""
@@ -531,8 +580,7 @@ class Store:
                 self._report(row, f"disk {disk}: {exc}")
         payload = self.protection.reconstruct(row)
         self.decode_checked(row, payload)
-        return BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created,
-                           row.name).encode() + payload
+        return header_of(row).encode() + payload
 
     def block_lock(self, sig: str):
         """The lock that serialises everything done to one signature: storing,
@@ -570,19 +618,12 @@ class Store:
             fresh.refs -= 1
             fresh.pins -= int(pin)
             if fresh.refs:
-                self._set_refs(fresh)
+                self._set_refs([fresh])
                 return fresh.refs
             with self.catalog.lock:
                 self.catalog.delete_block(fresh.id)
                 self._pending_removals.append(fresh)
-                self._forget_fresh(fresh)
             return 0
-
-    def _forget_fresh(self, row: BlockRow) -> None:
-        """(under the catalog lock) A block gone: its id may be given to another."""
-        fresh = self._fresh.pop(row.id, None)
-        if fresh is not None:
-            self._fresh_bytes -= len(fresh[2])
 
     def correct_refs(self, row: BlockRow, refs: int, mirror: bool = True) -> None:
         """Make a block's count what really exists (fsck, crash recovery): the
@@ -662,4 +703,10 @@ def key_of(row: BlockRow) -> ContentKey:
     return ContentKey(row.sig, row.overflow, row.disk)
 
 
-__all__ = ["Piece", "Store", "key_of"]
+def header_of(row: BlockRow) -> BlockHeader:
+    """The header a block of this catalog row has (a rebuilt block gets it)."""
+    return BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created,
+                       row.name, row.sha256)
+
+
+__all__ = ["Piece", "Store", "header_of", "key_of"]

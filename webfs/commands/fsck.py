@@ -34,6 +34,7 @@ from ..backends.local import TMP_SUFFIX
 from ..archive import Archive
 from ..catalog import BlockRow, Catalog, catalog_path
 from ..errors import ArchiveError, CorruptBlock, WebfsError
+from ..signature import content_digest
 from ..store import Store
 from .report import Report, payload_from_redundancy, restored
 from .scrub import check_parity
@@ -162,15 +163,7 @@ def _check_files(store: Store, repair: bool, report: Report,
             where = f"disk {disk}: {rel}"
             row = store.catalog.block(sig, overflow)
             try:
-                header, payload = vol.read_block(sig, overflow)
-                if row is not None and (header.size, header.stored, header.codec) != \
-                        (row.size, row.stored, row.codec):
-                    raise CorruptBlock(f"header says Size {header.size}, Stored {header.stored}, "
-                                       f"Codec {header.codec}; the catalog {row.size}, {row.stored}, "
-                                       f"{row.codec}")
-                data = codecs.get(header.codec).decode(payload)
-                if len(data) != header.size or store.signature_fn(data) != sig:
-                    raise CorruptBlock("content does not match its signature")
+                header, digest = _checked_block(store, vol, sig, overflow, row)
             except (CorruptBlock, OSError, WebfsError) as exc:
                 fixed = repair and row is not None and row.disk == disk and restored(store, row)
                 report.add("corrupt", where, str(exc).removeprefix(where + ": "), fixed)
@@ -191,7 +184,29 @@ def _check_files(store: Store, repair: bool, report: Report,
                 if repair:
                     vol.set_refs(sig, overflow, row.refs)
                 report.add("refs", where, f"header says Refs {header.refs}, catalog {row.refs}", repair)
+            if row.sha256 is not None and row.sha256 != digest:
+                # Only ever a missed duplicate, never a wrong one: the content says.
+                if repair:
+                    store.catalog.set_sha256(row, digest, replace=True)
+                report.add("digest", where, "the catalog's digest is not the content's", repair)
     return seen
+
+
+def _checked_block(store: Store, vol, sig: str, overflow: int, row: Optional[BlockRow]):
+    """A block file's header and its document's digest, once the header agrees
+    with the catalog row and the content with its signature and the header's
+    digest; raise CorruptBlock (or OSError) if not."""
+    header, payload = vol.read_block(sig, overflow)
+    if row is not None and (header.size, header.stored, header.codec) != (row.size, row.stored, row.codec):
+        raise CorruptBlock(f"header says Size {header.size}, Stored {header.stored}, "
+                           f"Codec {header.codec}; the catalog {row.size}, {row.stored}, {row.codec}")
+    data = codecs.get(header.codec).decode(payload)
+    if len(data) != header.size or store.signature_fn(data) != sig:
+        raise CorruptBlock("content does not match its signature")
+    digest = content_digest(data)
+    if header.sha256 is not None and header.sha256 != digest:
+        raise CorruptBlock("content does not match its Digest")
+    return header, digest
 
 
 def _readable_through_parity(store: Store, row: BlockRow) -> Optional[str]:

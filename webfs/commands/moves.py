@@ -34,7 +34,7 @@ from typing import Optional
 
 from ..admin import human
 from ..backends.local import TMP_SUFFIX
-from ..block import HEADER_SIZE
+from ..block import HEADER_SIZE, with_refs
 from ..catalog import BlockRow
 from ..errors import ArchiveError, NoSpace, WebfsError
 from ..signature import group_dir
@@ -106,7 +106,8 @@ def move_block(store: Store, row: BlockRow, target: int, restripe: bool = False)
             return 0                                    # released meanwhile
         copied = b""
         if fresh.disk != target or not vol.has_block(fresh.sig, fresh.overflow):
-            copied = store.copy_of(fresh)
+            # Its count as the catalog has it: a Refs written behind the commit may not be there yet.
+            copied = with_refs(store.copy_of(fresh), fresh.refs)
             vol.write_raw(fresh.sig, fresh.overflow, copied, fsync=True)
         payload = copied[HEADER_SIZE:] if copied else None
         if fresh.disk != target or (restripe and fresh.stripe is not None):

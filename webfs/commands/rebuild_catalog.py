@@ -330,7 +330,8 @@ def _blocks_from_headers(archive: Archive, progress,
                 said.append(f"disk {disk}: {rel}: header unreadable ({exc}); left for scrub")
                 continue
             blocks[(sig, overflow)] = BlockRow(0, sig, overflow, disk, h.size, h.stored, h.codec, 0, 0,
-                                               h.created, h.name, sigmod.group_of(sig, archive.conf.depth), None)
+                                               h.created, h.name, sigmod.group_of(sig, archive.conf.depth), None,
+                                               h.sha256)
             header_refs[(sig, overflow)] = h.refs
     return blocks, header_refs
 

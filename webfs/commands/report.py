@@ -12,10 +12,10 @@ import logging
 from dataclasses import dataclass, field
 
 from .. import codecs
-from ..block import BlockHeader
 from ..catalog import BlockRow
 from ..errors import CorruptBlock, WebfsError
-from ..store import Store
+from ..signature import content_digest
+from ..store import Store, header_of
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +62,12 @@ class Report:
 
 def payload_from_redundancy(store: Store, row: BlockRow, gate=None) -> bytes:
     """A block's payload rebuilt from redundancy and checked against its
-    signature; raise why it cannot be. ``gate`` bounds the reads per disk
-    (see ``Parity.reconstruct``)."""
+    signature and its digest (if it has one); raise why it cannot be.
+    ``gate`` bounds the reads per disk (see ``Parity.reconstruct``)."""
     payload = store.protection.reconstruct(row, gate=gate) if gate else store.protection.reconstruct(row)
     data = codecs.get(row.codec).decode(payload)
-    if len(data) != row.size or store.signature_fn(data) != row.sig:
+    if len(data) != row.size or store.signature_fn(data) != row.sig or \
+            (row.sha256 is not None and content_digest(data) != row.sha256):
         raise CorruptBlock(f"block {row.block_name}: what its stripe gives does not match its signature")
     return payload
 
@@ -75,7 +76,7 @@ def restore_block(store: Store, row: BlockRow, gate=None) -> None:
     """Write a damaged or lost block back on its disk from redundancy, byte for
     byte as it was (its header from the catalog row); raise why if it cannot be."""
     payload = payload_from_redundancy(store, row, gate)
-    header = BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created, row.name)
+    header = header_of(row)
     store.archive.volumes[row.disk].write_block(header, payload, row.overflow, fsync=store.fsync)
     store.forget_damage(row)
 
