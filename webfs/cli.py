@@ -510,17 +510,20 @@ def url(at, url, target):
 
 @main.command()
 @click.option("--port", type=click.IntRange(1, 65535), default=8090, show_default=True,
-              help="The port on 127.0.0.1 that serves the collection's virtual WARC files.")
-@click.argument("collection", metavar="COLLECTION")
+              help="The port that serves the collections' virtual WARC files.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address that serves them (pywb must reach it; others need not).")
+@click.argument("target", metavar="TARGET")
 @click.argument("pywb_dir", metavar="PYWBDIR")
-def replay(port, collection, pywb_dir):
-    """Let pywb replay COLLECTION (a directory in a mount, or DISK:/NAME)
-    without copying it: write its sorted CDXJ index (into COLLECTION/@warc/
-    in a mount), a pywb config.yaml in PYWBDIR, and serve the collection's
-    records as virtual WARC files on 127.0.0.1 until interrupted. Run
-    'wayback' in PYWBDIR to browse it."""
+def replay(port, host, target, pywb_dir):
+    """Let pywb replay TARGET without copying it: one collection (a directory
+    in a mount, or DISK:/NAME), or every collection of an archive (its mount
+    point, or DISK:/). Write each collection's sorted CDXJ index (kept in
+    PYWBDIR/webfs-cdxj/ and made again only for what changed) and a pywb
+    config.yaml in PYWBDIR, and serve the records as virtual WARC files on
+    HOST:PORT until interrupted. Run 'wayback' in PYWBDIR to browse them."""
     from . import replay as replaymod
-    server, lines, tree = replaymod.prepare(collection, pywb_dir, port)
+    server, lines, trees = replaymod.prepare(target, pywb_dir, port, host)
     for line in lines:
         click.echo(line)
     sys.stdout.flush()
@@ -530,7 +533,8 @@ def replay(port, collection, pywb_dir):
         pass
     finally:
         server.server_close()
-        tree.close()
+        for tree in trees:
+            tree.close()
 
 
 def _import_target(dest: str) -> tuple[str, str]:

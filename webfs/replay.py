@@ -1,16 +1,26 @@
-"""Replay of a collection by pywb, from the mount, without copying it into WARCs.
+"""Replay of an archive's collections by pywb, without copying them into WARCs.
 
 This module owns the *virtual WARC files* of a collection: for each source
 file F kept in ``@warc/``, a plain (uncompressed) WARC or ARC whose records
 are rebuilt on demand from ``F.heads`` and the capture files (the same bytes
-``export-warc`` writes, before gzip). It makes the collection's sorted CDXJ
-index over them (with cdxj-indexer, the indexer pywb uses) and serves them
-over HTTP with byte ranges on 127.0.0.1, which pywb reads as remote
-``archive_paths``. So ``webfs replay`` and ``wayback`` browse the mount.
+``export-warc`` writes, before gzip, with a record separator added where a
+record ends without one). It serves them over HTTP with byte ranges
+(127.0.0.1 by default), which pywb reads as remote ``archive_paths``, and
+writes the pywb config naming every collection served.
+
+It also owns ``PYWBDIR/webfs-cdxj/``, the CDXJ indexes kept between starts:
+per collection ``COLL.cdxj``, the sorted index pywb reads, merged from one
+cache file per source file, ``COLL/NAME.cdxj``, whose first line is the key
+of what it indexes (the source's kept ``.index`` and ``.heads`` and the
+sizes of its captures, which fix every offset of its virtual file). A start
+indexes again only the sources whose key changed, so a collection already
+indexed starts without reading a capture. ``write_file`` is the one place
+replay writes files outside the archive.
 """
 from __future__ import annotations
 
 import bisect
+import heapq
 import http.server
 import io
 import logging
@@ -21,10 +31,15 @@ from typing import Optional
 
 from . import warc
 from .errors import WebfsError
+from .signature import signature
 
 log = logging.getLogger(__name__)
 
-CDXJ_NAME = b"index.cdxj"        # in @warc/: the collection's sorted CDXJ index
+# Added after a WARC record whose tail holds no line end (a gzip member may end
+# right after the block): a reader of a plain WARC takes the first line after
+# a record for its separator, whatever it is, and would eat the next record's.
+# (ARC readers find the next record by its URL line; their records are left.)
+SEPARATOR = b"\r\n\r\n"
 
 
 class VirtualFile:
@@ -33,20 +48,24 @@ class VirtualFile:
     def __init__(self, tree, src: bytes):
         self.tree = tree
         self.heads = tree.read(warc.KEEP_DIR + b"/" + src + warc.HEADS_SUFFIX)
-        index = tree.read(warc.KEEP_DIR + b"/" + src + warc.INDEX_SUFFIX)
+        self.index_bytes = index = tree.read(warc.KEEP_DIR + b"/" + src + warc.INDEX_SUFFIX)
         self.starts: list[int] = []
-        self.parts: list[list] = []       # per record: ("h", start, n) or ("f", path, n)
+        self.parts: list[list] = []       # per record: ("h", start, n), ("f", path, n), ("b", bytes, n)
         pos = 0
         for ln in warc.parse_index(index):
             p = ln.ho + ln.wl + ln.hl
             if ln.where == "file":
                 try:
                     n = tree.size(ln.capture)
-                except (OSError, WebfsError, Exception):
-                    n = 0
+                except (OSError, WebfsError):
+                    continue        # deleted since the import: its record is not shown
                 parts = [("h", ln.ho, ln.wl + ln.hl), ("f", ln.capture, n), ("h", p, ln.tl)]
             else:
                 parts = [("h", ln.ho, ln.wl + ln.hl + ln.pl + ln.tl)]
+            end = parts[-1][1] + parts[-1][2]       # the end of the record's tail, in the heads
+            is_warc = self.heads[ln.ho:ln.ho + 5] == b"WARC/"
+            if is_warc and (not ln.tl or self.heads[end - 1:end] != b"\n"):
+                parts.append(("b", SEPARATOR, len(SEPARATOR)))
             self.starts.append(pos)
             self.parts.append(parts)
             pos += sum(x[2] for x in parts)
@@ -58,6 +77,8 @@ class VirtualFile:
         kind, where, n = part
         if kind == "h":
             return self.heads[where:where + n]
+        if kind == "b":
+            return where
         with self.lock:
             if self._cache[0] != where:
                 self._cache = (where, self.tree.read(where))
@@ -119,27 +140,89 @@ def virtual_files(tree) -> dict[str, VirtualFile]:
     return out
 
 
-def cdxj(files: dict[str, VirtualFile]) -> bytes:
-    """The sorted CDXJ index of the virtual files (cdxj-indexer's lines)."""
-    from cdxj_indexer.main import CDXJIndexer
-    out = io.StringIO()
-    indexer = CDXJIndexer(output=None, inputs=[])
+# ---------------------------------------------------------------- the CDXJ indexes
+
+CACHE_DIR = "webfs-cdxj"
+KEY_PREFIX = b"#webfs-replay-key "
+
+
+def write_file(path: str, data: bytes) -> None:
+    """Write a file whole, by a rename, so a reader sees the old or the new one."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def key_of(vf) -> bytes:
+    """What a virtual file's CDXJ lines depend on, as 32 hex digits."""
+    layout = repr([(kind, n) for parts in vf.parts for kind, _, n in parts]).encode()
+    return "-".join((signature(vf.index_bytes), signature(vf.heads), signature(layout))).encode()
+
+
+def index_one(name: str, vf) -> list[bytes]:
+    """The CDXJ lines of one virtual file, sorted: pywb's own indexer, with the
+    options ``wb-manager add`` gives it (POST bodies appended to the key), so
+    replay finds and orders captures as a pywb collection of the same files."""
+    from pywb.indexer.cdxindexer import write_cdx_index
+    out = io.BytesIO()
+    write_cdx_index(out, io.BufferedReader(_Raw(vf), 1 << 16), name, append_post=True, cdxj=True, sort=True)
+    return [line + b"\n" for line in out.getvalue().splitlines() if line]
+
+
+def _cached(path: str, key: bytes):
+    """The lines of a source's cache file if it holds this key, else None."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline()
+            if first != KEY_PREFIX + key + b"\n":
+                return None
+            return f.read().splitlines(keepends=True)
+    except OSError:
+        return None
+
+
+def current(coll: str, files: dict, pywb_dir: str) -> tuple[str, str]:
+    """(the path of the collection's sorted CDXJ index, a line to say), indexing
+    again only the virtual files whose key changed."""
+    top = os.path.join(os.path.abspath(pywb_dir), CACHE_DIR)
+    cache = os.path.join(top, coll)
+    os.makedirs(cache, exist_ok=True)
+    per_file, fresh = [], 0
     for name, vf in files.items():
-        indexer.force_filename = name
-        indexer.process_one(io.BufferedReader(_Raw(vf), 1 << 16), out, name)
-    lines = sorted(line for line in out.getvalue().splitlines() if line)
-    return "".join(line + "\n" for line in lines).encode()
+        path = os.path.join(cache, name + ".cdxj")
+        key = key_of(vf)
+        lines = _cached(path, key)
+        if lines is None:
+            lines = index_one(name, vf)
+            write_file(path, KEY_PREFIX + key + b"\n" + b"".join(lines))
+            fresh += 1
+        per_file.append(lines)
+    for stale in set(os.listdir(cache)) - {n + ".cdxj" for n in files}:
+        os.unlink(os.path.join(cache, stale))          # a source no longer kept
+    merged = b"".join(heapq.merge(*per_file))
+    index = os.path.join(top, coll + ".cdxj")
+    try:
+        with open(index, "rb") as f:
+            same = f.read() == merged
+    except OSError:
+        same = False
+    if not same:
+        write_file(index, merged)
+    count = merged.count(b"\n")
+    return index, (f"CDXJ index of {coll}: {index} ({count} lines; "
+                   f"{fresh} of {len(files)} source file(s) indexed now, the rest kept)")
 
 
-def serve(files: dict[str, VirtualFile], coll: str, port: int, host: str = "127.0.0.1"):
+# ---------------------------------------------------------------- serving
+
+def serve(served: dict[str, dict[str, VirtualFile]], port: int, host: str = "127.0.0.1"):
     """An HTTP server of the virtual files at /COLL/NAME, with byte ranges (not started)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def _target(self) -> Optional[VirtualFile]:
-            prefix = "/" + coll + "/"
-            if not self.path.startswith(prefix):
-                return None
-            return files.get(self.path[len(prefix):])
+            coll, _, name = self.path.lstrip("/").partition("/")
+            return served.get(coll, {}).get(name)
 
         def do_HEAD(self):
             self.do_GET(body=False)
@@ -179,43 +262,66 @@ def serve(files: dict[str, VirtualFile], coll: str, port: int, host: str = "127.
     return http.server.ThreadingHTTPServer((host, port), Handler)
 
 
-def pywb_config(coll: str, index_path: str, port: int) -> str:
-    return (f"# written by webfs replay: pywb serves the collection {coll!r} from the webfs mount\n"
-            f"collections:\n"
-            f"  {coll}:\n"
-            f"    index_paths: {index_path}\n"
-            f"    archive_paths: http://127.0.0.1:{port}/{coll}/\n")
+def pywb_config(indexes: dict[str, str], host: str, port: int) -> str:
+    """pywb's config.yaml: every served collection, its index and its virtual files."""
+    out = ["# written by webfs replay: pywb serves these collections from the webfs archive\n",
+           "collections:\n"]
+    for coll, index_path in sorted(indexes.items()):
+        out.append(f"  {coll}:\n"
+                   f"    index_paths: {index_path}\n"
+                   f"    archive_paths: http://{host}:{port}/{coll}/\n")
+    return "".join(out)
 
 
-def prepare(collection: str, pywb_dir: str, port: int):
-    """Index the collection, write the pywb config; return (server, lines to say)."""
-    tree = warc.open_tree(collection)
-    coll = os.path.basename(collection.rstrip("/").partition(":")[2] or collection.rstrip("/")) \
-        if isinstance(tree, warc.DiskTree) else os.path.basename(os.path.abspath(collection))
-    files = virtual_files(tree)
-    index = cdxj(files)
-    os.makedirs(pywb_dir, exist_ok=True)
-    lines = []
-    count = index.count(b"\n")
-    if isinstance(tree, warc.MountTree):
-        # the index lives in the collection itself, an ordinary file of the archive
-        path = os.path.join(os.path.abspath(collection), "@warc", CDXJ_NAME.decode())
+def collections_of(target: str) -> list[tuple[str, str]]:
+    """(name, where) of each collection TARGET names: itself, or, for a mount point or
+    DISK:/, every top directory that keeps web archive files (in @warc/)."""
+    place = warc.archive_place(target)
+    if place is not None:
+        disk, path = place
+        if path.strip("/"):
+            return [(os.path.basename(path.rstrip("/")), target)]
+        tree = warc.DiskTree(disk, "/")
         try:
-            with open(path, "rb") as f:
-                same = f.read() == index
-        except OSError:
-            same = False
-        if not same:
-            with open(path, "wb") as f:
-                f.write(index)
-        lines.append(f"CDXJ index: {path} ({count} lines)")
-    else:
-        path = os.path.join(os.path.abspath(pywb_dir), coll + ".cdxj")
-        with open(path, "wb") as f:
-            f.write(index)
-        lines.append(f"CDXJ index: {path} ({count} lines)")
-    with open(os.path.join(pywb_dir, "config.yaml"), "w") as f:
-        f.write(pywb_config(coll, path, port))
-    lines.append(f"serving {len(files)} virtual WARC file(s) of {coll} on http://127.0.0.1:{port}/{coll}/")
-    lines.append(f"now run:  cd {pywb_dir} && wayback   (then http://localhost:8080/{coll}/URL)")
-    return serve(files, coll, port), lines, tree
+            names = [n for n in tree.listdir(b"") if tree.is_dir(n + b"/" + warc.KEEP_DIR)]
+        finally:
+            tree.close()
+        return [(os.fsdecode(n), f"{disk}:/{os.fsdecode(n)}") for n in names]
+    if not os.path.isdir(target):
+        raise WebfsError(f"{target}: not a directory, and not DISK:/NAME of an archive")
+    if os.path.isdir(os.path.join(target, os.fsdecode(warc.KEEP_DIR))):
+        return [(os.path.basename(os.path.abspath(target)), target)]
+    names = sorted(n for n in os.listdir(target)
+                   if os.path.isdir(os.path.join(target, n, os.fsdecode(warc.KEEP_DIR))))
+    if not names:
+        raise WebfsError(f"{target}: no collection of web archive files here (no @warc/ in it or below)")
+    return [(n, os.path.join(target, n)) for n in names]
+
+
+def prepare(target: str, pywb_dir: str, port: int, host: str = "127.0.0.1"):
+    """Index the collections of TARGET, write the pywb config; return (server, lines
+    to say, trees to close)."""
+    os.makedirs(pywb_dir, exist_ok=True)
+    served: dict[str, dict[str, VirtualFile]] = {}
+    indexes: dict[str, str] = {}
+    trees, lines = [], []
+    try:
+        for coll, where in collections_of(target):
+            tree = warc.open_tree(where)
+            trees.append(tree)
+            files = served[coll] = virtual_files(tree)
+            indexes[coll], said = current(coll, files, pywb_dir)
+            lines.append(said)
+        write_file(os.path.join(pywb_dir, "config.yaml"),
+                               pywb_config(indexes, host, port).encode())
+        server = serve(served, port, host)
+    except BaseException:
+        for tree in trees:
+            tree.close()
+        raise
+    count = sum(len(f) for f in served.values())
+    lines.append(f"serving {count} virtual WARC file(s) of {len(served)} collection(s) "
+                 f"on http://{host}:{port}/")
+    lines.append(f"now run:  cd {pywb_dir} && wayback -b 127.0.0.1 -p 8080   "
+                 f"(then http://127.0.0.1:8080/{next(iter(sorted(served)), 'COLLECTION')}/URL)")
+    return server, lines, trees
