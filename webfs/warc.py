@@ -65,6 +65,13 @@ HEADS_SUFFIX = b".heads"
 INDEX_HEADER = ("# webfs warc index 1\toffset\tlength\tgzip\ttype\theads-offset\twarc-header"
                 "\thttp-header\tpayload\ttail\tpayload-in\tcapture\n")
 CAPTURE_TYPES = ("response", "resource", "revisit")
+# HTTP response headers a capture file shows as xattrs (the first of each):
+# the encodings say that the file holds the entity as recorded, so encoded.
+HTTP_XATTRS = {
+    b"content-type": b"user.http.content-type",
+    b"content-encoding": b"user.http.content-encoding",
+    b"transfer-encoding": b"user.http.transfer-encoding",
+}
 XATTR_FIELDS = (
     (b"user.warc.target-uri", b"warc-target-uri"),
     (b"user.warc.date", b"warc-date"),
@@ -339,9 +346,9 @@ class WarcImporter(Importer):
                 xattrs.append((b"user.http.status", first[1]))
             for line in rec.http.split(b"\n")[1:]:
                 k, sep, v = line.partition(b":")
-                if sep and k.strip().lower() == b"content-type":
-                    xattrs.append((b"user.http.content-type", v.strip(b" \t\r")))
-                    break
+                name = k.strip().lower()
+                if sep and name in HTTP_XATTRS and HTTP_XATTRS[name] not in dict(xattrs):
+                    xattrs.append((HTTP_XATTRS[name], v.strip(b" \t\r")))
         elif f.get(b"content-type") and rec.rtype == "resource":
             xattrs.append((b"user.http.content-type", f[b"content-type"]))
         xattrs = list(dict(xattrs).items())
