@@ -174,3 +174,49 @@ def test_replay_indexes_again_only_what_changed(tmp_path):
 def test_replay_refuses_a_directory_without_collections(tmp_path):
     res = webfs("replay", tmp_path, tmp_path / "pw", check=False)
     assert res.returncode == 1 and b"no collection of web archive files here" in res.stderr
+
+
+def same_second_warc(path: Path) -> Path:
+    """Three captures of one URL in one second (a 404 first), and one two seconds later."""
+    import io
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        for status, ctype, body, date in (("404 Not Found", "text/html", b"gone-gone", "2024-01-01T12:00:00Z"),
+                                          ("200 OK", "text/plain", b"plain text", "2024-01-01T12:00:00Z"),
+                                          ("200 OK", "text/html", b"html", "2024-01-01T12:00:00Z"),
+                                          ("200 OK", "text/html", b"later page", "2024-01-01T12:00:02Z")):
+            http = StatusAndHeaders(status, [("Content-Type", ctype)], protocol="HTTP/1.1")
+            w.write_record(w.create_warc_record("http://example.com/t", "response", payload=io.BytesIO(body),
+                                                http_headers=http, warc_headers_dict={"WARC-Date": date}))
+    return path
+
+
+def test_url_and_replay_pick_what_pywb_picks_on_a_tie(tmp_path):
+    m = Mounted(tmp_path, disks=3, mount=False)
+    procs = []
+    try:
+        webfs("import-warc", "--collection", "c", same_second_warc(tmp_path / "t.warc.gz"), f"{m.disks[0]}:/")
+        disk = str(m.disks[0])
+        ports = [free_port(), free_port()]
+        pw = tmp_path / "pw"
+        rep = subprocess.Popen([str(BIN / "webfs"), "replay", "--port", str(ports[0]), f"{disk}:/", str(pw)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs.append(rep)
+        while not rep.stdout.readline().startswith(b"now run"):
+            pass
+        procs.append(subprocess.Popen([str(BIN / "wayback"), "-p", str(ports[1]), "-b", "127.0.0.1"], cwd=pw,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for at, want in (("20240101120000", b"html"), ("20240101120001", b"html"),
+                         ("20240101120002", b"later page")):
+            status, body, _ = get(ports[1], f"/c/{at}id_/http://example.com/t")
+            assert body == want, (at, status, body)      # pywb: mime text/html before text/plain
+            path = webfs("url", "--at", at, "http://example.com/t", disk).stdout.decode().strip()
+            got = webfs("versions", "--json", "http://example.com/t", disk).stdout
+            size = {c["path"]: c["size"] for c in json.loads(got)}[path.lstrip("/")]
+            assert size == len(want), (at, path)        # webfs url: the same capture
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)

@@ -494,11 +494,12 @@ def versions(as_json, url, target):
 @click.argument("target", metavar="TARGET", type=DiskPath(exists=True, file_okay=False))
 def url(at, url, target):
     """Print the path (below TARGET) of the capture of URL closest to DATE,
-    by Memento's rule (the earlier one on a tie)."""
+    by Memento's rule (the earlier one on a tie; in one second, pywb's pick)."""
     from . import warc
     tree = warc.open_target(target)
     try:
-        best = warc.closest(warc.versions(tree, url), at)
+        from .replay import pywb_order
+        best = warc.closest(pywb_order(tree, warc.versions(tree, url)), at)
     finally:
         tree.close()
     if best is None:

@@ -140,6 +140,45 @@ def virtual_files(tree) -> dict[str, VirtualFile]:
     return out
 
 
+# ---------------------------------------------------------------- pywb's choice among captures
+
+def _xattr(tree, rel: str, name: bytes) -> bytes:
+    """One xattr of a capture file of a tree (a mount's directory or the catalog); b"" if none."""
+    try:
+        if isinstance(tree, warc.MountTree):
+            return os.getxattr(os.path.join(tree.root, os.fsencode(rel)), name)
+        ino = tree.top
+        for part in [p for p in os.fsencode(rel).split(b"/") if p]:
+            ino = tree.ns.lookup(ino, part).id
+        return tree.ns.getxattr(ino, name)
+    except (OSError, WebfsError):
+        return b""
+
+
+def pywb_order(tree, caps: list[dict]) -> list[dict]:
+    """Captures (``warc.versions``, oldest first) with those of one second in the
+    order of pywb's CDXJ lines, which is the order pywb takes them in on a tie:
+    by the fields its indexer writes after the URL (mime, status, digest)."""
+    def line_key(v: dict) -> tuple:
+        path = v["path"]
+        if _xattr(tree, path, b"user.warc.type") == b"revisit":
+            mime = b"warc/revisit"
+        else:
+            mime = re.split(rb"[; ]", _xattr(tree, path, b"user.http.content-type"), 1)[0] or b"unk"
+        rtype = _xattr(tree, path, b"user.warc.type")
+        status = _xattr(tree, path, b"user.http.status") if rtype == b"response" else b"-"
+        digest = _xattr(tree, path, b"user.warc.payload-digest")
+        return mime, status or b"-", (digest[5:] if digest.startswith(b"sha1:") else digest) or b"-"
+    out, i = [], 0
+    while i < len(caps):
+        j = i
+        while j < len(caps) and caps[j]["stamp"][:14] == caps[i]["stamp"][:14]:
+            j += 1
+        out += sorted(caps[i:j], key=line_key) if j - i > 1 else caps[i:j]
+        i = j
+    return out
+
+
 # ---------------------------------------------------------------- the CDXJ indexes
 
 CACHE_DIR = "webfs-cdxj"

@@ -1248,11 +1248,12 @@ def closest(caps: list[dict], at: Optional[str]) -> Optional[dict]:
     without ``at``, the latest."""
     if not caps:
         return None
-    if at is None:
-        return caps[-1]
+    if at is None:         # the latest second; in it, the first as listed (pywb's order)
+        return next(v for v in caps if v["stamp"][:14] == caps[-1]["stamp"][:14])
     import calendar
 
     def secs(d14: str) -> int:
         return calendar.timegm(time.strptime(d14[:14], "%Y%m%d%H%M%S"))
     want = secs(parse_date(at))
-    return min(caps, key=lambda v: (abs(secs(v["stamp"][:14]) - want), _stamp_key(v["stamp"])))
+    # min keeps the first of equals: in one second, the order the captures are listed in
+    return min(caps, key=lambda v: (abs(secs(v["stamp"][:14]) - want), v["stamp"][:14]))
