@@ -46,32 +46,64 @@ class VirtualFile:
     """One source file's records as one plain file, read by byte ranges."""
 
     def __init__(self, tree, src: bytes):
+        """A source's kept files read; its layout is ``lay_out``'s."""
         self.tree = tree
         self.heads = tree.read(warc.KEEP_DIR + b"/" + src + warc.HEADS_SUFFIX)
-        self.index_bytes = index = tree.read(warc.KEEP_DIR + b"/" + src + warc.INDEX_SUFFIX)
+        self.index_bytes = tree.read(warc.KEEP_DIR + b"/" + src + warc.INDEX_SUFFIX)
+        self.lines = list(warc.parse_index(self.index_bytes))
+        self._cache: tuple[bytes, bytes] = (b"", b"")
+        self.lock = threading.Lock()
+
+    def digests(self) -> set[bytes]:
+        """The payload digests of the source's responses and resources (originals)."""
+        return {_field(self.heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest") for ln in self.lines
+                if ln.rtype in ("response", "resource")}
+
+    def lay_out(self, originals: set[bytes]) -> None:
+        """Each record's parts and start; a revisit whose original is not among
+        the collection's ``originals`` is shown as the response it stands for."""
         self.starts: list[int] = []
         self.parts: list[list] = []       # per record: ("h", start, n), ("f", path, n), ("b", bytes, n)
         pos = 0
-        for ln in warc.parse_index(index):
+        for ln in self.lines:
             p = ln.ho + ln.wl + ln.hl
-            if ln.where == "file":
+            parts = self._revisit_as_response(ln, originals) if ln.rtype == "revisit" else None
+            if parts is None and ln.where == "file":
                 try:
-                    n = tree.size(ln.capture)
+                    n = self.tree.size(ln.capture)
                 except (OSError, WebfsError):
                     continue        # deleted since the import: its record is not shown
                 parts = [("h", ln.ho, ln.wl + ln.hl), ("f", ln.capture, n), ("h", p, ln.tl)]
-            else:
+            elif parts is None:
                 parts = [("h", ln.ho, ln.wl + ln.hl + ln.pl + ln.tl)]
-            end = parts[-1][1] + parts[-1][2]       # the end of the record's tail, in the heads
+            end = parts[-1][1] + parts[-1][2] if parts[-1][0] == "h" else 0    # the tail's end, in the heads
             is_warc = self.heads[ln.ho:ln.ho + 5] == b"WARC/"
-            if is_warc and (not ln.tl or self.heads[end - 1:end] != b"\n"):
+            if is_warc and parts[-1][0] == "h" and (not ln.tl or self.heads[end - 1:end] != b"\n"):
                 parts.append(("b", SEPARATOR, len(SEPARATOR)))
             self.starts.append(pos)
             self.parts.append(parts)
             pos += sum(x[2] for x in parts)
         self.size = pos
-        self._cache: tuple[bytes, bytes] = (b"", b"")
-        self.lock = threading.Lock()
+
+    def _revisit_as_response(self, ln, originals: set[bytes]) -> Optional[list]:
+        """A revisit's parts as a response record (its WARC header made a
+        response's, its HTTP header, the capture file: the original's payload)
+        when its original is in another collection, where pywb cannot look; None
+        to show it as recorded."""
+        head = self.heads[ln.ho:ln.ho + ln.wl]
+        http = self.heads[ln.ho + ln.wl:ln.ho + ln.wl + ln.hl]
+        if (ln.capture == b"-" or not head.startswith(b"WARC/") or _field(head, b"warc-payload-digest") in originals
+                or not re.match(rb"HTTP/\S+ 2\d\d", http) or any(warc.http_codings(http))):
+            return None     # no capture file, its original is here, no 2xx header, or an encoded entity
+        try:
+            n = self.tree.size(ln.capture)
+        except (OSError, WebfsError):
+            return None
+        if not n:
+            return None                   # unresolved: the file is empty
+        response = _response_head(head, ln.hl + n)
+        return [("b", response, len(response)), ("h", ln.ho + ln.wl, ln.hl), ("f", ln.capture, n),
+                ("b", SEPARATOR, len(SEPARATOR))]
 
     def _part(self, part) -> bytes:
         kind, where, n = part
@@ -137,7 +169,31 @@ def virtual_files(tree) -> dict[str, VirtualFile]:
             stem, dot, ext = base.rpartition(".")
             name = f"{stem}~{n}.{ext}"
         out[name] = VirtualFile(tree, src)
+    originals = set().union(*(vf.digests() for vf in out.values())) - {b""}
+    for vf in out.values():
+        vf.lay_out(originals)
     return out
+
+
+def _field(head: bytes, name: bytes) -> bytes:
+    """A WARC header's value (name lowercase), b"" when absent."""
+    for line in head.split(b"\n")[1:]:
+        k, sep, v = line.partition(b":")
+        if sep and k.strip().lower() == name:
+            return v.strip()
+    return b""
+
+
+# What a revisit's WARC header loses as a response's: its type, length and references.
+REVISIT_ONLY = (b"warc-type", b"content-length", b"warc-refers-to", b"warc-refers-to-target-uri",
+                b"warc-refers-to-date", b"warc-profile", b"warc-block-digest", b"warc-truncated")
+
+
+def _response_head(head: bytes, length: int) -> bytes:
+    """A revisit's WARC header block as a response record's of this block length."""
+    lines = [x.rstrip(b"\r") for x in head.split(b"\n") if x.strip(b"\r")]
+    kept = [x for x in lines[1:] if x.partition(b":")[0].strip().lower() not in REVISIT_ONLY]
+    return b"\r\n".join([lines[0], b"WARC-Type: response"] + kept + [b"Content-Length: %d" % length]) + b"\r\n\r\n"
 
 
 # ---------------------------------------------------------------- pywb's choice among captures
