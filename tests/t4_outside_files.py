@@ -4,7 +4,7 @@ or at a predictable temporary name, to a victim file elsewhere never gets
 the victim written. Each command either refuses in one line or writes a
 regular file, on an unmounted archive and through a mount (where the daemon,
 as root, does the writing): export-warc (OUT, OUT.part, --split names),
-replay (config.yaml, NAME.cdxj, @warc/index.cdxj in the mount), the unmount
+replay (config.yaml and the indexes in PYWBDIR/webfs-cdxj/), the unmount
 report, and the tools webfs-warc-rebuild, webfs-recover and webfs-unparity."""
 from __future__ import annotations
 
@@ -125,25 +125,49 @@ def _replay(collection: str, pywb: Path, port: int) -> str:
         proc.wait(timeout=30)
 
 
+def _plant_replay(pywb: Path, v: Path) -> list[Path]:
+    """Symlinks to the victim at every file replay writes in PYWBDIR: config.yaml,
+    the collection's merged index and its per-source cache file."""
+    cache = pywb / "webfs-cdxj"
+    (cache / "c").mkdir(parents=True)
+    planted = [pywb / "config.yaml", cache / "c.cdxj", cache / "c" / "a.warc.cdxj"]
+    for path in planted:
+        path.symlink_to(v)
+    return planted
+
+
 def test_replay_writes_regular_files_unmounted(tmp_path, archive):
     disks, _ = archive
     v = victim(tmp_path)
     pywb = tmp_path / "pywb"
     pywb.mkdir()
-    (pywb / "config.yaml").symlink_to(v)
-    (pywb / "c.cdxj").symlink_to(v)
+    planted = _plant_replay(pywb, v)
     _replay(f"{disks[0]}:/c", pywb, 18391)
     untouched(v)
-    regular(pywb / "config.yaml")
-    regular(pywb / "c.cdxj")
+    for path in planted:
+        regular(path)
     assert b"collections:" in (pywb / "config.yaml").read_bytes()
-    assert (pywb / "c.cdxj").read_bytes().count(b"\n") >= len(PAGES)
-    assert sorted(p.name for p in pywb.iterdir()) == ["c.cdxj", "config.yaml"]
+    assert (pywb / "webfs-cdxj" / "c.cdxj").read_bytes().count(b"\n") >= len(PAGES)
+
+
+def test_replay_refuses_a_planted_index_directory(tmp_path, archive):
+    """A symlink in place of PYWBDIR/webfs-cdxj would send the indexes elsewhere:
+    refused in one line, nothing written there."""
+    disks, _ = archive
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    pywb = tmp_path / "pywb"
+    pywb.mkdir()
+    (pywb / "webfs-cdxj").symlink_to(elsewhere)
+    proc = webfs("replay", "--port", "18393", f"{disks[0]}:/c", str(pywb), check=False)
+    assert proc.returncode != 0 and b"not a directory" in proc.stderr, proc.stderr
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_replay_through_a_mount_and_the_unmount_report(tmp_path, archive):
-    """replay's index inside the mount (a symlink there points out of it) and
-    the daemon's unmount report (its name and temporary name predictable)."""
+    """replay of a mounted collection writes nothing into the mount and only
+    regular files in PYWBDIR; the daemon's unmount report (its name and
+    temporary name predictable) is never written through a symlink."""
     disks, _ = archive
     v = victim(tmp_path)
     m = Mounted.__new__(Mounted)
@@ -152,15 +176,14 @@ def test_replay_through_a_mount_and_the_unmount_report(tmp_path, archive):
     m.mount()
     report = report_path(control_socket_path(os.getxattr(m.mnt, "user.webfs.archive").decode()))
     try:
-        index = m.mnt / "c" / "@warc" / "index.cdxj"
-        index.symlink_to(v)
         pywb = tmp_path / "pywb"
         pywb.mkdir()
-        (pywb / "config.yaml").symlink_to(v)
+        planted = _plant_replay(pywb, v)
         _replay(str(m.mnt / "c"), pywb, 18392)
         untouched(v)
-        regular(index)
-        regular(pywb / "config.yaml")
+        for path in planted:
+            regular(path)
+        assert not (m.mnt / "c" / "@warc" / "index.cdxj").exists()
         for name in (report, report + ".tmp"):
             os.symlink(v, name)
     finally:

@@ -92,7 +92,7 @@ def test_pywb_replays_the_mount(tmp_path):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         procs.append(rep)
         assert b"now run" in b"".join(rep.stdout.readline() for _ in range(3))
-        cdxj = (m.mnt / "crawl" / "@warc" / "index.cdxj").read_bytes()
+        cdxj = (pw / "webfs-cdxj" / "crawl.cdxj").read_bytes()
         assert cdxj.count(b"\n") == 3 and cdxj.splitlines() == sorted(cdxj.splitlines())
         way = subprocess.Popen([str(BIN / "wayback"), "-p", str(p2), "-b", "127.0.0.1"], cwd=pw,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

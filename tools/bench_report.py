@@ -318,6 +318,12 @@ def goals(result):
                                                   _num(wa["records"] / med["tar"])), x >= 1.0))
     else:
         out.append(("`webfs export-warc` pages/s vs `tar -cf -` through the mount ≥ 1.0×", "not measured", None))
+    if med.get("replay"):
+        out.append(("`webfs replay` start-up, collection indexed before, < 1 s (%s captures)"
+                    % "{:,}".format(wa["records"]), "%.2f s (%.2f s the first time, indexing)" % (
+                        med["replay"], med["replay_first"]), med["replay"] < 1.0))
+    else:
+        out.append(("`webfs replay` start-up < 1 s", "not measured", None))
     return out + s3_aims(extra.get("s3") or {})
 
 

@@ -507,11 +507,12 @@ def versions(as_json, url, target):
 @click.argument("target", metavar="TARGET", type=DiskPath(exists=True, file_okay=False))
 def url(at, url, target):
     """Print the path (below TARGET) of the capture of URL closest to DATE,
-    by Memento's rule (the earlier one on a tie)."""
+    by Memento's rule (the earlier one on a tie; in one second, pywb's pick)."""
     from . import warc
     tree = warc.open_target(target)
     try:
-        best = warc.closest(warc.versions(tree, url), at)
+        from .replay import pywb_order
+        best = warc.closest(pywb_order(tree, warc.versions(tree, url)), at)
     finally:
         tree.close()
     if best is None:
@@ -523,18 +524,21 @@ def url(at, url, target):
 
 @main.command()
 @click.option("--port", type=click.IntRange(1, 65535), default=8090, show_default=True,
-              help="The port on 127.0.0.1 that serves the collection's virtual WARC files.")
-@click.argument("collection", metavar="COLLECTION")
+              help="The port that serves the collections' virtual WARC files.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address that serves them (pywb must reach it; others need not).")
+@click.argument("target", metavar="TARGET")
 @click.argument("pywb_dir", metavar="PYWBDIR")
-def replay(port, collection, pywb_dir):
-    """Let pywb replay COLLECTION (a directory in a mount, or DISK:/NAME)
-    without copying it: write its sorted CDXJ index (into COLLECTION/@warc/
-    in a mount), a pywb config.yaml in PYWBDIR, and serve the collection's
-    records as virtual WARC files on 127.0.0.1 until interrupted. Run
-    'wayback' in PYWBDIR to browse it."""
+def replay(port, host, target, pywb_dir):
+    """Let pywb replay TARGET without copying it: one collection (a directory
+    in a mount, or DISK:/NAME), or every collection of an archive (its mount
+    point, or DISK:/). Write each collection's sorted CDXJ index (kept in
+    PYWBDIR/webfs-cdxj/ and made again only for what changed) and a pywb
+    config.yaml in PYWBDIR, and serve the records as virtual WARC files on
+    HOST:PORT until interrupted. Run 'wayback' in PYWBDIR to browse them."""
     from . import replay as replaymod
-    control.check_not_gone(collection)
-    server, lines, tree = replaymod.prepare(collection, pywb_dir, port)
+    control.check_not_gone(target)
+    server, lines, trees = replaymod.prepare(target, pywb_dir, port, host)
     for line in lines:
         click.echo(line)
     sys.stdout.flush()
@@ -544,7 +548,8 @@ def replay(port, collection, pywb_dir):
         pass
     finally:
         server.server_close()
-        tree.close()
+        for tree in trees:
+            tree.close()
 
 
 def _import_target(dest: str) -> tuple[str, str]:

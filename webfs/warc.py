@@ -67,6 +67,13 @@ HEADS_SUFFIX = b".heads"
 INDEX_HEADER = ("# webfs warc index 1\toffset\tlength\tgzip\ttype\theads-offset\twarc-header"
                 "\thttp-header\tpayload\ttail\tpayload-in\tcapture\n")
 CAPTURE_TYPES = ("response", "resource", "revisit")
+# HTTP response headers a capture file shows as xattrs (the first of each):
+# the encodings say that the file holds the entity as recorded, so encoded.
+HTTP_XATTRS = {
+    b"content-type": b"user.http.content-type",
+    b"content-encoding": b"user.http.content-encoding",
+    b"transfer-encoding": b"user.http.transfer-encoding",
+}
 XATTR_FIELDS = (
     (b"user.warc.target-uri", b"warc-target-uri"),
     (b"user.warc.date", b"warc-date"),
@@ -236,7 +243,8 @@ class WarcImporter(Importer):
             if rec.rtype in CAPTURE_TYPES:
                 item, capture = self._capture(src, name, rec)
                 if capture != b"-" and (item is None or item.kind == "file"):
-                    where = b"file" if rec.rtype != "revisit" else b"heads"
+                    # a decoded capture's file is the document: the entity as recorded stays in the heads
+                    where = b"file" if rec.rtype != "revisit" and rec.document is None else b"heads"
             else:
                 self.wc.other += 1
             if where == b"heads":
@@ -305,6 +313,9 @@ class WarcImporter(Importer):
 
     def _capture(self, src: bytes, name: bytes, rec: Record) -> tuple[Optional[Item], bytes]:
         f = rec.fields
+        rec.document, rec.undecoded = None, None
+        if rec.rtype != "revisit" and rec.http:
+            rec.document, rec.undecoded = decode_entity(rec.http, rec.payload)
         uri = f.get(b"warc-target-uri", b"")
         where = f"{show_path(src)}: offset {rec.offset}"
         if not uri:
@@ -341,9 +352,9 @@ class WarcImporter(Importer):
                 xattrs.append((b"user.http.status", first[1]))
             for line in rec.http.split(b"\n")[1:]:
                 k, sep, v = line.partition(b":")
-                if sep and k.strip().lower() == b"content-type":
-                    xattrs.append((b"user.http.content-type", v.strip(b" \t\r")))
-                    break
+                header = k.strip().lower()
+                if sep and header in HTTP_XATTRS and HTTP_XATTRS[header] not in dict(xattrs):
+                    xattrs.append((HTTP_XATTRS[header], v.strip(b" \t\r")))
         elif f.get(b"content-type") and rec.rtype == "resource":
             xattrs.append((b"user.http.content-type", f[b"content-type"]))
         xattrs = list(dict(xattrs).items())
@@ -357,13 +368,35 @@ class WarcImporter(Importer):
                 self.revisits_left.append(rv)   # its original may come later in this import
                 return None, path
             return self._revisit(rv, orig), path
-        item = self._file(path, rec.payload, mtime, xattrs, identity, src, digest=digest, where=where,
-                          prepared=rec.prepared)
+        data, prepared, check = self._as_shown(rec, where, xattrs, digest)
+        item = self._file(path, data, mtime, xattrs, identity, src, digest=check, where=where, prepared=prepared)
         if digest and digest not in self.by_digest:
             self.by_digest[digest] = item
         self.wc.captures += 1
-        self.wc.bytes += len(rec.payload)
+        self.wc.bytes += len(data)
         return item, path
+
+    def _as_shown(self, rec: Record, where: str, xattrs: list, digest: Optional[bytes]):
+        """(what the capture file holds, its preparation, the digest to check it
+        against): the decoded document, its record's digest checked here over
+        the entity as recorded; or that entity, as read, when it is not encoded
+        or does not decode (said in an xattr and a problem line)."""
+        if rec.undecoded:
+            xattrs.append((b"user.http.decoded", b"no: " + rec.undecoded.encode()))
+            self._report(f"{where}: {rec.undecoded}; the capture file holds the entity as recorded")
+        if rec.document is None:
+            return rec.payload, rec.prepared, digest
+        xattrs.append((b"user.http.decoded", b"yes"))
+        if rec.prepared is not None:
+            matches = rec.prepared[1]
+        else:
+            check = DigestCheck(digest)
+            check.update(rec.payload)
+            matches = check.matches()
+        if matches is False:
+            self._report(f"{where}: WARC-Payload-Digest {show_path(digest)} does not match the payload; "
+                         f"imported as read")
+        return rec.document, None, None
 
     def _original(self, digest: Optional[bytes]):
         """The capture (Item of this import, or inode) whose payload has this digest, or None."""
@@ -532,6 +565,100 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
                           new_blocks=counts.new_blocks, files=counts.files, seconds=round(seconds, 3),
                           stopped=stopped, collection=target, problems=problems)   # the records' and the store's
     return result
+
+
+# ---------------------------------------------------------------- entities decoded
+
+DECODED_MAX = 64 << 20      # a document decoded larger than this is kept as recorded (a bomb)
+
+
+def _gunzip(data: bytes) -> bytes:
+    out, z = [], zlib.decompressobj(16 + zlib.MAX_WBITS)
+    size = 0
+    while True:
+        out.append(z.decompress(data, DECODED_MAX + 1 - size))
+        size += len(out[-1])
+        if size > DECODED_MAX:
+            raise ValueError(f"larger than {DECODED_MAX >> 20} MiB decoded")
+        if z.unconsumed_tail:
+            data = z.unconsumed_tail
+            continue
+        if not z.eof:
+            raise ValueError("cut short")
+        data = z.unused_data
+        if not data:
+            return b"".join(out)
+        z = zlib.decompressobj(16 + zlib.MAX_WBITS)     # a second member
+
+
+def _inflate(data: bytes) -> bytes:
+    try:                     # RFC 9110's deflate is zlib-wrapped; some servers send it raw
+        return zlib.decompress(data)
+    except zlib.error:
+        return zlib.decompress(data, -zlib.MAX_WBITS)
+
+
+def _unbrotli(data: bytes) -> bytes:
+    import brotli            # pywb's dependency (brotlipy); not always installed
+    return brotli.decompress(data)
+
+
+CONTENT_DECODERS = {b"gzip": _gunzip, b"x-gzip": _gunzip, b"deflate": _inflate, b"br": _unbrotli}
+
+
+def dechunk(data: bytes) -> bytes:
+    """The body of a ``Transfer-Encoding: chunked`` message (trailers dropped)."""
+    out, p = [], 0
+    while True:
+        eol = data.find(b"\n", p)
+        if eol < 0:
+            raise ValueError("a chunk size line is cut short")
+        size = int(data[p:eol].split(b";")[0].strip() or b"x", 16)
+        p = eol + 1
+        if size == 0:
+            return b"".join(out)
+        if p + size > len(data):
+            raise ValueError("a chunk is cut short")
+        out.append(data[p:p + size])
+        p += size
+        p += 2 if data[p:p + 2] == b"\r\n" else 1 if data[p:p + 1] == b"\n" else 0
+
+
+def http_codings(http: bytes) -> tuple[list[bytes], list[bytes]]:
+    """(transfer codings, content codings) an HTTP header block names, lowercase, in order."""
+    found: dict[bytes, list[bytes]] = {b"transfer-encoding": [], b"content-encoding": []}
+    for line in http.split(b"\n")[1:]:
+        k, sep, v = line.partition(b":")
+        if sep and k.strip().lower() in found:
+            found[k.strip().lower()] += [c.strip().lower() for c in v.split(b",") if c.strip()]
+    return ([c for c in found[b"transfer-encoding"] if c != b"identity"],
+            [c for c in found[b"content-encoding"] if c != b"identity"])
+
+
+def decode_entity(http: bytes, entity) -> tuple[Optional[bytes], Optional[str]]:
+    """(the document a browser shows: dechunked, decompressed; or None, why not).
+    (None, None) when the entity is not encoded."""
+    transfer, content = http_codings(http)
+    if not transfer and not content:
+        return None, None
+    if not isinstance(entity, bytes):
+        return None, "longer than a record held in memory"
+    data = entity
+    try:
+        for coding in reversed(transfer):
+            if coding != b"chunked":
+                return None, f"transfer coding {coding.decode('ascii', 'replace')} unknown"
+            data = dechunk(data)
+        for coding in reversed(content):
+            decoder = CONTENT_DECODERS.get(coding)
+            if decoder is None:
+                return None, f"content coding {coding.decode('ascii', 'replace')} unknown"
+            data = decoder(data)
+    except ImportError:
+        return None, "br: the brotli package is not installed"
+    except Exception as exc:        # zlib.error, brotli.error, ValueError: damaged data
+        return None, f"{b', '.join(transfer + content).decode('ascii', 'replace')} does not decode ({exc})"
+    return data, None
 
 
 # ---------------------------------------------------------------- reading a collection back
@@ -1166,11 +1293,12 @@ def closest(caps: list[dict], at: Optional[str]) -> Optional[dict]:
     without ``at``, the latest."""
     if not caps:
         return None
-    if at is None:
-        return caps[-1]
+    if at is None:         # the latest second; in it, the first as listed (pywb's order)
+        return next(v for v in caps if v["stamp"][:14] == caps[-1]["stamp"][:14])
     import calendar
 
     def secs(d14: str) -> int:
         return calendar.timegm(time.strptime(d14[:14], "%Y%m%d%H%M%S"))
     want = secs(parse_date(at))
-    return min(caps, key=lambda v: (abs(secs(v["stamp"][:14]) - want), _stamp_key(v["stamp"])))
+    # min keeps the first of equals: in one second, the order the captures are listed in
+    return min(caps, key=lambda v: (abs(secs(v["stamp"][:14]) - want), v["stamp"][:14]))

@@ -1,0 +1,54 @@
+"""HTTP entities decoded for the page files (warc.decode_entity): chunked,
+gzip (several members), deflate (zlib-wrapped and raw), and what is kept
+as recorded: damaged data, unknown codings, a bomb."""
+from __future__ import annotations
+
+import gzip
+import zlib
+
+from webfs import warc
+
+DOC = b"<html>" + b"some text " * 50 + b"</html>"
+
+
+def http(*headers: str) -> bytes:
+    return ("HTTP/1.1 200 OK\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+
+
+def test_not_encoded_is_left_alone():
+    assert warc.decode_entity(http("Content-Type: text/html"), DOC) == (None, None)
+    assert warc.decode_entity(http("Content-Encoding: identity"), DOC) == (None, None)
+
+
+def test_chunked_with_extensions_and_trailers():
+    body = b"10;ext=1\r\n" + DOC[:16] + b"\r\n" + b"%X\r\n" % len(DOC[16:]) + DOC[16:] + b"\r\n0\r\nX-T: 1\r\n\r\n"
+    assert warc.decode_entity(http("Transfer-Encoding: chunked"), body) == (DOC, None)
+
+
+def test_gzip_of_two_members_and_deflate_either_way():
+    two = gzip.compress(DOC[:100]) + gzip.compress(DOC[100:])
+    assert warc.decode_entity(http("Content-Encoding: gzip"), two) == (DOC, None)
+    assert warc.decode_entity(http("content-encoding: DEFLATE"), zlib.compress(DOC)) == (DOC, None)
+    raw = zlib.compressobj(wbits=-15)
+    assert warc.decode_entity(http("Content-Encoding: deflate"), raw.compress(DOC) + raw.flush()) == (DOC, None)
+
+
+def test_codings_undone_in_reverse_order():
+    body = gzip.compress(zlib.compress(DOC))
+    assert warc.decode_entity(http("Content-Encoding: deflate, gzip"), body) == (DOC, None)
+
+
+def test_what_does_not_decode_says_why():
+    doc, why = warc.decode_entity(http("Content-Encoding: gzip"), gzip.compress(DOC)[:30])
+    assert doc is None and "does not decode" in why and "cut short" in why
+    assert warc.decode_entity(http("Content-Encoding: zstd"), b"x") == (None, "content coding zstd unknown")
+    assert warc.decode_entity(http("Transfer-Encoding: gzip, chunked"), b"0\r\n\r\n")[1] == \
+        "transfer coding gzip unknown"
+    doc, why = warc.decode_entity(http("Transfer-Encoding: chunked"), b"zz\r\nabc")
+    assert doc is None and "does not decode" in why
+
+
+def test_a_bomb_is_kept_as_recorded():
+    bomb = gzip.compress(b"\0" * (warc.DECODED_MAX + 1))
+    doc, why = warc.decode_entity(http("Content-Encoding: gzip"), bomb)
+    assert doc is None and "larger than" in why
