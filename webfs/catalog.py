@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 import urllib.parse
 from dataclasses import dataclass
 from typing import Iterator, Optional
@@ -23,6 +22,7 @@ from typing import Iterator, Optional
 from .block import HEADER_SIZE
 from .errors import CatalogUnreadable, NoSpace
 from .signature import block_name
+from . import lockorder
 
 SCHEMA_VERSION = 1
 CATALOG_FILE = "meta/catalog.db"
@@ -184,7 +184,7 @@ class Catalog:
         self.path = path
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.db = sqlite3.connect(path, check_same_thread=False, timeout=30)
-        self.lock = threading.RLock()
+        self.lock = lockorder.rlock("catalog")
         self._groups: dict[str, Optional[int]] = {}     # group -> disk (None: not mapped), as read
         self.db.execute("PRAGMA journal_mode=WAL")
         # NORMAL: a commit survives a killed process (it is in the OS's hands);
@@ -215,7 +215,7 @@ class Catalog:
         Take it under the lock, right after a commit; close it when done."""
         view = Catalog.__new__(Catalog)
         view.path = self.path
-        view.lock = threading.RLock()
+        view.lock = lockorder.rlock("catalog snapshot")
         view._groups = {}
         view.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
         view.db.execute("BEGIN")

@@ -39,6 +39,7 @@ from .backends.s3 import ENV as S3_OPTIONS, configure as configure_s3
 from .files import write_file
 from .control import CONTROL_XATTR, check_not_gone, control_socket_path, report_path
 from .store import Store
+from . import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -183,8 +184,8 @@ class Daemon:
         self.server: Optional[socketserver.UnixStreamServer] = None
         self.socket_path = ""
         self.trio_token = None
-        self._checkpoint_lock = threading.Lock()     # one checkpoint at a time
-        self._checkpoint_asked = threading.Lock()    # held while one asked by the JOURNAL waits or runs
+        self._checkpoint_lock = lockorder.lock("checkpoint")          # one checkpoint at a time
+        self._checkpoint_asked = lockorder.lock("checkpoint asked")    # held while one asked by the JOURNAL waits or runs
 
     def open(self) -> None:
         testkill.arm()

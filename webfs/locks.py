@@ -30,6 +30,7 @@ from typing import Iterator, Optional
 
 from .backends.base import LEASE as LEASE_PATH
 from .errors import ArchiveBusy
+from .lockorder import keyed_lock
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +42,18 @@ STALE_RENEWALS = 5                      # renewals missed before a lease counts 
 
 
 class KeyedLocks:
-    """One lock per key, made on demand and dropped when nobody holds it."""
+    """One lock per key, made on demand and dropped when nobody holds it; all
+    of them are named ``name`` (webfs.lockorder)."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name
         self._guard = threading.Lock()
         self._locks: dict[str, list] = {}
 
     @contextmanager
     def __call__(self, key: str) -> Iterator[None]:
         with self._guard:
-            entry = self._locks.setdefault(key, [threading.Lock(), 0])
+            entry = self._locks.setdefault(key, [keyed_lock(self.name, key), 0])
             entry[1] += 1
         entry[0].acquire()
         try:
@@ -71,6 +74,24 @@ class KeyedLocks:
             for key in sorted(keys):
                 stack.enter_context(self(key))
             yield
+
+    @contextmanager
+    def fresh(self, key: str) -> Iterator[None]:
+        """The lock of a key nobody else can know yet (made under a lock still
+        held): taken without waiting, so holding other locks orders nothing."""
+        with self._guard:
+            entry = self._locks.setdefault(key, [keyed_lock(self.name, key), 0])
+            if not entry[0].acquire(blocking=False):
+                raise RuntimeError(f"{self.name} lock {key}: already held, so not fresh")
+            entry[1] += 1
+        try:
+            yield
+        finally:
+            entry[0].release()
+            with self._guard:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._locks[key]
 
 
 def machine_id() -> str:

@@ -19,6 +19,7 @@ from .catalog import BlockRow
 from .errors import WebfsError
 from .namespace import Namespace
 from .store import Store
+from . import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class PieceReader:
     def _disk_limiter(self, disk: int) -> trio.CapacityLimiter:
         limiter = self.disk_limiters.get(disk)
         if limiter is None:
-            limiter = self.disk_limiters[disk] = trio.CapacityLimiter(self.read_threads_per_disk)
+            limiter = self.disk_limiters[disk] = lockorder.limiter("disk reads", self.read_threads_per_disk)
         return limiter
 
     async def piece(self, row: BlockRow) -> bytes:

@@ -16,12 +16,12 @@ import io
 import logging
 import os
 import re
-import threading
 from typing import Optional
 
 from . import warc
 from .errors import WebfsError
 from .files import write_file
+from . import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class VirtualFile:
             pos += sum(x[2] for x in parts)
         self.size = pos
         self._cache: tuple[bytes, bytes] = (b"", b"")
-        self.lock = threading.Lock()
+        self.lock = lockorder.lock("replay record")
 
     def _part(self, part) -> bytes:
         kind, where, n = part
