@@ -236,6 +236,7 @@ class Daemon:
         """The kernel forgets the misses (negative entries) the mount answered in
         these directories: an admin operation made names in them. Call it after
         the commit, without the catalog lock, from a thread other than the loop's."""
+        lockorder.holding_none("the event loop")
         missed = trio.from_thread.run_sync(self.ops.take_misses, list(parents),
                                            trio_token=self.trio_token)
         for parent, name in missed:
@@ -254,6 +255,7 @@ class Daemon:
             except WebfsError:
                 return
             self.store.commit()
+        lockorder.holding_none("the event loop")
         trio.from_thread.run_sync(free, trio_token=self.trio_token)
 
     def fuse_options(self) -> set[str]:
@@ -309,6 +311,7 @@ class Daemon:
             req = json.loads(rfile.readline() or b"{}")
             name = req.get("op")
             if name == "sync":
+                lockorder.holding_none("the event loop")
                 trio.from_thread.run(self.flush_all, trio_token=self.trio_token)
                 result = admin.Result(["synced"])
             else:

@@ -17,8 +17,9 @@ those locks could each wait for the other, whether or not they did this time.
 It raises ``LockOrderError`` naming both orders and where each was seen, and
 stays in ``violations`` for the test to find (a worker's exception may be
 swallowed by whoever ran it). Locks of one name held together (a store's
-signature locks, ``KeyedLocks.many``) must be taken in key order. A
-non-blocking acquire cannot wait, so it adds no edge. trio's locks and
+signature locks, ``KeyedLocks.many``) must be taken in key order. An
+acquire that cannot wait for ever (non-blocking, or with a timeout) adds no
+edge. trio's locks and
 limiters are held by tasks, not threads: they are named, not checked.
 """
 from __future__ import annotations
@@ -113,6 +114,8 @@ class _Checked:
         self._inner = inner
         self._graph = graph
         self._reentrant = reentrant
+        self._shared = isinstance(inner, threading.Semaphore)     # held by several threads at once
+        self._taker: Optional[list] = None
 
     def _check(self) -> None:
         stack = _stack()
@@ -133,17 +136,23 @@ class _Checked:
                 raise LockOrderError(said)
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
-        if blocking:
+        if blocking and timeout is None:        # one that cannot wait for ever orders nothing
             self._check()
         # A Lock's "no timeout" is -1, a Semaphore's None: pass one only when given.
         got = self._inner.acquire(blocking) if timeout is None else self._inner.acquire(blocking, timeout)
         if got:
-            _stack().append(self)
+            stack = _stack()
+            stack.append(self)
+            self._taker = stack
         return got
 
     def release(self) -> None:
         self._inner.release()
+        # A lock may be let go by another thread than took it (the JOURNAL's
+        # checkpoint hands "checkpoint asked" to its thread): the taker's stack.
         stack = _stack()
+        if self not in stack and not self._shared and self._taker is not None:
+            stack = self._taker
         for i in range(len(stack) - 1, -1, -1):
             if stack[i] is self:
                 del stack[i]
@@ -215,6 +224,18 @@ def task_lock(name: str):
 def limiter(name: str, tokens: int):
     import trio
     return trio.CapacityLimiter(tokens)
+
+
+def holding_none(what: str) -> None:
+    """(Checked only.) Before waiting for ``what`` that may itself wait for
+    any lock (the event loop, from a worker thread): hold none."""
+    graph = _graph
+    held = getattr(_held, "stack", None)
+    if graph is not None and held:
+        said = (f"lock order: waiting for {what} while holding {', '.join(repr(x.name) for x in held)} "
+                f"in thread {threading.current_thread().name}: {_where()}")
+        graph.violations.append(said)
+        raise LockOrderError(said)
 
 
 def checked() -> Optional[Graph]:

@@ -51,11 +51,16 @@ class KeyedLocks:
         self._locks: dict[str, list] = {}
 
     @contextmanager
-    def __call__(self, key: str) -> Iterator[None]:
+    def __call__(self, key: str, fresh: bool = False) -> Iterator[None]:
+        """The lock of ``key``. ``fresh``: of a key nobody else can know yet
+        (made under a lock still held), taken without waiting, so holding
+        other locks orders nothing (webfs.lockorder)."""
         with self._guard:
             entry = self._locks.setdefault(key, [keyed_lock(self.name, key), 0])
+            if fresh and entry[1]:
+                raise RuntimeError(f"{self.name} lock {key}: already held, so not fresh")
             entry[1] += 1
-        entry[0].acquire()
+        entry[0].acquire(blocking=not fresh)        # fresh: nobody holds it, it is free
         try:
             yield
         finally:
@@ -74,24 +79,6 @@ class KeyedLocks:
             for key in sorted(keys):
                 stack.enter_context(self(key))
             yield
-
-    @contextmanager
-    def fresh(self, key: str) -> Iterator[None]:
-        """The lock of a key nobody else can know yet (made under a lock still
-        held): taken without waiting, so holding other locks orders nothing."""
-        with self._guard:
-            entry = self._locks.setdefault(key, [keyed_lock(self.name, key), 0])
-            if not entry[0].acquire(blocking=False):
-                raise RuntimeError(f"{self.name} lock {key}: already held, so not fresh")
-            entry[1] += 1
-        try:
-            yield
-        finally:
-            entry[0].release()
-            with self._guard:
-                entry[1] -= 1
-                if not entry[1]:
-                    del self._locks[key]
 
 
 def machine_id() -> str:

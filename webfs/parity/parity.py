@@ -156,7 +156,7 @@ class Parity(Protection):
                     # for this parity instead of finding none (and then having
                     # its own overwritten by this one).
                     held[placed.stripe_id] = contextlib.ExitStack()
-                    held[placed.stripe_id].enter_context(self.locks.fresh(placed.stripe_id))
+                    held[placed.stripe_id].enter_context(self.locks(placed.stripe_id, fresh=True))
         failed = []
         try:
             # The new stripes first, whose locks are held: no lock is waited for
