@@ -194,6 +194,8 @@ class Daemon:
                            private=True)
         self.store = store
         log_path = _log_to_disk(store)
+        if lockorder.checked() is not None:
+            log.info("the order in which threads take locks is checked (WEBFS_LOCK_ORDER)")
         journal = Journal(store.archive, limit=self.opts.journal_limit)
         ns = Namespace(store, journal=journal.record)
         journal.namespace = ns
