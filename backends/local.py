@@ -11,11 +11,11 @@ from __future__ import annotations
 import errno
 import glob
 import os
-import threading
 import time
 from typing import Iterator
 
 from .base import Backend
+from .. import lockorder
 
 TMP_SUFFIX = ".webfs-tmp"
 
@@ -24,7 +24,7 @@ class LocalBackend(Backend):
     def __init__(self, root: str, delay: float = 0.0):
         self.root = root
         self.delay = delay
-        self._arm = threading.Lock()            # one simulated I/O at a time
+        self._arm = lockorder.lock("simulated I/O")     # one simulated I/O at a time
 
     def __repr__(self) -> str:
         return f"LocalBackend({self.root!r})"

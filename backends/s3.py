@@ -57,7 +57,6 @@ import os
 import re
 import sqlite3
 import tempfile
-import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -66,6 +65,7 @@ from typing import Iterator, Optional
 from .base import LEASE, Backend
 from .local import LocalBackend
 from .staging import Staging
+from .. import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -216,18 +216,18 @@ class S3Backend(Backend):
         self.root = state_dir(url)
         self.local = LocalBackend(self.root)
         self._requests = _setting("s3_requests", DEFAULT_REQUESTS)
-        self._slots = threading.BoundedSemaphore(self._requests)
+        self._slots = lockorder.semaphore("s3 requests", self._requests)
         self._keys = _credentials(url)
-        self._clients_lock = threading.Lock()
+        self._clients_lock = lockorder.lock("s3 clients")
         self._objects = None                        # the obstore S3Store (object requests)
         self._buckets = None                        # boto3 clients (bucket requests), made when needed
         self._cache: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._cache_bytes = 0
         self._cache_limit = _setting("block_cache", DEFAULT_CACHE)
-        self._cache_lock = threading.Lock()
+        self._cache_lock = lockorder.lock("s3 cache")
         self._down_until = 0.0                      # 0: up; else down until then (monotonic)
         self._last_ok = 0.0
-        self._probing = threading.Lock()
+        self._probing = lockorder.lock("s3 probe")
         self._published: dict[str, tuple] = {}      # meta/ file -> its stamp when last copied
         self.fetched = False                        # identity and meta/ brought from the bucket
         self.made = False                           # a new disk (create()): ours is the only side
@@ -795,7 +795,7 @@ class S3Backend(Backend):
 
 
 _OPEN: dict[str, S3Backend] = {}
-_OPEN_LOCK = threading.Lock()
+_OPEN_LOCK = lockorder.lock("s3 open")
 
 
 def open_s3(location: str, fetch: bool = True) -> S3Backend:

@@ -28,6 +28,7 @@ from typing import Callable, Optional
 
 from ..locks import SYSTEM_CLOCK, Clock
 from .local import TMP_SUFFIX, LocalBackend
+from .. import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +65,9 @@ class Staging:
         self._failure: Optional[OSError] = None  # the last upload's error, until one succeeds
         self._retry_at = 0.0                    # after a failure, no upload starts before (clock.monotonic())
         self._draining = 0                      # callers of drain(): upload everything now
-        lock = threading.RLock()
-        self._changed = threading.Condition(lock)   # writers, drain, discard wait on it
-        self._ready = threading.Condition(lock)     # the uploaders wait on it
+        lock = lockorder.rlock("staging")
+        self._changed = lockorder.condition("staging", lock)      # writers, drain, discard wait on it
+        self._ready = lockorder.condition("staging", lock)        # the uploaders wait on it
         self._threads: list[threading.Thread] = []
         self._closing = False
 

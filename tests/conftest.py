@@ -215,3 +215,27 @@ def strip_digests(disks) -> None:
     db.execute("UPDATE meta SET value='1' WHERE key='schema'")
     db.commit()
     db.close()
+
+
+# Test files whose locks are checked for order (webfs.lockorder): those that
+# drive the store, parity and namespace from several threads.
+LOCK_ORDER_FILES = {"t2_store.py", "t2_parity.py", "t2_namespace.py", "t3_operations.py",
+                    "t2_s3_staging.py", "t1_groupcommit.py", "t2_lockorder.py"}
+
+
+@pytest.fixture
+def lock_order():
+    """The order of the locks made during the test is checked (lockdep in small:
+    webfs.lockorder); an inversion fails the test, even one raised in a worker
+    thread that swallowed it."""
+    from webfs import lockorder
+    with lockorder.checking() as graph:
+        yield graph
+    assert not graph.violations, "lock order: " + "\n".join(graph.violations)
+
+
+@pytest.fixture(autouse=True)
+def _check_lock_order(request):
+    if request.node.path.name in LOCK_ORDER_FILES:
+        request.getfixturevalue("lock_order")
+    yield

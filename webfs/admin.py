@@ -18,6 +18,8 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
+from . import lockorder
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -95,7 +97,7 @@ class Pace:
         self.rate = mb_per_s * 1e6 if mb_per_s else None
         self.started = time.monotonic()
         self.done = 0
-        self._lock = threading.Lock()
+        self._lock = lockorder.lock("pace")
 
     def wrote(self, n: int) -> None:
         with self._lock:
@@ -135,11 +137,11 @@ class DiskGates:
     def __init__(self, per_disk: int):
         self.per_disk = per_disk
         self._gates: dict[int, threading.BoundedSemaphore] = {}
-        self._lock = threading.Lock()
+        self._lock = lockorder.lock("disk gates")
 
     def __call__(self, disk: int) -> threading.BoundedSemaphore:
         gate = self._gates.get(disk)
         if gate is None:
             with self._lock:
-                gate = self._gates.setdefault(disk, threading.BoundedSemaphore(self.per_disk))
+                gate = self._gates.setdefault(disk, lockorder.semaphore("disk gate", self.per_disk))
         return gate

@@ -19,6 +19,8 @@ import queue
 import threading
 from typing import Callable, Optional
 
+from . import lockorder
+
 log = logging.getLogger(__name__)
 
 Job = Callable[[], None]
@@ -32,7 +34,7 @@ class Background:
         self._queue: "queue.Queue[Optional[Job]]" = queue.Queue(bound)
         self._thread: Optional[threading.Thread] = None
         self._name = name
-        self._idle = threading.Condition()
+        self._idle = lockorder.condition("background")
         self._pending = 0
 
     def submit(self, job: Job) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 import urllib.parse
 from dataclasses import dataclass
 from typing import Iterator, Optional
@@ -23,6 +22,7 @@ from typing import Iterator, Optional
 from .block import HEADER_SIZE
 from .errors import CatalogUnreadable, NoSpace
 from .signature import block_name
+from . import lockorder
 
 SCHEMA_VERSION = 2             # 2: blocks.sha256 (the content digest)
 CATALOG_FILE = "meta/catalog.db"
@@ -193,7 +193,7 @@ class Catalog:
         self.path = path
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.db = sqlite3.connect(path, check_same_thread=False, timeout=30)
-        self.lock = threading.RLock()
+        self.lock = lockorder.rlock("catalog")
         self._groups: dict[str, Optional[int]] = {}     # group -> disk (None: not mapped), as read
         # The namespace's rows kept in memory (webfs.namespace.NamespaceMemo),
         # made by the first NamespaceRows over this catalog; a rollback clears it.
@@ -240,7 +240,7 @@ class Catalog:
         Take it under the lock, right after a commit; close it when done."""
         view = Catalog.__new__(Catalog)
         view.path = self.path
-        view.lock = threading.RLock()
+        view.lock = lockorder.rlock("catalog snapshot")
         view._groups = {}
         view.memo = None
         view.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)

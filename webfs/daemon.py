@@ -39,6 +39,7 @@ from .backends.s3 import ENV as S3_OPTIONS, configure as configure_s3
 from .files import write_file
 from .control import CONTROL_XATTR, check_not_gone, control_socket_path, report_path
 from .store import Store
+from . import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -183,8 +184,8 @@ class Daemon:
         self.server: Optional[socketserver.UnixStreamServer] = None
         self.socket_path = ""
         self.trio_token = None
-        self._checkpoint_lock = threading.Lock()     # one checkpoint at a time
-        self._checkpoint_asked = threading.Lock()    # held while one asked by the JOURNAL waits or runs
+        self._checkpoint_lock = lockorder.lock("checkpoint")          # one checkpoint at a time
+        self._checkpoint_asked = lockorder.lock("checkpoint asked")    # held while one asked by the JOURNAL waits or runs
 
     def open(self) -> None:
         testkill.arm()
@@ -193,6 +194,8 @@ class Daemon:
                            private=True)
         self.store = store
         log_path = _log_to_disk(store)
+        if lockorder.checked() is not None:
+            log.info("the order in which threads take locks is checked (WEBFS_LOCK_ORDER)")
         journal = Journal(store.archive, limit=self.opts.journal_limit)
         ns = Namespace(store, journal=journal.record)
         journal.namespace = ns
@@ -235,6 +238,7 @@ class Daemon:
         """The kernel forgets the misses (negative entries) the mount answered in
         these directories: an admin operation made names in them. Call it after
         the commit, without the catalog lock, from a thread other than the loop's."""
+        lockorder.holding_none("the event loop")
         missed = trio.from_thread.run_sync(self.ops.take_misses, list(parents),
                                            trio_token=self.trio_token)
         for parent, name in missed:
@@ -253,6 +257,7 @@ class Daemon:
             except WebfsError:
                 return
             self.store.commit()
+        lockorder.holding_none("the event loop")
         trio.from_thread.run_sync(free, trio_token=self.trio_token)
 
     def fuse_options(self) -> set[str]:
@@ -308,6 +313,7 @@ class Daemon:
             req = json.loads(rfile.readline() or b"{}")
             name = req.get("op")
             if name == "sync":
+                lockorder.holding_none("the event loop")
                 trio.from_thread.run(self.flush_all, trio_token=self.trio_token)
                 result = admin.Result(["synced"])
             else:

@@ -31,6 +31,7 @@ from .namespace import ROOT_INODE, Inode, Namespace
 from .openfiles import OpenFiles
 from .readcache import PieceReader
 from .store import Store
+from . import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class Operations(pyfuse3.Operations):
         self.reader = PieceReader(store, namespace, cache_bytes, count_request)
         # Storing is CPU work (hashing, compression): a few threads for two cores.
         # Reading waits on disks: the reader gives each disk its own threads.
-        self.limiter = trio.CapacityLimiter(threads)
+        self.limiter = lockorder.limiter("store threads", threads)
         self.files = OpenFiles(store, namespace, self.reader, self.commits, self.limiter,
                                store_mode=store_mode, buffer_bound=buffer_bound,
                                forget_kernel_copy=self._forget_kernel_copy,

@@ -40,6 +40,7 @@ from typing import Iterator, Optional
 
 from .backends.base import LEASE as LEASE_PATH
 from .errors import ArchiveBusy
+from .lockorder import keyed_lock
 
 log = logging.getLogger(__name__)
 
@@ -109,18 +110,25 @@ SYSTEM_CLOCK = Clock()
 
 
 class KeyedLocks:
-    """One lock per key, made on demand and dropped when nobody holds it."""
+    """One lock per key, made on demand and dropped when nobody holds it; all
+    of them are named ``name`` (webfs.lockorder)."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name
         self._guard = threading.Lock()
         self._locks: dict[str, list] = {}
 
     @contextmanager
-    def __call__(self, key: str) -> Iterator[None]:
+    def __call__(self, key: str, fresh: bool = False) -> Iterator[None]:
+        """The lock of ``key``. ``fresh``: of a key nobody else can know yet
+        (made under a lock still held), taken without waiting, so holding
+        other locks orders nothing (webfs.lockorder)."""
         with self._guard:
-            entry = self._locks.setdefault(key, [threading.Lock(), 0])
+            entry = self._locks.setdefault(key, [keyed_lock(self.name, key), 0])
+            if fresh and entry[1]:
+                raise RuntimeError(f"{self.name} lock {key}: already held, so not fresh")
             entry[1] += 1
-        entry[0].acquire()
+        entry[0].acquire(blocking=not fresh)        # fresh: nobody holds it, it is free
         try:
             yield
         finally:

@@ -48,7 +48,6 @@ import itertools
 import logging
 import os
 import stat
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Union
 
@@ -56,6 +55,7 @@ from . import testkill
 from .backends.local import TMP_SUFFIX
 from .catalog import BlockRow
 from .namespace import ROOT_INODE
+from . import lockorder
 
 if TYPE_CHECKING:
     from .archive import Archive
@@ -155,7 +155,7 @@ class Journal:
     def __init__(self, archive: "Archive", limit: int = JOURNAL_LIMIT):
         self.archive = archive
         self.lines: list[bytes] = []
-        self.lock = threading.Lock()
+        self.lock = lockorder.lock("journal lines")
         self.namespace: Optional["Namespace"] = None
         self._fds: dict[int, int] = {}          # disk -> open JOURNAL (appends stay cheap)
         self._opened: dict[int, object] = {}    # disk -> the Volume its JOURNAL was opened on

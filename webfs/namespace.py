@@ -436,6 +436,19 @@ class Namespace(NamespaceRows):
                rdev: int = 0, target: Optional[bytes] = None) -> Inode:
         """A new file, directory, symlink (target given) or special node."""
         check_name(name)
+        if target is None:
+            return self._create(parent, name, mode, uid, gid, rdev, None, None)
+        # A symlink's target is a block, stored before the catalog lock is taken:
+        # the store waits for a signature lock, never waited for under the catalog's.
+        row = self.store.store(target, name=self._join(parent, name))
+        try:
+            return self._create(parent, name, mode, uid, gid, rdev, target, row)
+        except BaseException:
+            self.store.release(row)
+            raise
+
+    def _create(self, parent: int, name: bytes, mode: int, uid: int, gid: int, rdev: int,
+                target: Optional[bytes], row: Optional[BlockRow]) -> Inode:
         with self.cat.lock:
             self._parent_dir(parent)
             if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? AND name=?", (parent, name)):
@@ -451,8 +464,8 @@ class Namespace(NamespaceRows):
             rows = []
             if target is not None:
                 self.add_symlink_target(ino, target)
-                rows = [self.store.store(target, name=path)]
-                self.add_contents(ino, [rows[0].id])
+                rows = [row]
+                self.add_contents(ino, [row.id])
             self.journal("+", node, path, rows=rows)
             self.memo.keep_node(node)
             self.memo.xattrs[ino] = {}

@@ -32,6 +32,7 @@ from .namespace import Namespace, now_ns
 from .readcache import PieceReader, ReadState
 from .signature import new_hasher
 from .store import Store
+from . import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class OpenFile:
     def __init__(self, ino: int):
         self.ino = ino
         self.handles = 0
-        self.lock = trio.Lock()
+        self.lock = lockorder.task_lock("open file")
         self.buffer: Optional[FileBuffer] = None
         self.dirty = False
         self.mtime_ns = 0            # of the last write, or as set by utimens since

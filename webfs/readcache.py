@@ -20,6 +20,7 @@ from .errors import WebfsError
 from .groupcommit import to_worker
 from .namespace import Namespace
 from .store import Store
+from . import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class PieceReader:
     def _disk_limiter(self, disk: int) -> trio.CapacityLimiter:
         limiter = self.disk_limiters.get(disk)
         if limiter is None:
-            limiter = self.disk_limiters[disk] = trio.CapacityLimiter(self.read_threads_per_disk)
+            limiter = self.disk_limiters[disk] = lockorder.limiter("disk reads", self.read_threads_per_disk)
         return limiter
 
     async def piece(self, row: BlockRow) -> bytes:

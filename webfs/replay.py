@@ -27,13 +27,13 @@ import logging
 import os
 import re
 import stat
-import threading
 from typing import Optional
 
 from . import warc
 from .files import write_file as write_new
 from .errors import WebfsError
 from .signature import signature
+from . import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class VirtualFile:
         self.index_bytes = tree.read(warc.KEEP_DIR + b"/" + src + warc.INDEX_SUFFIX)
         self.lines = list(warc.parse_index(self.index_bytes))
         self._cache: tuple[bytes, bytes] = (b"", b"")
-        self.lock = threading.Lock()
+        self.lock = lockorder.lock("replay record")
 
     def digests(self) -> set[bytes]:
         """The payload digests of the source's responses and resources (originals)."""

@@ -31,7 +31,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import threading
 import time
 from typing import NamedTuple, Optional, Union
 
@@ -49,6 +48,7 @@ from .placement import first_disk, ranked_disks
 from .protection import Protection
 from .signature import ContentKey, SignatureFn, content_digest
 from .volume import search_order
+from . import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class Store:
         self.signature_fn = signature_fn
         self.protection = protection or Protection()
         self.fsync = fsync
-        self._sig_locks = KeyedLocks()
+        self._sig_locks = KeyedLocks("signature")
         self.heat = HeatTracker(catalog, heat_k)        # reads that reach the disks, per group
         self._reported: set[tuple[str, int]] = set()
         # What the open catalog transaction changed on the disks, to undo if it fails.
@@ -99,7 +99,7 @@ class Store:
         self._removing: list[BlockRow] = []             # committed as gone, files not yet removed
         # The JOURNAL: ``take()`` under the catalog lock at each commit, ``append(data)`` after.
         self.journal = None
-        self._journal_lock = threading.Lock()           # appends in commit order
+        self._journal_lock = lockorder.lock("journal append")      # appends in commit order
         # Removals and parity flushes after a commit; a worker thread with ``background``.
         self.background = Background("webfs-removal", inline=not background)
         self._flush_asked = 0.0

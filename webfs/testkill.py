@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import threading
 from typing import Optional
+
+from . import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ POINTS = {
 
 _armed: Optional[str] = None
 _left = 0
-_lock = threading.Lock()
+_lock = lockorder.lock("kill points")
 
 
 def arm() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from typing import Iterator, Optional
 
 from .backends import Backend
@@ -19,6 +18,7 @@ from . import signature as sigmod
 from .locks import SYSTEM_CLOCK, Clock
 from .block import HEADER_SIZE, BlockHeader, encode_refs, refs_offset
 from .errors import CorruptBlock
+from . import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class Volume:
         self.depth = depth
         # Free space as last asked, counted down by what has_room let through since
         # (a statfs per new block was a tenth of a small-page import's syscalls).
-        self._room_lock = threading.Lock()
+        self._room_lock = lockorder.lock("disk room")
         self._free_left = 0
         self._free_until = 0.0
         self.clock = clock

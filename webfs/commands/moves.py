@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -40,11 +39,12 @@ from ..errors import ArchiveError, NoSpace, WebfsError
 from ..signature import group_dir
 from ..store import Store
 from ..volume import BLOCKS, META
+from .. import lockorder
 
 log = logging.getLogger(__name__)
 
 MOVES_FILE = f"{META}/moves"       # on the catalog's disk: "<group> <target disk>" of a move under way
-MOVER = threading.Lock()           # one mover at a time in a process (the archive lock covers processes)
+MOVER = lockorder.lock("mover")    # one mover at a time in a process (the archive lock covers processes)
 
 
 @dataclass

@@ -3,12 +3,12 @@ committed catalog (crash window 1 of ``webfs.parity``)."""
 from __future__ import annotations
 
 import os
-import threading
 from collections import Counter
 from typing import Optional
 
 from .. import signature as sigmod
 from ..volume import META
+from .. import lockorder
 
 INTENT_FILE = f"{META}/parity-intent"
 
@@ -22,7 +22,7 @@ class IntentLog:
     def __init__(self, path: str, fsync: bool):
         self.path = path
         self.fsync = fsync
-        self._lock = threading.Lock()
+        self._lock = lockorder.lock("parity intents")
         self._fd: Optional[int] = None
         self._listed: set[str] = set()    # the ids in the file
         self._inflight: Counter[str] = Counter()

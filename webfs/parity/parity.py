@@ -51,7 +51,7 @@ class Parity(Protection):
         self.archive = archive
         self.catalog = catalog
         self.fsync = fsync
-        self.locks = KeyedLocks()
+        self.locks = KeyedLocks("stripe")
         self.intents = IntentLog(os.path.join(os.path.dirname(catalog.path),
                                               os.path.basename(INTENT_FILE)), fsync)
         self.write_behind = WriteBehind(self.intents)
@@ -156,7 +156,7 @@ class Parity(Protection):
                     # for this parity instead of finding none (and then having
                     # its own overwritten by this one).
                     held[placed.stripe_id] = contextlib.ExitStack()
-                    held[placed.stripe_id].enter_context(self.locks(placed.stripe_id))
+                    held[placed.stripe_id].enter_context(self.locks(placed.stripe_id, fresh=True))
         failed = []
         try:
             # The new stripes first, whose locks are held: no lock is waited for

@@ -9,7 +9,6 @@ next open (crash window 1 of ``webfs.parity``).
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -17,6 +16,7 @@ from ..locks import SYSTEM_CLOCK, Clock
 from ..volume import Volume
 from .format import ParityHeader
 from .intents import IntentLog
+from .. import lockorder
 
 WRITE_BEHIND = 1.0
 WRITE_BEHIND_BYTES = 64 << 20
@@ -40,7 +40,7 @@ class WriteBehind:
         self.clock = clock
         self._waiting: dict[str, UnwrittenParity] = {}
         self._bytes = 0
-        self._lock = threading.Lock()
+        self._lock = lockorder.lock("parity write-behind")
 
     def get(self, stripe_id: str) -> Optional[UnwrittenParity]:
         return self._waiting.get(stripe_id)
