@@ -9,6 +9,8 @@ import io
 import json
 import os
 import subprocess
+import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -273,6 +275,12 @@ for _case in ("wrong-length", "bad-digest", "angle-uri", "crcrlf", "dots", "long
                 "nfc-nfd": [_one("http://example.com/caf\u00e9".encode()), _one("http://example.com/cafe\u0301".encode()),
                             GOOD]}[_case]
     HOSTILE["gz-" + _case] = (b"".join(_gz(r) for r in _records), HOSTILE[_case][1])
+DEEP = b"http://example.com/" + b"a/" * 2000 + b"end"            # 2,000 segments: no recursion on the way
+UNENDED = b"WARC/1.0\r\nWARC-Type: response\r\nWARC-Target-URI: http://example.com/u\r\nContent-Length: 5\r\n"
+HOSTILE["deep"] = (_one(DEEP) + GOOD, "")
+HOSTILE["gz-deep"] = (_gz(_one(DEEP)) + _gz(GOOD), "")
+HOSTILE["gz-unended-header"] = (_gz(GOOD) + _gz(UNENDED) + _gz(GOOD.replace(b"/good", b"/after")),
+                                "its WARC header never ends")
 HOSTILE["gz-garbage-between"] = (_gz(GOOD) + b"GARBAGE\n" * 10 + _gz(_one(b"http://example.com/after")), "offset")
 
 
@@ -300,7 +308,8 @@ def test_hostile_input(tmp_path, case):
                                                        "20240101120000").encode()) == b"good page"
     finally:
         t.close()
-    if case in ("dots", "long", "nfc-nfd", "gz-dots", "gz-long", "gz-nfc-nfd"):
+    assert "internal error" not in text and "Traceback" not in text, text
+    if case in ("dots", "long", "nfc-nfd", "gz-dots", "gz-long", "gz-nfc-nfd", "deep", "gz-deep"):
         raw = gzip.decompress(data) if case.startswith("gz-") else data
         assert fig["captures"] == raw.count(b"WARC/1.0")
         out = tmp_path / "out.warc.gz"
@@ -641,3 +650,36 @@ def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeyp
     out = tmp_path / "out.warc.gz"
     assert b"(100%) byte-identical" in webfs("export-warc", f"{disks[0]}:/c", out).stdout
     assert records_of(out) == records_of(src)
+
+
+def _gzip_bomb(mb: int) -> bytes:
+    """A gzip member holding a WARC header line that never ends: ``mb`` MiB of 'a'
+    inflated from a few hundred KiB."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    out = [c.compress(b"WARC/1.0\r\nWARC-Type: response\r\nWARC-Target-URI: http://example.com/")]
+    chunk = b"a" * (1 << 20)
+    out += [c.compress(chunk) for _ in range(mb)]
+    return b"".join(out) + c.flush()
+
+
+def test_a_gzip_bomb_in_a_header_is_reported_in_bounded_memory(tmp_path):
+    """A 300 MiB header line in one gzip member (was: the reading process grew
+    to 970 MB and the records after it were lost): reported at HEADER_MAX, the
+    records after it imported, every process of the import under 200 MB."""
+    import resource
+    disks = make_archive(tmp_path, 3)
+    src = tmp_path / "bomb.warc.gz"
+    src.write_bytes(_gz(GOOD) + _gzip_bomb(300) + _gz(GOOD.replace(b"/good", b"/after")))
+    run = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True); "
+           "sys.stdout.buffer.write(p.stderr); print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    proc = subprocess.run([sys.executable, "-c", run, str(BIN / "webfs"), "import-warc", "--collection", "c",
+                           str(src), f"{disks[0]}:/"], capture_output=True, check=True)
+    text = proc.stdout.decode()
+    rc, maxrss_kb = map(int, text.split()[-2:])
+    assert rc == 4 and "runs on past 64 KiB without the blank line that ends a header" in text, text
+    assert maxrss_kb < 200_000, text
+    t = tree(disks[0], "/c")
+    try:
+        assert t.read(urlpath.capture_path("http://example.com/after", "20240101120000").encode()) == b"good page"
+    finally:
+        t.close()

@@ -29,6 +29,7 @@ them back, and the source file's records can be rebuilt with ``head -c``.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import hashlib
@@ -144,12 +145,25 @@ class WarcImporter(Importer):
         self.revisits_left = []
 
     def _dir(self, path: bytes) -> Item:
-        """The item of a directory below the collection (made in this import or found)."""
+        """The item of a directory below the collection (made in this import or found);
+        its missing parents are made first, top down (a URL may have thousands of
+        segments: no recursion)."""
         item = self.dirs.get(path)
         if item is not None:
             return item
+        missing = [path]
+        while True:
+            parent_path = missing[-1].rpartition(b"/")[0]
+            if parent_path in self.dirs:
+                break
+            missing.append(parent_path)
+        for here in reversed(missing):
+            item = self._new_dir(here)
+        return item
+
+    def _new_dir(self, path: bytes) -> Item:
         parent_path, _, name = path.rpartition(b"/")
-        parent = self._dir(parent_path)
+        parent = self.dirs[parent_path]
         node = self._name_in(parent, name)
         st = SimpleNamespace(st_mode=stat.S_IFDIR | 0o755, st_uid=self.uid, st_gid=self.gid,
                              st_atime_ns=time.time_ns(), st_mtime_ns=time.time_ns(), st_rdev=0)
@@ -232,7 +246,12 @@ class WarcImporter(Importer):
                 self._report(f"{show_path(src)}: offset {rec.offset}: {problem.decode()}; imported as read")
             item = None
             if rec.rtype in CAPTURE_TYPES:
-                item, capture = self._capture(src, name, rec)
+                try:
+                    item, capture = self._capture(src, name, rec)
+                except (ValueError, RecursionError, OSError, FsError) as exc:   # one record's, not the import's
+                    self._report(f"{show_path(src)}: offset {rec.offset}: its capture cannot be filed "
+                                 f"({type(exc).__name__}: {exc}); kept in the heads only")
+                    item, capture = None, b"-"
                 if capture != b"-" and (item is None or item.kind == "file"):
                     where = b"file" if rec.rtype != "revisit" else b"heads"
             else:
@@ -539,6 +558,8 @@ GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"   # what zlib writes f
 PART_SUFFIX = ".part"       # an export's file until its last record is written
 READERS = 12                # capture files read at once by export-warc (through a mount, reads overlap)
 BATCH = 4                   # records read, made and compressed by one task of an export
+PATH_ROOM = 3072            # bytes of a path given to the kernel at once (PATH_MAX is 4096)
+AT_CWD = -100              # the "no directory fd" of MountTree._at (AT_FDCWD's value)
 PROGRESS_EVERY = 0.25       # seconds between the export's progress reports (each a socket write in a mount)
 
 
@@ -560,31 +581,72 @@ class MountTree:
         self.name = root
         self.root = os.fsencode(root)
 
+    @contextlib.contextmanager
+    def _at(self, rel: bytes):
+        """(a directory's fd or AT_FDCWD, a name in it) for a path below the root, however
+        long: past PATH_MAX (a 6,000-byte URL's path) the directories on the way are
+        opened a few at a time."""
+        path = os.path.join(self.root, rel)
+        if len(path) < PATH_ROOM:
+            yield AT_CWD, path
+            return
+        *dirs, name = path.split(b"/")
+        fd, step = AT_CWD, []
+        try:
+            for part in dirs + [None]:
+                if part is not None and len(b"/".join(step + [part])) < PATH_ROOM:
+                    step.append(part)
+                    continue
+                where = b"/".join(step) or b"/"
+                new = os.open(where, os.O_RDONLY | os.O_DIRECTORY, dir_fd=None if fd == AT_CWD else fd)
+                if fd != AT_CWD:
+                    os.close(fd)
+                fd, step = new, [part] if part is not None else []
+            yield fd, name
+        finally:
+            if fd != AT_CWD:
+                os.close(fd)
+
+    def _open(self, rel: bytes, flags: int = os.O_RDONLY) -> int:
+        with self._at(rel) as (fd, name):
+            return os.open(name, flags, dir_fd=None if fd == AT_CWD else fd)
+
     def read(self, rel: bytes) -> bytes:
-        with open(os.path.join(self.root, rel), "rb") as f:
+        with open(self._open(rel), "rb") as f:
             return f.read()
 
     def listdir(self, rel: bytes) -> list[bytes]:
         try:
-            return sorted(os.listdir(os.path.join(self.root, rel)))
-        except FileNotFoundError:
+            fd = self._open(rel, os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
             return []
+        try:
+            return sorted(os.fsencode(n) for n in os.listdir(fd))
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         pass
 
+    def _stat(self, rel: bytes) -> os.stat_result:
+        with self._at(rel) as (fd, name):
+            return os.stat(name, dir_fd=None if fd == AT_CWD else fd)
+
     def size(self, rel: bytes) -> int:
-        return os.stat(os.path.join(self.root, rel)).st_size
+        return self._stat(rel).st_size
 
     def signature(self, rel: bytes) -> str:
-        try:
-            return os.getxattr(os.path.join(self.root, rel), "user.webfs.signature").decode()
-        except OSError:
-            with open(os.path.join(self.root, rel), "rb") as f:
+        with open(self._open(rel), "rb") as f:
+            try:
+                return os.getxattr(f.fileno(), "user.webfs.signature").decode()
+            except OSError:
                 return "sha1:" + hashlib.sha1(f.read()).hexdigest()
 
     def is_dir(self, rel: bytes) -> bool:
-        return os.path.isdir(os.path.join(self.root, rel))
+        try:
+            return stat.S_ISDIR(self._stat(rel).st_mode)
+        except OSError:
+            return False
 
     def locate(self, paths: list[bytes], pool, ordered: bool) -> list[Where]:
         """Where each capture file is; with ``ordered``, its first block's disk and
@@ -595,12 +657,17 @@ class MountTree:
         return list(pool.map(lambda p: Where(self._first_block(p), p), paths, chunksize=64))
 
     def _first_block(self, rel: bytes) -> tuple[int, str]:
-        p = os.path.join(self.root, rel)
         try:
-            return (int(os.getxattr(p, "user.webfs.disk").split(b",")[0]),
-                    os.getxattr(p, "user.webfs.signature").decode().split(",")[0])
+            fd = self._open(rel)
+        except OSError:
+            return NOWHERE
+        try:
+            return (int(os.getxattr(fd, "user.webfs.disk").split(b",")[0]),
+                    os.getxattr(fd, "user.webfs.signature").decode().split(",")[0])
         except (OSError, ValueError):
             return NOWHERE
+        finally:
+            os.close(fd)
 
     def fetch(self, where: Where) -> bytes:
         return self.read(where.what)
