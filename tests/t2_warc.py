@@ -192,6 +192,53 @@ def test_two_crawls_store_unchanged_pages_once(tmp_path):
     assert webfs("url", "http://site.org/nothing", disks[0], check=False).returncode == 1
 
 
+def test_any_spelling_of_a_url_finds_its_page(tmp_path):
+    """As pywb: the scheme swapped, :80 added, the host upper-cased, the trailing
+    slash added or dropped, www. added or dropped all find the page; the exact
+    spelling is chosen first, and the one chosen is said."""
+    disks = make_archive(tmp_path, 3)
+    src = tmp_path / "a.warc"
+    src.write_bytes(_one(b"http://www.iana.org/", b"home") + _one(b"http://example.org/a/", b"a")
+                    + _one(b"http://example.org/b", b"b", date=b"2014-01-27T00:00:00Z")
+                    + _one(b"https://example.org/b", b"b2", date=b"2015-01-27T00:00:00Z"))
+    imp(disks[0], src, check=True)
+    home = "/c/" + urlpath.capture_path("http://www.iana.org/", "20240101120000")
+    for spelling in ("http://www.iana.org", "https://www.iana.org/", "http://IANA.org:80/", "http://iana.org",
+                     "HTTPS://WWW.IANA.ORG:443"):
+        proc = webfs("url", spelling, disks[0])
+        assert proc.stdout.decode().strip() == home, spelling
+        assert f"no capture of {spelling} as written; chose the spelling http://www.iana.org/" in proc.stderr.decode()
+    a = "/c/" + urlpath.capture_path("http://example.org/a/", "20240101120000")
+    for spelling in ("http://example.org/a", "http://www.example.org/a/", "http://example.org:80/a"):
+        assert webfs("url", spelling, disks[0]).stdout.decode().strip() == a, spelling
+    # the exact spelling first, the other one named
+    proc = webfs("url", "http://example.org/b", disks[0])
+    assert proc.stdout.decode().strip().endswith("/c/http/example.org/b@20140127000000")
+    assert "besides http://example.org/b: https://example.org/b (1 capture)" in proc.stderr.decode()
+    caps = json.loads(webfs("versions", "--json", "http://example.org/b", disks[0]).stdout)
+    assert [(c["url"], c["exact"]) for c in caps] == [("http://example.org/b", True), ("https://example.org/b", False)]
+    proc = webfs("url", "http://example.org/nothing", disks[0], check=False)
+    assert proc.returncode == 1 and "no capture of http://example.org/nothing, under any spelling" in proc.stderr.decode()
+
+
+def test_url_at_dates_as_written(tmp_path):
+    """--at takes ISO 8601 with a zone and fractions, and WARC timestamps; a bad
+    date is refused in one line (exit 2), not a traceback."""
+    disks = make_archive(tmp_path, 3)
+    src = tmp_path / "a.warc"
+    src.write_bytes(_one(b"http://e.org/", b"1", date=b"2014-01-27T00:00:00Z")
+                    + _one(b"http://e.org/", b"2", date=b"2014-01-27T10:00:00Z"))
+    imp(disks[0], src, check=True)
+    at = lambda d: webfs("url", "--at", d, "http://e.org/", disks[0]).stdout.decode().strip()[-14:]
+    assert at("2014-01-27T04:59:59+05:00") == "20140127000000"     # 23:59:59 the day before, UTC
+    assert at("2014-01-27T10:00:00+05:00") == "20140127000000"     # 05:00 UTC: nearer the first
+    assert at("2014-01-27T05:00:00.5Z") == "20140127100000"        # half a second past the middle
+    assert at("20140127093000") == "20140127100000" and at("2014") == "20140127000000"
+    for bad, says in (("2014-13", "month must be in 1..12"), ("2014-01-27T00:00:00+5", "not a date")):
+        proc = webfs("url", "--at", bad, "http://e.org/", disks[0], check=False)
+        assert proc.returncode == 2 and says in proc.stderr.decode() and b"Traceback" not in proc.stderr
+
+
 @pytest.mark.skipif(not SAMPLES, reason="pywb's sample archive is not installed")
 def test_pywb_samples_round_trip(tmp_path, capsys):
     disks = make_archive(tmp_path, 3)

@@ -1127,7 +1127,7 @@ def _gzip_member(data: bytes, recipe: bytes) -> tuple[bytes, bool]:
     return member, crc is not None and zlib.crc32(member) == crc
 
 
-# ---------------------------------------------------------------- versions of a URL
+# ---------------------------------------------------------------- the whole archive as a tree (versions, url)
 
 def open_target(target: str):
     """The whole archive as a tree: a mount point, or any disk of an unmounted archive."""
@@ -1136,63 +1136,3 @@ def open_target(target: str):
     if not os.path.isdir(target):
         raise WebfsError(f"{target}: not a mount point or a disk of an archive")
     return MountTree(target)
-
-
-def _stamp_key(stamp: str) -> tuple[str, int]:
-    digits, _, n = stamp.partition("~")
-    return digits, int(n or 1)
-
-
-def versions(tree, url: str) -> list[dict]:
-    """Every capture of URL in every collection, oldest first; identical ones share a group."""
-    stem = urlpath.url_to_path(url).encode("utf-8", "surrogateescape")
-    parent, _, leaf = stem.rpartition(b"/")
-    out = []
-    for coll in tree.listdir(b""):
-        if coll.startswith(b".") or not tree.is_dir(coll):
-            continue
-        for name in tree.listdir(coll + b"/" + parent):
-            if not name.startswith(leaf) or name == leaf:
-                continue
-            rel = coll + b"/" + parent + b"/" + name
-            try:
-                got, stamp = urlpath.split_capture_path(os.fsdecode(parent + b"/" + name))
-            except ValueError:
-                continue
-            if got != url or not stamp:
-                continue
-            out.append({"collection": os.fsdecode(coll), "path": os.fsdecode(rel), "stamp": stamp,
-                        "date": _iso(stamp), "size": tree.size(rel), "signature": tree.signature(rel)})
-    out.sort(key=lambda v: (_stamp_key(v["stamp"]), v["collection"]))
-    groups: dict[str, int] = {}
-    for v in out:
-        v["same_as"] = groups.setdefault(v["signature"], len(groups) + 1)
-    return out
-
-
-def _iso(stamp: str) -> str:
-    d = stamp.split("~")[0]
-    return f"{d[0:4]}-{d[4:6]}-{d[6:8]}T{d[8:10]}:{d[10:12]}:{d[12:14]}{d[14:]}Z"
-
-
-def parse_date(text: str) -> str:
-    """A date as 14 digits: 2024, 202401011200, 2024-01-01, 2024-01-01T12:00:00Z ..."""
-    digits = re.sub(r"[^0-9]", "", text.split(".")[0])
-    if len(digits) not in (4, 6, 8, 10, 12, 14):
-        raise WebfsError(f"{text!r}: not a date (YYYY[MM[DD[hh[mm[ss]]]]] or ISO 8601)")
-    return (digits + "0101000000"[len(digits) - 4:]) if len(digits) < 14 else digits
-
-
-def closest(caps: list[dict], at: Optional[str]) -> Optional[dict]:
-    """Memento's rule: the capture nearest in time to ``at`` (the earlier one on a tie);
-    without ``at``, the latest."""
-    if not caps:
-        return None
-    if at is None:
-        return caps[-1]
-    import calendar
-
-    def secs(d14: str) -> int:
-        return calendar.timegm(time.strptime(d14[:14], "%Y%m%d%H%M%S"))
-    want = secs(parse_date(at))
-    return min(caps, key=lambda v: (abs(secs(v["stamp"][:14]) - want), _stamp_key(v["stamp"])))
