@@ -364,6 +364,27 @@ def test_hostile_input(tmp_path, case):
         assert [r["uri"] for r in records_of(out)] == [r["uri"] for r in records_of(src)]
 
 
+def test_revisits_are_not_counted_as_duplicates(tmp_path):
+    """A first import of distinct pages and a revisit: no duplicates (a revisit
+    was counted as one, at its original's size), one revisit resolved."""
+    disks = make_archive(tmp_path, 3)
+    src = write_warc(tmp_path / "a.warc.gz", [("http://example.com/", b"x" * 100_000)], every_type=True)
+    proc, fig = imp(disks[0], src, check=True)
+    assert (fig["dup_files"], fig["dup_bytes"], fig["revisits_resolved"]) == (0, 0, 1), fig
+
+
+def test_problems_are_said_once_on_stderr(tmp_path):
+    """Each problem is said once, on stderr as it is met; the summary (stdout)
+    counts them."""
+    disks = make_archive(tmp_path, 3)
+    src = tmp_path / "a.warc"
+    src.write_bytes(_one(digest=b"sha1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA") + GOOD)
+    proc = webfs("import-warc", "--collection", "c", src, f"{disks[0]}:/", check=False)
+    said = "does not match the payload; imported as read"
+    assert proc.returncode == 4 and proc.stderr.decode().count(said) == 1, proc.stderr
+    assert said not in proc.stdout.decode() and "1 problem(s), each said on stderr above" in proc.stdout.decode()
+
+
 # ---------------------------------------------------------------- without webfs
 
 def test_records_come_back_without_webfs(tmp_path):
@@ -692,7 +713,7 @@ def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeyp
     disks = make_archive(tmp_path, 3)
     src = write_warc(tmp_path / "b.warc.gz", [(f"http://example.com/{i}", b"page %d" % i) for i in range(150)])
     proc, fig = imp(disks[0], src)
-    assert proc.returncode == 4 and "ended early (killed by signal 9); read on from here" in proc.stdout.decode()
+    assert proc.returncode == 4 and "ended early (killed by signal 9); read on from here" in proc.stderr.decode()
     assert fig["captures"] == 150 and fig["records"] == 301
     out = tmp_path / "out.warc.gz"
     assert b"(100%) byte-identical" in webfs("export-warc", f"{disks[0]}:/c", out).stdout

@@ -191,6 +191,7 @@ class WarcImporter(Importer):
         item.warc_identity = identity
         item.warc_where = where or show_path(item.path)     # its record, in messages
         item.warc_data, item.warc_digest, item.warc_share = data, digest, share
+        item.warc_revisit = share is not None
         item.warc_prepared = prepared
         self.enqueue(item, len(data) if share is None else 0)
         item.warc_future = item.future
@@ -467,6 +468,14 @@ class WarcImporter(Importer):
                             f"{show_path(digest)} does not match the payload; imported as read")
         item.kept_rows = list(item.rows)
 
+    def _count_file(self, item: Item) -> None:
+        """A resolved revisit is counted as one (WarcCounts), not as a duplicate the
+        size of its original: a first import of 0.8 MB said 12.3 MiB of duplicates."""
+        if item.warc_revisit:
+            self.counts.files += 1
+            return
+        super()._count_file(item)
+
     def _share(self, item: Item, orig) -> None:
         """A revisit: the original's blocks, one more reference each."""
         if isinstance(orig, Item):
@@ -517,9 +526,8 @@ def warc_summary(wc: WarcCounts, c, seconds: float, stopped: bool) -> list[str]:
              f"{wc.revisits_unresolved} not; {c.new_blocks} new blocks; "
              f"{wc.already} captures already there"]
     problems = wc.problems + c.problems
-    if problems:
-        lines.append(f"  {len(problems)} problem(s):")
-        lines += ["    " + p for p in problems]
+    if problems:     # each was said on stderr as it was met (Progress.note): not twice
+        lines.append(f"  {len(problems)} problem(s), each said on stderr above")
     if stopped:
         lines.append("  stopped before the end; run the same import again to go on")
     return lines
