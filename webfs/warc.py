@@ -643,6 +643,9 @@ class MountTree:
     def size(self, rel: bytes) -> int:
         return self._stat(rel).st_size
 
+    def mtime_ns(self, rel: bytes) -> int:
+        return self._stat(rel).st_mtime_ns
+
     def signature(self, rel: bytes) -> str:
         with open(self._open(rel), "rb") as f:
             try:
@@ -742,6 +745,9 @@ class DiskTree:
     def size(self, rel: bytes) -> int:
         return self.ns.get(self._ino(rel)).size
 
+    def mtime_ns(self, rel: bytes) -> int:
+        return self.ns.get(self._ino(rel)).mtime_ns
+
     def signature(self, rel: bytes) -> str:
         return ",".join(r.sig for r in self.ns.contents(self._ino(rel)))
 
@@ -831,6 +837,12 @@ def kept_sources(tree) -> list[bytes]:
     return [n[:-len(INDEX_SUFFIX)] for n in tree.listdir(KEEP_DIR) if n.endswith(INDEX_SUFFIX)]
 
 
+def sources_in_import_order(tree) -> list[bytes]:
+    """The kept source files in the order they were imported (their index file's
+    mtime, set when the import wrote it), then by name."""
+    return sorted(kept_sources(tree), key=lambda src: (tree.mtime_ns(KEEP_DIR + b"/" + src + INDEX_SUFFIX), src))
+
+
 def _set_header(head: bytes, name: bytes, value: Optional[bytes]) -> bytes:
     """A WARC header block with one header set (or dropped, value None)."""
     lines = head.split(b"\r\n") if b"\r\n" in head else head.split(b"\n")
@@ -892,13 +904,13 @@ def _in_order(tree, order: str, pool) -> Iterator[tuple[bytes, bytes, IndexLine,
     tree (the disk and signature of their first block), so that every disk
     streams its pages at once, each in its own order."""
     if order != "disk":
-        for src in kept_sources(tree):
+        for src in sources_in_import_order(tree):
             heads, lines = _kept(tree, src)
             wheres = iter(tree.locate([ln.capture for ln in lines if ln.where == "file"], pool, False))
             for ln in lines:
                 yield src, heads, ln, next(wheres) if ln.where == "file" else None
         return
-    sources = [(src, *_kept(tree, src)) for src in kept_sources(tree)]
+    sources = [(src, *_kept(tree, src)) for src in sources_in_import_order(tree)]
     for src, heads, lines in sources:
         for ln in lines:
             if ln.where != "file":
@@ -950,14 +962,15 @@ def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where
     return head + http + payload + tail, identical, ln.gzip if identical else b""
 
 
-def _members(tree, batch: list[tuple], duplicates: str) -> list[tuple[bytes, bool, bool, int]]:
-    """A batch of records as gzip members: (member, record byte-identical, the
-    source's very member, record bytes) each. Run in the export's threads: the
-    reads of a batch overlap those of the others, and zlib lets go of the GIL."""
+def _members(tree, batch: list[tuple], duplicates: str, gz: bool = True) -> list[tuple[bytes, bool, bool, int]]:
+    """A batch of records as gzip members (plain records unless ``gz``): (member,
+    record byte-identical, the source's very member, record bytes) each. Run in
+    the export's threads: the reads of a batch overlap those of the others, and
+    zlib lets go of the GIL."""
     out = []
     for rec in batch:
         data, identical, recipe = _record(tree, *rec, duplicates)
-        member, same_member = _gzip_member(data, recipe)
+        member, same_member = _gzip_member(data, recipe) if gz else (data, False)
         out.append((member, identical, same_member, len(data)))
     return out
 
@@ -973,7 +986,8 @@ def _batches(items: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
         yield batch
 
 
-def collection_members(tree, duplicates: str = "revisit", order: str = "source") -> Iterator[tuple[bytes, bool, bool, int]]:
+def collection_members(tree, duplicates: str = "revisit", order: str = "source",
+                       gz: bool = True) -> Iterator[tuple[bytes, bool, bool, int]]:
     """Every kept record as a gzip member, in writing order (``_in_order``):
     (member, record byte-identical to the source's, member the source's very
     member, record bytes). Batches of records are read, made and compressed by
@@ -984,7 +998,7 @@ def collection_members(tree, duplicates: str = "revisit", order: str = "source")
     window: deque = deque()
     try:
         for batch in _batches(_in_order(tree, order, pool), BATCH):
-            window.append(pool.submit(_members, tree, batch, duplicates))
+            window.append(pool.submit(_members, tree, batch, duplicates, gz))
             if len(window) >= 2 * tree.readers:
                 yield from window.popleft().result()
         while window:
@@ -994,7 +1008,8 @@ def collection_members(tree, duplicates: str = "revisit", order: str = "source")
 
 
 class OutFiles:
-    """The files an export writes: OUT, or with a split size OUT-00001.warc.gz,
+    """The files an export writes (gzip per record, or plain WARC for an OUT named
+    .warc): OUT, or with a split size OUT-00001.warc.gz,
     OUT-00002.warc.gz, ... Each is written as NAME.part and all are renamed to
     their names only once the last record is written, so an export that fails
     or is stopped leaves no short file (its .part files are removed, and an
@@ -1004,11 +1019,13 @@ class OutFiles:
     def __init__(self, out: str, split: Optional[int]):
         self.out = out
         self.split = split
+        self.gz = not out.endswith(".warc")      # OUT.warc is plain WARC; any other name gzip per record
         self.names: list[str] = []
         self.fh = None
 
     def name(self, n: int) -> str:
-        return self.out if self.split is None else re.sub(r"(\.warc)?(\.gz)?$", "", self.out) + f"-{n:05d}.warc.gz"
+        return (self.out if self.split is None else
+                re.sub(r"(\.warc)?(\.gz)?$", "", self.out) + f"-{n:05d}.warc" + (".gz" if self.gz else ""))
 
     def write(self, member: bytes) -> None:
         if self.fh is None or (self.split is not None and self.fh.tell() > 0 and self.fh.tell() >= self.split):
@@ -1097,7 +1114,7 @@ def export_tree(tree, out: str, split: Optional[int] = None, duplicates: str = "
     files = OutFiles(out, split)
     told, last = 0, time.monotonic()
     try:
-        for member, identical, same_member, size in collection_members(tree, duplicates, order):
+        for member, identical, same_member, size in collection_members(tree, duplicates, order, files.gz):
             files.write(member)
             testkill.point("export-after-member")
             figures["records"] += 1
