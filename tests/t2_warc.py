@@ -200,7 +200,8 @@ def test_any_spelling_of_a_url_finds_its_page(tmp_path):
     src = tmp_path / "a.warc"
     src.write_bytes(_one(b"http://www.iana.org/", b"home") + _one(b"http://example.org/a/", b"a")
                     + _one(b"http://example.org/b", b"b", date=b"2014-01-27T00:00:00Z")
-                    + _one(b"https://example.org/b", b"b2", date=b"2015-01-27T00:00:00Z"))
+                    + _one(b"https://example.org/b", b"b2", date=b"2015-01-27T00:00:00Z")
+                    + _one(b"http://example.net", b"net"))
     imp(disks[0], src, check=True)
     home = "/c/" + urlpath.capture_path("http://www.iana.org/", "20240101120000")
     for spelling in ("http://www.iana.org", "https://www.iana.org/", "http://IANA.org:80/", "http://iana.org",
@@ -211,6 +212,9 @@ def test_any_spelling_of_a_url_finds_its_page(tmp_path):
     a = "/c/" + urlpath.capture_path("http://example.org/a/", "20240101120000")
     for spelling in ("http://example.org/a", "http://www.example.org/a/", "http://example.org:80/a"):
         assert webfs("url", spelling, disks[0]).stdout.decode().strip() == a, spelling
+    net = "/c/" + urlpath.capture_path("http://example.net", "20240101120000")
+    for spelling in ("http://example.net/", "https://www.example.net/", "http://EXAMPLE.net:80"):
+        assert webfs("url", spelling, disks[0]).stdout.decode().strip() == net, spelling
     # the exact spelling first, the other one named
     proc = webfs("url", "http://example.org/b", disks[0])
     assert proc.stdout.decode().strip().endswith("/c/http/example.org/b@20140127000000")

@@ -89,7 +89,7 @@ def _stems(url: str) -> list[list[str]]:
     """The names of the URL's stem, with and without a slash ending its path."""
     segs = urlpath.segments(url)
     path, mark, rest = url.partition("?") if "?" in url else url.partition("#")
-    other = path[:-1] if path.endswith("/") and len(segs) > 3 else path + "/"
+    other = path[:-1] if path.endswith("/") and len(segs) > 2 else path + "/"
     return [urlpath.url_to_path(u).split("/") for u in (url, other + mark + rest)]
 
 
