@@ -414,6 +414,11 @@ def test_records_come_back_without_webfs(tmp_path):
             got = [r.head + r.http + r.payload + r.tail for r in warcread.read_records(str(rebuilt))]
             want = [r.head + r.http + r.payload + r.tail for r in warcread.read_records(str(source))]
             assert got == want and len(got) > 1, name
+    # a capture that cannot be read: said, exit 1, not a short record and exit 0
+    (out / "c" / urlpath.capture_path(pages[1][0], "20240101120000")).unlink()
+    proc = subprocess.run(["sh", str(REPO / "tools" / "webfs-warc-rebuild"), str(out / "c"), "a.warc.gz",
+                           str(tmp_path / "short.warc")], capture_output=True, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1 and b"cannot be read" in proc.stderr and b"is incomplete" in proc.stderr
 
 
 def test_duplicates_full_writes_revisits_as_responses(tmp_path):
