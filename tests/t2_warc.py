@@ -332,6 +332,7 @@ HOSTILE["deep"] = (_one(DEEP) + GOOD, "")
 HOSTILE["gz-deep"] = (_gz(_one(DEEP)) + _gz(GOOD), "")
 HOSTILE["gz-unended-header"] = (_gz(GOOD) + _gz(UNENDED) + _gz(GOOD.replace(b"/good", b"/after")),
                                 "its WARC header never ends")
+HOSTILE["no-length"] = (b"WARC/1.0\r\nWARC-Type: response\r\n\r\nabc\r\n\r\n" + GOOD, "its WARC header has no Content-Length")
 HOSTILE["gz-garbage-between"] = (_gz(GOOD) + b"GARBAGE\n" * 10 + _gz(_one(b"http://example.com/after")), "offset")
 
 
