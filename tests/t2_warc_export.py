@@ -142,3 +142,21 @@ def test_a_tree_webfs_recover_rebuilt_exports_as_the_archive_did(tmp_path):
     res = webfs("export-warc", rebuilt / "c", out)
     assert b"(100%) byte-identical" in res.stdout
     assert out.read_bytes() == (tmp_path / "from-disks.warc.gz").read_bytes()
+
+
+def test_export_keeps_the_import_order_and_writes_plain_warc_for_dot_warc(tmp_path):
+    """Sources come out in the order they were imported (b before a here, not
+    by name); OUT.warc is a plain WARC file, OUT.warc.gz gzip per record."""
+    disks = make_archive(tmp_path, 3)
+    b = write_warc(tmp_path / "b.warc.gz", [("http://example.com/b", b"page b")])
+    a = write_warc(tmp_path / "a.warc.gz", [("http://example.com/a", b"page a")], start=100)
+    imp(disks[0], b, check=True)
+    imp(disks[0], a, check=True)
+    plain, gz = tmp_path / "out.warc", tmp_path / "out.warc.gz"
+    webfs("export-warc", f"{disks[0]}:/c", plain)
+    webfs("export-warc", f"{disks[0]}:/c", gz)
+    assert plain.read_bytes().startswith(b"WARC/1") and gz.read_bytes()[:2] == b"\x1f\x8b"
+    assert records_of(plain) == records_of(gz) == records_of(b) + records_of(a)
+    webfs("export-warc", "--split", "1K", f"{disks[0]}:/c", tmp_path / "part.warc")
+    parts = sorted(tmp_path.glob("part-*.warc"))
+    assert len(parts) > 1 and all(p.read_bytes().startswith(b"WARC/1") for p in parts)

@@ -113,3 +113,36 @@ def test_pywb_replays_the_mount(tmp_path):
             p.terminate()
             p.wait(timeout=20)
         m.umount()
+
+
+def test_long_and_deep_urls_through_a_mount(tmp_path):
+    """A 6,000-byte URL and a 2,000-segment URL (paths past PATH_MAX): versions,
+    url (also given the collection as TARGET), export-warc and
+    webfs-warc-rebuild, byte-identical records."""
+    import subprocess
+    from conftest import REPO
+    from t2_warc import _one
+    long_url = b"http://example.com/long?" + b"q" * 6000
+    deep_url = b"http://example.com/" + b"a/" * 2000 + b"end"
+    src = tmp_path / "long.warc"
+    src.write_bytes(_one(long_url, b"long") + _one(deep_url, b"deep") + _one(b"http://example.com/", b"home"))
+    m = Mounted(tmp_path, disks=3)
+    try:
+        webfs("import-warc", src, m.mnt)
+        for url in (long_url.decode(), deep_url.decode()):
+            caps = json.loads(webfs("versions", "--json", url, m.mnt).stdout)
+            assert [c["exact"] for c in caps] == [True], url[:40]
+            path = webfs("url", url, m.mnt).stdout.decode().strip()
+            assert path == os.path.join(str(m.mnt), caps[0]["path"])
+            inside = webfs("url", url, m.mnt / "long").stdout.decode().strip()
+            assert inside == path
+        proc = webfs("url", "http://example.com/nothing", m.mnt / "long", check=False)
+        assert proc.returncode == 1 and b"TARGET is one collection" in proc.stderr
+        out = tmp_path / "out.warc"
+        assert b"(100%) byte-identical" in webfs("export-warc", m.mnt / "long", out).stdout
+        rebuilt = tmp_path / "rebuilt.warc"
+        subprocess.run(["sh", str(REPO / "tools" / "webfs-warc-rebuild"), str(m.mnt / "long"), "long.warc",
+                        str(rebuilt)], check=True, capture_output=True, env={"PATH": "/usr/bin:/bin"})
+        assert rebuilt.read_bytes() == src.read_bytes()
+    finally:
+        m.umount()

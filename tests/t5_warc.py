@@ -85,3 +85,68 @@ def test_ctrl_c_stops_at_a_safe_point_quietly_then_rerun_finishes(tmp_path):
     assert fig["captures"] + fig["already"] == 8000, fig
     fsck = webfs("fsck", disks[0], check=False)
     assert fsck.returncode == 0, fsck.stdout.decode()
+
+
+def _reading_process(pid: int):
+    """The pid of import-warc's reading process among the children of ``pid``, or None."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            kids = open(f"/proc/{pid}/task/{task}/children").read().split()
+        except OSError:
+            continue
+        for kid in kids:
+            try:
+                if b"_read_and_send" in open(f"/proc/{kid}/cmdline", "rb").read():
+                    return int(kid)
+            except OSError:
+                continue
+    return None
+
+
+def _reading(pid: int, path) -> bool:
+    """Whether a process has the file open (the reading process has, past its start)."""
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(path) for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_kill_9_of_the_import_ends_its_reading_process(tmp_path):
+    """The reading process stopped (SIGSTOP: busy, not writing to its pipe, as in
+    a gzip bomb), then the import killed with kill -9: the reading process is
+    killed with it (it was left behind, stopped, for ever)."""
+    import signal
+    import subprocess
+    import time
+    disks = make_archive(tmp_path, 3)
+    src = write_warc(tmp_path / "a.warc.gz", [(f"http://site.org/p{i}.html", b"page %d" % i) for i in range(3000)])
+    proc = subprocess.Popen([str(BIN / "webfs"), "import-warc", "--collection", "c", str(src), f"{disks[0]}:/"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    reader = None
+    try:
+        deadline = time.monotonic() + 60
+        while reader is None and proc.poll() is None and time.monotonic() < deadline:
+            reader = _reading_process(proc.pid)
+        assert reader is not None, "no reading process seen"
+        while not _reading(reader, src) and proc.poll() is None and time.monotonic() < deadline:
+            pass
+        assert _reading(reader, src), "the reading process never opened its file"
+        os.kill(reader, signal.SIGSTOP)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while not _gone(reader) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(reader), "the reading process outlived the import"
+    finally:
+        if reader is not None and not _gone(reader):
+            os.kill(reader, signal.SIGKILL)
+        proc.kill()

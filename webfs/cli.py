@@ -481,43 +481,80 @@ def export_warc(split, duplicates, order, force, as_json, collection, out):
 @click.argument("url")
 @click.argument("target", metavar="TARGET", type=DiskPath(exists=True, file_okay=False))
 def versions(as_json, url, target):
-    """List every capture of URL in every collection of TARGET (a mount
-    point or a disk): date, size, signature, path; captures with the same
-    number in the last column are identical."""
-    from . import warc
-    tree = warc.open_target(target)
-    try:
-        caps = warc.versions(tree, url)
-    finally:
-        tree.close()
+    """List every capture of URL, under any spelling of it (scheme, host case,
+    port, www., trailing slash), in every collection of TARGET (a mount point,
+    a disk, or one collection): date, size, signature, group (captures with
+    the same number in the 4th column are identical), path. The spelling asked
+    for comes first; the others found are named on stderr."""
+    from . import versions as lookup
+    caps, one = _captures(url, target)
     if as_json:
         click.echo(json.dumps(caps, indent=2))
     else:
         for v in caps:
             click.echo(f"{v['date']}  {v['size']:>10}  {v['signature'][:32]}  ={v['same_as']}  {v['path']}")
-        if not caps:
-            click.echo(f"no capture of {url}", err=True)
+    others = lookup.spellings(caps)
+    if others:
+        click.echo(f"{'no capture of ' + url + ' as written; ' if not caps[0]['exact'] else ''}"
+                   f"listed too: {_spelled(others)}", err=True)
     sys.exit(0 if caps else 1)
 
 
+def _captures(url: str, target: str, pywb_ties: bool = False) -> tuple[list, bool]:
+    """The captures of URL in TARGET (versions.captures), oldest first, those of one
+    second in pywb's order if ``pywb_ties`` (so url and replay agree); none found
+    is said, exit 1."""
+    from . import versions as lookup, warc
+    tree = warc.open_target(target)
+    try:
+        caps, one = lookup.captures(tree, url)
+        if pywb_ties:
+            from .replay import pywb_order
+            caps = pywb_order(tree, sorted(caps, key=lambda c: c["stamp"]))
+    finally:
+        tree.close()
+    if not caps:
+        where = (f"the collection {target} (TARGET is one collection: give the mount point or a disk to "
+                 "look in all)" if one else f"any collection of {target}")
+        click.echo(f"no capture of {url}, under any spelling, in {where}", err=True)
+        sys.exit(1)
+    return caps, one
+
+
+def _spelled(counts: dict) -> str:
+    return ", ".join(f"{u} ({n} capture{'s' if n > 1 else ''})" for u, n in counts.items())
+
+
+def _date_option(ctx, param, value):
+    from . import versions as lookup
+    if value is not None:
+        try:
+            lookup.when(value)
+        except WebfsError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
+
+
 @main.command()
-@click.option("--at", "at", metavar="DATE", default=None,
-              help="The capture closest to DATE (2024, 20240101, 2024-01-01T12:00:00Z); default: the latest.")
+@click.option("--at", "at", metavar="DATE", default=None, callback=_date_option,
+              help="The capture closest to DATE: 2024, 20240127, a 14-digit WARC date, or ISO 8601 "
+                   "(2024-01-27T10:00:00.5+05:00); default: the latest.")
 @click.argument("url")
 @click.argument("target", metavar="TARGET", type=DiskPath(exists=True, file_okay=False))
 def url(at, url, target):
     """Print the path (below TARGET) of the capture of URL closest to DATE,
-    by Memento's rule (the earlier one on a tie; in one second, pywb's pick)."""
-    from . import warc
-    tree = warc.open_target(target)
-    try:
-        from .replay import pywb_order
-        best = warc.closest(pywb_order(tree, warc.versions(tree, url)), at)
-    finally:
-        tree.close()
-    if best is None:
-        click.echo(f"no capture of {url}", err=True)
-        sys.exit(1)
+    by Memento's rule (the earlier one on a tie; in one second, pywb's pick).
+    A capture of the URL as written is chosen first; else one of another
+    spelling (scheme, host case, port, www., trailing slash), said on stderr."""
+    from . import versions as lookup
+    caps, _ = _captures(url, target, pywb_ties=True)
+    best = lookup.closest([c for c in caps if c["exact"]] or caps, at)
+    others = lookup.spellings(caps)
+    if not best["exact"]:
+        click.echo(f"no capture of {url} as written; chose the spelling {best['url']} "
+                   f"(found: {_spelled(others)})", err=True)
+    elif others:
+        click.echo(f"spellings found besides {url}: {_spelled(others)}", err=True)
     on_disk = is_url(target) or os.path.isfile(os.path.join(target, "WEBFS-DISK"))
     click.echo("/" + best["path"] if on_disk else os.path.join(target, best["path"]))
 

@@ -345,22 +345,29 @@ class Namespace(NamespaceRows):
         return out
 
     def path_of(self, ino: int) -> bytes:
-        """The path of an inode from the root (one of its names, for hints and journals)."""
-        if ino == ROOT_INODE:
-            return b""
-        cached = self._dir_paths.get(ino)
-        if cached is not None:
-            return cached
-        row = self.cat.query("SELECT parent, name, (SELECT mode FROM inodes WHERE id=inode) "
-                             "FROM dentries WHERE inode=? LIMIT 1", (ino,))
-        if not row:
-            return b""
-        parent, name, mode = row[0]
-        path = self.path_of(parent) + b"/" + name
-        if mode is not None and stat.S_ISDIR(mode):
-            if len(self._dir_paths) >= DIR_PATHS_KEPT:
-                self._dir_paths.clear()
-            self._dir_paths[ino] = path
+        """The path of an inode from the root (one of its names, for hints and journals).
+        Walked up a loop, not a recursion: a captured URL can be thousands of
+        directories deep."""
+        names: list[tuple[int, bytes, Optional[int]]] = []     # (inode, name, mode), deepest first
+        here, path = ino, b""
+        while here != ROOT_INODE:
+            cached = self._dir_paths.get(here)
+            if cached is not None:
+                path = cached
+                break
+            row = self.cat.query("SELECT parent, name, (SELECT mode FROM inodes WHERE id=inode) "
+                                 "FROM dentries WHERE inode=? LIMIT 1", (here,))
+            if not row:
+                return b""
+            parent, name, mode = row[0]
+            names.append((here, name, mode))
+            here = parent
+        for node, name, mode in reversed(names):
+            path = path + b"/" + name
+            if mode is not None and stat.S_ISDIR(mode):
+                if len(self._dir_paths) >= DIR_PATHS_KEPT:
+                    self._dir_paths.clear()
+                self._dir_paths[node] = path
         return path
 
     def contents(self, ino: int) -> list[BlockRow]:

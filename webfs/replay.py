@@ -214,7 +214,7 @@ def _xattr(tree, rel: str, name: bytes) -> bytes:
 
 
 def pywb_order(tree, caps: list[dict]) -> list[dict]:
-    """Captures (``warc.versions``, oldest first) with those of one second in the
+    """Captures (``versions.captures``, oldest first) with those of one second in the
     order of pywb's CDXJ lines, which is the order pywb takes them in on a tie:
     by the fields its indexer writes after the URL (mime, status, digest)."""
     def line_key(v: dict) -> tuple:

@@ -153,12 +153,25 @@ class WarcImporter(Importer):
         self.revisits_left = []
 
     def _dir(self, path: bytes) -> Item:
-        """The item of a directory below the collection (made in this import or found)."""
+        """The item of a directory below the collection (made in this import or found);
+        its missing parents are made first, top down (a URL may have thousands of
+        segments: no recursion)."""
         item = self.dirs.get(path)
         if item is not None:
             return item
+        missing = [path]
+        while True:
+            parent_path = missing[-1].rpartition(b"/")[0]
+            if parent_path in self.dirs:
+                break
+            missing.append(parent_path)
+        for here in reversed(missing):
+            item = self._new_dir(here)
+        return item
+
+    def _new_dir(self, path: bytes) -> Item:
         parent_path, _, name = path.rpartition(b"/")
-        parent = self._dir(parent_path)
+        parent = self.dirs[parent_path]
         node = self._name_in(parent, name)
         st = SimpleNamespace(st_mode=stat.S_IFDIR | 0o755, st_uid=self.uid, st_gid=self.gid,
                              st_atime_ns=time.time_ns(), st_mtime_ns=time.time_ns(), st_rdev=0)
@@ -186,6 +199,7 @@ class WarcImporter(Importer):
         item.warc_identity = identity
         item.warc_where = where or show_path(item.path)     # its record, in messages
         item.warc_data, item.warc_digest, item.warc_share = data, digest, share
+        item.warc_revisit = share is not None
         item.warc_prepared = prepared
         self.enqueue(item, len(data) if share is None else 0)
         item.warc_future = item.future
@@ -241,7 +255,12 @@ class WarcImporter(Importer):
                 self._report(f"{show_path(src)}: offset {rec.offset}: {problem.decode()}; imported as read")
             item = None
             if rec.rtype in CAPTURE_TYPES:
-                item, capture = self._capture(src, name, rec)
+                try:
+                    item, capture = self._capture(src, name, rec)
+                except (ValueError, RecursionError, OSError, FsError) as exc:   # one record's, not the import's
+                    self._report(f"{show_path(src)}: offset {rec.offset}: its capture cannot be filed "
+                                 f"({type(exc).__name__}: {exc}); kept in the heads only")
+                    item, capture = None, b"-"
                 if capture != b"-" and (item is None or item.kind == "file"):
                     # a decoded capture's file is the document: the entity as recorded stays in the heads
                     where = b"file" if rec.rtype != "revisit" and rec.document is None else b"heads"
@@ -483,6 +502,14 @@ class WarcImporter(Importer):
                             f"{show_path(digest)} does not match the payload; imported as read")
         item.kept_rows = list(item.rows)
 
+    def _count_file(self, item: Item) -> None:
+        """A resolved revisit is counted as one (WarcCounts), not as a duplicate the
+        size of its original: a first import of 0.8 MB said 12.3 MiB of duplicates."""
+        if item.warc_revisit:
+            self.counts.files += 1
+            return
+        super()._count_file(item)
+
     def _share(self, item: Item, orig) -> None:
         """A revisit: the original's blocks, one more reference each."""
         if isinstance(orig, Item):
@@ -533,9 +560,8 @@ def warc_summary(wc: WarcCounts, c, seconds: float, stopped: bool) -> list[str]:
              f"{wc.revisits_unresolved} not; {c.new_blocks} new blocks; "
              f"{wc.already} captures already there"]
     problems = wc.problems + c.problems
-    if problems:
-        lines.append(f"  {len(problems)} problem(s):")
-        lines += ["    " + p for p in problems]
+    if problems:     # each was said on stderr as it was met (Progress.note): not twice
+        lines.append(f"  {len(problems)} problem(s), each said on stderr above")
     if stopped:
         lines.append("  stopped before the end; run the same import again to go on")
     return lines
@@ -668,6 +694,8 @@ GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"   # what zlib writes f
 PART_SUFFIX = ".part"       # an export's file until its last record is written
 READERS = 12                # capture files read at once by export-warc (through a mount, reads overlap)
 BATCH = 4                   # records read, made and compressed by one task of an export
+PATH_ROOM = 3072            # bytes of a path given to the kernel at once (PATH_MAX is 4096)
+AT_CWD = -100              # the "no directory fd" of MountTree._at (AT_FDCWD's value)
 PROGRESS_EVERY = 0.25       # seconds between the export's progress reports (each a socket write in a mount)
 
 
@@ -689,31 +717,75 @@ class MountTree:
         self.name = root
         self.root = os.fsencode(root)
 
+    @contextlib.contextmanager
+    def _at(self, rel: bytes):
+        """(a directory's fd or AT_FDCWD, a name in it) for a path below the root, however
+        long: past PATH_MAX (a 6,000-byte URL's path) the directories on the way are
+        opened a few at a time."""
+        path = os.path.join(self.root, rel)
+        if len(path) < PATH_ROOM:
+            yield AT_CWD, path
+            return
+        *dirs, name = path.split(b"/")
+        fd, step = AT_CWD, []
+        try:
+            for part in dirs + [None]:
+                if part is not None and len(b"/".join(step + [part])) < PATH_ROOM:
+                    step.append(part)
+                    continue
+                where = b"/".join(step) or b"/"
+                new = os.open(where, os.O_RDONLY | os.O_DIRECTORY, dir_fd=None if fd == AT_CWD else fd)
+                if fd != AT_CWD:
+                    os.close(fd)
+                fd, step = new, [part] if part is not None else []
+            yield fd, name
+        finally:
+            if fd != AT_CWD:
+                os.close(fd)
+
+    def _open(self, rel: bytes, flags: int = os.O_RDONLY) -> int:
+        with self._at(rel) as (fd, name):
+            return os.open(name, flags, dir_fd=None if fd == AT_CWD else fd)
+
     def read(self, rel: bytes) -> bytes:
-        with open(os.path.join(self.root, rel), "rb") as f:
+        with open(self._open(rel), "rb") as f:
             return f.read()
 
     def listdir(self, rel: bytes) -> list[bytes]:
         try:
-            return sorted(os.listdir(os.path.join(self.root, rel)))
-        except FileNotFoundError:
+            fd = self._open(rel, os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
             return []
+        try:
+            return sorted(os.fsencode(n) for n in os.listdir(fd))
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         pass
 
+    def _stat(self, rel: bytes) -> os.stat_result:
+        with self._at(rel) as (fd, name):
+            return os.stat(name, dir_fd=None if fd == AT_CWD else fd)
+
     def size(self, rel: bytes) -> int:
-        return os.stat(os.path.join(self.root, rel)).st_size
+        return self._stat(rel).st_size
+
+    def mtime_ns(self, rel: bytes) -> int:
+        return self._stat(rel).st_mtime_ns
 
     def signature(self, rel: bytes) -> str:
-        try:
-            return os.getxattr(os.path.join(self.root, rel), "user.webfs.signature").decode()
-        except OSError:
-            with open(os.path.join(self.root, rel), "rb") as f:
+        with open(self._open(rel), "rb") as f:
+            try:
+                return os.getxattr(f.fileno(), "user.webfs.signature").decode()
+            except OSError:
                 return "sha1:" + hashlib.sha1(f.read()).hexdigest()
 
     def is_dir(self, rel: bytes) -> bool:
-        return os.path.isdir(os.path.join(self.root, rel))
+        try:
+            return stat.S_ISDIR(self._stat(rel).st_mode)
+        except OSError:
+            return False
 
     def locate(self, paths: list[bytes], pool, ordered: bool) -> list[Where]:
         """Where each capture file is; with ``ordered``, its first block's disk and
@@ -724,12 +796,17 @@ class MountTree:
         return list(pool.map(lambda p: Where(self._first_block(p), p), paths, chunksize=64))
 
     def _first_block(self, rel: bytes) -> tuple[int, str]:
-        p = os.path.join(self.root, rel)
         try:
-            return (int(os.getxattr(p, "user.webfs.disk").split(b",")[0]),
-                    os.getxattr(p, "user.webfs.signature").decode().split(",")[0])
+            fd = self._open(rel)
+        except OSError:
+            return NOWHERE
+        try:
+            return (int(os.getxattr(fd, "user.webfs.disk").split(b",")[0]),
+                    os.getxattr(fd, "user.webfs.signature").decode().split(",")[0])
         except (OSError, ValueError):
             return NOWHERE
+        finally:
+            os.close(fd)
 
     def fetch(self, where: Where) -> bytes:
         return self.read(where.what)
@@ -795,6 +872,9 @@ class DiskTree:
 
     def size(self, rel: bytes) -> int:
         return self.ns.get(self._ino(rel)).size
+
+    def mtime_ns(self, rel: bytes) -> int:
+        return self.ns.get(self._ino(rel)).mtime_ns
 
     def signature(self, rel: bytes) -> str:
         return ",".join(r.sig for r in self.ns.contents(self._ino(rel)))
@@ -885,6 +965,12 @@ def kept_sources(tree) -> list[bytes]:
     return [n[:-len(INDEX_SUFFIX)] for n in tree.listdir(KEEP_DIR) if n.endswith(INDEX_SUFFIX)]
 
 
+def sources_in_import_order(tree) -> list[bytes]:
+    """The kept source files in the order they were imported (their index file's
+    mtime, set when the import wrote it), then by name."""
+    return sorted(kept_sources(tree), key=lambda src: (tree.mtime_ns(KEEP_DIR + b"/" + src + INDEX_SUFFIX), src))
+
+
 def _set_header(head: bytes, name: bytes, value: Optional[bytes]) -> bytes:
     """A WARC header block with one header set (or dropped, value None)."""
     lines = head.split(b"\r\n") if b"\r\n" in head else head.split(b"\n")
@@ -946,13 +1032,13 @@ def _in_order(tree, order: str, pool) -> Iterator[tuple[bytes, bytes, IndexLine,
     tree (the disk and signature of their first block), so that every disk
     streams its pages at once, each in its own order."""
     if order != "disk":
-        for src in kept_sources(tree):
+        for src in sources_in_import_order(tree):
             heads, lines = _kept(tree, src)
             wheres = iter(tree.locate([ln.capture for ln in lines if ln.where == "file"], pool, False))
             for ln in lines:
                 yield src, heads, ln, next(wheres) if ln.where == "file" else None
         return
-    sources = [(src, *_kept(tree, src)) for src in kept_sources(tree)]
+    sources = [(src, *_kept(tree, src)) for src in sources_in_import_order(tree)]
     for src, heads, lines in sources:
         for ln in lines:
             if ln.where != "file":
@@ -1004,14 +1090,15 @@ def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where
     return head + http + payload + tail, identical, ln.gzip if identical else b""
 
 
-def _members(tree, batch: list[tuple], duplicates: str) -> list[tuple[bytes, bool, bool, int]]:
-    """A batch of records as gzip members: (member, record byte-identical, the
-    source's very member, record bytes) each. Run in the export's threads: the
-    reads of a batch overlap those of the others, and zlib lets go of the GIL."""
+def _members(tree, batch: list[tuple], duplicates: str, gz: bool = True) -> list[tuple[bytes, bool, bool, int]]:
+    """A batch of records as gzip members (plain records unless ``gz``): (member,
+    record byte-identical, the source's very member, record bytes) each. Run in
+    the export's threads: the reads of a batch overlap those of the others, and
+    zlib lets go of the GIL."""
     out = []
     for rec in batch:
         data, identical, recipe = _record(tree, *rec, duplicates)
-        member, same_member = _gzip_member(data, recipe)
+        member, same_member = _gzip_member(data, recipe) if gz else (data, False)
         out.append((member, identical, same_member, len(data)))
     return out
 
@@ -1027,7 +1114,8 @@ def _batches(items: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
         yield batch
 
 
-def collection_members(tree, duplicates: str = "revisit", order: str = "source") -> Iterator[tuple[bytes, bool, bool, int]]:
+def collection_members(tree, duplicates: str = "revisit", order: str = "source",
+                       gz: bool = True) -> Iterator[tuple[bytes, bool, bool, int]]:
     """Every kept record as a gzip member, in writing order (``_in_order``):
     (member, record byte-identical to the source's, member the source's very
     member, record bytes). Batches of records are read, made and compressed by
@@ -1038,7 +1126,7 @@ def collection_members(tree, duplicates: str = "revisit", order: str = "source")
     window: deque = deque()
     try:
         for batch in _batches(_in_order(tree, order, pool), BATCH):
-            window.append(pool.submit(_members, tree, batch, duplicates))
+            window.append(pool.submit(_members, tree, batch, duplicates, gz))
             if len(window) >= 2 * tree.readers:
                 yield from window.popleft().result()
         while window:
@@ -1048,7 +1136,8 @@ def collection_members(tree, duplicates: str = "revisit", order: str = "source")
 
 
 class OutFiles:
-    """The files an export writes: OUT, or with a split size OUT-00001.warc.gz,
+    """The files an export writes (gzip per record, or plain WARC for an OUT named
+    .warc): OUT, or with a split size OUT-00001.warc.gz,
     OUT-00002.warc.gz, ... Each is written as NAME.part and all are renamed to
     their names only once the last record is written, so an export that fails
     or is stopped leaves no short file (its .part files are removed, and an
@@ -1061,11 +1150,13 @@ class OutFiles:
         self.out = out
         self.split = split
         self.force = force
+        self.gz = not out.endswith(".warc")      # OUT.warc is plain WARC; any other name gzip per record
         self.names: list[str] = []
         self.fh = None
 
     def name(self, n: int) -> str:
-        return self.out if self.split is None else re.sub(r"(\.warc)?(\.gz)?$", "", self.out) + f"-{n:05d}.warc.gz"
+        return (self.out if self.split is None else
+                re.sub(r"(\.warc)?(\.gz)?$", "", self.out) + f"-{n:05d}.warc" + (".gz" if self.gz else ""))
 
     def write(self, member: bytes) -> None:
         if self.fh is None or (self.split is not None and self.fh.tell() > 0 and self.fh.tell() >= self.split):
@@ -1194,7 +1285,7 @@ def export_tree(tree, out: str, split: Optional[int] = None, duplicates: str = "
     files.check(files.name(1))          # refused before a record is read
     told, last = 0, time.monotonic()
     try:
-        for member, identical, same_member, size in collection_members(tree, duplicates, order):
+        for member, identical, same_member, size in collection_members(tree, duplicates, order, files.gz):
             files.write(member)
             testkill.point("export-after-member")
             figures["records"] += 1
@@ -1232,7 +1323,7 @@ def _gzip_member(data: bytes, recipe: bytes) -> tuple[bytes, bool]:
     return member, crc is not None and zlib.crc32(member) == crc
 
 
-# ---------------------------------------------------------------- versions of a URL
+# ---------------------------------------------------------------- the whole archive as a tree (versions, url)
 
 def open_target(target: str):
     """The whole archive as a tree: a mount point, or any disk of an unmounted archive."""
@@ -1241,64 +1332,3 @@ def open_target(target: str):
     if not os.path.isdir(target):
         raise WebfsError(f"{target}: not a mount point or a disk of an archive")
     return MountTree(target)
-
-
-def _stamp_key(stamp: str) -> tuple[str, int]:
-    digits, _, n = stamp.partition("~")
-    return digits, int(n or 1)
-
-
-def versions(tree, url: str) -> list[dict]:
-    """Every capture of URL in every collection, oldest first; identical ones share a group."""
-    stem = urlpath.url_to_path(url).encode("utf-8", "surrogateescape")
-    parent, _, leaf = stem.rpartition(b"/")
-    out = []
-    for coll in tree.listdir(b""):
-        if coll.startswith(b".") or not tree.is_dir(coll):
-            continue
-        for name in tree.listdir(coll + b"/" + parent):
-            if not name.startswith(leaf) or name == leaf:
-                continue
-            rel = coll + b"/" + parent + b"/" + name
-            try:
-                got, stamp = urlpath.split_capture_path(os.fsdecode(parent + b"/" + name))
-            except ValueError:
-                continue
-            if got != url or not stamp:
-                continue
-            out.append({"collection": os.fsdecode(coll), "path": os.fsdecode(rel), "stamp": stamp,
-                        "date": _iso(stamp), "size": tree.size(rel), "signature": tree.signature(rel)})
-    out.sort(key=lambda v: (_stamp_key(v["stamp"]), v["collection"]))
-    groups: dict[str, int] = {}
-    for v in out:
-        v["same_as"] = groups.setdefault(v["signature"], len(groups) + 1)
-    return out
-
-
-def _iso(stamp: str) -> str:
-    d = stamp.split("~")[0]
-    return f"{d[0:4]}-{d[4:6]}-{d[6:8]}T{d[8:10]}:{d[10:12]}:{d[12:14]}{d[14:]}Z"
-
-
-def parse_date(text: str) -> str:
-    """A date as 14 digits: 2024, 202401011200, 2024-01-01, 2024-01-01T12:00:00Z ..."""
-    digits = re.sub(r"[^0-9]", "", text.split(".")[0])
-    if len(digits) not in (4, 6, 8, 10, 12, 14):
-        raise WebfsError(f"{text!r}: not a date (YYYY[MM[DD[hh[mm[ss]]]]] or ISO 8601)")
-    return (digits + "0101000000"[len(digits) - 4:]) if len(digits) < 14 else digits
-
-
-def closest(caps: list[dict], at: Optional[str]) -> Optional[dict]:
-    """Memento's rule: the capture nearest in time to ``at`` (the earlier one on a tie);
-    without ``at``, the latest."""
-    if not caps:
-        return None
-    if at is None:         # the latest second; in it, the first as listed (pywb's order)
-        return next(v for v in caps if v["stamp"][:14] == caps[-1]["stamp"][:14])
-    import calendar
-
-    def secs(d14: str) -> int:
-        return calendar.timegm(time.strptime(d14[:14], "%Y%m%d%H%M%S"))
-    want = secs(parse_date(at))
-    # min keeps the first of equals: in one second, the order the captures are listed in
-    return min(caps, key=lambda v: (abs(secs(v["stamp"][:14]) - want), v["stamp"][:14]))

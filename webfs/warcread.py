@@ -29,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import ctypes
 import tempfile
 import zlib
 from dataclasses import dataclass, field
@@ -46,6 +47,12 @@ _ARC_LINE = re.compile(rb"\n([^ \r\n]+) ([0-9.]+|-) ([0-9]{14}) ")
 
 SPILL_AT = 8 << 20          # a record longer than this is not held in memory (see Payload)
 READ_CHUNK = 1 << 20
+# The longest header block warcio is let read (a run of lines without a blank
+# one): a header line that never ends, in a gzip member inflating to gigabytes,
+# is reported at this length instead of filling memory. warcio has no bound;
+# 64 KiB is 16 times the longest URL browsers keep, and 10 times any header
+# block of the pywb samples and of our test corpora.
+HEADER_MAX = 64 << 10
 FEED = 1 << 16             # bytes of a per-record gzip file given to zlib at a time
 
 
@@ -201,6 +208,7 @@ class _Sink:
         self.parts: list[bytes] = []
         self.length = 0
         self.file = None
+        self.checked = False
 
     def write(self, data: bytes) -> None:
         if not data:
@@ -215,6 +223,14 @@ class _Sink:
             for part in self.parts:
                 self.file.write(part)
             self.parts = []
+
+    def headless(self) -> bool:
+        """Whether a READ_CHUNK has come in without the blank line ending a header
+        (``_strict_record`` would not cut it: a gzip bomb stops here)."""
+        if self.length < READ_CHUNK or self.checked:
+            return False
+        self.checked = True
+        return not _BLANK_LINE.search(self.prefix()[:READ_CHUNK])
 
     def prefix(self) -> bytes:
         """All of it, or (spilled) its first READ_CHUNK bytes."""
@@ -296,6 +312,8 @@ def _strict_gz(fh, start: int, size: int) -> Iterator[object]:
                 sink.write(d.decompress(data, 1 << 22))
                 while d.unconsumed_tail and not d.eof:
                     sink.write(d.decompress(d.unconsumed_tail, 1 << 22))
+                if sink.headless():
+                    return pos           # not a record this reader cuts: not inflated to its end
                 used = len(data) - len(d.unused_data)
                 crc = zlib.crc32(data[:used], crc)
                 length += used
@@ -396,6 +414,7 @@ def read_records(path: str, start: int = 0) -> Iterator[object]:
 APART_BATCH = 64            # records it sends at once ...
 FIRST_BATCH = 8             # ... after batches of 8, 16 and 32: the importing process waits for the first
 APART_PIPE = 1 << 20        # the pipe's buffer: it reads on while a batch waits (Linux's default bound)
+PR_SET_PDEATHSIG = 1         # prctl(2)
 SEEN_KEPT = 200_000         # signatures it remembers having encoded (~100 B each)
 _APART_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from webfs.warcread import _read_and_send; _read_and_send()"
 
@@ -438,7 +457,7 @@ def read_records_apart(path: str, preparing: Preparing) -> Iterator[object]:
             apart = fh.read(2) == b"\x1f\x8b" and not _whole_file_gzip(fh)
         code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         child = subprocess.Popen([sys.executable, "-c", _APART_MAIN, code, path,
-                                  json.dumps(dataclasses.asdict(preparing))],
+                                  json.dumps(dataclasses.asdict(preparing)), str(os.getpid())],
                                  stdout=subprocess.PIPE) if apart else None
     except OSError:
         child = None
@@ -493,11 +512,13 @@ def _record_at(path: str, offset: int) -> object:
 def _read_and_send() -> None:
     """The reading process: ``read_records`` of argv[2] to standard output, in
     pickled batches, then None; its captures prepared as argv[3] (Preparing,
-    as JSON) says."""
+    as JSON) says; argv[4] is the importing process's id."""
     path, preparing = sys.argv[2], Preparing(**json.loads(sys.argv[3]))
     # Ctrl-C is the importing process's to act on (it stops at a safe point
-    # and ends this one); an importing process gone closes the pipe.
+    # and ends this one); an importing process gone closes the pipe, which
+    # this one only notices when it writes: so it is also killed with it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with(int(sys.argv[4]))
     testkill.arm()
     conn = Connection(os.dup(1))
     os.dup2(2, 1)                         # nothing else reaches the pipe
@@ -505,6 +526,17 @@ def _read_and_send() -> None:
         _send_records(conn, path, preparing)
     except (BrokenPipeError, ConnectionResetError):
         pass
+
+
+def _die_with(parent: int) -> None:
+    """Be sent SIGKILL when the importing process (thread) ends (Linux's
+    PR_SET_PDEATHSIG), or end now if it already has."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass                      # not Linux: the closed pipe still ends it when it writes
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
@@ -624,13 +656,15 @@ def _records_of(fh, raw_fh, size: int, gz: bool, ArchiveIterator, start: int) ->
             arc = not head.startswith(b"WARC/")
         fh.seek(start)
         it = ArchiveIterator(fh, arc2warc=False, ensure_http_headers=False)
+        it.reader.readline = _bounded_readline(it.reader.readline)
         offset = start
         prev = None
         try:
             for rec in it:
                 offset = it.offset
                 rtype = rec.rec_type or ""
-                rec.raw_stream.read()     # to the end, so the length is known
+                while rec.raw_stream.read(READ_CHUNK):
+                    pass                  # to the end, so the length is known
                 length = it.get_record_length()
                 offset = it.get_record_offset()
                 if prev is not None:
@@ -642,8 +676,8 @@ def _records_of(fh, raw_fh, size: int, gz: bool, ArchiveIterator, start: int) ->
                 yield _raw(raw_fh, prev, None)
                 offset = prev[0] + prev[1]
                 prev = None
-            yield Problem(offset, f"unreadable record: {_say(exc)}")
             offset = max(offset, start)
+            yield Problem(offset, f"unreadable record: {_header_problem(raw_fh, offset) or _say(exc)}")
             nxt = _resync(raw_fh, offset + 1, gz, arc)
             if nxt is None:
                 return
@@ -664,6 +698,48 @@ def _records_of(fh, raw_fh, size: int, gz: bool, ArchiveIterator, start: int) ->
             if raw_fh.read(size - start).strip(b"\0\r\n "):
                 yield Problem(start, "no record could be read here")
         return
+
+
+def _bounded_readline(readline):
+    """warcio's readline, refusing a header block (lines up to a blank one) of
+    more than HEADER_MAX bytes rather than reading it all into memory."""
+    run = 0
+
+    def bounded(length=None):
+        nonlocal run
+        room = HEADER_MAX + 1 - run
+        line = readline(room if length is None or length > room else length)
+        run = 0 if not line.strip(b"\r\n") else run + len(line)
+        if run > HEADER_MAX:
+            raise ValueError(f"a header of more than {HEADER_MAX >> 10} KiB")
+        return line
+    return bounded
+
+
+def _header_problem(fh, offset: int) -> Optional[str]:
+    """What is wrong with the WARC header of the record at ``offset``, in words
+    (warcio's own error there can be an AttributeError), or None if it looks
+    whole; at most HEADER_MAX + READ_CHUNK bytes are inflated to tell."""
+    fh.seek(offset)
+    raw = fh.read(FEED)
+    if raw[:2] == b"\x1f\x8b":
+        d, out = zlib.decompressobj(31), b""
+        try:
+            while len(out) <= HEADER_MAX and raw and not d.eof:
+                out += d.decompress(raw, HEADER_MAX + 1 - len(out))
+                raw = d.unconsumed_tail or fh.read(FEED)
+        except zlib.error:
+            return None
+        raw = out
+    if not raw.startswith(b"WARC/"):
+        return None
+    m = _BLANK_LINE.search(raw[:HEADER_MAX + 1])
+    if m:
+        return None if b"\ncontent-length:" in raw[:m.end()].lower() else "its WARC header has no Content-Length"
+    if len(raw) > HEADER_MAX:
+        return (f"its WARC header runs on past {HEADER_MAX >> 10} KiB without the blank line that ends "
+                "a header (a header line that never ends?)")
+    return f"its WARC header never ends: the record stops after {len(raw)} bytes, before the blank line that ends a header"
 
 
 def _say(exc: BaseException) -> str:
@@ -692,7 +768,7 @@ def _raw(fh, prev, end: Optional[int]) -> object:
         if gz and not cut:
             rec.gzip = gzip_recipe(member, zlib.crc32(member))
     except (ValueError, zlib.error, OSError) as exc:
-        return Problem(offset, f"unreadable record: {_say(exc)}")
+        return Problem(offset, f"unreadable record: {_header_problem(fh, offset) or _say(exc)}")
     if cut:
         rec.fields[b"x-problem"] = b"its gzip member is cut short"
     elif errs and b"x-problem" not in rec.fields:

@@ -1,0 +1,207 @@
+"""Finding the captures of a URL in an archive (``webfs versions``, ``webfs url``):
+under any common spelling of the URL, and the date a user writes.
+
+A capture's file is named by its URL exactly as the record wrote it
+(webfs.urlpath), so ``http://IANA.org:80/`` and ``https://www.iana.org``
+are other paths than ``http://www.iana.org/``. As pywb, OutbackCDX and the
+Wayback Machine do, a URL is looked up by its canonical key, SURT (the
+``surt`` package pywb uses): scheme (http and https), host case, default
+port, ``www.``, trailing slash, path case and query order do not count.
+
+No index: the candidates are found by walking the URL's own path in each
+collection, where at each level the names that can be the same segment are
+kept (``http``/``https``; hosts of the same key; names equal but for case;
+the last segment with or without its slash), and each file found is kept
+when its URL has the query's key. A lookup lists the directories on the
+URL's path only (the scheme's directory is the big one: one name a host).
+"""
+from __future__ import annotations
+
+import calendar
+import datetime
+import os
+import re
+from typing import Optional
+
+from . import urlpath
+from .errors import WebfsError
+
+_WWW = re.compile(r"^www\d*\.")
+_DEFAULT_PORT = re.compile(r":(80|443)$")
+_DIGITS = re.compile(r"(\d{4})(?:(\d{2})(?:(\d{2})(?:(\d{2})(?:(\d{2})(?:(\d{2})(\.\d+)?)?)?)?)?)?")
+_ISO = re.compile(r"(\d{4})(?:-(\d{2})(?:-(\d{2})(?:[T ](\d{2})(?::(\d{2})(?::(\d{2})([.,]\d+)?)?)?)?)?)?"
+                  r"(Z|[+-]\d{2}(?::?\d{2})?)?")
+WEB_SCHEMES = ("http", "https")
+
+
+# ---------------------------------------------------------------- dates
+
+def when(text: str) -> float:
+    """A date as seconds since the epoch (UTC): a WARC timestamp or a prefix of one
+    (2014, 201401, 20140127000000), or ISO 8601 (2014-01, 2014-01-27T10:00:00.5+05:00);
+    missing parts are the earliest. WebfsError, one line, for anything else."""
+    text = text.strip()
+    m = _DIGITS.fullmatch(text) or _ISO.fullmatch(text)
+    if not m:
+        raise WebfsError(f"{text!r}: not a date (YYYY[MM[DD[hh[mm[ss]]]]], or ISO 8601 such as "
+                         "2024-01-01T12:00:00Z or 2024-01-01T12:00:00+05:00)")
+    parts = [int(g) if g else default for g, default in zip(m.groups()[:6], (0, 1, 1, 0, 0, 0))]
+    fraction = float(m.group(7).replace(",", ".")) if m.group(7) else 0.0
+    zone = m.group(8) if m.re is _ISO else None
+    try:
+        moment = datetime.datetime(*parts, tzinfo=datetime.timezone.utc)
+        if zone and zone != "Z":
+            sign = -1 if zone[0] == "-" else 1
+            hours, minutes = int(zone[1:3]), int(zone[-2:]) if len(zone) > 3 else 0
+            moment -= sign * datetime.timedelta(hours=hours, minutes=minutes)
+            if hours > 23 or minutes > 59:
+                raise ValueError(f"time zone {zone} out of range")
+    except (ValueError, OverflowError) as exc:
+        raise WebfsError(f"{text!r}: not a date ({exc})") from None
+    return moment.timestamp() + fraction
+
+
+def stamp_seconds(stamp: str) -> float:
+    """A capture stamp (20240101120000[.fraction][~n]) as seconds since the epoch."""
+    digits = stamp.split("~")[0]
+    whole = calendar.timegm(datetime.datetime.strptime(digits[:14], "%Y%m%d%H%M%S").timetuple())
+    return whole + (float(digits[14:]) if digits[14:] else 0.0)
+
+
+# ---------------------------------------------------------------- spellings
+
+def key(url: str) -> Optional[str]:
+    """The URL's canonical key (SURT), or None when it has none."""
+    import surt
+    try:
+        return surt.surt(url)
+    except Exception:        # surt raises what its URL parser raises; such a URL has no key
+        return None
+
+
+def _host_key(name: str) -> str:
+    """An authority segment as a host compared across spellings."""
+    host = name.rpartition("@")[2].lower().rstrip(".")
+    return _WWW.sub("", _DEFAULT_PORT.sub("", host).rstrip("."))
+
+
+def _stems(url: str) -> list[list[str]]:
+    """The names of the URL's stem, with and without a slash ending its path."""
+    segs = urlpath.segments(url)
+    path, mark, rest = url.partition("?") if "?" in url else url.partition("#")
+    other = path[:-1] if path.endswith("/") and len(segs) > 2 else path + "/"
+    return [urlpath.url_to_path(u).split("/") for u in (url, other + mark + rest)]
+
+
+def _names_like(tree, rel: bytes, want: str, level: int) -> list[bytes]:
+    """The directory names in ``rel`` that can be the segment named ``want``."""
+    out = []
+    for name in tree.listdir(rel):
+        text = os.fsdecode(name)
+        if "@" in text:
+            continue                       # a capture, not a directory
+        if level == 0:
+            same = text.lower() in WEB_SCHEMES
+        elif level == 1:
+            same = _host_key(text) == _host_key(want)
+        else:
+            same = text.lower() == want.lower()
+        if same:
+            out.append(name)
+    return out
+
+
+def _candidates(tree, top: bytes, names: list[str]) -> list[bytes]:
+    """Paths below ``top`` of the files that can be captures of the stem ``names``."""
+    dirs = [top]
+    for level, want in enumerate(names[:-1]):
+        dirs = [d + b"/" + n if d else n for d in dirs for n in _names_like(tree, d, want, level)]
+    leaf = names[-1][:-1]                   # without its '@'
+    head = re.split(r"[?#]", leaf, maxsplit=1)[0].lower()
+    found = []
+    for d in dirs:
+        for name in tree.listdir(d):
+            text = os.fsdecode(name)
+            stem = text.partition("@")[0]
+            if "@" in text and (stem.lower().startswith(head) if len(names) > 2 else _host_key(stem) == _host_key(leaf)):
+                found.append(d + b"/" + name if d else name)
+    return found
+
+
+def _exact(tree, top: bytes, names: list[str]) -> list[bytes]:
+    """Paths below ``top`` of the files named by the stem ``names`` and a stamp."""
+    parent = os.fsencode("/".join([os.fsdecode(top)] + names[:-1]) if top else "/".join(names[:-1]))
+    leaf = os.fsencode(names[-1])
+    return [parent + b"/" + n for n in tree.listdir(parent) if n.startswith(leaf) and n != leaf]
+
+
+def _collections(tree) -> tuple[list[bytes], bool]:
+    """(the tops of the collections to look in, whether TARGET is one collection)."""
+    from .warc import KEEP_DIR                 # a module that does not import this one
+    if tree.is_dir(KEEP_DIR):
+        return [b""], True
+    return [c for c in tree.listdir(b"") if not c.startswith(b".") and tree.is_dir(c)], False
+
+
+def captures(tree, url: str) -> tuple[list[dict], bool]:
+    """(every capture of URL under any spelling with its key in every collection of
+    the tree, those of the spelling asked for first, each spelling's oldest first;
+    whether the tree is one collection). Identical captures share a group."""
+    want = key(url) if urlpath.segments(url)[0].lower() in WEB_SCHEMES else None
+    stems = _stems(url) if want else [urlpath.url_to_path(url).split("/")]
+    tops, one = _collections(tree)
+    out, seen = [], set()
+    for top in tops:
+        for names in stems:
+            for rel in _candidates(tree, top, names) if want else _exact(tree, top, names):
+                inside = rel[len(top) + 1:] if top else rel
+                if rel in seen:
+                    continue
+                seen.add(rel)
+                try:
+                    got, stamp = urlpath.split_capture_path(os.fsdecode(inside))
+                except ValueError:
+                    continue
+                if not stamp or (got != url and (want is None or key(got) != want)):
+                    continue
+                out.append({"collection": os.fsdecode(top or os.path.basename(tree.name.rstrip("/"))),
+                            "path": os.fsdecode(rel), "url": got, "exact": got == url, "stamp": stamp,
+                            "date": _iso(stamp), "size": tree.size(rel), "signature": tree.signature(rel)})
+    out.sort(key=lambda v: (not v["exact"], v["url"] if not v["exact"] else "", stamp_key(v["stamp"]),
+                            v["collection"]))
+    groups: dict[str, int] = {}
+    for v in out:
+        v["same_as"] = groups.setdefault(v["signature"], len(groups) + 1)
+    return out, one
+
+
+def closest(caps: list[dict], at: Optional[str]) -> Optional[dict]:
+    """Memento's rule: the capture nearest in time to ``at`` (the earlier one on a tie;
+    in one second, the first as listed); without ``at``, the latest."""
+    if not caps:
+        return None
+    if at is None:          # the latest second; in it, the first as listed (pywb's order, if so sorted)
+        last = max(v["stamp"][:14] for v in caps)
+        return next(v for v in caps if v["stamp"][:14] == last)
+    want = when(at)
+    # min keeps the first of equals: in one second, the order the captures are listed in
+    return min(caps, key=lambda v: (abs(stamp_seconds(v["stamp"]) - want), v["stamp"][:14]))
+
+
+def spellings(caps: list[dict]) -> dict[str, int]:
+    """The other spellings among captures, with their number of captures."""
+    out: dict[str, int] = {}
+    for v in caps:
+        if not v["exact"]:
+            out[v["url"]] = out.get(v["url"], 0) + 1
+    return out
+
+
+def stamp_key(stamp: str) -> tuple[str, int]:
+    digits, _, n = stamp.partition("~")
+    return digits, int(n or 1)
+
+
+def _iso(stamp: str) -> str:
+    d = stamp.split("~")[0]
+    return f"{d[0:4]}-{d[4:6]}-{d[6:8]}T{d[8:10]}:{d[10:12]}:{d[12:14]}{d[14:]}Z"
