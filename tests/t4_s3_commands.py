@@ -121,7 +121,7 @@ def test_rebuild_catalog_after_losing_it_everywhere(weeds, tmp_path, corpus):
             w.client().delete_object(Bucket=DiskURL.parse(d).bucket, Key=key)
     proc = webfs("mount", disks[0], mnt, check=False)
     assert proc.returncode != 0 and "--rebuild-catalog" in proc.stderr.decode(), proc.stderr.decode()
-    proc = webfs("fsck", "--rebuild-catalog", disks[1], check=False)
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", disks[1], check=False)
     assert proc.returncode in (0, 1), proc.stdout.decode() + proc.stderr.decode()
     reads_back_clean(disks[2], mnt, src, "site")
 

@@ -110,6 +110,39 @@ class NamespaceRows:
         self._last_ino = max(self._last_ino, ino)
         return Inode(ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
 
+    def listing(self) -> dict[bytes, tuple]:
+        """path -> (inode, mode, size, mtime_ns, uid, gid, content, xattrs) of
+        every name reachable from the root, where content is the (signature,
+        overflow) of each piece, or a symlink's target. For comparing two
+        catalogs (``webfs.commands.catalog_compare``)."""
+        children: dict[int, list] = {}
+        for parent, name, ino in self.cat.query("SELECT parent, name, inode FROM dentries"):
+            children.setdefault(parent, []).append((bytes(name), ino))
+        inodes = {row[0]: row[1:] for row in self.cat.query("SELECT id, mode, size, mtime_ns, uid, gid FROM inodes")}
+        content: dict[int, list] = {}
+        for ino, sig, overflow in self.cat.query(
+                "SELECT c.inode, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
+                "ORDER BY c.inode, c.piece"):
+            content.setdefault(ino, []).append((sig, overflow))
+        for ino, target in self.cat.query("SELECT inode, target FROM symlinks"):
+            content[ino] = [bytes(target)]
+        xattrs: dict[int, list] = {}
+        for ino, name, value in self.cat.query("SELECT inode, name, value FROM xattrs ORDER BY inode, name"):
+            xattrs.setdefault(ino, []).append((bytes(name), bytes(value)))
+        out: dict[bytes, tuple] = {}
+        todo, seen = [(b"", ROOT_INODE)], {ROOT_INODE}
+        while todo:
+            path, ino = todo.pop()
+            for name, child in children.get(ino, ()):
+                p = path + b"/" + name
+                mode, size, mtime, uid, gid = inodes.get(child, (0, 0, 0, 0, 0))
+                out[p] = (child, mode, size, mtime, uid, gid, tuple(content.get(child, ())),
+                          tuple(xattrs.get(child, ())))
+                if stat.S_ISDIR(mode) and child not in seen:     # a damaged catalog may loop
+                    seen.add(child)
+                    todo.append((p, child))
+        return out
+
     def add_name(self, parent: int, name: bytes, ino: int) -> None:
         """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts untouched)."""
         self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))

@@ -12,29 +12,43 @@ so: owners (files come back owned by the user running the rebuild), xattrs,
 and which names were hard links of one inode (they come back as separate
 files with the same blocks). A block that no name uses is kept, pinned,
 rather than thrown away.
+``rebuild_step`` is ``fsck --rebuild-catalog``. Without ``repair`` nothing on
+the disks is written, as for every fsck without it: the lock is taken
+without writing the lock file (and no S3 lease), the catalog is built in a
+temporary directory off the disks, compared with the one in place
+(``fsck.compare``) and what a repair would change is said. With ``repair``
+a catalog that opens, belongs to this archive and knows its blocks is not
+replaced unless ``force``: it may hold what the plain-text records lack, and
+replacing a sound catalog is a decision, not a repair.
 """
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import stat
+import tempfile
 from collections import Counter, defaultdict
-from dataclasses import astuple
-from typing import Optional
+from dataclasses import astuple, dataclass, field
+from typing import Callable, Optional
 
 from .. import signature as sigmod
 from ..archive import Archive
-from ..catalog import BlockRow, Catalog, catalog_path
+from ..catalog import ARCHIVE_META, BlockRow, Catalog, catalog_path
 from ..errors import ArchiveError, CorruptBlock, CorruptParity
 from ..manifest import JOURNAL, MANIFEST, escape_path, journal_after_checkpoint, unescape_path
 from ..namespace import ROOT_INODE, NamespaceRows, name_problem
 from ..volume import PARITY
+from .fsck import catalog_state, compare, private_copy
+from .report import EXIT_CLEAN, EXIT_LEFT
 from ..parity import INTENT_FILE as PARITY_INTENTS, ParityHeader, Stripe, add_stripes, size_class
 
 log = logging.getLogger(__name__)
 
 
 Problem = tuple[str, str]          # (where: "disk N: meta/JOURNAL line K", what)
+
+MAX_INT64 = 2**63 - 1             # an SQLite INTEGER; sizes and mtimes (ns) past it are not data
 
 FILE_TYPES = (stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK, stat.S_IFIFO, stat.S_IFSOCK,
               stat.S_IFCHR, stat.S_IFBLK)
@@ -191,8 +205,8 @@ def _apply_or_why(entries: Entries, line: bytes, where: str) -> Optional[str]:
             for text in sigs:
                 sigmod.ContentKey.parse(text)
             size, mode = int(fields[2]), int(fields[3], 8)
-            if size < 0 or stat.S_IFMT(mode) not in FILE_TYPES or mode >> 16:
-                return f"bad size {size} or mode {mode:o}"
+            if not 0 <= size <= MAX_INT64 or stat.S_IFMT(mode) not in FILE_TYPES or mode >> 16:
+                return f"bad size {fields[2][:40]!r} or mode {fields[3][:40]!r}"
             if path == b"/" and not stat.S_ISDIR(mode):
                 return f"the root must be a directory, not mode {mode:o}"
             if stat.S_ISDIR(mode) and sigs:
@@ -204,6 +218,8 @@ def _apply_or_why(entries: Entries, line: bytes, where: str) -> Optional[str]:
             if not frac.isdigit() and frac:
                 return f"bad mtime {fields[4][:40]!r}"
             mtime = int(secs) * 10**9 + int((frac + "000000000")[:9])
+            if not -MAX_INT64 <= mtime <= MAX_INT64:
+                return f"mtime {fields[4][:40]!r} out of range"
             if not stat.S_ISDIR(mode) and entries.has_below(path):
                 # names are listed below it: keep them rather than the contradiction
                 return f"{_show(path)} is not a directory, but names below it are listed"
@@ -258,6 +274,85 @@ def _apply_or_why(entries: Entries, line: bytes, where: str) -> Optional[str]:
 Key = tuple[str, int]                       # (signature, overflow)
 
 
+@dataclass
+class Rebuilt:
+    """A catalog built from the disks into ``path``, not yet in use: what
+    installing it would also write (block headers whose Refs disagree) and
+    what the build said and skipped."""
+    path: str
+    target: int                                         # the disk it belongs on
+    said: list[str] = field(default_factory=list)
+    skipped: list[Problem] = field(default_factory=list)
+    header_refs: list[tuple[int, str, int, int]] = field(default_factory=list)   # disk, sig, overflow, refs
+
+
+def build_catalog(archive: Archive, path: str, progress=None) -> Rebuilt:
+    """Build a catalog from the disks into ``path`` (a new file), reading the
+    disks only. Records of the MANIFEST and JOURNAL that cannot be used are
+    skipped and listed in ``skipped``; on any error nothing is left at ``path``."""
+    if not archive.volumes:
+        raise ArchiveError("no disk of the archive is present")
+    _remove_catalog_files(path)
+    done = Rebuilt(path, min(archive.volumes))
+    try:
+        cat = Catalog(path)
+        try:
+            _fill_catalog(archive, cat, done, progress)
+        finally:
+            cat.close()
+    except BaseException:
+        _remove_catalog_files(path)
+        raise
+    return done
+
+
+def _remove_catalog_files(path: str) -> None:
+    for p in (path, path + "-wal", path + "-shm"):
+        if os.path.exists(p):
+            os.unlink(p)
+
+
+def _fill_catalog(archive: Archive, cat: Catalog, done: Rebuilt, progress) -> None:
+    said = done.said
+    blocks, header_refs = _blocks_from_headers(archive, progress, said)
+    stripes = _stripes_from_parity(archive, blocks, said, done.skipped)
+    ids = _write_blocks(cat, blocks, stripes)
+    entries, notes = read_namespace(archive, done.skipped)
+    said += notes
+    names, missing_blocks = _write_namespace(cat, archive, entries, ids, said, done.skipped)
+    unnamed = _write_refs(cat, blocks, header_refs, ids, done.header_refs)
+    _write_groups(cat, blocks)
+    cat.set_meta("clean", "0")         # the next mount recounts and protects what it must
+    cat.set_meta(ARCHIVE_META, archive.conf.uuid)
+    cat.commit()
+    said.insert(0, f"disk {done.target}: {len(blocks)} blocks, {len(stripes)} stripes, {names} names")
+    said.append("owners, xattrs and hard-link identity are not in the plain-text records: "
+                "files belong to the rebuilding user, hard links come back as copies")
+    if unnamed:
+        said.append(f"{unnamed} block(s) named by no file kept as pinned ('webfs delete' drops them)")
+    if missing_blocks:
+        said.append(f"{missing_blocks} block(s) lost")
+
+
+def install_catalog(archive: Archive, done: Rebuilt) -> None:
+    """Put a built catalog in place on its disk (it must be on that disk's
+    filesystem), make block headers agree with it, void the old intents."""
+    path = catalog_path(archive.volumes[done.target].root)
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.unlink(path + suffix)
+    os.replace(done.path, path)
+    for disk, sig, overflow, refs in done.header_refs:
+        archive.volumes[disk].set_refs(sig, overflow, refs)
+    # The stripes are what the parity files say: intents of the old catalog are void.
+    for vol in archive.volumes.values():
+        intents = os.path.join(vol.root, PARITY_INTENTS)
+        if os.path.exists(intents):
+            os.unlink(intents)
+    archive.conf.catalog = done.target
+    archive.save_config()
+
+
 def rebuild_catalog(archive: Archive, progress=None,
                     problems: Optional[list[Problem]] = None) -> list[str]:
     """Write a new catalog on the lowest present disk; return what it did and lost.
@@ -266,48 +361,17 @@ def rebuild_catalog(archive: Archive, progress=None,
     if not archive.volumes:
         raise ArchiveError("no disk of the archive is present")
     target = archive.volumes[min(archive.volumes)]
-    path = catalog_path(target.root)
-    tmp = path + ".rebuild"
-    for p in (tmp, tmp + "-wal", tmp + "-shm"):
-        if os.path.exists(p):
-            os.unlink(p)
-    cat = Catalog(tmp)
-    said: list[str] = []
-    skipped: list[Problem] = []
-    blocks, header_refs = _blocks_from_headers(archive, progress, said)
-    stripes = _stripes_from_parity(archive, blocks, said, skipped)
-    ids = _write_blocks(cat, blocks, stripes)
-    entries, notes = read_namespace(archive, skipped)
-    said += notes
-    names, missing_blocks = _write_namespace(cat, archive, entries, ids, said, skipped)
-    unnamed = _write_refs(cat, archive, blocks, header_refs, ids)
-    _write_groups(cat, blocks)
-    cat.set_meta("clean", "0")         # the next mount recounts and protects what it must
-    cat.commit()
-    cat.close()
-    for suffix in ("-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            os.unlink(path + suffix)
-    os.replace(tmp, path)
-    # The stripes are what the parity files say: intents of the old catalog are void.
-    for vol in archive.volumes.values():
-        intents = os.path.join(vol.root, PARITY_INTENTS)
-        if os.path.exists(intents):
-            os.unlink(intents)
-    archive.conf.catalog = target.index
-    archive.save_config()
-    said.insert(0, f"rebuilt the catalog on disk {target.index}: {len(blocks)} blocks, "
-                   f"{len(stripes)} stripes, {names} names")
+    done = build_catalog(archive, catalog_path(target.root) + ".rebuild", progress)
+    try:
+        install_catalog(archive, done)
+    finally:
+        _remove_catalog_files(done.path)
+    said = list(done.said)
+    said[0] = "rebuilt the catalog on " + said[0]
     if problems is not None:
-        problems.extend(skipped)
+        problems.extend(done.skipped)
     else:
-        said += [f"{where}: {what}" for where, what in skipped]
-    said.append("owners, xattrs and hard-link identity are not in the plain-text records: "
-                "files belong to the rebuilding user, hard links come back as copies")
-    if unnamed:
-        said.append(f"{unnamed} block(s) named by no file kept as pinned ('webfs delete' drops them)")
-    if missing_blocks:
-        said.append(f"{missing_blocks} block(s) lost")
+        said += [f"{where}: {what}" for where, what in done.skipped]
     return said
 
 
@@ -431,11 +495,12 @@ def _write_namespace(cat: Catalog, archive: Archive, entries: dict[bytes, tuple]
     return len(entries), missing_blocks
 
 
-def _write_refs(cat: Catalog, archive: Archive, blocks: dict[Key, BlockRow], header_refs: dict[Key, int],
-                ids: dict[Key, int]) -> int:
+def _write_refs(cat: Catalog, blocks: dict[Key, BlockRow], header_refs: dict[Key, int],
+               ids: dict[Key, int], header_fixes: list) -> int:
     """Step 5: references are what the names use; a block nobody names is kept,
-    pinned with the count its header had; headers are made to agree. Returns
-    the blocks no name uses."""
+    pinned with the count its header had; headers that disagree are listed in
+    ``header_fixes`` (installing the catalog rewrites them). Returns the blocks
+    no name uses."""
     used = cat.namespace_refs()
     unnamed = 0
     for key, block_id in ids.items():
@@ -445,7 +510,7 @@ def _write_refs(cat: Catalog, archive: Archive, blocks: dict[Key, BlockRow], hea
             refs = pins = max(header_refs.get(key, 1), 1)
         cat.set_refs(block_id, refs, pins)
         if key in header_refs and header_refs[key] != refs:
-            archive.volumes[blocks[key].disk].set_refs(key[0], key[1], refs)
+            header_fixes.append((blocks[key].disk, key[0], key[1], refs))
     return unnamed
 
 
@@ -456,3 +521,57 @@ def _write_groups(cat: Catalog, blocks: dict[Key, BlockRow]) -> None:
         where[b.grp][b.disk] += 1
     for grp, counts in where.items():
         cat.set_group_disk(grp, counts.most_common(1)[0][0])
+
+
+class RebuildRefused(Exception):
+    """--repair without --force on a catalog that is sound; the message says so."""
+
+
+def rebuild_step(disk: str, repair: bool, force: bool, say: Callable[[str], None],
+                 problems: list[Problem], progress=None) -> Optional[int]:
+    """Run the rebuild (``repair``) or its read-only preview. Returns the exit
+    status when fsck ends here (the preview), None when the new catalog is in
+    place and fsck goes on to check it. Unusable records go to ``problems``."""
+    archive = Archive.open(disk)
+    # Read-only first: a refused --repair writes nothing either (not even the lock's holder).
+    archive.lock("webfs fsck --rebuild-catalog", write=False)
+    scratch = tempfile.mkdtemp(prefix="webfs-rebuild-")
+    try:
+        why, copy = _state_of_catalog(archive, scratch)
+        if repair:
+            if why is None and not force:
+                raise RebuildRefused(
+                    f"{catalog_path(archive.volumes[archive.conf.catalog].root)} opens, belongs to this "
+                    f"archive and knows its blocks: not replaced ('webfs fsck {disk}' checks it; "
+                    f"'webfs fsck --rebuild-catalog {disk}' says what a rebuild would change; "
+                    "--force replaces it)")
+            archive.unlock()
+            archive.lock("webfs fsck --rebuild-catalog")
+            for line in rebuild_catalog(archive, progress=progress, problems=problems):
+                say(line)
+            return None
+        done = build_catalog(archive, os.path.join(scratch, "rebuilt.db"), progress)
+        problems.extend(done.skipped)
+        say("built a catalog from the disks (read-only: written off the disks): " + done.said[0])
+        for line in done.said[1:]:
+            say(line)
+        changes = [f"the catalog in place: {why}"] if why else compare(copy, done.path)
+        if done.header_refs:
+            changes.append(f"{len(done.header_refs)} block header(s) would get the Refs the names give")
+        for line in changes:
+            say("would change: " + line)
+        command = f"'webfs fsck --rebuild-catalog --repair {'--force ' if changes and not why else ''}{disk}'"
+        say("read-only check: nothing was written; " + (f"{command} would make these changes" if changes
+                                                        else "a rebuild would change nothing"))
+        return EXIT_LEFT if changes or done.skipped else EXIT_CLEAN
+    finally:
+        archive.unlock()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _state_of_catalog(archive: Archive, scratch: str) -> tuple[Optional[str], Optional[str]]:
+    """Why the catalog in place is not usable (None: it is), and a private copy of it in ``scratch``."""
+    vol = archive.volumes.get(archive.conf.catalog)
+    original = catalog_path(vol.root) if vol is not None else None
+    copy = private_copy(original, scratch) if original and os.path.exists(original) else None
+    return catalog_state(archive, copy), copy

@@ -1,0 +1,120 @@
+"""fsck --rebuild-catalog (issue 23 items 2, 3, 8): without --repair it writes
+nothing and says what a rebuild would change; with --repair it leaves a sound
+catalog alone unless --force; a read-only fsck against an empty or foreign
+catalog says so in one line instead of listing every block as an orphan."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+from conftest import Mounted, sh, webfs
+
+
+def _checksums(disks) -> dict:
+    """Every file of every disk (catalog, MANIFEST, JOURNAL, lock, blocks, parity): its md5."""
+    out = {}
+    for d in disks:
+        for dirpath, _dirs, files in os.walk(d):
+            for name in files:
+                p = os.path.join(dirpath, name)
+                with open(p, "rb") as f:
+                    out[p] = hashlib.md5(f.read()).hexdigest()
+    return out
+
+
+def _archive_with_owners_xattrs_and_links(tmp_path) -> Mounted:
+    m = Mounted(tmp_path)
+    try:
+        sh(f"cp -r {Path(__file__).resolve().parent.parent / 'man'} {m.mnt}/")
+        sh(f"setfattr -n user.note -v keep {m.mnt}/man/webfs.1")
+        os.chown(m.mnt / "man" / "webfs.1", 1234, 4321)
+        os.link(m.mnt / "man" / "webfs.1", m.mnt / "hl")
+    finally:
+        m.umount()
+    return m
+
+
+def test_rebuild_without_repair_writes_nothing_and_says_what_it_would_change(tmp_path):
+    m = _archive_with_owners_xattrs_and_links(tmp_path)
+    before = _checksums(m.disks)
+    proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
+    out = proc.stdout.decode()
+    assert proc.returncode == 4, out + proc.stderr.decode()
+    assert "read-only check: nothing was written" in out, out
+    assert _checksums(m.disks) == before
+    # A catalog that opens and is this archive's: --repair leaves it alone.
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
+    err = proc.stderr.decode()
+    assert proc.returncode == 8 and "--force" in err and len(err.strip().splitlines()) == 1, err
+    assert _checksums(m.disks) == before
+    m.mount()
+    try:
+        st = os.stat(m.mnt / "man" / "webfs.1")
+        assert (st.st_uid, st.st_gid, st.st_nlink) == (1234, 4321, 2)
+        assert os.getxattr(m.mnt / "hl", "user.note") == b"keep"
+    finally:
+        m.umount()
+
+
+def test_force_replaces_a_sound_catalog(tmp_path):
+    m = _archive_with_owners_xattrs_and_links(tmp_path)
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", "--force", m.disks[0], check=False)
+    assert proc.returncode in (0, 1), proc.stdout.decode() + proc.stderr.decode()
+    assert "rebuilt the catalog" in proc.stdout.decode()
+    m.mount()
+    try:
+        assert (m.mnt / "hl").read_bytes() == (m.mnt / "man" / "webfs.1").read_bytes()
+    finally:
+        m.umount()
+
+
+def test_a_lost_catalog_is_described_then_rebuilt_with_repair(tmp_path):
+    m = _archive_with_owners_xattrs_and_links(tmp_path)
+    for p in (m.disks[0] / "meta").glob("catalog.db*"):
+        p.unlink()
+    before = _checksums(m.disks)
+    proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
+    out = proc.stdout.decode()
+    assert proc.returncode == 4 and "catalog.db: missing" in out and "--repair" in out, out
+    assert _checksums(m.disks) == before
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
+    assert proc.returncode in (0, 1), proc.stdout.decode() + proc.stderr.decode()
+    m.mount()
+    try:
+        assert sorted(os.listdir(m.mnt)) == ["hl", "man"]
+    finally:
+        m.umount()
+
+
+def test_fsck_on_an_empty_or_foreign_catalog_says_so_in_one_line(tmp_path):
+    m = _archive_with_owners_xattrs_and_links(tmp_path)
+    other = [tmp_path / f"other{i}" for i in range(3)]
+    webfs("mkfs", *other)
+    webfs("import", Path(__file__).resolve().parent / "t1_tiers.py", f"{other[0]}:/x")
+    foreign, empty, anonymous = tmp_path / "foreign.db", tmp_path / "empty.db", tmp_path / "anonymous.db"
+    shutil.copyfile(other[0] / "meta" / "catalog.db", foreign)
+    webfs("mkfs", *[tmp_path / f"e{i}" for i in range(3)])
+    shutil.copyfile(tmp_path / "e0" / "meta" / "catalog.db", empty)
+    shutil.copyfile(empty, anonymous)
+    for db in (foreign, anonymous):     # as catalogs written before the uuid was kept in them
+        with sqlite3.connect(db) as conn:
+            conn.execute("DELETE FROM meta WHERE key='archive'")
+        conn.close()
+    for planted, why in ((empty, "another archive"), (foreign, "knows none of the blocks"),
+                         (anonymous, "an empty catalog")):
+        for suffix in ("-wal", "-shm"):
+            (m.disks[0] / "meta" / f"catalog.db{suffix}").unlink(missing_ok=True)
+        shutil.copyfile(planted, m.disks[0] / "meta" / "catalog.db")
+        before = _checksums(m.disks)
+        for args in ((), ("--repair",)):
+            proc = webfs("fsck", *args, m.disks[0], check=False)
+            err = proc.stderr.decode()
+            assert proc.returncode == 8 and len(err.strip().splitlines()) == 1, (args, err, proc.stdout)
+            assert why in err and "--rebuild-catalog" in err and "orphan" not in proc.stdout.decode(), err
+            after = _checksums(m.disks)
+            if args:        # --repair takes the lock for writing: its holder text is written
+                after = {p: v for p, v in after.items() if not p.endswith("/meta/lock")}
+            assert after == {p: v for p, v in before.items() if p in after}
