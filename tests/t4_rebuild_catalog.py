@@ -118,3 +118,59 @@ def test_fsck_on_an_empty_or_foreign_catalog_says_so_in_one_line(tmp_path):
             if args:        # --repair takes the lock for writing: its holder text is written
                 after = {p: v for p, v in after.items() if not p.endswith("/meta/lock")}
             assert after == {p: v for p, v in before.items() if p in after}
+
+
+def test_fsck_that_cannot_take_the_archive_exits_8(tmp_path):
+    """A mounted archive (S3: another machine's lease, t4_s3_commands) is
+    held: fsck --repair could not run, which is exit 8, not 1 ("all repaired")."""
+    m = Mounted(tmp_path)
+    try:
+        (m.mnt / "f").write_bytes(b"x" * 1000)
+        for args in (("--repair",), ("--rebuild-catalog", "--repair"), ("--rebuild-catalog",)):
+            proc = webfs("fsck", *args, m.disks[0], check=False)
+            err = proc.stderr.decode()
+            assert proc.returncode == 8 and len(err.strip().splitlines()) == 1, (args, proc.returncode, err)
+            assert "Traceback" not in err, err
+    finally:
+        m.umount()
+
+
+def test_blocks_no_record_names_come_back_at_their_name_hint(tmp_path):
+    """Issue 23 item 6: records lost (a machine lost with uploads staged, a
+    MANIFEST line gone): a block's Name: hint names its file, as in
+    webfs-recover, unless a recorded name holds that path (then it stays pinned)."""
+    m = Mounted(tmp_path)
+    try:
+        (m.mnt / "keep.html").write_bytes(b"<p>kept</p>" * 50)
+        (m.mnt / "d").mkdir()
+        (m.mnt / "d" / "lost page.html").write_bytes(b"<p>records lost</p>" * 50)
+        (m.mnt / "x").write_bytes(b"<p>first x</p>" * 50)
+        os.rename(m.mnt / "x", m.mnt / "y")         # its hint stays /x ...
+        (m.mnt / "x").write_bytes(b"<p>second x</p>" * 50)      # ... which another file now holds
+    finally:
+        m.umount()
+    for d in m.disks:
+        for p in (d / "meta").glob("catalog.db*"):
+            p.unlink()
+        manifest = d / "meta" / "MANIFEST"
+        if manifest.exists():
+            lines = manifest.read_bytes().split(b"\n")
+            kept = [l for l in lines if not l.endswith((b"\t/d/lost page.html", b"\t/y"))]
+            assert len(kept) == len(lines) - 2
+            manifest.write_bytes(b"\n".join(kept))
+            assert b"lost" not in (d / "meta" / "JOURNAL").read_bytes()
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
+    out = proc.stdout.decode()
+    assert proc.returncode in (0, 1), out + proc.stderr.decode()
+    assert "1 block(s) no record names made files at their header's Name: hint" in out, out
+    assert "1 Name: hint(s) of blocks no record names not used" in out, out
+    m.mount()
+    try:
+        assert (m.mnt / "d" / "lost page.html").read_bytes() == b"<p>records lost</p>" * 50
+        assert (m.mnt / "x").read_bytes() == b"<p>second x</p>" * 50
+        assert (m.mnt / "keep.html").read_bytes() == b"<p>kept</p>" * 50
+        assert not (m.mnt / "y").exists()
+    finally:
+        m.umount()
+    import json
+    assert json.loads(webfs("status", "--json", m.disks[0]).stdout)["blocks"] == 4   # first x kept, pinned

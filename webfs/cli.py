@@ -23,7 +23,7 @@ from . import control
 from .admin import human
 from .archive import archive_place
 from .backends import is_url, normalize
-from .errors import CatalogUnreadable, WebfsError
+from .errors import WebfsError
 from .locks import TAKE_ENV
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 
@@ -291,7 +291,7 @@ def fsck(repair, rebuild, force, disk):
                 report = fsckmod.check(store, repair=repair, progress=bar.update)
         finally:
             store.close()
-    except CatalogUnreadable as exc:        # found by the check at open (--repair)
+    except WebfsError as exc:       # a bad catalog, the archive held (a mount, a lease): not run
         click.echo(f"webfs fsck: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     except sqlite3.DatabaseError as exc:    # found in the private copy (read-only check)

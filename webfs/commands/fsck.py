@@ -273,7 +273,8 @@ def private_copy(original: str, into: str) -> str:
 
 def catalog_state(archive: Archive, copy: Optional[str]) -> Optional[str]:
     """Why the catalog in place is not usable as this archive's, or None when it
-    opens, passes SQLite's quick_check and knows the blocks on the disks.
+    opens, passes SQLite's quick_check and names this archive (catalogs made
+    before they named it: knows one of the blocks on the disks, if they hold any).
     ``copy`` is a private copy of it (``private_copy``; None when there is no
     file): only the copy is opened, since even a read-only SQLite open of a
     WAL database makes files beside it."""
@@ -294,6 +295,8 @@ def catalog_state(archive: Archive, copy: Optional[str]) -> Optional[str]:
             return f"{where}: the catalog of another archive ({owner}), not of {archive.conf.uuid}"
         if cat.quick_check() != "ok":
             return f"{where}: damaged (SQLite's quick_check fails)"
+        if owner:
+            return None         # this archive's, maybe an older copy (S3: the bucket's)
         seen = False
         for sig, overflow in _blocks_on_disks(archive):
             if cat.block(sig, overflow) is not None:

@@ -28,8 +28,10 @@ import os
 import shutil
 import stat
 import tempfile
+import urllib.parse
 from collections import Counter, defaultdict
 from dataclasses import astuple, dataclass, field
+from datetime import datetime, timezone
 from typing import Callable, Optional
 
 from .. import signature as sigmod
@@ -319,6 +321,7 @@ def _fill_catalog(archive: Archive, cat: Catalog, done: Rebuilt, progress) -> No
     ids = _write_blocks(cat, blocks, stripes)
     entries, notes = read_namespace(archive, done.skipped)
     said += notes
+    _name_by_hint(entries, blocks, said)
     names, missing_blocks = _write_namespace(cat, archive, entries, ids, said, done.skipped)
     unnamed = _write_refs(cat, blocks, header_refs, ids, done.header_refs)
     _write_groups(cat, blocks)
@@ -428,6 +431,45 @@ def _stripes_from_parity(archive: Archive, blocks: dict[Key, BlockRow], said: li
             stripes.append(Stripe(header.stripe, disk, size_class(header.length), header.length, "ok",
                                      len(header.members), disks_mask))
     return stripes
+
+
+def _name_by_hint(entries: Entries, blocks: dict[Key, BlockRow], said: list[str]) -> None:
+    """Step 3b: a block that no record names (the records of a lost machine's
+    staged uploads, a MANIFEST lost with its disk) becomes a file at its
+    header's Name: hint, as webfs-recover does: mode 644, mtime its Created
+    time. Not when the hint is missing, not a usable path, taken by a recorded
+    entry, or shared by several such blocks (the pieces of a split file): those
+    stay pinned."""
+    used = {sigmod.ContentKey.parse(t)[:2] for v in entries.values() for t in v[0]}
+    claims: defaultdict[bytes, list[Key]] = defaultdict(list)
+    for key, b in blocks.items():
+        if key not in used and b.name and b.disk >= 0:
+            claims[urllib.parse.unquote_to_bytes(b.name)].append(key)
+    named = taken = 0
+    for path, keys in sorted(claims.items()):
+        if (len(keys) > 1 or path_problem(path) or path in entries or entries.has_below(path)
+                or _parent_problem(entries, path)):
+            taken += 1
+            continue
+        b = blocks[keys[0]]
+        entries[path] = ([b.block_name], b.size, stat.S_IFREG | 0o644, _created_ns(b.created),
+                         f"the header of block {b.block_name}")
+        named += 1
+    if named:
+        said.append(f"{named} block(s) no record names made files at their header's Name: hint "
+                    "(mode 644, mtime their Created time)")
+    if taken:
+        said.append(f"{taken} Name: hint(s) of blocks no record names not used (taken by a recorded "
+                    "name, not a usable path, or shared by several blocks): those blocks stay pinned")
+
+
+def _created_ns(created: str) -> int:
+    """A header's Created time (ISO 8601 UTC) in ns; 0 when it does not parse."""
+    try:
+        return int(datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+                   .timestamp()) * 10**9
+    except ValueError:
+        return 0
 
 
 def _write_blocks(cat: Catalog, blocks: dict[Key, BlockRow], stripes: list[Stripe]) -> dict[Key, int]:
@@ -541,8 +583,8 @@ def rebuild_step(disk: str, repair: bool, force: bool, say: Callable[[str], None
         if repair:
             if why is None and not force:
                 raise RebuildRefused(
-                    f"{catalog_path(archive.volumes[archive.conf.catalog].root)} opens, belongs to this "
-                    f"archive and knows its blocks: not replaced ('webfs fsck {disk}' checks it; "
+                    f"{catalog_path(archive.volumes[archive.conf.catalog].root)} opens and belongs to this "
+                    f"archive: not replaced ('webfs fsck {disk}' checks it; "
                     f"'webfs fsck --rebuild-catalog {disk}' says what a rebuild would change; "
                     "--force replaces it)")
             archive.unlock()
