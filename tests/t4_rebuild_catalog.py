@@ -30,6 +30,7 @@ def _archive_with_owners_xattrs_and_links(tmp_path) -> Mounted:
     try:
         sh(f"cp -r {Path(__file__).resolve().parent.parent / 'man'} {m.mnt}/")
         sh(f"setfattr -n user.note -v keep {m.mnt}/man/webfs.1")
+        sh(f"setfattr -n user.warc.uri -v http://x/ {m.mnt}/man/webfs-format.5")
         os.chown(m.mnt / "man" / "webfs.1", 1234, 4321)
         os.link(m.mnt / "man" / "webfs.1", m.mnt / "hl")
     finally:
@@ -37,13 +38,27 @@ def _archive_with_owners_xattrs_and_links(tmp_path) -> Mounted:
     return m
 
 
+def _strip_attribute_lines(m: Mounted) -> None:
+    """Make the records as webfs wrote them before they kept owners, xattrs and links."""
+    for d in m.disks:
+        for name in ("MANIFEST", "JOURNAL"):
+            p = d / "meta" / name
+            if p.exists():
+                p.write_bytes(b"".join(l for l in p.read_bytes().splitlines(keepends=True)
+                                       if not l.startswith((b"#\towner", b"#\txattr", b"#\tinode"))))
+
+
 def test_rebuild_without_repair_writes_nothing_and_says_what_it_would_change(tmp_path):
     m = _archive_with_owners_xattrs_and_links(tmp_path)
+    _strip_attribute_lines(m)           # so that a rebuild would lose them
     before = _checksums(m.disks)
     proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
     out = proc.stdout.decode()
     assert proc.returncode == 4, out + proc.stderr.decode()
     assert "read-only check: nothing was written" in out, out
+    for change in ("would change owner: '/hl', '/man/webfs.1'", "would change xattrs: ",
+                   "1 hard link(s) would come apart into copies: '/hl = /man/webfs.1'"):
+        assert change in out, (change, out)
     assert _checksums(m.disks) == before
     # A catalog that opens and is this archive's: --repair leaves it alone.
     proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
@@ -59,13 +74,52 @@ def test_rebuild_without_repair_writes_nothing_and_says_what_it_would_change(tmp
         m.umount()
 
 
-def test_force_replaces_a_sound_catalog(tmp_path):
+def _owners_xattrs_and_links_are_back(m: Mounted) -> None:
+    m.mount()
+    try:
+        st, hl = os.stat(m.mnt / "man" / "webfs.1"), os.stat(m.mnt / "hl")
+        assert (st.st_uid, st.st_gid, st.st_nlink) == (1234, 4321, 2)
+        assert (hl.st_ino, hl.st_dev) == (st.st_ino, st.st_dev)
+        assert sh(f"getfattr --only-values -n user.note {m.mnt}/hl").stdout == b"keep"
+        assert sh(f"getfattr --only-values -n user.warc.uri {m.mnt}/man/webfs-format.5").stdout == b"http://x/"
+        assert os.stat(m.mnt / "man" / "webfs-format.5").st_nlink == 1
+    finally:
+        m.umount()
+
+
+def test_a_rebuilt_catalog_loses_no_owner_xattr_or_hard_link(tmp_path):
+    """Issue 23 item 2: the plain-text records carry owners, xattrs and which
+    names are one inode (# lines old readers skip), so --force on a sound
+    catalog, or a rebuild after losing it, changes nothing."""
     m = _archive_with_owners_xattrs_and_links(tmp_path)
+    proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
+    assert proc.returncode == 0 and "a rebuild would change nothing" in proc.stdout.decode(), proc.stdout
     proc = webfs("fsck", "--rebuild-catalog", "--repair", "--force", m.disks[0], check=False)
     assert proc.returncode in (0, 1), proc.stdout.decode() + proc.stderr.decode()
     assert "rebuilt the catalog" in proc.stdout.decode()
+    _owners_xattrs_and_links_are_back(m)
+    for p in (m.disks[0] / "meta").glob("catalog.db*"):
+        p.unlink()
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
+    assert proc.returncode in (0, 1), proc.stdout.decode() + proc.stderr.decode()
+    _owners_xattrs_and_links_are_back(m)
+
+
+def test_records_written_before_they_kept_owners_still_rebuild(tmp_path):
+    """A disk written before the # owner, xattr and inode lines (strip them):
+    names, sizes, modes and mtimes come back; owners are the rebuilder's."""
+    m = _archive_with_owners_xattrs_and_links(tmp_path)
+    _strip_attribute_lines(m)
+    for d in m.disks:
+        for p in (d / "meta").glob("catalog.db*"):
+            p.unlink()
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
+    out = proc.stdout.decode()
+    assert proc.returncode in (0, 1) and "records written before webfs kept owners" in out, out
     m.mount()
     try:
+        st = os.stat(m.mnt / "man" / "webfs.1")
+        assert (st.st_uid, st.st_nlink) == (os.getuid(), 1)
         assert (m.mnt / "hl").read_bytes() == (m.mnt / "man" / "webfs.1").read_bytes()
     finally:
         m.umount()

@@ -544,5 +544,5 @@ def check_catalog_file(path: str) -> None:
 
 def _catalog_advice(path: str, disk: str, why: str) -> str:
     return (f"{path}: the catalog is {why}; put back a copy if you have one, else move it aside "
-            f"and run 'webfs fsck --rebuild-catalog --repair {disk}' (names, sizes, modes and mtimes come back "
-            "from the disks; owners, xattrs and hard links do not)")
+            f"and run 'webfs fsck --rebuild-catalog --repair {disk}' (names, sizes, modes, mtimes, owners, "
+            "xattrs and hard links come back from the records on the disks)")

@@ -69,6 +69,7 @@ RECORDS = "meta/RECORDS"                # names the disks that hold MANIFEST and
 RECORD_COPIES = 2                       # disks that hold MANIFEST and JOURNAL
 JOURNAL_LIMIT = 4 << 20                 # bytes of JOURNAL that ask for a checkpoint (at least)
 CHECKPOINT_META = "checkpoint"          # catalog meta key: the last checkpoint number used
+OWNER, XATTR, INODE = b"owner", b"xattr", b"inode"     # kinds of the # lines after an entry
 
 
 def checkpoint_line(n: int) -> bytes:
@@ -148,6 +149,18 @@ def entry_of(sigs: str, node: "Inode", path: bytes) -> bytes:
                        format_mtime(node.mtime_ns).encode(), escape_path(path)])
 
 
+def attribute_lines(node: "Inode", xattrs: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """The ``#`` lines that follow an entry (in the MANIFEST, or after a JOURNAL
+    ``+``) with what the five fields lack: its owner, its xattrs, and, for a
+    file of several names, its inode number, which its other names share.
+    Readers that do not know them skip them, as every ``#`` line."""
+    out = [b"#\t%s\t%d\t%d\n" % (OWNER, node.uid, node.gid)]
+    out += [b"#\t%s\t%s\t%s\n" % (XATTR, escape_path(name), value.hex().encode()) for name, value in xattrs]
+    if node.nlink > 1 and not stat.S_ISDIR(node.mode):
+        out.append(b"#\t%s\t%d\n" % (INODE, node.id))
+    return b"".join(out)
+
+
 class Journal:
     """Namespace changes, buffered and appended to meta/JOURNAL on the record
     disks at each catalog commit (so a killed daemon loses nothing it committed)."""
@@ -207,7 +220,8 @@ class Journal:
         if op == "+":
             if rows is None:
                 rows = [] if stat.S_ISDIR(node.mode) else self.namespace.contents(node.id)
-            line = b"+\t" + entry(rows, node, path)
+            xattrs = self.namespace.xattrs_of([node.id]).get(node.id, []) if self.namespace else []
+            line = b"+\t" + entry(rows, node, path) + b"\n" + attribute_lines(node, xattrs)[:-1]
         elif op in (">", "<>"):
             line = op.encode() + b"\t" + escape_path(path) + b"\t" + escape_path(new_path)
         else:
@@ -444,12 +458,15 @@ class Staged:
 def manifest_chunks(namespace: "Namespace") -> Iterator[bytes]:
     """Every name of the namespace as MANIFEST lines, the root first, parents
     before children, in chunks of up to 1,000 lines."""
-    yield entry([], namespace.get(ROOT_INODE), b"/") + b"\n"
+    root = namespace.get(ROOT_INODE)
+    yield entry([], root, b"/") + b"\n" + attribute_lines(root, namespace.xattrs_of([ROOT_INODE]).get(ROOT_INODE, []))
     chunk: list = []
 
     def emit() -> bytes:
         sigs = namespace.block_names([node.id for _, node in chunk if not stat.S_ISDIR(node.mode)])
-        data = b"".join(entry_of(sigs.get(node.id, ""), node, path) + b"\n" for path, node in chunk)
+        xattrs = namespace.xattrs_of([node.id for _, node in chunk])
+        data = b"".join(entry_of(sigs.get(node.id, ""), node, path) + b"\n"
+                        + attribute_lines(node, xattrs.get(node.id, ())) for path, node in chunk)
         chunk.clear()
         return data
     for item in namespace.walk():

@@ -159,6 +159,9 @@ class NamespaceRows:
         """(inode, name, value) xattrs set, replacing any of the same name."""
         self.cat.executemany("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)", xattrs)
 
+    def add_xattr(self, ino: int, name: bytes, value: bytes) -> None:
+        self.cat.execute("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)", (ino, name, value))
+
     def bump_nlink(self, ino: int, delta: int) -> None:
         self.cat.execute("UPDATE inodes SET nlink=nlink+? WHERE id=?", (delta, ino))
 
@@ -385,8 +388,13 @@ class Namespace(NamespaceRows):
             for row in self.contents(ino):
                 self._later(self.store.add_ref, row)
             node = self.get(ino)
-            self.journal("+", node, self._join(parent, name))
+            self._journal_every_name(node)      # each name's record says which inode it shares
             return node
+
+    def _journal_every_name(self, node: Inode, rows: Optional[list[BlockRow]] = None) -> None:
+        """A ``+`` record for every name of ``node`` (its attributes changed)."""
+        for (parent, name) in self.cat.query("SELECT parent, name FROM dentries WHERE inode=?", (node.id,)):
+            self.journal("+", node, self._join(parent, name), rows=rows)
 
     def _join(self, parent: int, name: bytes) -> bytes:
         return self.path_of(parent) + b"/" + name
@@ -528,8 +536,7 @@ class Namespace(NamespaceRows):
                              (*attrs.values(), ino))
             node = self.get(ino)
             if set(attrs) - {"atime_ns", "ctime_ns"}:
-                for (parent, name) in self.cat.query("SELECT parent, name FROM dentries WHERE inode=?", (ino,)):
-                    self.journal("+", node, self._join(parent, name), rows=rows)
+                self._journal_every_name(node, rows)
             return node
 
     def set_contents(self, ino: int, rows: list[BlockRow], size: int, mtime_ns: int) -> Inode:
@@ -571,11 +578,21 @@ class Namespace(NamespaceRows):
             self.cat.execute("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)",
                              (ino, name, value))
             self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), ino))
+            self._journal_every_name(self.get(ino))     # the records carry xattrs
 
     def removexattr(self, ino: int, name: bytes) -> None:
         with self.cat.lock:
             if self.cat.execute("DELETE FROM xattrs WHERE inode=? AND name=?", (ino, name)).rowcount == 0:
                 raise FsError(errno.ENODATA)
+            self._journal_every_name(self.get(ino))
+
+    def xattrs_of(self, inodes: list[int]) -> dict[int, list[tuple[bytes, bytes]]]:
+        """inode -> its (name, value) xattrs in name order, for many inodes at once."""
+        found: dict[int, list[tuple[bytes, bytes]]] = {}
+        for ino, name, value in self.cat.query_in(
+                "SELECT inode, name, value FROM xattrs WHERE inode IN ({}) ORDER BY inode, name", inodes):
+            found.setdefault(ino, []).append((bytes(name), bytes(value)))
+        return found
 
     def walk(self) -> Iterator[tuple[bytes, Inode]]:
         """(path, inode) of every name, parents before children."""
