@@ -105,3 +105,39 @@ def test_real_webfs_journal_replay(real, tools, restricted_bin, tmp_path):
     if dirs:
         pytest.xfail(f"the JOURNAL lacks the new mtimes of {len(dirs)} directories "
                      "(entries created, removed or renamed in them): " + repr(dirs[:3]))
+
+
+@needs_mount
+def test_real_webfs_recover_restores_owners_xattrs_and_hard_links(tools, restricted_bin, tmp_path):
+    """Issue 23 item 2: the records' owner, xattr and inode lines come back
+    through webfs-recover: owners as root (chown), hard links (ln), xattrs
+    with setfattr when it is installed, else counted as not restored."""
+    run = lambda *a: subprocess.run([WEBFS, *map(str, a)], check=True, capture_output=True, timeout=120)
+    disks = [tmp_path / f"disk{i}" for i in range(3)]
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    run("mkfs", *disks)
+    run("mount", disks[0], mnt)
+    try:
+        (mnt / "d").mkdir()
+        (mnt / "d" / "page.html").write_bytes(b"<p>owned</p>" * 40)
+        os.chown(mnt / "d" / "page.html", 1234, 4321)
+        os.chown(mnt / "d", 77, 88)
+        os.setxattr(mnt / "d" / "page.html", "user.warc.uri", b"http://example.com/\tp")
+        os.setxattr(mnt / "d" / "page.html", "user.empty", b"")
+        os.link(mnt / "d" / "page.html", mnt / "second name")
+    finally:
+        run("umount", mnt)
+    with_setfattr = tmp_path / "bin"
+    shutil.copytree(restricted_bin, with_setfattr, symlinks=True)
+    os.symlink(shutil.which("setfattr"), with_setfattr / "setfattr")
+    out = tmp_path / "out"
+    recover(tools, with_setfattr, tmp_path, *disks, out)
+    page, second = os.stat(out / "d" / "page.html"), os.stat(out / "second name")
+    assert (page.st_uid, page.st_gid, page.st_nlink, page.st_ino) == (1234, 4321, 2, second.st_ino)
+    assert (os.stat(out / "d").st_uid, os.stat(out / "d").st_gid) == (77, 88)
+    assert os.getxattr(out / "d" / "page.html", "user.warc.uri") == b"http://example.com/\tp"
+    assert os.getxattr(out / "d" / "page.html", "user.empty") == b""
+    proc = recover(tools, restricted_bin, tmp_path, *disks, tmp_path / "out2")
+    assert b"2 xattrs not restored: setfattr" in proc.stderr, proc.stderr
+    assert os.stat(tmp_path / "out2" / "second name").st_ino == os.stat(tmp_path / "out2" / "d" / "page.html").st_ino
