@@ -25,18 +25,26 @@ needs_mount = pytest.mark.skipif(
     reason="needs the webfs command, /dev/fuse and root")
 
 
+def run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([WEBFS, *map(str, args)], check=True, capture_output=True, timeout=120)
+
+
+def mounted_on(root: Path, count: int) -> tuple[list[Path], Path]:
+    """A new archive of ``count`` disks under ``root``, mounted on root/mnt."""
+    disks = [root / f"disk{i}" for i in range(count)]
+    mnt = root / "mnt"
+    mnt.mkdir()
+    run("mkfs", *disks)
+    run("mount", disks[0], mnt)
+    return disks, mnt
+
+
 def build_archive_real(root: Path, ops) -> Built:
     """build_archive() through a real webfs mount: the history is played on the
     mount, 'webfs sync' at the checkpoint; the disks are copied while still
     mounted (a live JOURNAL), then unmounted (a final MANIFEST). The original is
     the tree the remounted archive shows."""
-    run = lambda *a: subprocess.run([WEBFS, *map(str, a)], check=True, capture_output=True,
-                                    timeout=120)
-    disks = [root / f"disk{i}" for i in range(4)]
-    mnt = root / "mnt"
-    mnt.mkdir()
-    run("mkfs", *disks)
-    run("mount", disks[0], mnt)
+    disks, mnt = mounted_on(root, 4)
     try:
         for op in ops:
             if op[0] == "checkpoint":
@@ -112,12 +120,7 @@ def test_real_webfs_recover_restores_owners_xattrs_and_hard_links(tools, restric
     """Issue 23 item 2: the records' owner, xattr and inode lines come back
     through webfs-recover: owners as root (chown), hard links (ln), xattrs
     with setfattr when it is installed, else counted as not restored."""
-    run = lambda *a: subprocess.run([WEBFS, *map(str, a)], check=True, capture_output=True, timeout=120)
-    disks = [tmp_path / f"disk{i}" for i in range(3)]
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    run("mkfs", *disks)
-    run("mount", disks[0], mnt)
+    disks, mnt = mounted_on(tmp_path, 3)
     try:
         (mnt / "d").mkdir()
         (mnt / "d" / "page.html").write_bytes(b"<p>owned</p>" * 40)
