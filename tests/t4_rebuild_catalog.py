@@ -31,6 +31,7 @@ def _archive_with_owners_xattrs_and_links(tmp_path) -> Mounted:
         sh(f"cp -r {Path(__file__).resolve().parent.parent / 'man'} {m.mnt}/")
         sh(f"setfattr -n user.note -v keep {m.mnt}/man/webfs.1")
         sh(f"setfattr -n user.warc.uri -v http://x/ {m.mnt}/man/webfs-format.5")
+        os.setxattr(m.mnt / "man" / "webfs-format.5", "user.binary", b"\0\t\xff")
         os.chown(m.mnt / "man" / "webfs.1", 1234, 4321)
         os.link(m.mnt / "man" / "webfs.1", m.mnt / "hl")
     finally:
@@ -83,6 +84,7 @@ def _owners_xattrs_and_links_are_back(m: Mounted) -> None:
         assert sh(f"getfattr --only-values -n user.note {m.mnt}/hl").stdout == b"keep"
         assert sh(f"getfattr --only-values -n user.warc.uri {m.mnt}/man/webfs-format.5").stdout == b"http://x/"
         assert os.stat(m.mnt / "man" / "webfs-format.5").st_nlink == 1
+        assert os.getxattr(m.mnt / "man" / "webfs-format.5", "user.binary") == b"\0\t\xff"
     finally:
         m.umount()
 
@@ -228,3 +230,32 @@ def test_blocks_no_record_names_come_back_at_their_name_hint(tmp_path):
         m.umount()
     import json
     assert json.loads(webfs("status", "--json", m.disks[0]).stdout)["blocks"] == 4   # first x kept, pinned
+
+
+def test_warc_xattrs_journalled_by_an_import_come_back_after_a_kill(tmp_path):
+    """An import sets a batch's user.warc.* xattrs after journalling its names:
+    the JOURNAL still carries them (made at commit), so a daemon killed before
+    any checkpoint and a lost catalog lose none."""
+    import signal
+    from t2_warc import write_warc
+    from conftest import unmount
+    warc = write_warc(tmp_path / "c.warc.gz", [("http://example.com/", b"<html>home</html>"),
+                                                ("http://example.com/a.html", b"<html>a</html>")])
+    m = Mounted(tmp_path)
+    try:
+        webfs("import-warc", warc, m.mnt / "c")
+        found = sh(f"getfattr -R -d -m user.warc.target-uri {m.mnt}/c").stdout
+        assert found.count(b"user.warc.target-uri=") >= 2, found
+        os.kill(m.pid(), signal.SIGKILL)
+    finally:
+        unmount(m.mnt)
+    for d in m.disks:
+        for p in (d / "meta").glob("catalog.db*"):
+            p.unlink()
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[1], check=False)
+    assert proc.returncode in (0, 1), proc.stdout.decode() + proc.stderr.decode()
+    webfs("mount", m.disks[1], m.mnt)
+    try:
+        assert sh(f"getfattr -R -d -m user.warc.target-uri {m.mnt}/c").stdout == found
+    finally:
+        unmount(m.mnt)

@@ -128,6 +128,7 @@ def test_real_webfs_recover_restores_owners_xattrs_and_hard_links(tools, restric
         os.chown(mnt / "d", 77, 88)
         os.setxattr(mnt / "d" / "page.html", "user.warc.uri", b"http://example.com/\tp")
         os.setxattr(mnt / "d" / "page.html", "user.empty", b"")
+        os.setxattr(mnt / "d" / "page.html", "user.binary", b"\0\x01\xff\\n")
         os.link(mnt / "d" / "page.html", mnt / "second name")
     finally:
         run("umount", mnt)
@@ -141,6 +142,7 @@ def test_real_webfs_recover_restores_owners_xattrs_and_hard_links(tools, restric
     assert (os.stat(out / "d").st_uid, os.stat(out / "d").st_gid) == (77, 88)
     assert os.getxattr(out / "d" / "page.html", "user.warc.uri") == b"http://example.com/\tp"
     assert os.getxattr(out / "d" / "page.html", "user.empty") == b""
+    assert os.getxattr(out / "d" / "page.html", "user.binary") == b"\0\x01\xff\\n"
     proc = recover(tools, restricted_bin, tmp_path, *disks, tmp_path / "out2")
-    assert b"2 xattrs not restored: setfattr" in proc.stderr, proc.stderr
+    assert b"3 xattrs not restored: setfattr" in proc.stderr, proc.stderr
     assert os.stat(tmp_path / "out2" / "second name").st_ino == os.stat(tmp_path / "out2" / "d" / "page.html").st_ino

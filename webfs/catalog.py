@@ -13,6 +13,7 @@ commits are the cost that batching saves.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -238,7 +239,14 @@ class Catalog:
     def checkpoint(self) -> None:
         """Copy the WAL into the database file, as far as no reader holds it back."""
         with self.lock:
-            self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            try:
+                self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.OperationalError as exc:
+                if "full" not in str(exc):
+                    raise
+                # Harmless: every commit is in the WAL still; a later checkpoint copies it.
+                logging.getLogger(__name__).warning("%s: catalog checkpoint put off: the disk is full",
+                                                    self.path)
 
     @property
     def uncommitted(self) -> bool:

@@ -149,13 +149,19 @@ def entry_of(sigs: str, node: "Inode", path: bytes) -> bytes:
                        format_mtime(node.mtime_ns).encode(), escape_path(path)])
 
 
+def xattr_field(value: bytes) -> bytes:
+    """An xattr value as a record holds it: ``t`` and the value escaped as a
+    path is, or (a value with a NUL byte) ``x`` and its hex."""
+    return b"x" + value.hex().encode() if b"\0" in value else b"t" + escape_path(value)
+
+
 def attribute_lines(node: "Inode", xattrs: Iterable[tuple[bytes, bytes]]) -> bytes:
     """The ``#`` lines that follow an entry (in the MANIFEST, or after a JOURNAL
     ``+``) with what the five fields lack: its owner, its xattrs, and, for a
     file of several names, its inode number, which its other names share.
     Readers that do not know them skip them, as every ``#`` line."""
     out = [b"#\t%s\t%d\t%d\n" % (OWNER, node.uid, node.gid)]
-    out += [b"#\t%s\t%s\t%s\n" % (XATTR, escape_path(name), value.hex().encode()) for name, value in xattrs]
+    out += [b"#\t%s\t%s\t%s\n" % (XATTR, escape_path(name), xattr_field(value)) for name, value in xattrs]
     if node.nlink > 1 and not stat.S_ISDIR(node.mode):
         out.append(b"#\t%s\t%d\n" % (INODE, node.id))
     return b"".join(out)
@@ -167,7 +173,7 @@ class Journal:
 
     def __init__(self, archive: "Archive", limit: int = JOURNAL_LIMIT):
         self.archive = archive
-        self.lines: list[bytes] = []
+        self.lines: list = []                  # a line, or (a + line, its inode): see take
         self.lock = threading.Lock()
         self.namespace: Optional["Namespace"] = None
         self._fds: dict[int, int] = {}          # disk -> open JOURNAL (appends stay cheap)
@@ -220,9 +226,12 @@ class Journal:
         if op == "+":
             if rows is None:
                 rows = [] if stat.S_ISDIR(node.mode) else self.namespace.contents(node.id)
-            xattrs = self.namespace.xattrs_of([node.id]).get(node.id, []) if self.namespace else []
-            line = b"+\t" + entry(rows, node, path) + b"\n" + attribute_lines(node, xattrs)[:-1]
-        elif op in (">", "<>"):
+            # Its attribute lines are made at take(): xattrs set later in the same
+            # commit (an import sets a batch's at once) are in them, asked once per commit.
+            with self.lock:
+                self.lines.append((b"+\t" + entry(rows, node, path) + b"\n", node))
+            return
+        if op in (">", "<>"):
             line = op.encode() + b"\t" + escape_path(path) + b"\t" + escape_path(new_path)
         else:
             line = b"-\t" + escape_path(path)
@@ -233,8 +242,11 @@ class Journal:
         """The lines recorded so far, taken out (the store does this at each
         commit, under the catalog lock, and appends them right after)."""
         with self.lock:
-            data, self.lines = b"".join(self.lines), []
-        return data
+            lines, self.lines = self.lines, []
+        added = [item[1].id for item in lines if isinstance(item, tuple)]
+        xattrs = self.namespace.xattrs_of(added) if added and self.namespace else {}
+        return b"".join(item if isinstance(item, bytes) else
+                        item[0] + attribute_lines(item[1], xattrs.get(item[1].id, ())) for item in lines)
 
     def append(self, data: bytes) -> None:
         self._append(data, False)

@@ -222,7 +222,10 @@ def _attribute_problem(entry: Optional[Entry], fields: list[bytes]) -> Optional[
                 return f"owner {uid}:{gid} out of range"
             entry.attrs["owner"] = (uid, gid)
         elif fields[1] == XATTR and len(fields) == 4:
-            name, value = _unescape(fields[2]), bytes.fromhex(fields[3].decode("ascii"))
+            kind, text = fields[3][:1], fields[3][1:]
+            if kind not in (b"t", b"x"):
+                return f"xattr value {fields[3][:20]!r}: neither t (text) nor x (hex)"
+            name, value = _unescape(fields[2]), _unescape(text) if kind == b"t" else bytes.fromhex(text.decode("ascii"))
             if not 0 < len(name) <= NAME_MAX or b"\0" in name or len(value) > XATTR_MAX:
                 return f"xattr {_show(name)}: not a name and value the mount would take"
             entry.attrs.setdefault("xattrs", {})[name] = value
@@ -311,6 +314,8 @@ def _apply_or_why(entries: Entries, line: bytes, where: str) -> Optional[str]:
                 return None
             if new.startswith(old + b"/") or (op == b"<>" and old.startswith(new + b"/")):
                 return f"moves {_show(old)} into itself"
+            if old.startswith(new + b"/"):      # rename(2) refuses it: the target is not empty
+                return f"moves {_show(old)} onto a directory above it"
             moved = {p: v for p, v in entries.items() if p == old or p.startswith(old + b"/")}
             if not moved:
                 return None     # already applied (a journal replayed over a newer MANIFEST)
