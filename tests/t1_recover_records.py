@@ -58,3 +58,24 @@ def test_the_name_rule():
     assert path_problem(b"/") is None and path_problem(b"/a/b") is None
     for bad in (b"a", b"/a/", b"//a", b"/a/./b", b"/../x", b"/a/" + b"n" * 256):
         assert path_problem(bad), bad
+
+
+NUMBERS = st.one_of(st.integers(), st.integers(-2**70, 2**70), st.sampled_from(
+    [-99999999999999999999, 99999999999999999999999, 2**63 - 1, 2**63, -2**63, 0]))
+FRACTIONS = st.one_of(st.just(""), st.from_regex(r"\A[0-9]{0,30}\Z"), st.text(max_size=5))
+
+
+@settings(max_examples=500, deadline=None)
+@given(NUMBERS, NUMBERS, FRACTIONS)
+def test_hostile_sizes_and_mtimes_are_skipped_never_stored_out_of_range(size, secs, frac):
+    """A MANIFEST size or mtime past an SQLite INTEGER is a skipped record
+    (issue 23 item 3), never an OverflowError at insert time."""
+    line = b"+\t-\t%d\t100644\t%d%s\t/f" % (size, secs, (b"." + frac.encode()) if frac else b"")
+    entries, problems = Entries(), []
+    _apply(entries, line, "MANIFEST line 1", problems)
+    if b"/f" in entries:
+        _sigs, size_kept, _mode, mtime, _where = entries[b"/f"]
+        assert 0 <= size_kept < 2**63 and -2**63 < mtime < 2**63
+        assert not problems
+    else:
+        assert len(problems) == 1 and problems[0][1].endswith("skipped"), problems

@@ -258,7 +258,7 @@ def test_second_mount_is_refused_and_a_killed_daemon_leaves_no_stale_lock(mounte
     proc = webfs("mount", mounted.disks[1], other, check=False)
     assert proc.returncode == 1 and b"in use" in proc.stderr
     proc = webfs("fsck", mounted.disks[2], check=False)
-    assert proc.returncode == 1 and b"mount point" in proc.stderr
+    assert proc.returncode == 8 and b"mount point" in proc.stderr      # not run
     (mounted.mnt / "kept.txt").write_text("closed before the kill")
     pid = mounted.pid()
     os.kill(pid, signal.SIGKILL)

@@ -24,18 +24,26 @@ needs_mount = pytest.mark.skipif(
     reason="needs the webfs command, /dev/fuse and root")
 
 
+def run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([WEBFS, *map(str, args)], check=True, capture_output=True, timeout=120)
+
+
+def mounted_on(root: Path, count: int) -> tuple[list[Path], Path]:
+    """A new archive of ``count`` disks under ``root``, mounted on root/mnt."""
+    disks = [root / f"disk{i}" for i in range(count)]
+    mnt = root / "mnt"
+    mnt.mkdir()
+    run("mkfs", *disks)
+    run("mount", disks[0], mnt)
+    return disks, mnt
+
+
 def build_archive_real(root: Path, ops) -> Built:
     """build_archive() through a real webfs mount: the history is played on the
     mount, 'webfs sync' at the checkpoint; the disks are copied while still
     mounted (a live JOURNAL), then unmounted (a final MANIFEST). The original is
     the tree the remounted archive shows."""
-    run = lambda *a: subprocess.run([WEBFS, *map(str, a)], check=True, capture_output=True,
-                                    timeout=120)
-    disks = [root / f"disk{i}" for i in range(4)]
-    mnt = root / "mnt"
-    mnt.mkdir()
-    run("mkfs", *disks)
-    run("mount", disks[0], mnt)
+    disks, mnt = mounted_on(root, 4)
     try:
         for op in ops:
             if op[0] == "checkpoint":
@@ -111,3 +119,36 @@ def test_real_webfs_journal_replay(real, tools, restricted_bin, tmp_path):
     if dirs:
         pytest.xfail(f"the JOURNAL lacks the new mtimes of {len(dirs)} directories "
                      "(entries created, removed or renamed in them): " + repr(dirs[:3]))
+
+
+@needs_mount
+def test_real_webfs_recover_restores_owners_xattrs_and_hard_links(tools, restricted_bin, tmp_path):
+    """Issue 23 item 2: the records' owner, xattr and inode lines come back
+    through webfs-recover: owners as root (chown), hard links (ln), xattrs
+    with setfattr when it is installed, else counted as not restored."""
+    disks, mnt = mounted_on(tmp_path, 3)
+    try:
+        (mnt / "d").mkdir()
+        (mnt / "d" / "page.html").write_bytes(b"<p>owned</p>" * 40)
+        os.chown(mnt / "d" / "page.html", 1234, 4321)
+        os.chown(mnt / "d", 77, 88)
+        os.setxattr(mnt / "d" / "page.html", "user.warc.uri", b"http://example.com/\tp")
+        os.setxattr(mnt / "d" / "page.html", "user.empty", b"")
+        os.setxattr(mnt / "d" / "page.html", "user.binary", b"\0\x01\xff\\n")
+        os.link(mnt / "d" / "page.html", mnt / "second name")
+    finally:
+        run("umount", mnt)
+    with_setfattr = tmp_path / "bin"
+    shutil.copytree(restricted_bin, with_setfattr, symlinks=True)
+    os.symlink(shutil.which("setfattr"), with_setfattr / "setfattr")
+    out = tmp_path / "out"
+    recover(tools, with_setfattr, tmp_path, *disks, out)
+    page, second = os.stat(out / "d" / "page.html"), os.stat(out / "second name")
+    assert (page.st_uid, page.st_gid, page.st_nlink, page.st_ino) == (1234, 4321, 2, second.st_ino)
+    assert (os.stat(out / "d").st_uid, os.stat(out / "d").st_gid) == (77, 88)
+    assert os.getxattr(out / "d" / "page.html", "user.warc.uri") == b"http://example.com/\tp"
+    assert os.getxattr(out / "d" / "page.html", "user.empty") == b""
+    assert os.getxattr(out / "d" / "page.html", "user.binary") == b"\0\x01\xff\\n"
+    proc = recover(tools, restricted_bin, tmp_path, *disks, tmp_path / "out2")
+    assert b"3 xattrs not restored: setfattr" in proc.stderr, proc.stderr
+    assert os.stat(tmp_path / "out2" / "second name").st_ino == os.stat(tmp_path / "out2" / "d" / "page.html").st_ino

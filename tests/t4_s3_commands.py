@@ -75,6 +75,17 @@ def test_the_lease_keeps_a_second_machine_out(weeds, tmp_path):
         assert webfs("status", disks[1], env=b).returncode == 0
         proc = webfs("fsck", disks[2], check=False, env=b)     # (by the bucket's older catalog copy)
         assert proc.returncode in (0, 4) and b"read-only check" in proc.stdout, proc.stderr.decode()
+        # fsck --rebuild-catalog without --repair writes nothing: no lease, no copy
+        # pushed; with --repair the lease refuses it, which is exit 8 (not run).
+        bucket0 = DiskURL.parse(disks[0]).bucket
+        copy_before = weeds[0].client().get_object(Bucket=bucket0, Key="meta/COPY")["Body"].read()
+        proc = webfs("fsck", "--rebuild-catalog", disks[2], check=False, env=b)
+        assert proc.returncode in (0, 4) and b"nothing was written" in proc.stdout, proc.stderr.decode()
+        for args in (("--repair",), ("--rebuild-catalog", "--repair", "--force")):
+            proc = webfs("fsck", *args, disks[2], check=False, env=b)
+            err = proc.stderr.decode()
+            assert proc.returncode == 8 and "in use by webfs mount on" in err, (args, proc.returncode, err)
+        assert weeds[0].client().get_object(Bucket=bucket0, Key="meta/COPY")["Body"].read() == copy_before
         def renewed():
             now = lease_of(weeds[0], disks[0])
             return now if now != before else None
@@ -138,7 +149,7 @@ def test_rebuild_catalog_after_losing_it_everywhere(weeds, tmp_path, corpus):
             w.client().delete_object(Bucket=DiskURL.parse(d).bucket, Key=key)
     proc = webfs("mount", disks[0], mnt, check=False)
     assert proc.returncode != 0 and "--rebuild-catalog" in proc.stderr.decode(), proc.stderr.decode()
-    proc = webfs("fsck", "--rebuild-catalog", disks[1], check=False)
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", disks[1], check=False)
     assert proc.returncode in (0, 1), proc.stdout.decode() + proc.stderr.decode()
     reads_back_clean(disks[2], mnt, src, "site")
 

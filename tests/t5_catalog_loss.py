@@ -53,7 +53,7 @@ def test_catalog_lost_after_a_kill(tmp_path, site, how, sync_midway):
             f.unlink()
     proc = webfs("status", m.disks[1], check=False)
     assert proc.returncode == 1 and b"--rebuild-catalog" in proc.stderr
-    proc = webfs("fsck", "--rebuild-catalog", m.disks[1], check=False)
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[1], check=False)
     out = proc.stdout.decode()
     assert "rebuilt the catalog" in out, out
     assert proc.returncode == (4 if how == "whole disk" else 0), out   # blocks of the lost disk stay unavailable
@@ -76,7 +76,7 @@ def test_catalog_rebuild_without_any_journal_or_manifest_keeps_every_block(tmp_p
             p = d / "meta" / name
             if p.exists():
                 p.unlink()
-    proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
     assert proc.returncode == 0, proc.stdout.decode()
     st = __import__("json").loads(webfs("status", "--json", m.disks[0]).stdout)
     distinct = {p.read_bytes() for p in site.rglob("*") if p.is_file()} | {b"site/index.html", b"new\n"}
@@ -100,7 +100,7 @@ def test_a_file_whose_block_is_gone_everywhere_reads_eio_after_a_rebuild(tmp_pat
                 p.unlink()
         for p in (d / "meta").glob("catalog.db*"):
             p.unlink()
-    proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
     assert "the file is lost" in proc.stdout.decode()
     assert proc.returncode == 4
     webfs("mount", m.disks[0], m.mnt)

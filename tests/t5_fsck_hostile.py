@@ -66,7 +66,7 @@ def test_rebuild_catalog_skips_hostile_records_and_keeps_the_rest(tmp_path):
             continue            # not a record disk (meta/RECORDS names the two)
         mfirst = _append(d / "meta" / "MANIFEST", HOSTILE_MANIFEST)
         jfirst = _append(d / "meta" / "JOURNAL", HOSTILE_JOURNAL)
-    proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
     out = proc.stdout.decode(errors="replace")
     assert proc.returncode == 4, out + proc.stderr.decode(errors="replace")
     assert " 0 problem(s)" not in out
@@ -163,7 +163,7 @@ def test_lost_catalog_disk_blocks_are_degraded_not_lost(tmp_path):
     finally:
         m.umount()
     shutil.rmtree(m.disks[0])                   # the catalog's disk
-    proc = webfs("fsck", "--rebuild-catalog", m.disks[1], check=False)
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[1], check=False)
     out = proc.stdout.decode(errors="replace")
     assert "rebuilt the catalog" in out, out
     assert "unavailable" not in out and "lost:" not in out, out
@@ -253,10 +253,34 @@ def test_rebuild_catalog_with_a_hostile_parity_header(tmp_path):
             block.unlink()
         for p in (d / "meta").glob("catalog.db*"):
             p.unlink()
-    proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
     out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
     assert "Traceback" not in out and proc.returncode == 4, out
     assert "not a disk of the archive" in out, out
+    webfs("mount", m.disks[0], m.mnt)
+    try:
+        assert sorted(os.listdir(m.mnt)) == ["a", "d", "s"]
+    finally:
+        unmount(m.mnt)
+
+
+def test_rebuild_catalog_skips_numbers_past_sqlite_and_leaves_no_rebuild_file(tmp_path):
+    """Issue 23 item 3: one MANIFEST line with an mtime or size past an SQLite
+    INTEGER gave an OverflowError traceback and a leftover catalog.db.rebuild."""
+    m = _archive_with_a_tree(tmp_path)
+    hostile = [b"-\t0\t100644\t-99999999999999999999.000000000\t/old",
+               b"-\t99999999999999999999999\t100644\t1.000000000\t/big"]
+    for d in m.disks:
+        for p in (d / "meta").glob("catalog.db*"):
+            p.unlink()
+        if (d / "meta" / "MANIFEST").exists():
+            first = _append(d / "meta" / "MANIFEST", hostile)
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
+    out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
+    assert "Traceback" not in out and proc.returncode == 4, out
+    for n in (first, first + 1):
+        assert f"meta/MANIFEST line {n}: " in out, out
+    assert not list((m.disks[0] / "meta").glob("catalog.db.rebuild*"))
     webfs("mount", m.disks[0], m.mnt)
     try:
         assert sorted(os.listdir(m.mnt)) == ["a", "d", "s"]

@@ -38,7 +38,7 @@ def open_archive(path: str, holder: str = "webfs", lock: bool = True,
             raise ArchiveError(
                 why if "WEBFS-DISK is missing" in why else
                 f"disk {archive.conf.catalog}, which holds the catalog, is missing or has lost it; "
-                f"'webfs fsck --rebuild-catalog {path}' rebuilds it from the other disks")
+                f"'webfs fsck --rebuild-catalog --repair {path}' rebuilds it from the other disks")
         check_catalog_file(catalog_path(primary.root))
         catalog = Catalog(catalog_path(primary.root))
         _check_max_block(archive, catalog, write=lock)

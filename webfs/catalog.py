@@ -13,6 +13,7 @@ commits are the cost that batching saves.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import urllib.parse
@@ -26,6 +27,7 @@ from . import lockorder
 
 SCHEMA_VERSION = 2             # 2: blocks.sha256 (the content digest)
 CATALOG_FILE = "meta/catalog.db"
+ARCHIVE_META = "archive"        # meta key: the uuid of the archive the catalog indexes (absent before)
 CACHE_KIB = 2048                # SQLite page cache of one connection, KiB
 WAL_LIMIT = 8 << 20             # bytes of WAL kept after a checkpoint
 
@@ -234,16 +236,24 @@ class Catalog:
             self.db.commit()
             self.db.close()
 
+    @staticmethod
+    def reader(path: str) -> "Catalog":
+        """A read-only connection to the catalog file ``path`` (for fsck, a private
+        copy: even a read-only open of a WAL database makes files beside it)."""
+        view = Catalog.__new__(Catalog)
+        view.path = path
+        view.lock = lockorder.rlock("catalog snapshot")
+        view._groups = {}
+        view.memo = None
+        view.db = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True,
+                                  check_same_thread=False)
+        return view
+
     def snapshot(self) -> "Catalog":
         """A read-only view of the catalog as it is now (a WAL read transaction),
         for long reads such as writing the MANIFEST while the mount goes on.
         Take it under the lock, right after a commit; close it when done."""
-        view = Catalog.__new__(Catalog)
-        view.path = self.path
-        view.lock = lockorder.rlock("catalog snapshot")
-        view._groups = {}
-        view.memo = None
-        view.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        view = Catalog.reader(self.path)
         view.db.execute("BEGIN")
         view.db.execute("SELECT COUNT(*) FROM inodes").fetchone()     # the snapshot starts here
         return view
@@ -255,7 +265,14 @@ class Catalog:
     def checkpoint(self) -> None:
         """Copy the WAL into the database file, as far as no reader holds it back."""
         with self.lock:
-            self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            try:
+                self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.OperationalError as exc:
+                if "full" not in str(exc):
+                    raise
+                # Harmless: every commit is in the WAL still; a later checkpoint copies it.
+                logging.getLogger(__name__).warning("%s: catalog checkpoint put off: the disk is full",
+                                                    self.path)
 
     @property
     def uncommitted(self) -> bool:
@@ -434,6 +451,15 @@ class Catalog:
     def delete_block(self, block_id: int) -> None:
         self.execute("DELETE FROM blocks WHERE id=?", (block_id,))
 
+    def quick_check(self) -> str:
+        """SQLite's quick_check of the file: "ok", or its first complaint."""
+        return self.scalar("PRAGMA quick_check")
+
+    def block_refs(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(signature, overflow) -> (references, pins) of every block row."""
+        return {(sig, overflow): (refs, pins)
+                for sig, overflow, refs, pins in self.query("SELECT sig, overflow, refs, pins FROM blocks")}
+
     def namespace_refs(self) -> dict[int, int]:
         """Block id -> references the namespace holds on it."""
         # A file with n names holds n references; an open file with no name, one.
@@ -570,5 +596,5 @@ def check_catalog_file(path: str) -> None:
 
 def _catalog_advice(path: str, disk: str, why: str) -> str:
     return (f"{path}: the catalog is {why}; put back a copy if you have one, else move it aside "
-            f"and run 'webfs fsck --rebuild-catalog {disk}' (names, sizes, modes and mtimes come back "
-            "from the disks; owners, xattrs and hard links do not)")
+            f"and run 'webfs fsck --rebuild-catalog --repair {disk}' (names, sizes, modes, mtimes, owners, "
+            "xattrs and hard links come back from the records on the disks)")

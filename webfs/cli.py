@@ -23,7 +23,7 @@ from . import control
 from .admin import human
 from .archive import archive_place
 from .backends import is_url, normalize
-from .errors import CatalogUnreadable, WebfsError
+from .errors import WebfsError
 from .locks import TAKE_ENV
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 
@@ -256,40 +256,47 @@ def protection_lines(st: dict) -> list[str]:
 @main.command()
 @click.option("--repair", is_flag=True, help="Fix what can be fixed.")
 @click.option("--rebuild-catalog", "rebuild", is_flag=True,
-              help="Rebuild a lost catalog from block headers, parity headers and the MANIFEST and "
-                   "JOURNAL on the disks, then check.")
+              help="Build a catalog from block headers, parity headers and the MANIFEST and JOURNAL on "
+                   "the disks and say what it would change; with --repair put it in place, then check.")
+@click.option("--force", is_flag=True,
+              help="With --rebuild-catalog --repair: replace a catalog that opens and is this archive's.")
 @click.argument("disk", type=DiskPath(exists=True, file_okay=False))
-def fsck(repair, rebuild, disk):
+def fsck(repair, rebuild, force, disk):
     """Check an unmounted archive: headers, signatures, references, orphans, parity.
 
     Without --repair nothing on the disks is written (as e2fsck -n): the
-    catalog is checked in a private copy, and what --repair would mend is
-    said. Exit status: 0 clean, 1 problems found and all repaired, 4
-    problems left, 8 the check could not run.
+    catalog is checked in a private copy (a rebuilt one is built off the
+    disks and compared), and what --repair would mend is said. Exit
+    status: 0 clean, 1 problems found and all repaired, 4 problems left,
+    8 the check could not run (or --repair would replace a sound catalog
+    without --force).
     """
     import sqlite3
     from .commands import fsck as fsckmod
     from .commands.report import EXIT_FAILED
     skipped: list = []
+    if force and not (rebuild and repair):
+        raise click.UsageError("--force goes with --rebuild-catalog --repair")
     try:
         if rebuild:
-            from .archive import Archive
-            from .commands.rebuild_catalog import rebuild_catalog
-            archive = Archive.open(disk)
-            archive.lock("webfs fsck --rebuild-catalog")
+            from .commands.rebuild_catalog import RebuildRefused, rebuild_step
             try:
                 with progress_bar(None, "reading headers") as bar:
-                    for line in rebuild_catalog(archive, progress=bar.update, problems=skipped):
-                        click.echo(line)
-            finally:
-                archive.unlock()
-        store = open_store(disk, "fsck") if repair or rebuild else fsckmod.open_readonly(disk)
+                    status = rebuild_step(disk, repair, force, click.echo, skipped, progress=bar.update)
+            except RebuildRefused as exc:
+                click.echo(f"webfs fsck: {exc}", err=True)
+                sys.exit(EXIT_FAILED)
+            if status is not None:
+                for where, what in skipped:
+                    click.echo(f"{where}: {what}")
+                sys.exit(status)
+        store = open_store(disk, "fsck") if repair else fsckmod.open_readonly(disk)
         try:
             with progress_bar(None, "checking") as bar:
                 report = fsckmod.check(store, repair=repair, progress=bar.update)
         finally:
             store.close()
-    except CatalogUnreadable as exc:        # found by the check at open (--repair)
+    except WebfsError as exc:       # a bad catalog, the archive held (a mount, a lease): not run
         click.echo(f"webfs fsck: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     except sqlite3.DatabaseError as exc:    # found in the private copy (read-only check)
@@ -303,7 +310,7 @@ def fsck(repair, rebuild, disk):
         except (WebfsError, KeyError, OSError):
             where = f"{CATALOG_FILE} of the archive of {disk}"
         click.echo(f"webfs fsck: {where}: not a usable catalog ({exc}); keep a copy of it, then "
-                   f"'webfs fsck --rebuild-catalog {disk}' rebuilds it from the disks", err=True)
+                   f"'webfs fsck --rebuild-catalog --repair {disk}' rebuilds it from the disks", err=True)
         sys.exit(EXIT_FAILED)
     for where, what in skipped:
         report.add("record", where, what, fixable=False)
@@ -315,7 +322,7 @@ def fsck(repair, rebuild, disk):
                f"{len(report.findings) - left} repaired, {left} left"
                + (f"; {degraded} block(s) degraded (read back through parity), none of them lost"
                   if degraded else "")
-               + ("; read-only check: nothing was written" if not repair and not rebuild else ""))
+               + ("; read-only check: nothing was written" if not repair else ""))
     if left and not repair:
         click.echo(f"'webfs fsck --repair {disk}' mends what can be mended")
     sys.exit(report.exit_code)

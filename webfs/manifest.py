@@ -69,6 +69,7 @@ RECORDS = "meta/RECORDS"                # names the disks that hold MANIFEST and
 RECORD_COPIES = 2                       # disks that hold MANIFEST and JOURNAL
 JOURNAL_LIMIT = 4 << 20                 # bytes of JOURNAL that ask for a checkpoint (at least)
 CHECKPOINT_META = "checkpoint"          # catalog meta key: the last checkpoint number used
+OWNER, XATTR, INODE = b"owner", b"xattr", b"inode"     # kinds of the # lines after an entry
 
 
 def checkpoint_line(n: int) -> bytes:
@@ -148,13 +149,31 @@ def entry_of(sigs: str, node: "Inode", path: bytes) -> bytes:
                        format_mtime(node.mtime_ns).encode(), escape_path(path)])
 
 
+def xattr_field(value: bytes) -> bytes:
+    """An xattr value as a record holds it: ``t`` and the value escaped as a
+    path is, or (a value with a NUL byte) ``x`` and its hex."""
+    return b"x" + value.hex().encode() if b"\0" in value else b"t" + escape_path(value)
+
+
+def attribute_lines(node: "Inode", xattrs: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """The ``#`` lines that follow an entry (in the MANIFEST, or after a JOURNAL
+    ``+``) with what the five fields lack: its owner, its xattrs, and, for a
+    file of several names, its inode number, which its other names share.
+    Readers that do not know them skip them, as every ``#`` line."""
+    out = [b"#\t%s\t%d\t%d\n" % (OWNER, node.uid, node.gid)]
+    out += [b"#\t%s\t%s\t%s\n" % (XATTR, escape_path(name), xattr_field(value)) for name, value in xattrs]
+    if node.nlink > 1 and not stat.S_ISDIR(node.mode):
+        out.append(b"#\t%s\t%d\n" % (INODE, node.id))
+    return b"".join(out)
+
+
 class Journal:
     """Namespace changes, buffered and appended to meta/JOURNAL on the record
     disks at each catalog commit (so a killed daemon loses nothing it committed)."""
 
     def __init__(self, archive: "Archive", limit: int = JOURNAL_LIMIT):
         self.archive = archive
-        self.lines: list[bytes] = []
+        self.lines: list = []                  # a line, or (a + line, its inode): see take
         self.lock = lockorder.lock("journal lines")
         self.namespace: Optional["Namespace"] = None
         self._fds: dict[int, int] = {}          # disk -> open JOURNAL (appends stay cheap)
@@ -207,8 +226,12 @@ class Journal:
         if op == "+":
             if rows is None:
                 rows = [] if stat.S_ISDIR(node.mode) else self.namespace.contents(node.id)
-            line = b"+\t" + entry(rows, node, path)
-        elif op in (">", "<>"):
+            # Its attribute lines are made at take(): xattrs set later in the same
+            # commit (an import sets a batch's at once) are in them, asked once per commit.
+            with self.lock:
+                self.lines.append((b"+\t" + entry(rows, node, path) + b"\n", node))
+            return
+        if op in (">", "<>"):
             line = op.encode() + b"\t" + escape_path(path) + b"\t" + escape_path(new_path)
         else:
             line = b"-\t" + escape_path(path)
@@ -219,8 +242,11 @@ class Journal:
         """The lines recorded so far, taken out (the store does this at each
         commit, under the catalog lock, and appends them right after)."""
         with self.lock:
-            data, self.lines = b"".join(self.lines), []
-        return data
+            lines, self.lines = self.lines, []
+        added = [item[1].id for item in lines if isinstance(item, tuple)]
+        xattrs = self.namespace.xattrs_of(added) if added and self.namespace else {}
+        return b"".join(item if isinstance(item, bytes) else
+                        item[0] + attribute_lines(item[1], xattrs.get(item[1].id, ())) for item in lines)
 
     def append(self, data: bytes) -> None:
         self._append(data, False)
@@ -444,12 +470,15 @@ class Staged:
 def manifest_chunks(namespace: "Namespace") -> Iterator[bytes]:
     """Every name of the namespace as MANIFEST lines, the root first, parents
     before children, in chunks of up to 1,000 lines."""
-    yield entry([], namespace.get(ROOT_INODE), b"/") + b"\n"
+    root = namespace.get(ROOT_INODE)
+    yield entry([], root, b"/") + b"\n" + attribute_lines(root, namespace.xattrs_of([ROOT_INODE]).get(ROOT_INODE, []))
     chunk: list = []
 
     def emit() -> bytes:
         sigs = namespace.block_names([node.id for _, node in chunk if not stat.S_ISDIR(node.mode)])
-        data = b"".join(entry_of(sigs.get(node.id, ""), node, path) + b"\n" for path, node in chunk)
+        xattrs = namespace.xattrs_of([node.id for _, node in chunk])
+        data = b"".join(entry_of(sigs.get(node.id, ""), node, path) + b"\n"
+                        + attribute_lines(node, xattrs.get(node.id, ())) for path, node in chunk)
         chunk.clear()
         return data
     for item in namespace.walk():

@@ -184,6 +184,39 @@ class NamespaceRows:
         self.memo.drop_node(ino)
         return node
 
+    def listing(self) -> dict[bytes, tuple]:
+        """path -> (inode, mode, size, mtime_ns, uid, gid, content, xattrs) of
+        every name reachable from the root, where content is the (signature,
+        overflow) of each piece, or a symlink's target. For comparing two
+        catalogs (``webfs.commands.catalog_compare``)."""
+        children: dict[int, list] = {}
+        for parent, name, ino in self.cat.query("SELECT parent, name, inode FROM dentries"):
+            children.setdefault(parent, []).append((bytes(name), ino))
+        inodes = {row[0]: row[1:] for row in self.cat.query("SELECT id, mode, size, mtime_ns, uid, gid FROM inodes")}
+        content: dict[int, list] = {}
+        for ino, sig, overflow in self.cat.query(
+                "SELECT c.inode, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
+                "ORDER BY c.inode, c.piece"):
+            content.setdefault(ino, []).append((sig, overflow))
+        for ino, target in self.cat.query("SELECT inode, target FROM symlinks"):
+            content[ino] = [bytes(target)]
+        xattrs: dict[int, list] = {}
+        for ino, name, value in self.cat.query("SELECT inode, name, value FROM xattrs ORDER BY inode, name"):
+            xattrs.setdefault(ino, []).append((bytes(name), bytes(value)))
+        out: dict[bytes, tuple] = {}
+        todo, seen = [(b"", ROOT_INODE)], {ROOT_INODE}
+        while todo:
+            path, ino = todo.pop()
+            for name, child in children.get(ino, ()):
+                p = path + b"/" + name
+                mode, size, mtime, uid, gid = inodes.get(child, (0, 0, 0, 0, 0))
+                out[p] = (child, mode, size, mtime, uid, gid, tuple(content.get(child, ())),
+                          tuple(xattrs.get(child, ())))
+                if stat.S_ISDIR(mode) and child not in seen:     # a damaged catalog may loop
+                    seen.add(child)
+                    todo.append((p, child))
+        return out
+
     def add_name(self, parent: int, name: bytes, ino: int) -> None:
         """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts untouched)."""
         self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
@@ -206,6 +239,10 @@ class NamespaceRows:
         self.cat.executemany("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)", xattrs)
         for ino, _, _ in xattrs:
             self.memo.xattrs.pop(ino, None)
+
+    def add_xattr(self, ino: int, name: bytes, value: bytes) -> None:
+        self.cat.execute("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)", (ino, name, value))
+        self.memo.xattrs.pop(ino, None)
 
     def bump_nlink(self, ino: int, delta: int) -> None:
         self.cat.execute("UPDATE inodes SET nlink=nlink+? WHERE id=?", (delta, ino))
@@ -496,8 +533,13 @@ class Namespace(NamespaceRows):
             for row in self.contents(ino):
                 self._later(self.store.add_ref, row)
             node = self.get(ino)
-            self.journal("+", node, self._join(parent, name))
+            self._journal_every_name(node)      # each name's record says which inode it shares
             return node
+
+    def _journal_every_name(self, node: Inode, rows: Optional[list[BlockRow]] = None) -> None:
+        """A ``+`` record for every name of ``node`` (its attributes changed)."""
+        for (parent, name) in self.cat.query("SELECT parent, name FROM dentries WHERE inode=?", (node.id,)):
+            self.journal("+", node, self._join(parent, name), rows=rows)
 
     def _join(self, parent: int, name: bytes) -> bytes:
         return self.path_of(parent) + b"/" + name
@@ -659,8 +701,7 @@ class Namespace(NamespaceRows):
             self.memo.drop_node(ino)
             node = self.get(ino)
             if set(attrs) - {"atime_ns", "ctime_ns"}:
-                for (parent, name) in self.cat.query("SELECT parent, name FROM dentries WHERE inode=?", (ino,)):
-                    self.journal("+", node, self._join(parent, name), rows=rows)
+                self._journal_every_name(node, rows)
             return node
 
     def set_contents(self, ino: int, rows: list[BlockRow], size: int, mtime_ns: int) -> Inode:
@@ -714,12 +755,22 @@ class Namespace(NamespaceRows):
             self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), ino))
             self.memo.xattrs.pop(ino, None)
             self.memo.drop_node(ino)
+            self._journal_every_name(self.get(ino))     # the records carry xattrs
 
     def removexattr(self, ino: int, name: bytes) -> None:
         with self.cat.lock:
             self.memo.xattrs.pop(ino, None)
             if self.cat.execute("DELETE FROM xattrs WHERE inode=? AND name=?", (ino, name)).rowcount == 0:
                 raise FsError(errno.ENODATA)
+            self._journal_every_name(self.get(ino))
+
+    def xattrs_of(self, inodes: list[int]) -> dict[int, list[tuple[bytes, bytes]]]:
+        """inode -> its (name, value) xattrs in name order, for many inodes at once."""
+        found: dict[int, list[tuple[bytes, bytes]]] = {}
+        for ino, name, value in self.cat.query_in(
+                "SELECT inode, name, value FROM xattrs WHERE inode IN ({}) ORDER BY inode, name", inodes):
+            found.setdefault(ino, []).append((bytes(name), bytes(value)))
+        return found
 
     def walk(self) -> Iterator[tuple[bytes, Inode]]:
         """(path, inode) of every name, parents before children."""

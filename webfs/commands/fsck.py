@@ -19,6 +19,14 @@ so what a killed process committed is seen but never checkpointed into the
 original), does not reconcile stripes an interrupted process left behind
 (it reports them), and every finding says what ``--repair`` would do.
 
+Whether the catalog can be trusted at all comes first (``catalog_state``):
+against an empty catalog or another archive's (its ``archive`` uuid, or not
+one of the disks' blocks among its rows) every block would be an orphan, so
+the check says that in one line instead. ``compare`` lists what replacing
+the catalog by one rebuilt from the disks would change (names gained or
+lost; type, size, mtime, owner, content or xattrs changed; hard links split;
+blocks gained, lost or recounted), for ``fsck --rebuild-catalog``.
+
 Findings, the report and its e2fsck exit codes are ``webfs.commands.report``'s.
 """
 from __future__ import annotations
@@ -26,14 +34,17 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sqlite3
+import stat
 import tempfile
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from .. import codecs
 from ..backends.local import TMP_SUFFIX
 from ..archive import Archive
-from ..catalog import BlockRow, Catalog, catalog_path
-from ..errors import ArchiveError, CorruptBlock, WebfsError
+from ..catalog import ARCHIVE_META, BlockRow, Catalog, catalog_path, check_catalog_file
+from ..errors import ArchiveError, CatalogUnreadable, CorruptBlock, WebfsError
+from ..namespace import NamespaceRows
 from ..signature import content_digest
 from ..store import Store
 from .report import Report, payload_from_redundancy, restored
@@ -67,15 +78,10 @@ def open_readonly(disk: str, holder: str = "webfs fsck") -> Store:
         if primary is None or not os.path.exists(catalog_path(primary.root)):
             raise ArchiveError(
                 f"disk {archive.conf.catalog}, which holds the catalog, is missing or has lost it; "
-                f"'webfs fsck --rebuild-catalog {disk}' rebuilds it from the other disks")
+                f"'webfs fsck --rebuild-catalog --repair {disk}' rebuilds it from the other disks")
         original = catalog_path(primary.root)
         copy_dir = tempfile.mkdtemp(prefix="webfs-fsck-")
-        copy = os.path.join(copy_dir, os.path.basename(original))
-        # The database and its write-ahead log, as they are: a killed process's
-        # commits are in the log, and opening the original would fold them in.
-        for suffix in ("", "-wal"):
-            if os.path.exists(original + suffix):
-                shutil.copyfile(original + suffix, copy + suffix)
+        copy = private_copy(original, copy_dir)
         intents = os.path.join(primary.root, INTENT_FILE)
         if os.path.exists(intents):
             shutil.copyfile(intents, os.path.join(copy_dir, os.path.basename(INTENT_FILE)))
@@ -94,6 +100,14 @@ def open_readonly(disk: str, holder: str = "webfs fsck") -> Store:
 
 def check(store: Store, repair: bool = False,
           progress: Optional[Callable[[int], None]] = None) -> Report:
+    """Check (and with ``repair`` mend) the archive against its catalog. A
+    catalog that is empty or another archive's is refused (CatalogUnreadable):
+    against it every block would be an orphan and every name a loss."""
+    why = catalog_state(store.archive, store.catalog.path)
+    if why is not None:
+        disk = next(d.path for d in store.archive.conf.disks if d.index == store.archive.conf.catalog)
+        raise CatalogUnreadable(f"{why}; 'webfs fsck --rebuild-catalog {disk}' says what a catalog "
+                                "rebuilt from the disks would be, with --repair puts it in place")
     report = Report(read_only=not repair)
     if repair:      # block files an interrupted write left (meta/intents), before they count as damage
         for line in store.forget_unfinished_writes():
@@ -257,3 +271,109 @@ def _check_rows(store: Store, repair: bool, report: Report,
             report.add("refs", where, f"catalog counts {counted} references, "
                        f"{expected} exist", repair)
 
+
+SHOWN = 5                       # examples printed of each kind of difference
+
+
+def private_copy(original: str, into: str) -> str:
+    """Copy a catalog and its write-ahead log into the directory ``into`` (the
+    log as it is: a killed process's commits are in it, and opening the
+    original would fold them in); return the copy's path."""
+    copy = os.path.join(into, os.path.basename(original))
+    for suffix in ("", "-wal"):
+        if os.path.exists(original + suffix):
+            shutil.copyfile(original + suffix, copy + suffix)
+    return copy
+
+
+def catalog_state(archive: Archive, copy: Optional[str]) -> Optional[str]:
+    """Why the catalog in place is not usable as this archive's, or None when it
+    opens, passes SQLite's quick_check and names this archive (catalogs made
+    before they named it: knows one of the blocks on the disks, if they hold any).
+    ``copy`` is a private copy of it (``private_copy``; None when there is no
+    file): only the copy is opened, since even a read-only SQLite open of a
+    WAL database makes files beside it."""
+    vol = archive.volumes.get(archive.conf.catalog)
+    if vol is None:
+        return f"disk {archive.conf.catalog}, which holds the catalog, is missing"
+    where = catalog_path(vol.root)
+    if copy is None:
+        return f"{where}: missing"
+    try:
+        check_catalog_file(copy)
+    except CatalogUnreadable as exc:
+        return str(exc).split(";")[0].replace(copy, where)
+    cat = Catalog.reader(copy)
+    try:
+        owner = cat.get_meta(ARCHIVE_META)
+        if owner and owner != archive.conf.uuid:
+            return f"{where}: the catalog of another archive ({owner}), not of {archive.conf.uuid}"
+        if cat.quick_check() != "ok":
+            return f"{where}: damaged (SQLite's quick_check fails)"
+        if owner:
+            return None         # this archive's, maybe an older copy (S3: the bucket's)
+        seen = False
+        for sig, overflow in _blocks_on_disks(archive):
+            if cat.block(sig, overflow) is not None:
+                return None
+            seen = True
+        if not seen:
+            return None
+        if cat.block_count():
+            return f"{where}: knows none of the blocks on the disks (not this archive's catalog)"
+        return f"{where}: knows no block, but the disks hold blocks (an empty catalog)"
+    except sqlite3.DatabaseError as exc:
+        return f"{where}: damaged: {exc}"
+    finally:
+        cat.close()
+
+
+def _blocks_on_disks(archive: Archive) -> Iterator[tuple[str, int]]:
+    for vol in archive.volumes.values():
+        for sig, overflow, _rel in vol.iter_blocks():
+            yield sig, overflow
+
+
+def _links(entries: dict[bytes, tuple]) -> set[frozenset]:
+    by_inode: dict[int, set] = {}
+    for p, e in entries.items():
+        if not stat.S_ISDIR(e[1]):
+            by_inode.setdefault(e[0], set()).add(p)
+    return {frozenset(ps) for ps in by_inode.values() if len(ps) > 1}
+
+
+FIELDS = ((1, "type or mode"), (2, "size"), (3, "mtime"), (4, "owner"), (5, "group"), (6, "content"),
+          (7, "xattrs"))
+
+
+def compare(current: str, rebuilt: str) -> list[str]:
+    """What replacing the catalog file ``current`` by ``rebuilt`` would change,
+    one line per kind with a few examples; empty when nothing would."""
+    old_cat, new_cat = Catalog.reader(current), Catalog.reader(rebuilt)
+    try:
+        old, new = NamespaceRows(old_cat).listing(), NamespaceRows(new_cat).listing()
+        old_blocks, new_blocks = old_cat.block_refs(), new_cat.block_refs()
+    finally:
+        old_cat.close()
+        new_cat.close()
+    lines = list(_said("name(s) would be lost", sorted(set(old) - set(new))))
+    lines += _said("name(s) would be added", sorted(set(new) - set(old)))
+    both = sorted(set(old) & set(new))
+    for index, what in FIELDS:
+        lines += _said(f"name(s) would change {what}", [p for p in both if old[p][index] != new[p][index]])
+    split = sorted(b" = ".join(sorted(g)) for g in _links(old) - _links(new))
+    lines += _said("hard link(s) would come apart into copies", split)
+    lines += _said("block(s) the catalog knows would be dropped",
+                   [f"{s}~{o}".encode() for s, o in sorted(set(old_blocks) - set(new_blocks))])
+    lines += _said("block(s) found on the disks would be added",
+                   [f"{s}~{o}".encode() for s, o in sorted(set(new_blocks) - set(old_blocks))])
+    lines += _said("block(s) would change references or pins",
+                   [f"{s}~{o}".encode() for s, o in sorted(set(old_blocks) & set(new_blocks))
+                    if old_blocks[(s, o)] != new_blocks[(s, o)]])
+    return lines
+
+
+def _said(what: str, items: list[bytes]) -> Iterator[str]:
+    if items:
+        shown = ", ".join(repr(i.decode("utf-8", "backslashreplace")) for i in items[:SHOWN])
+        yield f"{len(items)} {what}: {shown}" + (" ..." if len(items) > SHOWN else "")

@@ -7,28 +7,44 @@ is its block: the namespace reads it on first use). ``rebuild_catalog``
 reads them all and writes a new catalog on a surviving disk, so losing any
 one disk, the catalog's included, loses no file that was closed before.
 
-What the plain-text records do not keep is lost with the catalog and said
-so: owners (files come back owned by the user running the rebuild), xattrs,
-and which names were hard links of one inode (they come back as separate
-files with the same blocks). A block that no name uses is kept, pinned,
-rather than thrown away.
+Owners, xattrs and which names are one inode come from the ``#`` lines
+after each record (``manifest.attribute_lines``); records written before
+them lack them, and fsck says so (files of the rebuilding user, hard links
+as copies). A block that no record names becomes a file at its header's
+Name: hint, or when that path is taken stays pinned, never thrown away.
+
+``rebuild_step`` is ``fsck --rebuild-catalog``. Without ``repair`` nothing on
+the disks is written, as for every fsck without it: the lock is taken
+without writing the lock file (and no S3 lease), the catalog is built in a
+temporary directory off the disks, compared with the one in place
+(``fsck.compare``) and what a repair would change is said. With ``repair``
+a catalog that opens, belongs to this archive and knows its blocks is not
+replaced unless ``force``: it may hold what the plain-text records lack, and
+replacing a sound catalog is a decision, not a repair.
 """
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import stat
+import tempfile
+import urllib.parse
 from collections import Counter, defaultdict
-from dataclasses import astuple
-from typing import Optional
+from dataclasses import astuple, dataclass, field
+from datetime import datetime, timezone
+from typing import Callable, Optional
 
 from .. import signature as sigmod
 from ..archive import Archive
-from ..catalog import BlockRow, Catalog, catalog_path
+from ..catalog import ARCHIVE_META, BlockRow, Catalog, catalog_path
 from ..errors import ArchiveError, CorruptBlock, CorruptParity
-from ..manifest import JOURNAL, MANIFEST, escape_path, journal_after_checkpoint, unescape_path
-from ..namespace import ROOT_INODE, NamespaceRows, name_problem
+from ..manifest import (INODE, JOURNAL, MANIFEST, OWNER, XATTR, escape_path, journal_after_checkpoint,
+                        unescape_path)
+from ..namespace import NAME_MAX, ROOT_INODE, NamespaceRows, name_problem
 from ..volume import PARITY
+from .fsck import catalog_state, compare, private_copy
+from .report import EXIT_CLEAN, EXIT_LEFT
 from ..parity import INTENT_FILE as PARITY_INTENTS, ParityHeader, Stripe, add_stripes, size_class
 
 log = logging.getLogger(__name__)
@@ -36,8 +52,23 @@ log = logging.getLogger(__name__)
 
 Problem = tuple[str, str]          # (where: "disk N: meta/JOURNAL line K", what)
 
+HINTED = "a block header's Name: hint"   # where an entry came from that no record lists
+XATTR_MAX = 64 << 10                # the largest xattr value Linux takes
+MAX_INT64 = 2**63 - 1             # an SQLite INTEGER; sizes and mtimes (ns) past it are not data
+
 FILE_TYPES = (stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK, stat.S_IFIFO, stat.S_IFSOCK,
               stat.S_IFCHR, stat.S_IFBLK)
+
+
+class Entry(tuple):
+    """One record's (sigs, size, mode, mtime_ns, where), and in ``attrs`` what
+    the ``#`` lines after it said: "owner" (uid, gid), "xattrs" {name: value},
+    "inode" (a number its other names share). It moves with renames."""
+
+    def __new__(cls, *fields):
+        made = super().__new__(cls, fields)
+        made.attrs = {}
+        return made
 
 
 class Entries(dict):
@@ -134,9 +165,11 @@ def read_namespace(archive: Archive, problems: Optional[list[Problem]] = None
         if lines[-1]:
             problems.append((f"disk {source.index}: {MANIFEST} line {len(lines)}",
                              "incomplete last line: skipped"))
+        last = None
         for n, line in enumerate(lines[:-1], 1):
-            if line and not line.startswith(b"#\t"):      # the checkpoint line, notes
-                _apply(entries, b"+\t" + line, f"disk {source.index}: {MANIFEST} line {n}", problems)
+            if line:
+                where = f"disk {source.index}: {MANIFEST} line {n}"
+                last = _replay(entries, line if line.startswith(b"#\t") else b"+\t" + line, where, problems, last)
     if source is not None:
         try:
             journal = source.backend.read(JOURNAL)
@@ -148,14 +181,64 @@ def read_namespace(archive: Archive, problems: Optional[list[Problem]] = None
             first += journal[:len(journal) - len(rest)].count(b"\n")
             journal = rest
         lines = journal.split(b"\n")
+        last = None
         for n, line in enumerate(lines[:-1], first):
             if line:
-                _apply(entries, line, f"disk {source.index}: {JOURNAL} line {n}", problems)
+                last = _replay(entries, line, f"disk {source.index}: {JOURNAL} line {n}", problems, last)
         if lines[-1]:
             said.append(f"disk {source.index}: {JOURNAL} line {len(lines) + first - 1}: incomplete "
                         "(a write cut short by a crash); ignored")
         said.append(f"names from disk {source.index}: {len(entries)} entries")
     return entries, said
+
+
+def _replay(entries: Entries, line: bytes, where: str, problems: list[Problem],
+            last: Optional[bytes]) -> Optional[bytes]:
+    """Apply one record; return the path whose entry it made (``#`` lines of
+    owner, xattrs and inode that follow apply to it), or None."""
+    fields = line.split(b"\t")
+    if fields[0] == b"#":
+        if len(fields) > 1 and fields[1] in (OWNER, XATTR, INODE):
+            why = _attribute_problem(entries.get(last) if last is not None else None, fields)
+            if why:
+                problems.append((where, why + ": skipped"))
+            return last
+        return None if fields[1:2] == [b"checkpoint"] else last
+    before = len(problems)
+    _apply(entries, line, where, problems)
+    if fields[0] != b"+" or len(problems) != before:
+        return None
+    return _unescape(fields[-1])
+
+
+def _attribute_problem(entry: Optional[Entry], fields: list[bytes]) -> Optional[str]:
+    """Put what an owner, xattr or inode line says into ``entry``, or say why not."""
+    if entry is None:
+        return f"a {fields[1].decode()} line after no usable entry"
+    try:
+        if fields[1] == OWNER and len(fields) == 4:
+            uid, gid = int(fields[2]), int(fields[3])
+            if not (0 <= uid < 2**32 and 0 <= gid < 2**32):
+                return f"owner {uid}:{gid} out of range"
+            entry.attrs["owner"] = (uid, gid)
+        elif fields[1] == XATTR and len(fields) == 4:
+            kind, text = fields[3][:1], fields[3][1:]
+            if kind not in (b"t", b"x"):
+                return f"xattr value {fields[3][:20]!r}: neither t (text) nor x (hex)"
+            name, value = _unescape(fields[2]), _unescape(text) if kind == b"t" else bytes.fromhex(text.decode("ascii"))
+            if not 0 < len(name) <= NAME_MAX or b"\0" in name or len(value) > XATTR_MAX:
+                return f"xattr {_show(name)}: not a name and value the mount would take"
+            entry.attrs.setdefault("xattrs", {})[name] = value
+        elif fields[1] == INODE and len(fields) == 3:
+            number = int(fields[2])
+            if not 0 < number <= MAX_INT64:
+                return f"inode {number} out of range"
+            entry.attrs["inode"] = number
+        else:
+            return f"a {fields[1].decode()} line of {len(fields)} fields"
+    except (ValueError, UnicodeDecodeError) as exc:
+        return f"does not parse ({exc})"
+    return None
 
 
 def _apply(entries: Entries, line: bytes, where: str, problems: list[Problem]) -> None:
@@ -191,8 +274,8 @@ def _apply_or_why(entries: Entries, line: bytes, where: str) -> Optional[str]:
             for text in sigs:
                 sigmod.ContentKey.parse(text)
             size, mode = int(fields[2]), int(fields[3], 8)
-            if size < 0 or stat.S_IFMT(mode) not in FILE_TYPES or mode >> 16:
-                return f"bad size {size} or mode {mode:o}"
+            if not 0 <= size <= MAX_INT64 or stat.S_IFMT(mode) not in FILE_TYPES or mode >> 16:
+                return f"bad size {fields[2][:40]!r} or mode {fields[3][:40]!r}"
             if path == b"/" and not stat.S_ISDIR(mode):
                 return f"the root must be a directory, not mode {mode:o}"
             if stat.S_ISDIR(mode) and sigs:
@@ -204,10 +287,12 @@ def _apply_or_why(entries: Entries, line: bytes, where: str) -> Optional[str]:
             if not frac.isdigit() and frac:
                 return f"bad mtime {fields[4][:40]!r}"
             mtime = int(secs) * 10**9 + int((frac + "000000000")[:9])
+            if not -MAX_INT64 <= mtime <= MAX_INT64:
+                return f"mtime {fields[4][:40]!r} out of range"
             if not stat.S_ISDIR(mode) and entries.has_below(path):
                 # names are listed below it: keep them rather than the contradiction
                 return f"{_show(path)} is not a directory, but names below it are listed"
-            entries[path] = (sigs, size, mode, mtime, where)
+            entries[path] = Entry(sigs, size, mode, mtime, where)
         elif op == b"-" and len(fields) == 2:
             gone = _unescape(fields[1])
             why = path_problem(gone)
@@ -229,6 +314,8 @@ def _apply_or_why(entries: Entries, line: bytes, where: str) -> Optional[str]:
                 return None
             if new.startswith(old + b"/") or (op == b"<>" and old.startswith(new + b"/")):
                 return f"moves {_show(old)} into itself"
+            if old.startswith(new + b"/"):      # rename(2) refuses it: the target is not empty
+                return f"moves {_show(old)} onto a directory above it"
             moved = {p: v for p, v in entries.items() if p == old or p.startswith(old + b"/")}
             if not moved:
                 return None     # already applied (a journal replayed over a newer MANIFEST)
@@ -258,6 +345,87 @@ def _apply_or_why(entries: Entries, line: bytes, where: str) -> Optional[str]:
 Key = tuple[str, int]                       # (signature, overflow)
 
 
+@dataclass
+class Rebuilt:
+    """A catalog built from the disks into ``path``, not yet in use: what
+    installing it would also write (block headers whose Refs disagree) and
+    what the build said and skipped."""
+    path: str
+    target: int                                         # the disk it belongs on
+    said: list[str] = field(default_factory=list)
+    skipped: list[Problem] = field(default_factory=list)
+    header_refs: list[tuple[int, str, int, int]] = field(default_factory=list)   # disk, sig, overflow, refs
+
+
+def build_catalog(archive: Archive, path: str, progress=None) -> Rebuilt:
+    """Build a catalog from the disks into ``path`` (a new file), reading the
+    disks only. Records of the MANIFEST and JOURNAL that cannot be used are
+    skipped and listed in ``skipped``; on any error nothing is left at ``path``."""
+    if not archive.volumes:
+        raise ArchiveError("no disk of the archive is present")
+    _remove_catalog_files(path)
+    done = Rebuilt(path, min(archive.volumes))
+    try:
+        cat = Catalog(path)
+        try:
+            _fill_catalog(archive, cat, done, progress)
+        finally:
+            cat.close()
+    except BaseException:
+        _remove_catalog_files(path)
+        raise
+    return done
+
+
+def _remove_catalog_files(path: str) -> None:
+    for p in (path, path + "-wal", path + "-shm"):
+        if os.path.exists(p):
+            os.unlink(p)
+
+
+def _fill_catalog(archive: Archive, cat: Catalog, done: Rebuilt, progress) -> None:
+    said = done.said
+    blocks, header_refs = _blocks_from_headers(archive, progress, said)
+    stripes = _stripes_from_parity(archive, blocks, said, done.skipped)
+    ids = _write_blocks(cat, blocks, stripes)
+    entries, notes = read_namespace(archive, done.skipped)
+    said += notes
+    _name_by_hint(entries, blocks, said)
+    names, missing_blocks = _write_namespace(cat, archive, entries, ids, said, done.skipped)
+    unnamed = _write_refs(cat, blocks, header_refs, ids, done.header_refs)
+    _write_groups(cat, blocks)
+    cat.set_meta("clean", "0")         # the next mount recounts and protects what it must
+    cat.set_meta(ARCHIVE_META, archive.conf.uuid)
+    cat.commit()
+    said.insert(0, f"disk {done.target}: {len(blocks)} blocks, {len(stripes)} stripes, {names} names")
+    if any(not e.attrs.get("owner") and e[4] != HINTED for e in entries.values()):
+        said.append("records written before webfs kept owners, xattrs and hard links in them: "
+                    "their files belong to the rebuilding user, without xattrs, hard links as copies")
+    if unnamed:
+        said.append(f"{unnamed} block(s) named by no file kept as pinned ('webfs delete' drops them)")
+    if missing_blocks:
+        said.append(f"{missing_blocks} block(s) lost")
+
+
+def install_catalog(archive: Archive, done: Rebuilt) -> None:
+    """Put a built catalog in place on its disk (it must be on that disk's
+    filesystem), make block headers agree with it, void the old intents."""
+    path = catalog_path(archive.volumes[done.target].root)
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.unlink(path + suffix)
+    os.replace(done.path, path)
+    for disk, sig, overflow, refs in done.header_refs:
+        archive.volumes[disk].set_refs(sig, overflow, refs)
+    # The stripes are what the parity files say: intents of the old catalog are void.
+    for vol in archive.volumes.values():
+        intents = os.path.join(vol.root, PARITY_INTENTS)
+        if os.path.exists(intents):
+            os.unlink(intents)
+    archive.conf.catalog = done.target
+    archive.save_config()
+
+
 def rebuild_catalog(archive: Archive, progress=None,
                     problems: Optional[list[Problem]] = None) -> list[str]:
     """Write a new catalog on the lowest present disk; return what it did and lost.
@@ -266,48 +434,17 @@ def rebuild_catalog(archive: Archive, progress=None,
     if not archive.volumes:
         raise ArchiveError("no disk of the archive is present")
     target = archive.volumes[min(archive.volumes)]
-    path = catalog_path(target.root)
-    tmp = path + ".rebuild"
-    for p in (tmp, tmp + "-wal", tmp + "-shm"):
-        if os.path.exists(p):
-            os.unlink(p)
-    cat = Catalog(tmp)
-    said: list[str] = []
-    skipped: list[Problem] = []
-    blocks, header_refs = _blocks_from_headers(archive, progress, said)
-    stripes = _stripes_from_parity(archive, blocks, said, skipped)
-    ids = _write_blocks(cat, blocks, stripes)
-    entries, notes = read_namespace(archive, skipped)
-    said += notes
-    names, missing_blocks = _write_namespace(cat, archive, entries, ids, said, skipped)
-    unnamed = _write_refs(cat, archive, blocks, header_refs, ids)
-    _write_groups(cat, blocks)
-    cat.set_meta("clean", "0")         # the next mount recounts and protects what it must
-    cat.commit()
-    cat.close()
-    for suffix in ("-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            os.unlink(path + suffix)
-    os.replace(tmp, path)
-    # The stripes are what the parity files say: intents of the old catalog are void.
-    for vol in archive.volumes.values():
-        intents = os.path.join(vol.root, PARITY_INTENTS)
-        if os.path.exists(intents):
-            os.unlink(intents)
-    archive.conf.catalog = target.index
-    archive.save_config()
-    said.insert(0, f"rebuilt the catalog on disk {target.index}: {len(blocks)} blocks, "
-                   f"{len(stripes)} stripes, {names} names")
+    done = build_catalog(archive, catalog_path(target.root) + ".rebuild", progress)
+    try:
+        install_catalog(archive, done)
+    finally:
+        _remove_catalog_files(done.path)
+    said = list(done.said)
+    said[0] = "rebuilt the catalog on " + said[0]
     if problems is not None:
-        problems.extend(skipped)
+        problems.extend(done.skipped)
     else:
-        said += [f"{where}: {what}" for where, what in skipped]
-    said.append("owners, xattrs and hard-link identity are not in the plain-text records: "
-                "files belong to the rebuilding user, hard links come back as copies")
-    if unnamed:
-        said.append(f"{unnamed} block(s) named by no file kept as pinned ('webfs delete' drops them)")
-    if missing_blocks:
-        said.append(f"{missing_blocks} block(s) lost")
+        said += [f"{where}: {what}" for where, what in done.skipped]
     return said
 
 
@@ -367,6 +504,45 @@ def _stripes_from_parity(archive: Archive, blocks: dict[Key, BlockRow], said: li
     return stripes
 
 
+def _name_by_hint(entries: Entries, blocks: dict[Key, BlockRow], said: list[str]) -> None:
+    """Step 3b: a block that no record names (the records of a lost machine's
+    staged uploads, a MANIFEST lost with its disk) becomes a file at its
+    header's Name: hint, as webfs-recover does: mode 644, mtime its Created
+    time. Not when the hint is missing, not a usable path, taken by a recorded
+    entry, or shared by several such blocks (the pieces of a split file): those
+    stay pinned."""
+    used = {sigmod.ContentKey.parse(t)[:2] for v in entries.values() for t in v[0]}
+    claims: defaultdict[bytes, list[Key]] = defaultdict(list)
+    for key, b in blocks.items():
+        if key not in used and b.name and b.disk >= 0:
+            claims[urllib.parse.unquote_to_bytes(b.name)].append(key)
+    named = taken = 0
+    for path, keys in sorted(claims.items()):
+        if (len(keys) > 1 or path_problem(path) or path in entries or entries.has_below(path)
+                or _parent_problem(entries, path)):
+            taken += 1
+            continue
+        b = blocks[keys[0]]
+        entries[path] = Entry([b.block_name], b.size, stat.S_IFREG | 0o644, _created_ns(b.created),
+                              HINTED)
+        named += 1
+    if named:
+        said.append(f"{named} block(s) no record names made files at their header's Name: hint "
+                    "(mode 644, mtime their Created time)")
+    if taken:
+        said.append(f"{taken} Name: hint(s) of blocks no record names not used (taken by a recorded "
+                    "name, not a usable path, or shared by several blocks): those blocks stay pinned")
+
+
+def _created_ns(created: str) -> int:
+    """A header's Created time (ISO 8601 UTC) in ns; 0 when it does not parse."""
+    try:
+        return int(datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+                   .timestamp()) * 10**9
+    except ValueError:
+        return 0
+
+
 def _write_blocks(cat: Catalog, blocks: dict[Key, BlockRow], stripes: list[Stripe]) -> dict[Key, int]:
     """Step 3: the stripe and block rows; returns each block's row id."""
     add_stripes(cat, stripes)
@@ -375,68 +551,104 @@ def _write_blocks(cat: Catalog, blocks: dict[Key, BlockRow], stripes: list[Strip
 
 def _write_namespace(cat: Catalog, archive: Archive, entries: dict[bytes, tuple], ids: dict[Key, int],
                      said: list[str], skipped: list[Problem]) -> tuple[int, int]:
-    """Step 4: inodes, names and contents from the plain-text records. A piece
-    on no disk and in no stripe gets a row on no disk, so reading it gives EIO,
-    never wrong bytes. Returns the names written and the blocks lost."""
-    depth, max_block = archive.conf.depth, archive.conf.max_block
+    """Step 4: inodes, names and contents from the plain-text records, with
+    the owners, xattrs and hard links their ``#`` lines give (records without
+    them: the rebuilding user's, none, separate files). A piece on no disk and
+    in no stripe gets a row on no disk, so reading it gives EIO, never wrong
+    bytes. Returns the names written and the blocks lost."""
     root = entries.pop(b"/", None)
-    root_mode, t_root = (root[2], root[3]) if root else \
-        (stat.S_IFDIR | 0o755, max((v[3] for v in entries.values()), default=0))
-    uid, gid = os.getuid(), os.getgid()
+    t_root = root[3] if root else max((v[3] for v in entries.values()), default=0)
     rows = NamespaceRows(cat)
-    rows.add_inode(root_mode, uid, gid, 0, 2, t_root, t_root, t_root, ino=ROOT_INODE)
+    _add_inode(rows, root or Entry([], 0, stat.S_IFDIR | 0o755, t_root, ""), nlink=2, ino=ROOT_INODE)
     dirs = {b"": ROOT_INODE}          # only directories can be parents
+    linked: dict[int, int] = {}       # the records' inode number -> the inode made for it
     missing_blocks = 0
     for p in sorted(entries, key=lambda p: (p.count(b"/"), p)):
-        sigs, size, mode, mtime, where = entries[p]
+        entry = entries[p]
         parent_path, _, name = p.rpartition(b"/")
         parent = dirs.get(parent_path)
         if parent is None:
-            above = [parent_path[:i] for i in range(len(parent_path), 0, -1)
-                     if parent_path[i:i + 1] in (b"/", b"")]
-            if any(q in entries and q not in dirs for q in above):
-                skipped.append((where, f"a parent of {_show(p)} is not a directory "
-                                "(or was skipped): skipped"))
+            parent = _make_parents(rows, entries, dirs, p, entry, said, skipped)
+            if parent is None:
                 continue
-            # A directory no record lists (a damaged MANIFEST): make it, keep the file.
-            parent = ROOT_INODE
-            walked = b""
-            for part in parent_path[1:].split(b"/"):
-                walked += b"/" + part
-                if walked not in dirs:
-                    made = rows.add_inode(stat.S_IFDIR | 0o755, uid, gid, 0, 2, mtime, mtime, mtime).id
-                    rows.add_name(parent, part, made)
-                    rows.bump_nlink(parent, 1)
-                    dirs[walked] = made
-                    said.append(f"{_show(walked)}: a directory no record lists; made with mode 755")
-                parent = dirs[walked]
-        ino = rows.add_inode(mode, uid, gid, size, 2 if stat.S_ISDIR(mode) else 1, mtime, mtime, mtime).id
+        mode, number = entry[2], entry.attrs.get("inode")
+        if not stat.S_ISDIR(mode) and number in linked:       # another name of a file made already
+            rows.add_name(parent, name, linked[number])
+            rows.bump_nlink(linked[number], 1)
+            continue
+        ino = _add_inode(rows, entry, nlink=2 if stat.S_ISDIR(mode) else 1)
         rows.add_name(parent, name, ino)
         if stat.S_ISDIR(mode):
             dirs[p] = ino
             rows.bump_nlink(parent, 1)
             continue
-        block_ids = []
-        for piece, text in enumerate(sigs):
-            key = sigmod.ContentKey.parse(text)
-            block_id = ids.get((key.sig, key.overflow))
-            if block_id is None:
-                missing_blocks += 1
-                said.append(f"{p!r}: block {text} is on no disk and in no stripe: the file is lost")
-                piece_size = min(max_block, size - piece * max_block)
-                block_id = ids[(key.sig, key.overflow)] = cat.insert_block(
-                    key.sig, key.overflow, -1, piece_size, 0, "identity", 0, 0, "",
-                    p.decode("utf-8", "replace")[:400], sigmod.group_of(key.sig, depth)).id
-            block_ids.append(block_id)
-        rows.add_contents(ino, block_ids)
+        if number is not None:
+            linked[number] = ino
+        missing_blocks += _add_contents(cat, archive, rows, ino, p, entry, ids, said)
     return len(entries), missing_blocks
 
 
-def _write_refs(cat: Catalog, archive: Archive, blocks: dict[Key, BlockRow], header_refs: dict[Key, int],
-                ids: dict[Key, int]) -> int:
+def _add_inode(rows: NamespaceRows, entry: Entry, nlink: int, ino: Optional[int] = None) -> int:
+    """An inode for a record: its mode and mtime, owner and xattrs."""
+    uid, gid = entry.attrs.get("owner", (os.getuid(), os.getgid()))
+    mtime = entry[3]
+    made = rows.add_inode(entry[2], uid, gid, entry[1] if not stat.S_ISDIR(entry[2]) else 0,
+                          nlink, mtime, mtime, mtime, ino=ino).id
+    for name, value in sorted(entry.attrs.get("xattrs", {}).items()):
+        rows.add_xattr(made, name, value)
+    return made
+
+
+def _make_parents(rows: NamespaceRows, entries: dict[bytes, tuple], dirs: dict[bytes, int], p: bytes,
+                  entry: Entry, said: list[str], skipped: list[Problem]) -> Optional[int]:
+    """The parent of ``p`` when no record lists it (a damaged MANIFEST, a name
+    from a block's hint): made with mode 755, so the file is kept. None when
+    a listed ancestor is not a directory (or was skipped)."""
+    parent_path = p.rpartition(b"/")[0]
+    above = [parent_path[:i] for i in range(len(parent_path), 0, -1) if parent_path[i:i + 1] in (b"/", b"")]
+    if any(q in entries and q not in dirs for q in above):
+        skipped.append((entry[4], f"a parent of {_show(p)} is not a directory (or was skipped): skipped"))
+        return None
+    parent, walked = ROOT_INODE, b""
+    for part in parent_path[1:].split(b"/"):
+        walked += b"/" + part
+        if walked not in dirs:
+            made = _add_inode(rows, Entry([], 0, stat.S_IFDIR | 0o755, entry[3], ""), nlink=2)
+            rows.add_name(parent, part, made)
+            rows.bump_nlink(parent, 1)
+            dirs[walked] = made
+            said.append(f"{_show(walked)}: a directory no record lists; made with mode 755")
+        parent = dirs[walked]
+    return parent
+
+
+def _add_contents(cat: Catalog, archive: Archive, rows: NamespaceRows, ino: int, p: bytes, entry: Entry,
+                  ids: dict[Key, int], said: list[str]) -> int:
+    """A file's blocks; a block on no disk and in no stripe gets a row on no
+    disk (reading it gives EIO). Returns how many were missing."""
+    sigs, size = entry[0], entry[1]
+    block_ids, missing = [], 0
+    for piece, text in enumerate(sigs):
+        key = sigmod.ContentKey.parse(text)
+        block_id = ids.get((key.sig, key.overflow))
+        if block_id is None:
+            missing += 1
+            said.append(f"{p!r}: block {text} is on no disk and in no stripe: the file is lost")
+            piece_size = min(archive.conf.max_block, size - piece * archive.conf.max_block)
+            block_id = ids[(key.sig, key.overflow)] = cat.insert_block(
+                key.sig, key.overflow, -1, piece_size, 0, "identity", 0, 0, "",
+                p.decode("utf-8", "replace")[:400], sigmod.group_of(key.sig, archive.conf.depth)).id
+        block_ids.append(block_id)
+    rows.add_contents(ino, block_ids)
+    return missing
+
+
+def _write_refs(cat: Catalog, blocks: dict[Key, BlockRow], header_refs: dict[Key, int],
+               ids: dict[Key, int], header_fixes: list) -> int:
     """Step 5: references are what the names use; a block nobody names is kept,
-    pinned with the count its header had; headers are made to agree. Returns
-    the blocks no name uses."""
+    pinned with the count its header had; headers that disagree are listed in
+    ``header_fixes`` (installing the catalog rewrites them). Returns the blocks
+    no name uses."""
     used = cat.namespace_refs()
     unnamed = 0
     for key, block_id in ids.items():
@@ -446,7 +658,7 @@ def _write_refs(cat: Catalog, archive: Archive, blocks: dict[Key, BlockRow], hea
             refs = pins = max(header_refs.get(key, 1), 1)
         cat.set_refs(block_id, refs, pins)
         if key in header_refs and header_refs[key] != refs:
-            archive.volumes[blocks[key].disk].set_refs(key[0], key[1], refs)
+            header_fixes.append((blocks[key].disk, key[0], key[1], refs))
     return unnamed
 
 
@@ -457,3 +669,57 @@ def _write_groups(cat: Catalog, blocks: dict[Key, BlockRow]) -> None:
         where[b.grp][b.disk] += 1
     for grp, counts in where.items():
         cat.set_group_disk(grp, counts.most_common(1)[0][0])
+
+
+class RebuildRefused(Exception):
+    """--repair without --force on a catalog that is sound; the message says so."""
+
+
+def rebuild_step(disk: str, repair: bool, force: bool, say: Callable[[str], None],
+                 problems: list[Problem], progress=None) -> Optional[int]:
+    """Run the rebuild (``repair``) or its read-only preview. Returns the exit
+    status when fsck ends here (the preview), None when the new catalog is in
+    place and fsck goes on to check it. Unusable records go to ``problems``."""
+    archive = Archive.open(disk)
+    # Read-only first: a refused --repair writes nothing either (not even the lock's holder).
+    archive.lock("webfs fsck --rebuild-catalog", write=False)
+    scratch = tempfile.mkdtemp(prefix="webfs-rebuild-")
+    try:
+        why, copy = _state_of_catalog(archive, scratch)
+        if repair:
+            if why is None and not force:
+                raise RebuildRefused(
+                    f"{catalog_path(archive.volumes[archive.conf.catalog].root)} opens and belongs to this "
+                    f"archive: not replaced ('webfs fsck {disk}' checks it; "
+                    f"'webfs fsck --rebuild-catalog {disk}' says what a rebuild would change; "
+                    "--force replaces it)")
+            archive.unlock()
+            archive.lock("webfs fsck --rebuild-catalog")
+            for line in rebuild_catalog(archive, progress=progress, problems=problems):
+                say(line)
+            return None
+        done = build_catalog(archive, os.path.join(scratch, "rebuilt.db"), progress)
+        problems.extend(done.skipped)
+        say("built a catalog from the disks (read-only: written off the disks): " + done.said[0])
+        for line in done.said[1:]:
+            say(line)
+        changes = [f"the catalog in place: {why}"] if why else compare(copy, done.path)
+        if done.header_refs:
+            changes.append(f"{len(done.header_refs)} block header(s) would get the Refs the names give")
+        for line in changes:
+            say("would change: " + line)
+        command = f"'webfs fsck --rebuild-catalog --repair {'--force ' if changes and not why else ''}{disk}'"
+        say("read-only check: nothing was written; " + (f"{command} would make these changes" if changes
+                                                        else "a rebuild would change nothing"))
+        return EXIT_LEFT if changes or done.skipped else EXIT_CLEAN
+    finally:
+        archive.unlock()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _state_of_catalog(archive: Archive, scratch: str) -> tuple[Optional[str], Optional[str]]:
+    """Why the catalog in place is not usable (None: it is), and a private copy of it in ``scratch``."""
+    vol = archive.volumes.get(archive.conf.catalog)
+    original = catalog_path(vol.root) if vol is not None else None
+    copy = private_copy(original, scratch) if original and os.path.exists(original) else None
+    return catalog_state(archive, copy), copy
