@@ -69,15 +69,17 @@ def build_archive_real(root: Path, ops) -> Built:
 
 def commit_pending(mnt: Path) -> None:
     """Have the mount commit what its catalog holds uncommitted (a chmod, a
-    rename), its JOURNAL lines with it: a close commits it (its flush)."""
+    utime), its JOURNAL lines with it: an fsync commits it (a clean close no
+    longer does)."""
     for dirpath, dirs, files in os.walk(mnt):
         dirs[:] = [d for d in dirs if d != ".webfs"]
         for name in files:
             path = os.path.join(dirpath, name)
             if os.path.isfile(path) and not os.path.islink(path):
-                with open(path, "rb"):
+                with open(path, "rb") as f:
+                    os.fsync(f.fileno())
                     return
-    raise AssertionError(f"{mnt}: no file to open and close")
+    raise AssertionError(f"{mnt}: no file to open and fsync")
 
 
 @pytest.fixture(scope="module")
