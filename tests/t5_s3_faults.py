@@ -180,3 +180,32 @@ def test_a_hung_server_costs_no_request_3s_and_its_disk_comes_back(weeds, tmp_pa
         proc = webfs("umount", mnt, check=False)
         unmount(mnt)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+
+
+@pytest.mark.soak
+def test_synced_then_a_server_killed_every_file_reads_after_a_remount(weeds, tmp_path, corpus):
+    """After 'webfs sync', kill -9 of one server (a different one each run)
+    and a remount: every file reads back (the issue's loop, smaller:
+    one run, twelve with WEBFS_LONG_TESTS=1)."""
+    src = corpus / "crawl-002"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    for run in range(12 if LONG else 1):
+        victim = weeds[1 + run % (len(weeds) - 1)]         # disk 0 holds the catalog
+        disks = bucket_on_each(weeds, f"s{run}-")
+        webfs("mkfs", *disks)
+        webfs("mount", disks[0], mnt)
+        try:
+            sh(f"cp -r '{src}' '{mnt}/c'")
+            webfs("sync", mnt)
+            victim.kill()
+        finally:
+            unmount(mnt)
+        try:
+            webfs("mount", disks[0], mnt)
+            try:
+                sh(f"diff -r '{src}' '{mnt}/c'")
+            finally:
+                unmount(mnt)
+        finally:
+            victim.start()
