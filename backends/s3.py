@@ -40,10 +40,10 @@ uploads what a killed daemon left staged before anything else.
 **An endpoint that is down** fails fast: short connect and request timeouts
 and the client's own retries (two attempts), and after a failure every request
 to that endpoint fails at once (logged once), so reads are served from parity
-and writes go to the other disks without waiting. A read (GET, HEAD, LIST)
-not answered within ``HEDGE_SECONDS`` counts as such a failure: its caller
-reads through parity while the slow request finishes in the background
-(``Endpoint``). Every ``DOWN_SECONDS`` a thread of its own asks the endpoint
+and writes go to the other disks without waiting. A read of a block or
+parity file not answered within ``HEDGE_SECONDS`` (``present()``'s listing:
+``PRESENT_SECONDS``) counts as such a failure: its caller reads through
+parity while the slow request finishes in the background (``Endpoint``). Every ``DOWN_SECONDS`` a thread of its own asks the endpoint
 again (a HEAD of the bucket, short timeout); when it answers the disk is
 usable again (``present()``), and the mount takes it back (``Store.check_disks``).
 Requests to one disk are bounded (``s3_requests=N``), and recently read
@@ -83,7 +83,8 @@ PUBLISHED = ("meta/MANIFEST", "meta/JOURNAL", "meta/RECORDS")
 CATALOG = "meta/catalog.db"
 COPY = "meta/COPY"                      # the number of the last copy of meta/ to the bucket
 DOWN_SECONDS = 3.0                      # a down endpoint is asked again (by a probe) this often
-HEDGE_SECONDS = 1.5                     # a read not answered by then is served through parity
+HEDGE_SECONDS = 1.5                     # a block or parity read not answered by then is served through parity
+PRESENT_SECONDS = 5.0                   # present()'s listing not answered by then: the endpoint is down
 CONNECT_TIMEOUT = 2.0
 READ_TIMEOUT = 10.0
 ATTEMPTS = 2
@@ -393,15 +394,15 @@ class S3Backend(Backend):
 
     # -- requests ------------------------------------------------------------
 
-    def _call(self, path: str, request, hedged: bool = False):
+    def _call(self, path: str, request, deadline: Optional[float] = None):
         """One request (``request()`` does it), bounded per disk; the client's
-        errors become one-line OSErrors naming the disk. A ``hedged`` one (a
-        read) not answered within HEDGE_SECONDS fails (the endpoint is down
+        errors become one-line OSErrors naming the disk. One with a
+        ``deadline`` (a read) not answered by then fails (the endpoint is down
         from then) while it goes on in the background."""
         self._check_up(path)
         try:
-            if hedged:
-                answer = self.endpoint.within(HEDGE_SECONDS, lambda: self._slotted(request))
+            if deadline is not None:
+                answer = self.endpoint.within(deadline, lambda: self._slotted(request))
             else:
                 answer = self._slotted(request)
         except Late as exc:
@@ -488,7 +489,7 @@ class S3Backend(Backend):
         try:
             # The deadline is the answer's start: a large object's body takes its time.
             answer = self._call(path, lambda: obstore.get(self._object_store(), path, options=options),
-                                hedged=True)
+                                self._deadline(path))
             return bytes(self._call(path, answer.bytes))
         except OSError as exc:
             if exc.errno == errno.EINVAL:
@@ -511,7 +512,14 @@ class S3Backend(Backend):
 
     def _head(self, path: str) -> int:
         import obstore
-        return int(self._call(path, lambda: obstore.head(self._object_store(), path), hedged=True)["size"])
+        return int(self._call(path, lambda: obstore.head(self._object_store(), path),
+                              self._deadline(path))["size"])
+
+    def _deadline(self, path: str) -> Optional[float]:
+        """How long a read of this object may take to start answering: blocks and
+        parity files have redundancy to fall back on (HEDGE_SECONDS); the rest
+        (identity, meta/, the lease) waits for the client's own timeouts."""
+        return HEDGE_SECONDS if self._is_staged(path) else None
 
     # -- the cache of recently read objects --------------------------------------
 
@@ -655,9 +663,9 @@ class S3Backend(Backend):
                 yield name
             last = name
 
-    def _list_remote(self, prefix: str, limit: int = 0) -> Iterator[str]:
+    def _list_remote(self, prefix: str, limit: int = 0, deadline: Optional[float] = None) -> Iterator[str]:
         """Names below a prefix (a directory: "" or ending in "/"), page by page;
-        the first ``limit`` only, if given."""
+        the first ``limit`` only, if given; each page within ``deadline``."""
         import obstore
         pages = None
 
@@ -668,7 +676,7 @@ class S3Backend(Backend):
                                           chunk_size=limit or 1000))
             return next(pages, None)
         while True:
-            page = self._call(prefix, next_page, hedged=True)
+            page = self._call(prefix, next_page, deadline)
             if not page:
                 return
             for item in page:
@@ -686,13 +694,13 @@ class S3Backend(Backend):
 
     def present(self) -> bool:
         """Reachable: not known down (a probe asks a down endpoint again, in the
-        background), and answering now, within HEDGE_SECONDS: one listing of an
+        background), and answering now, within PRESENT_SECONDS: one listing of an
         empty "directory" of the bucket, through obstore (the mount asks every
         half second; a HEAD of the bucket through boto3 cost a cold read half its CPU)."""
         if self.endpoint.down:
             return self.endpoint.up()
         try:
-            next(self._list_remote(IDENTITY[0] + "/", limit=1), None)
+            next(self._list_remote(IDENTITY[0] + "/", limit=1, deadline=PRESENT_SECONDS), None)
         except OSError:
             return False
         return True
