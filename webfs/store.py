@@ -109,7 +109,7 @@ class Store:
         self._sig_locks = KeyedLocks()
         self.heat = HeatTracker(catalog, heat_k)        # reads that reach the disks, per group
         self._reported: set[tuple[str, int]] = set()
-        self.missed = Missed()          # what disks away during this mount missed (``catchup``)
+        self.missed = Missed()          # what disks away during this mount missed (``catch_up``)
         # What the open catalog transaction changed on the disks, to undo if it fails.
         self._pending_new: list[BlockRow] = []
         self._pending_refs: set[int] = set()
@@ -647,7 +647,7 @@ class Store:
 
     def mirror_refs(self, row: BlockRow) -> bool:
         """Write the catalog's count into the block's Refs header; False if its
-        disk cannot take it now (a disk that is away remembers it: ``catchup``)."""
+        disk cannot take it now (a disk that is away remembers it: ``catch_up``)."""
         vol = self.archive.volumes.get(row.disk)
         if vol is None:
             if row.disk in self.archive.lost:
@@ -658,10 +658,11 @@ class Store:
                          offset=refs_offset_of(row.sig, row.size, row.stored, row.codec))
             return True
         except (OSError, CorruptBlock) as exc:
+            if isinstance(exc, OSError) and not vol.backend.known_present():
+                self.missed.refs(row.disk, row.id)      # written when its endpoint answers again
+                return False
             # The catalog is the truth; fsck and scrub mend the header.
             log.warning("cannot update Refs in block %s on disk %d: %s", row.block_name, row.disk, exc)
-            if not vol.backend.known_present():
-                self.missed.refs(row.disk, row.id)
             return False
 
     # -- figures -------------------------------------------------------------
@@ -700,7 +701,7 @@ class Store:
     def check_disks(self, ask: bool = True) -> None:
         """Notice disks that vanished (unplugged, their directory removed, an
         endpoint down), and take back those that return (an endpoint that
-        answers again), putting right what they missed (``catchup``). Without
+        answers again), putting right what they missed (``catch_up``). Without
         ``ask``, only what is known already (``webfs status``: never waits)."""
         for index, vol in list(self.archive.volumes.items()):
             if not (vol.backend.present() if ask else vol.backend.known_present()):
