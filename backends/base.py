@@ -74,6 +74,18 @@ class Backend(abc.ABC):
     def present(self) -> bool:
         """Is the disk still there (its root reachable)?"""
 
+    def known_present(self) -> bool:
+        """Reachable as far as is known without asking (``webfs status`` must
+        not wait on a hung server); by default, ``present()``."""
+        return self.present()
+
+    def comes_back(self) -> bool:
+        """Can a disk that went away during a mount be taken back when
+        ``present()`` again? Only when its absence was an outage that ends by
+        itself (an object store's endpoint); a directory that vanished is not
+        trusted to be the same disk when one appears at its path."""
+        return False
+
     def close(self) -> None:
         """The archive is closed: hand over what is kept only locally (S3: meta/)."""
 

@@ -39,14 +39,20 @@ uploads what a killed daemon left staged before anything else.
 
 **An endpoint that is down** fails fast: short connect and request timeouts
 and the client's own retries (two attempts), and after a failure every request
-to that endpoint fails at once for ``DOWN_SECONDS`` (logged once), so reads
-are served from parity and writes go to the other disks without waiting.
+to that endpoint fails at once (logged once), so reads are served from parity
+and writes go to the other disks without waiting. A read of a block or
+parity file not answered within ``HEDGE_SECONDS`` (``present()``'s listing:
+``PRESENT_SECONDS``) counts as such a failure: its caller reads through
+parity while the slow request finishes in the background (``Endpoint``). Every ``DOWN_SECONDS`` a thread of its own asks the endpoint
+again (a HEAD of the bucket, short timeout); when it answers the disk is
+usable again (``present()``), and the mount takes it back (``Store.check_disks``).
 Requests to one disk are bounded (``s3_requests=N``), and recently read
 blocks and parity files are kept in memory (``block_cache=BYTES``).
 """
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import configparser
 import datetime
 import errno
@@ -54,13 +60,15 @@ import fcntl
 import heapq
 import logging
 import os
+import queue
 import re
 import sqlite3
 import tempfile
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from .base import LEASE, Backend
 from .local import LocalBackend
@@ -75,7 +83,9 @@ IDENTITY = ("WEBFS-DISK", "webfs.conf")  # in the bucket, mirrored in the state 
 PUBLISHED = ("meta/MANIFEST", "meta/JOURNAL", "meta/RECORDS")
 CATALOG = "meta/catalog.db"
 COPY = "meta/COPY"                      # the number of the last copy of meta/ to the bucket
-DOWN_SECONDS = 10.0                     # an endpoint that failed is not asked again for this long
+DOWN_SECONDS = 3.0                      # a down endpoint is asked again (by a probe) this often
+HEDGE_SECONDS = 1.5                     # a block or parity read not answered by then is served through parity
+PRESENT_SECONDS = 5.0                   # present()'s listing not answered by then: the endpoint is down
 CONNECT_TIMEOUT = 2.0
 READ_TIMEOUT = 10.0
 ATTEMPTS = 2
@@ -199,6 +209,98 @@ class EndpointDown(OSError):
     """The endpoint did not answer (refused, timed out): the disk is unreachable."""
 
 
+class Late(Exception):
+    """A request was not answered within its deadline (it goes on in the background)."""
+
+
+class Endpoint:
+    """Up or down, for one disk's endpoint; ``probe()`` raises unless it answers.
+
+    Down after a failed request: requests fail at once; a probe (a thread of
+    its own, never a caller) asks again every DOWN_SECONDS. A read with a
+    deadline (``within``) runs in a worker (daemon threads: a hung request
+    never holds up the end of the process); its caller stops waiting at the
+    deadline (``Late``) and its answer is dropped."""
+
+    def __init__(self, where: str, probe: Callable[[], None], workers: int):
+        self.where = where
+        self._probe = probe
+        self._down_until = 0.0          # 0: up; else down, not probed before then (monotonic)
+        self._answered = False          # it answered once: an outage is worth a log line
+        self._probing = False
+        self._lock = lockorder.lock("s3 endpoint")
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._workers = workers
+        self._started = 0
+
+    @property
+    def down(self) -> bool:
+        """Known down (the last request failed, no probe found it back since)."""
+        return self._down_until != 0.0
+
+    def up(self) -> bool:
+        """May a request go to it now? When down, starts a probe if one is due; never waits."""
+        if not self._down_until:
+            return True
+        with self._lock:
+            if self._probing or time.monotonic() < self._down_until:
+                return False
+            self._probing = True
+        threading.Thread(target=self._ask, name="webfs-endpoint-probe", daemon=True).start()
+        return False
+
+    def _ask(self) -> None:
+        try:
+            self._probe()
+        except Exception:
+            with self._lock:
+                self._down_until = time.monotonic() + DOWN_SECONDS
+                self._probing = False
+            return
+        with self._lock:
+            self._down_until = 0.0
+            self._probing = False
+        log.warning("%s: endpoint answers again", self.where)
+
+    def failed(self, why: str) -> None:
+        """A request found it unreachable: down from now (said once per outage,
+        and only of an endpoint that answered before: one that never did is
+        reported by whoever asked, mkfs or mount)."""
+        with self._lock:
+            first = not self._down_until and self._answered
+            self._down_until = time.monotonic() + DOWN_SECONDS
+        if first:
+            log.error("%s: endpoint down (%s); reads come from parity, writes go to other disks",
+                      self.where, why)
+
+    def answered(self) -> None:
+        self._answered = True
+
+    def within(self, seconds: float, request: Callable):
+        """``request()``'s answer, or ``Late`` after ``seconds`` (the request
+        goes on in a worker and its answer is dropped)."""
+        future = concurrent.futures.Future()
+        with self._lock:
+            if self._started < self._workers:
+                self._started += 1
+                threading.Thread(target=self._work, name="webfs-endpoint-read", daemon=True).start()
+        self._jobs.put((future, request))
+        try:
+            return future.result(seconds)
+        except concurrent.futures.TimeoutError:
+            raise Late(f"no answer within {seconds:g} s") from None
+
+    def _work(self) -> None:
+        while True:
+            future, request = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(request())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+
 class S3Backend(Backend):
     """A disk in a bucket (or a prefix of one); ``meta/`` in a local state directory."""
 
@@ -225,9 +327,7 @@ class S3Backend(Backend):
         self._cache_bytes = 0
         self._cache_limit = _setting("block_cache", DEFAULT_CACHE)
         self._cache_lock = lockorder.lock("s3 cache")
-        self._down_until = 0.0                      # 0: up; else down until then (monotonic)
-        self._last_ok = 0.0
-        self._probing = lockorder.lock("s3 probe")
+        self.endpoint = Endpoint(self.location, self._probe, self._requests)
         self._published: dict[str, tuple] = {}      # meta/ file -> its stamp when last copied
         self.fetched = False                        # identity and meta/ brought from the bucket
         self.made = False                           # a new disk (create()): ours is the only side
@@ -295,31 +395,33 @@ class S3Backend(Backend):
 
     # -- requests ------------------------------------------------------------
 
-    def _call(self, path: str, request):
+    def _call(self, path: str, request, deadline: Optional[float] = None):
         """One request (``request()`` does it), bounded per disk; the client's
-        errors become one-line OSErrors naming the disk."""
-        if self._down_until and not self._back_up():
-            raise EndpointDown(errno.EHOSTDOWN, "endpoint down (not asked again for a few seconds)",
-                               f"{self.location}/{path}")
+        errors become one-line OSErrors naming the disk. One with a
+        ``deadline`` (a read) not answered by then fails (the endpoint is down
+        from then) while it goes on in the background."""
+        self._check_up(path)
         try:
-            with self._slots:
-                answer = request()
+            if deadline is not None:
+                answer = self.endpoint.within(deadline, lambda: self._slotted(request))
+            else:
+                answer = self._slotted(request)
+        except Late as exc:
+            self.endpoint.failed(str(exc))
+            raise EndpointDown(errno.EHOSTDOWN, f"endpoint unreachable ({exc})", f"{self.location}/{path}") from None
         except Exception as exc:
             error = self._error(exc, path)
             if error is None:
                 raise
             if isinstance(error, EndpointDown):
-                # Refused, timed out, cut: the client has retried already.
-                # Said once per outage, and only of an endpoint that answered before:
-                # one that never did is reported by whoever asked (mkfs, mount).
-                first = not self._down_until and self._last_ok > 0
-                self._down_until = time.monotonic() + DOWN_SECONDS
-                if first:
-                    log.error("%s: endpoint down (%s); reads come from parity, writes go to other disks",
-                              self.location, error.strerror)
+                self.endpoint.failed(error.strerror)    # the client has retried already
             raise error from None
-        self._last_ok = time.monotonic()
+        self.endpoint.answered()
         return answer
+
+    def _slotted(self, request):
+        with self._slots:
+            return request()
 
     def _bucket_call(self, op: str, path: str = ""):
         """HEAD or CREATE of the bucket, through boto3."""
@@ -359,26 +461,10 @@ class S3Backend(Backend):
             return EndpointDown(errno.EHOSTDOWN, f"endpoint unreachable ({type(exc).__name__})", where)
         return None
 
-    def _back_up(self) -> bool:
-        """After an outage: is the endpoint answering again? One thread asks,
-        with a short timeout and no retry, once DOWN_SECONDS have passed; the
-        others fail at once meanwhile, so a hung server stalls no one for long."""
-        if time.monotonic() < self._down_until or not self._probing.acquire(blocking=False):
-            return False
-        try:
-            if not self._down_until:
-                return True                 # another thread found it back
-            from botocore.exceptions import BotoCoreError, ClientError
-            try:
-                self._bucket_clients()[1].head_bucket(Bucket=self.url.bucket)
-            except (BotoCoreError, ClientError):
-                self._down_until = time.monotonic() + DOWN_SECONDS
-                return False
-            log.warning("%s: endpoint answers again", self.location)
-            self._down_until = 0.0
-            return True
-        finally:
-            self._probing.release()
+    def _probe(self) -> None:
+        """Does the endpoint answer (after an outage)? A HEAD of the bucket with a
+        short timeout and no retry; raises if not (``Endpoint`` asks, in a thread)."""
+        self._bucket_clients()[1].head_bucket(Bucket=self.url.bucket)
 
     def _client_error(self, exc, path: str) -> OSError:
         code = str(exc.response.get("Error", {}).get("Code", ""))
@@ -402,8 +488,10 @@ class S3Backend(Backend):
                 return b""
             options["range"] = (offset, offset + size) if size >= 0 else {"offset": offset}
         try:
-            return bytes(self._call(path, lambda: obstore.get(self._object_store(), path,
-                                                              options=options).bytes()))
+            # The deadline is the answer's start: a large object's body takes its time.
+            answer = self._call(path, lambda: obstore.get(self._object_store(), path, options=options),
+                                self._deadline(path))
+            return bytes(self._call(path, answer.bytes))
         except OSError as exc:
             if exc.errno == errno.EINVAL:
                 return b""
@@ -425,7 +513,14 @@ class S3Backend(Backend):
 
     def _head(self, path: str) -> int:
         import obstore
-        return int(self._call(path, lambda: obstore.head(self._object_store(), path))["size"])
+        return int(self._call(path, lambda: obstore.head(self._object_store(), path),
+                              self._deadline(path))["size"])
+
+    def _deadline(self, path: str) -> Optional[float]:
+        """How long a read of this object may take to start answering: blocks and
+        parity files have redundancy to fall back on (HEDGE_SECONDS); the rest
+        (identity, meta/, the lease) waits for the client's own timeouts."""
+        return HEDGE_SECONDS if self._is_staged(path) else None
 
     # -- the cache of recently read objects --------------------------------------
 
@@ -464,9 +559,9 @@ class S3Backend(Backend):
         return path.startswith(STAGED)
 
     def _check_up(self, path: str) -> None:
-        """A disk whose endpoint is down takes no writes (they go to other disks)."""
-        if self._down_until and not self._back_up():
-            raise EndpointDown(errno.EHOSTDOWN, "endpoint down (not asked again for a few seconds)",
+        """No request to an endpoint known down: reads go through parity, writes to other disks."""
+        if not self.endpoint.up():
+            raise EndpointDown(errno.EHOSTDOWN, "endpoint down (asked again every few seconds)",
                                f"{self.location}/{path}")
 
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
@@ -569,9 +664,9 @@ class S3Backend(Backend):
                 yield name
             last = name
 
-    def _list_remote(self, prefix: str, limit: int = 0) -> Iterator[str]:
+    def _list_remote(self, prefix: str, limit: int = 0, deadline: Optional[float] = None) -> Iterator[str]:
         """Names below a prefix (a directory: "" or ending in "/"), page by page;
-        the first ``limit`` only, if given."""
+        the first ``limit`` only, if given; each page within ``deadline``."""
         import obstore
         pages = None
 
@@ -582,7 +677,7 @@ class S3Backend(Backend):
                                           chunk_size=limit or 1000))
             return next(pages, None)
         while True:
-            page = self._call(prefix, next_page)
+            page = self._call(prefix, next_page, deadline)
             if not page:
                 return
             for item in page:
@@ -599,17 +694,24 @@ class S3Backend(Backend):
         return ROOM, ROOM
 
     def present(self) -> bool:
-        """Reachable: not failed in the last DOWN_SECONDS, and answering now:
-        one listing of an empty "directory" of the bucket, through obstore (the
-        mount asks every second; a HEAD of the bucket through boto3 cost a
-        cold read half its CPU)."""
-        if self._down_until:
-            return self._back_up()
+        """Reachable: not known down (a probe asks a down endpoint again, in the
+        background), and answering now, within PRESENT_SECONDS: one listing of an
+        empty "directory" of the bucket, through obstore (the mount asks every
+        half second; a HEAD of the bucket through boto3 cost a cold read half its CPU)."""
+        if self.endpoint.down:
+            return self.endpoint.up()
         try:
-            next(self._list_remote(IDENTITY[0] + "/", limit=1), None)
+            next(self._list_remote(IDENTITY[0] + "/", limit=1, deadline=PRESENT_SECONDS), None)
         except OSError:
             return False
         return True
+
+    def comes_back(self) -> bool:
+        return True
+
+    def known_present(self) -> bool:
+        """Reachable as far as the last request knows (asks nothing: status)."""
+        return not self.endpoint.down
 
     def _stamp(self, path: str) -> tuple:
         """What tells that a local meta/ file changed: size and mtime (with a catalog's WAL)."""

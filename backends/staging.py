@@ -223,8 +223,11 @@ class Staging:
 
     def drain(self) -> None:
         """Wait until every staged object is in the bucket; the upload error
-        if uploads fail (the objects stay staged)."""
+        if uploads fail (the objects stay staged). Each is tried again at
+        once: an earlier failure (an outage that is over) is not the answer."""
         with self._changed:
+            self._failure = None
+            self._retry_at = 0.0
             self._draining += 1
             self._ready.notify_all()
             try:

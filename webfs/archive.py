@@ -26,7 +26,7 @@ import uuid as uuidmod
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import FORMAT_VERSION
+from . import FORMAT_VERSION, lockorder
 from .backends import is_url, normalize, open_backend
 from .block import utc_timestamp
 from .errors import ArchiveBusy, ArchiveError, ConfigError
@@ -505,6 +505,8 @@ class Archive:
         self.conf = conf
         self.volumes = volumes
         self.missing = missing
+        self.lost: dict[int, Volume] = {}   # went away while in use, may come back (``regain``)
+        self._losing = lockorder.lock("disk lost")     # two readers finding a disk gone say it once
         self.opened_from = opened_from
         self._lock_fds: list[int] = []
         self._leases: list[BucketLease] = []
@@ -624,14 +626,33 @@ class Archive:
         self.conf.disks = [d for d in self.conf.disks if d.index != index]
         self.volumes = {i: v for i, v in self.volumes.items() if i != index}
         self.missing = {i: why for i, why in self.missing.items() if i != index}
+        self.lost = {i: v for i, v in self.lost.items() if i != index}
 
     def lose(self, index: int, why: str) -> None:
         """A disk vanished while in use (unplugged, its directory removed): from
         now on it is missing, and its blocks are read through parity."""
-        if index in self.volumes:
-            log.error("disk %d is gone (%s); treating it as missing", index, why)
-            self.volumes = {i: v for i, v in self.volumes.items() if i != index}
+        with self._losing:
+            vol = self.volumes.get(index)
+            if vol is None:
+                return                      # said already
+            back = vol.backend.comes_back()
+            if back:
+                self.lost = {**self.lost, index: vol}
             self.missing = {**self.missing, index: why}
+            self.volumes = {i: v for i, v in self.volumes.items() if i != index}
+        log.error("disk %d is gone (%s); treating it as missing%s", index, why,
+                  " until its endpoint answers again" if back else "")
+
+    def regain(self, index: int) -> Volume:
+        """A disk lost while in use is there again (its endpoint answers): it is
+        present from now on. The caller puts right what it missed."""
+        with self._losing:
+            vol = self.lost[index]
+            self.lost = {i: v for i, v in self.lost.items() if i != index}
+            self.volumes = {**self.volumes, index: vol}
+            self.missing = {i: why for i, why in self.missing.items() if i != index}
+        log.warning("disk %d is back (%s); taken back into use", index, vol.backend.location)
+        return vol
 
     def unlock(self) -> None:
         for lease in self._leases:

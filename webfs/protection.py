@@ -66,6 +66,11 @@ class Protection:
         """How many units of redundancy (parity stripes) are known to be stale."""
         return 0
 
+    def reconcile_stale(self) -> int:
+        """Bring the redundancy marked out of date up to date now (a disk is
+        back after an outage); how many units (stripes) were."""
+        return 0
+
     def close(self) -> None:
         pass
 

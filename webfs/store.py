@@ -76,6 +76,31 @@ class Piece(NamedTuple):
                              sha256=self.sha256 or content_digest(self.data))
 
 
+class Missed:
+    """What disks away during a mount missed, per disk, in memory: blocks whose
+    Refs header is behind the catalog, and files of released blocks still
+    there (the stripes they touched are marked dirty in the catalog). A
+    daemon killed meanwhile forgets it: ``webfs scrub --repair`` mends the
+    Refs and stripes, ``webfs fsck --repair`` the orphan blocks."""
+
+    def __init__(self) -> None:
+        self._lock = lockorder.lock("missed")
+        self._refs: dict[int, set[int]] = {}                    # disk -> block ids
+        self._released: dict[int, set[tuple[str, int]]] = {}    # disk -> (sig, overflow)
+
+    def refs(self, disk: int, block_id: int) -> None:
+        with self._lock:
+            self._refs.setdefault(disk, set()).add(block_id)
+
+    def released(self, disk: int, sig: str, overflow: int) -> None:
+        with self._lock:
+            self._released.setdefault(disk, set()).add((sig, overflow))
+
+    def take(self, disk: int) -> tuple[set[int], set[tuple[str, int]]]:
+        with self._lock:
+            return self._refs.pop(disk, set()), self._released.pop(disk, set())
+
+
 class Store:
     """Documents in, documents out, over the disks of one archive."""
 
@@ -92,6 +117,7 @@ class Store:
         self._sig_locks = KeyedLocks("signature")
         self.heat = HeatTracker(catalog, heat_k)        # reads that reach the disks, per group
         self._reported: set[tuple[str, int]] = set()
+        self.missed = Missed()          # what disks away during this mount missed (``catch_up``)
         # What the open catalog transaction changed on the disks, to undo if it fails.
         self._pending_new: list[BlockRow] = []
         self._pending_refs: set[int] = set()
@@ -189,8 +215,16 @@ class Store:
             for row in rows:
                 self.protection.block_removed(row, self._payload_or_none(row))
                 vol = self.archive.volumes.get(row.disk)
-                if vol is not None:
+                if vol is None:
+                    if row.disk in self.archive.lost:
+                        self.missed.released(row.disk, row.sig, row.overflow)
+                    continue
+                try:
                     vol.remove_block(row.sig, row.overflow)
+                except OSError:
+                    if vol.backend.known_present():
+                        raise
+                    self.missed.released(row.disk, row.sig, row.overflow)   # its endpoint is down
         finally:
             with self.catalog.lock:
                 gone = {id(r) for r in rows}
@@ -206,7 +240,7 @@ class Store:
         for block_id in self._pending_refs:
             row = self.catalog.block_by_id(block_id)
             if row is not None:
-                self._mirror_refs(row)
+                self.mirror_refs(row)
 
     # -- store ---------------------------------------------------------------
 
@@ -397,7 +431,7 @@ class Store:
         count that changes again is due again, written by a later job)."""
         try:
             for row in self.catalog.blocks_by_ids(ids):
-                self._mirror_refs(row)
+                self.mirror_refs(row)
         finally:
             with self.catalog.lock:
                 self._inflight -= len(ids)
@@ -504,7 +538,7 @@ class Store:
         ck = ContentKey.parse(key)
         row = self.catalog.block(ck.sig, ck.overflow)
         if row is not None and row.disk == int(disk):
-            self._mirror_refs(row)
+            self.mirror_refs(row)
 
     def trim_intents(self) -> None:
         """Forget the intents once every write they name is committed."""
@@ -548,6 +582,9 @@ class Store:
                     self.archive.lose(disk, "its root directory is gone")
                 continue
             except (OSError, CorruptBlock) as exc:
+                if isinstance(exc, OSError) and not vol.backend.known_present():
+                    self.archive.lose(disk, f"{exc.strerror or exc}")     # an outage, not damage
+                    continue
                 self._report(row, f"disk {disk}: {exc}")
                 continue
             if header.codec == row.codec and header.stored == row.stored:
@@ -556,7 +593,7 @@ class Store:
                 self.heat.record(row.grp)
                 return payload
             self._report(row, f"disk {disk}: header disagrees with the catalog")
-        if row.disk in self.archive.missing:
+        if row.disk in self.archive.missing and row.disk not in self.archive.lost:
             self._report(row, f"disk {row.disk} is missing")
         return self.protection.reconstruct(row)
 
@@ -632,7 +669,7 @@ class Store:
             self.catalog.set_refs(row.id, refs, row.pins)
             row.refs = refs
             if mirror:
-                self._mirror_refs(row)
+                self.mirror_refs(row)
         else:
             self.catalog.set_refs(row.id, 1, row.pins)
             self.release(row)
@@ -643,27 +680,81 @@ class Store:
         except WebfsError:
             return None
 
-    def _mirror_refs(self, row: BlockRow) -> None:
+    @property
+    def refs_in_flight(self) -> bool:
+        """Is a count set in the catalog on its way to a block header (or a new
+        block to its disk)? Then a header may lag the catalog for a moment."""
+        return self._inflight > 0
+
+    def mirror_refs(self, row: BlockRow) -> bool:
+        """Write the catalog's count into the block's Refs header; False if its
+        disk cannot take it now (a disk that is away remembers it: ``catch_up``)."""
         vol = self.archive.volumes.get(row.disk)
         if vol is None:
-            return
+            if row.disk in self.archive.lost:
+                self.missed.refs(row.disk, row.id)
+            return False
         try:
             vol.set_refs(row.sig, row.overflow, row.refs, fsync=self.fsync,
                          offset=refs_offset_of(row.sig, row.size, row.stored, row.codec))
+            return True
         except (OSError, CorruptBlock) as exc:
-            # The catalog is the truth; fsck mends the header.
+            if isinstance(exc, OSError) and not vol.backend.known_present():
+                self.missed.refs(row.disk, row.id)      # written when its endpoint answers again
+                return False
+            # The catalog is the truth; fsck and scrub mend the header.
             log.warning("cannot update Refs in block %s on disk %d: %s", row.block_name, row.disk, exc)
+            return False
 
     # -- figures -------------------------------------------------------------
 
-    def check_disks(self) -> None:
-        """Notice disks that vanished (unplugged, their directory removed)."""
+    def catch_up(self, disk: int) -> str:
+        """Put right what a disk that is back missed (``Missed``): each Refs header
+        from the catalog, the files of blocks released meanwhile removed, the
+        stripes marked dirty reconciled; what was done, in words. A removal that
+        fails now is remembered again for the next return."""
+        vol = self.archive.volumes.get(disk)
+        if vol is None:
+            return "nothing: it is gone again"
+        refs, released = self.missed.take(disk)
+        headers = removed = 0
+        for block_id in sorted(refs):
+            with self.catalog.lock:
+                row = self.catalog.block_by_id(block_id)
+            if row is not None and row.disk == disk and self.mirror_refs(row):
+                headers += 1
+        for sig, overflow in sorted(released):
+            with self.catalog.lock:
+                row = self.catalog.block(sig, overflow)
+                if row is not None and row.disk == disk:
+                    continue                # stored again since (a new block of that content)
+            try:
+                vol.remove_block(sig, overflow)
+                removed += 1
+            except OSError as exc:
+                log.warning("disk %d: cannot remove released block %s~%d: %s", disk, sig, overflow, exc)
+                self.missed.released(disk, sig, overflow)
+        stripes = self.protection.reconcile_stale()
+        self.commit()
+        return (f"{headers} Refs header(s) written from the catalog, {removed} released block(s) removed, "
+                f"{stripes} parity stripe(s) brought up to date")
+
+    def check_disks(self, ask: bool = True) -> None:
+        """Notice disks that vanished (unplugged, their directory removed, an
+        endpoint down), and take back those that return (an endpoint that
+        answers again), putting right what they missed (``catch_up``). Without
+        ``ask``, only what is known already (``webfs status``: never waits)."""
         for index, vol in list(self.archive.volumes.items()):
-            if not vol.backend.present():
-                self.archive.lose(index, "its root directory is gone")
+            if not (vol.backend.present() if ask else vol.backend.known_present()):
+                self.archive.lose(index, "its root directory is gone" if vol.backend.bounded
+                                  else "its endpoint does not answer")
+        for index, vol in list(self.archive.lost.items()) if ask else ():
+            if vol.backend.present():
+                self.archive.regain(index)
+                log.warning("disk %d: %s", index, self.catch_up(index))
 
     def status(self) -> dict:
-        self.check_disks()
+        self.check_disks(ask=False)
         cat = self.catalog
         totals = cat.block_totals()
         per_disk = cat.disk_totals()

@@ -77,6 +77,7 @@ def replacement(store: Store, index: int, to: str) -> Volume:
     # Replace the maps whole: readers in other threads iterate them.
     archive.volumes = {**archive.volumes, index: vol}
     archive.missing = {d: why for d, why in archive.missing.items() if d != index}
+    archive.lost = {d: v for d, v in archive.lost.items() if d != index}    # replaced: never taken back
     archive.save_config()
     log.info("disk %d is now %s", index, to)
     return vol

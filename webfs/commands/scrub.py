@@ -49,10 +49,11 @@ class Exam:
     mismatch: bool = False              # its payload is not the XOR of the members
     bad: dict[int, str] = field(default_factory=dict)     # block id -> what is wrong
     unavailable: int = 0                # members on missing disks
+    refs: dict[int, int] = field(default_factory=dict)    # block id -> its header's Refs, if not the catalog's
 
     @property
     def clean(self) -> bool:
-        return not (self.trouble or self.stale or self.dirty or self.mismatch or self.bad)
+        return not (self.trouble or self.stale or self.dirty or self.mismatch or self.bad or self.refs)
 
 
 def examine(parity: Parity, stripe_id: str, deep: bool, gate: Optional[Gate] = None) -> Exam:
@@ -87,6 +88,10 @@ def examine(parity: Parity, stripe_id: str, deep: bool, gate: Optional[Gate] = N
                 payloads.append(parity.read_member(Member.of(r), verify=True, gate=gate))
             except (OSError, WebfsError) as exc:
                 exam.bad[r.id] = str(exc)
+                continue
+            refs = header_refs(parity.archive, r)
+            if refs is not None and refs != r.refs:
+                exam.refs[r.id] = refs
         if header is not None and not (exam.stale or exam.bad or exam.unavailable):
             try:
                 exam.mismatch = xor_payloads(payloads, header.length) != payload
@@ -115,6 +120,8 @@ def check_stripe(store: Store, parity: Parity, stripe_id: str, report: Report,
             if row.id in exam.bad:
                 fixed = repair and restored(store, row)
                 report.add("corrupt", f"block {row.block_name} on disk {row.disk}", exam.bad[row.id], fixed)
+            elif row.id in exam.refs:
+                _refs_behind(store, row, exam.refs[row.id], report, repair)
         if exam.trouble or exam.stale or exam.dirty or exam.mismatch:
             what = exam.trouble or ("parity lists other blocks than the catalog" if exam.stale else
                                     "parity is not the XOR of its members" if exam.mismatch else
@@ -128,6 +135,29 @@ def check_stripe(store: Store, parity: Parity, stripe_id: str, report: Report,
                     what += f"; cannot recompute it: {exc}"
             report.add("parity", f"stripe {stripe_id} on disk {exam.parity_disk}", what, fixed)
     return exam
+
+
+def header_refs(archive, row: BlockRow) -> Optional[int]:
+    """The Refs count in a block's header on its disk (None if it cannot be read
+    now: a read through its stripe has said what is wrong with it)."""
+    vol = archive.volumes.get(row.disk)
+    if vol is None:
+        return None
+    try:
+        return vol.read_header(row.sig, row.overflow).refs
+    except (OSError, WebfsError):
+        return None
+
+
+def _refs_behind(store: Store, row: BlockRow, header: int, report: Report, repair: bool) -> None:
+    """(Under the catalog lock.) A Refs header that is not the catalog's count
+    (a disk away while references came and went): reported, and with
+    ``repair`` written from the catalog. Not while a count is being written."""
+    if store.refs_in_flight:
+        return
+    fixed = repair and store.mirror_refs(row)
+    report.add("refs", f"block {row.block_name} on disk {row.disk}",
+               f"header says Refs {header}, catalog {row.refs}", fixed)
 
 
 def _proven_good(store: Store, exam: Exam, deep: bool) -> None:
@@ -262,7 +292,12 @@ def _scrub_loose(store: Store, parity: Parity, block_id: int, report: Report, re
         report.add("corrupt", where, f"{exc}; it is in no parity stripe")
         return
     store.forget_damage(row)
-    if repair and parity.protect(row, payload):
+    with store.catalog.lock:            # the count as it is now, not as it was listed
+        row = store.catalog.block_by_id(block_id)
+        refs = header_refs(store.archive, row) if row is not None else None
+        if refs is not None and refs != row.refs:
+            _refs_behind(store, row, refs, report, repair)
+    if row is not None and repair and parity.protect(row, payload):
         counts["protected"] += 1
 
 

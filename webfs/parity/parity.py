@@ -133,6 +133,17 @@ class Parity(Protection):
     def out_of_date(self) -> int:
         return len(self.layout.stripe_ids("state != 'ok'"))
 
+    def reconcile_stale(self) -> int:
+        done = 0
+        for stripe_id in self.layout.stripe_ids("state != 'ok'"):
+            if self.busy(stripe_id):
+                continue                # a new block's update is under way: it reconciles
+            self.reconciler.reconcile_or_mark(stripe_id)
+            with self.catalog.lock:
+                stripe = self.layout.stripe(stripe_id)
+            done += stripe is None or stripe.state == "ok"
+        return done
+
     def status(self) -> dict:
         return parity_status(self.archive, self.catalog, self.layout, self.write_behind)
 
