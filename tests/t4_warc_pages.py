@@ -77,8 +77,8 @@ def test_encoded_pages_show_the_document_and_export_byte_for_byte(tmp_path):
             page = host / (name + "@20240101120000")
             assert page.read_bytes() == entity
             assert os.getxattr(page, "user.http.decoded").startswith(b"no: ")
-        assert res.stdout.count(b"the capture file holds the entity as recorded") == 2
-        assert b"x-unheard-of unknown" in res.stdout and b"does not decode" in res.stdout
+        assert res.stderr.count(b"the capture file holds the entity as recorded") == 2     # each problem said once, on stderr
+        assert b"x-unheard-of unknown" in res.stderr and b"does not decode" in res.stderr
         # the records as recorded: export-warc, and the sh tool over the mount's files
         out = tmp_path / "out.warc.gz"
         res = webfs("export-warc", m.mnt / "enc", out)
