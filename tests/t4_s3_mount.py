@@ -14,7 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
-from conftest import REPO, sh, unmount, webfs
+from conftest import REPO, eventually, sh, unmount, webfs
 from webfs.backends.s3 import DiskURL, state_dir
 
 
@@ -207,7 +207,10 @@ def test_a_server_that_comes_back_is_taken_back_without_a_remount(weeds, tmp_pat
             sh(f"cp -r '{src}' '{mnt}/again'")                   # duplicates: Refs the disk misses
             for i in range(40):                                 # new blocks: parity it misses
                 (mnt / f"new-{i}").write_bytes(os.urandom(2000) * (i + 1))
-            assert status(mnt)["disks"][1]["state"] == "missing"
+            # Noticed by a request to it or by the mount's disk check (a duplicate's
+            # Refs header is written after the commit, in the background).
+            eventually(lambda: status(mnt)["disks"][1]["state"] == "missing", "the outage noticed",
+                       every=0.1)
         finally:
             back.start()
         deadline = time.monotonic() + 60

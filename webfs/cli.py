@@ -208,9 +208,9 @@ def format_status(st: dict) -> list[str]:
     lines = [f"archive {st['archive']}" + (f" ({st['label']})" if st["label"] else ""),
              f"  depth {st['depth']}, parity group size {st['group_size']}, "
              f"codec {st['codec']} level {st['level']}, store mode {st['store_mode']}",
-             f"  {'disk':>4}  {'state':8} {'blocks':>9} {'payload':>11} {'free':>11}  {'domain':21} path"]
+             f"  {'disk':>4}  {'state':11} {'blocks':>9} {'payload':>11} {'free':>11}  {'domain':21} path"]
     for d in st["disks"]:
-        lines.append(f"  {d['index']:>4}  {d['state']:8} {d['blocks']:>9} {human(d['payload_bytes']):>11} "
+        lines.append(f"  {d['index']:>4}  {d['state']:11} {d['blocks']:>9} {human(d['payload_bytes']):>11} "
                      f"{human(d['free_bytes']):>11}  {d.get('domain', ''):21} {d['path']}")
     lines += [f"  blocks {st['blocks']}, references {st['references']}",
               f"  logical {human(st['logical_bytes'])}, distinct {human(st['distinct_bytes'])}, "

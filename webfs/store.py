@@ -118,6 +118,7 @@ class Store:
         self.heat = HeatTracker(catalog, heat_k)        # reads that reach the disks, per group
         self._reported: set[tuple[str, int]] = set()
         self.missed = Missed()          # what disks away during this mount missed (``catch_up``)
+        self.catching_up: set[int] = set()     # disks back in use, what they missed still being put right
         # What the open catalog transaction changed on the disks, to undo if it fails.
         self._pending_new: list[BlockRow] = []
         self._pending_refs: set[int] = set()
@@ -750,8 +751,12 @@ class Store:
                                   else "its endpoint does not answer")
         for index, vol in list(self.archive.lost.items()) if ask else ():
             if vol.backend.present():
-                self.archive.regain(index)
-                log.warning("disk %d: %s", index, self.catch_up(index))
+                self.catching_up.add(index)     # status says so until the catch-up is done
+                try:
+                    self.archive.regain(index)
+                    log.warning("disk %d: %s", index, self.catch_up(index))
+                finally:
+                    self.catching_up.discard(index)
 
     def status(self) -> dict:
         self.check_disks(ask=False)
@@ -767,7 +772,8 @@ class Store:
             blocks, payload = per_disk.get(d.index, (0, 0))
             disks.append({"index": d.index, "uuid": d.uuid, "path": d.path, "weight": d.weight,
                           "domain": d.failure_domain,
-                          "state": "present" if vol else "missing",
+                          "state": ("catching up" if d.index in self.catching_up else "present") if vol
+                          else "missing",
                           "why": self.archive.missing.get(d.index),
                           "blocks": blocks, "payload_bytes": payload,
                           "free_bytes": free, "total_bytes": total})
