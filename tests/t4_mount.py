@@ -279,16 +279,33 @@ def test_read_only_mount(mounted):
 
 @pytest.fixture
 def mount_helpers():
-    """mount.webfs and mount.fuse.webfs where mount(8) looks for them, as `make install` puts them."""
-    made = []
-    for name in ("mount.webfs", "mount.fuse.webfs"):
-        path = Path("/sbin") / name
-        if not path.exists():
-            path.symlink_to(Path(sys.executable).parent / "mount.webfs")
-            made.append(path)
-    yield
-    for path in made:
-        path.unlink()
+    """mount.webfs and mount.fuse.webfs where mount(8) looks for them, as `make
+    install` puts them, pointing at this run's webfs. /sbin is shared by every
+    test run on the machine (several clones at once): the fixture holds a lock
+    while its links are there, and puts back whatever links it replaced; an
+    installed helper that is not a link is left as it is."""
+    import fcntl
+    with open("/run/lock/webfs-tests-mount-helpers", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ours = Path(sys.executable).parent / "mount.webfs"
+        saved = {}
+        for name in ("mount.webfs", "mount.fuse.webfs"):
+            path = Path("/sbin") / name
+            if path.is_symlink():
+                saved[path] = os.readlink(path)
+                path.unlink()
+            elif path.exists():
+                continue
+            else:
+                saved[path] = None
+            path.symlink_to(ours)
+        try:
+            yield
+        finally:
+            for path, was in saved.items():
+                path.unlink()
+                if was is not None:
+                    path.symlink_to(was)
 
 
 @pytest.mark.parametrize("fstype", ["webfs", "fuse.webfs"])
