@@ -44,8 +44,18 @@ def test_what_does_not_decode_says_why():
     assert warc.decode_entity(http("Content-Encoding: zstd"), b"x") == (None, "content coding zstd unknown")
     assert warc.decode_entity(http("Transfer-Encoding: gzip, chunked"), b"0\r\n\r\n")[1] == \
         "transfer coding gzip unknown"
-    doc, why = warc.decode_entity(http("Transfer-Encoding: chunked"), b"zz\r\nabc")
-    assert doc is None and "does not decode" in why
+    doc, why = warc.decode_entity(http("Transfer-Encoding: chunked"), b"5\r\nabc")
+    assert doc is None and "does not decode" in why and "cut short" in why
+
+
+def test_a_body_recorded_dechunked_is_taken_as_it_is():
+    """Many crawlers keep 'Transfer-Encoding: chunked' in the header and record
+    the body dechunked (pywb's iana.warc.gz does): no chunk size line, so the
+    body is the entity as warcio reads it, not a problem."""
+    assert warc.decode_entity(http("Transfer-Encoding: chunked"), DOC) == (None, None)
+    assert warc.decode_entity(http("Transfer-Encoding: chunked"), b"zz\r\nabc") == (None, None)
+    both = http("Transfer-Encoding: chunked\r\nContent-Encoding: gzip")
+    assert warc.decode_entity(both, gzip.compress(DOC)) == (DOC, None)
 
 
 def test_a_bomb_is_kept_as_recorded():

@@ -632,6 +632,9 @@ def _unbrotli(data: bytes) -> bytes:
 CONTENT_DECODERS = {b"gzip": _gunzip, b"x-gzip": _gunzip, b"deflate": _inflate, b"br": _unbrotli}
 
 
+CHUNK_SIZE_LINE = re.compile(rb"[0-9A-Fa-f]+[ \t]*(;[^\r\n]*)?\r?\n")
+
+
 def dechunk(data: bytes) -> bytes:
     """The body of a ``Transfer-Encoding: chunked`` message (trailers dropped)."""
     out, p = [], 0
@@ -674,7 +677,9 @@ def decode_entity(http: bytes, entity) -> tuple[Optional[bytes], Optional[str]]:
         for coding in reversed(transfer):
             if coding != b"chunked":
                 return None, f"transfer coding {coding.decode('ascii', 'replace')} unknown"
-            data = dechunk(data)
+            if CHUNK_SIZE_LINE.match(data):
+                data = dechunk(data)
+            # else the crawler recorded the body dechunked, as many do (warcio reads it so)
         for coding in reversed(content):
             decoder = CONTENT_DECODERS.get(coding)
             if decoder is None:
@@ -684,7 +689,7 @@ def decode_entity(http: bytes, entity) -> tuple[Optional[bytes], Optional[str]]:
         return None, "br: the brotli package is not installed"
     except Exception as exc:        # zlib.error, brotli.error, ValueError: damaged data
         return None, f"{b', '.join(transfer + content).decode('ascii', 'replace')} does not decode ({exc})"
-    return data, None
+    return (data, None) if data is not entity else (None, None)
 
 
 # ---------------------------------------------------------------- reading a collection back
