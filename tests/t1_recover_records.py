@@ -8,7 +8,7 @@ import stat
 from hypothesis import given, settings, strategies as st
 
 from webfs.namespace import NAME_MAX, name_problem
-from webfs.commands.rebuild_catalog import Entries, _apply, path_problem
+from webfs.commands.records import Entries, _apply, path_problem
 
 PARTS = [b"a", b"b", b"c"] * 6 + [b".", b"..", b"", b"n" * 300, b"x\0y", b"sp ace", b"\xe9"]
 paths = st.lists(st.sampled_from(PARTS), min_size=0, max_size=4).map(lambda ps: b"/" + b"/".join(ps))

@@ -8,7 +8,7 @@ import subprocess
 from conftest import REPO, make_archive, webfs
 from webfs.archive import Archive
 from webfs.assembly import open_archive
-from webfs.commands.rebuild_catalog import read_namespace
+from webfs.commands.records import read_namespace
 from webfs.manifest import Journal, record_disks
 
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, Mounted, wait_dead, webfs
 from webfs import testkill
 from webfs.archive import Archive
-from webfs.commands.rebuild_catalog import read_namespace
+from webfs.commands.records import read_namespace
 
 libc = ctypes.CDLL(None, use_errno=True)
 
