@@ -408,9 +408,11 @@ class S3Backend(Backend):
 
     # -- opening, and making a new disk -------------------------------------------
 
-    def fetch(self) -> None:
+    def fetch(self, wait: Optional[float] = None) -> None:
         """Upload what a killed daemon left staged; then bring the identity
-        files, and meta/ when ours is missing or older, from the bucket."""
+        files, and meta/ when ours is missing or older, from the bucket: each
+        request answered within ``wait`` seconds (None: the client's timeouts),
+        else EndpointDown."""
         replayed = 0 if self._locked_elsewhere() else self.staging.replay()
         if replayed:
             self.staging.drain()
@@ -419,13 +421,13 @@ class S3Backend(Backend):
         os.makedirs(os.path.join(self.root, "meta"), exist_ok=True)
         for path in IDENTITY:
             try:
-                data = self._get(path)
+                data = self.client.get(path, deadline=wait)
             except FileNotFoundError:
                 self.local.remove(path)
                 continue
             self.local.write_atomic(path, data)
         if self.local.exists(IDENTITY[0]):
-            self.mirror.fetch()
+            self.mirror.fetch(wait)
 
     def _locked_elsewhere(self) -> bool:
         """Does another process hold the archive's lock in this state directory
@@ -483,17 +485,20 @@ _OPEN: dict[str, S3Backend] = {}
 _OPEN_LOCK = lockorder.lock("s3 open")
 
 
-def open_s3(location: str, fetch: bool = True) -> S3Backend:
-    """The backend of a disk URL, one per URL in a process (its client and cache
-    are shared); ``fetch`` brings its identity and meta/ the first time."""
+def open_s3(location: str, fetch: bool = True, wait: Optional[float] = None) -> S3Backend:
+    """The backend of a disk URL, one per URL in a process (its client, cache
+    and endpoint's health are shared: a second open of a disk whose endpoint
+    just failed fails at once); ``fetch`` brings its identity and meta/ the
+    first time, each request answered within ``wait`` seconds (``fetch``)."""
     url = DiskURL.parse(location)
     key = str(url)
     with _OPEN_LOCK:
-        backend = _OPEN.get(key) or S3Backend(url)
+        backend = _OPEN.get(key)
+        if backend is None:
+            backend = _OPEN[key] = S3Backend(url)
         if fetch and not backend.fetched:
-            backend.fetch()
+            backend.fetch(wait)
             backend.fetched = True
-        _OPEN[key] = backend
     return backend
 
 

@@ -89,16 +89,17 @@ class MetaMirror:
             return None
         return int(text) if text.isdigit() else None
 
-    def fetch(self) -> None:
+    def fetch(self, wait: Optional[float] = None) -> None:
         """The bucket's copy of meta/ replaces ours when ours has no catalog or
-        an older copy number (another machine mounted the archive since)."""
+        an older copy number (another machine mounted the archive since); each
+        GET answered within ``wait`` seconds (None: the client's timeouts)."""
         try:
-            self._fetch()
+            self._fetch(lambda path: self.client.get(path, deadline=wait))
         finally:
             self.mark_published()
 
-    def _fetch(self) -> None:
-        remote = self.copy_number(self.client.get)
+    def _fetch(self, get: Callable[[str], bytes]) -> None:
+        remote = self.copy_number(get)
         here = self.copy_number(self.local.read)
         if self.local.exists(CATALOG) and (remote is None or (here is not None and here >= remote)):
             return
@@ -106,7 +107,7 @@ class MetaMirror:
         # records that are there still name every file for fsck --rebuild-catalog.
         for path in (*PUBLISHED, CATALOG):
             try:
-                data = self.client.get(path)
+                data = get(path)
             except FileNotFoundError:
                 self.local.remove(path)
                 continue

@@ -192,7 +192,10 @@ def status(as_json, target):
         st = control.call(target, "status", {}).figures
     else:
         from .assembly import open_archive
-        store = open_archive(target, lock=False)
+        from .backends.s3endpoint import PRESENT_SECONDS
+        # Never the client's timeouts (20 s and more) for a hung server: asked
+        # as long as a mount's presence check waits, it is missing.
+        store = open_archive(target, lock=False, wait=PRESENT_SECONDS)
         try:
             st = store.status()
         finally:
