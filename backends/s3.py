@@ -410,10 +410,11 @@ class S3Backend(Backend):
 
     def fetch(self, wait: Optional[float] = None) -> None:
         """Upload what a killed daemon left staged; then bring the identity
-        files, and meta/ when ours is missing or older, from the bucket: each
-        request answered within ``wait`` seconds (None: the client's timeouts),
-        else EndpointDown."""
-        replayed = 0 if self._locked_elsewhere() else self.staging.replay()
+        files, and meta/ when ours is missing or older, from the bucket. With
+        ``wait`` (a look that reads no block: status) each request is answered
+        within that many seconds, else EndpointDown, and what is staged stays
+        for the next open (its uploads would wait on a hung server)."""
+        replayed = 0 if wait is not None or self._locked_elsewhere() else self.staging.replay()
         if replayed:
             self.staging.drain()
             log.warning("%s: %d objects left staged by an earlier mount are uploaded", self.location, replayed)
