@@ -50,7 +50,6 @@ class Endpoint:
         self._answered = False          # it answered once: an outage is worth a log line
         self._probing = False
         self._lock = lockorder.lock("s3 endpoint")
-        self._answers = lockorder.condition("s3 endpoint", self._lock)     # a hedged request answered
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._workers = workers
         self._started = 0
@@ -102,15 +101,16 @@ class Endpoint:
         """``request()``'s answer, or ``Late`` after ``seconds`` by the clock (the
         request goes on in a worker and its answer is dropped)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
+        answered = lockorder.condition("s3 answer")     # this request's: no other caller woken
         with self._lock:
             if self._started < self._workers:
                 self._started += 1
                 threading.Thread(target=self._work, name="webfs-endpoint-read", daemon=True).start()
-            deadline = self.clock.monotonic() + seconds
-        self._jobs.put((future, request))
-        with self._answers:
+        deadline = self.clock.monotonic() + seconds
+        self._jobs.put((future, request, answered))
+        with answered:
             while not future.done() and self.clock.monotonic() < deadline:
-                self.clock.wait(self._answers, deadline)
+                self.clock.wait(answered, deadline)
         if not future.done():
             future.cancel()             # not started yet: no worker takes it up
             raise Late(f"no answer within {seconds:g} s")
@@ -118,12 +118,12 @@ class Endpoint:
 
     def _work(self) -> None:
         while True:
-            future, request = self._jobs.get()
+            future, request, answered = self._jobs.get()
             if not future.set_running_or_notify_cancel():
                 continue
             try:
                 future.set_result(request())
             except BaseException as exc:
                 future.set_exception(exc)
-            with self._answers:
-                self._answers.notify_all()
+            with answered:
+                answered.notify()
