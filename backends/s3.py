@@ -11,9 +11,8 @@ and hedged reads (``s3endpoint``), recently read objects (``objectcache``),
 the bucket's copy of meta/ (``s3mirror``) and write-behind (``staging``).
 
 Objects have the names files have on a local disk (``WEBFS-DISK``,
-``webfs.conf``, ``blocks/ab/cd/<rest>``, ``parity/...``, ``meta/...``), so
-a bucket copied to a directory with any S3 tool is a disk that
-``tools/webfs-recover`` reads.
+``blocks/ab/cd/<rest>``, ``parity/...``, ``meta/...``): a bucket copied to
+a directory with any S3 tool is a disk that ``tools/webfs-recover`` reads.
 
 **Two sides.** Blocks, parity files and the identity files live in the
 bucket. ``meta/`` lives in a local *state directory* (``root``), and a
@@ -35,14 +34,10 @@ in the state directory's ``staging/`` and is PUT by uploader threads;
 ``sync()`` waits for the uploads before it copies meta/, and opening the disk
 uploads what a killed daemon left staged before anything else.
 
-**An endpoint that is down** fails fast (``s3endpoint``): reads are served
-from parity and writes go to the other disks without waiting; a read of a
-block or parity file not answered within ``HEDGE_SECONDS`` (``present()``'s
-listing: ``PRESENT_SECONDS``) counts as down. When a probe finds it
-answering again the disk is usable again (``present()``), and the mount
-takes it back (``Store.check_disks``). Requests to one disk are bounded
-(``s3_requests=N``), and recently read blocks and parity files are kept in
-memory (``block_cache=BYTES``).
+**An endpoint that is down** fails fast (``s3endpoint``); a read of a block
+or parity file late by ``HEDGE_SECONDS`` counts as down. Once a probe finds
+it answering, ``present()`` is true again and the mount takes the disk back
+(``Store.check_disks``).
 """
 from __future__ import annotations
 
@@ -223,7 +218,6 @@ class S3Backend(Backend):
     def __repr__(self) -> str:
         return f"S3Backend({self.location!r})"
 
-    # -- requests through the cache ------------------------------------------
 
     def _get(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         return self.client.get(path, offset, size, self._deadline(path))
@@ -384,11 +378,9 @@ class S3Backend(Backend):
         return not self.endpoint.down
 
     def sync(self, catalog_copy: Optional[Callable[[str], bytes]] = None) -> None:
-        """Every staged object to the bucket (the copy of meta/ must name no
-        object the bucket lacks), then meta/ (``MetaMirror.publish``). Only the
-        holder of the bucket's lease copies (or the maker of a new disk): a
-        command that only reads, or a mount whose lease another machine took
-        over, must not replace that machine's copy."""
+        """Every staged object to the bucket (meta/'s copy names none it lacks),
+        then meta/ (``MetaMirror.publish``); only by the lease's holder (or a new
+        disk's maker): never over the copy of a machine that took the lease."""
         if self.lease is None and not self.made:
             return
         if self.lease is not None and not self.lease.held():
