@@ -6,7 +6,7 @@ nothing of blocks or parity: it reads and writes files.
 from __future__ import annotations
 
 import abc
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 LEASE = "meta/MOUNTED"      # the mount lease (webfs.locks): in an object store's bucket only, never cached
 
@@ -67,8 +67,10 @@ class Backend(abc.ABC):
         """(bytes free for us, bytes in all) on the device."""
 
     @abc.abstractmethod
-    def sync(self) -> None:
-        """Make everything written so far durable."""
+    def sync(self, catalog_copy: Optional[Callable[[str], bytes]] = None) -> None:
+        """Make everything written so far durable. ``catalog_copy(path)``, from
+        the catalog layer, gives the catalog file at path as one consistent
+        database, for a backend that keeps a copy of meta/ elsewhere (S3)."""
 
     @abc.abstractmethod
     def present(self) -> bool:
@@ -86,7 +88,7 @@ class Backend(abc.ABC):
         trusted to be the same disk when one appears at its path."""
         return False
 
-    def close(self) -> None:
+    def close(self, catalog_copy: Optional[Callable[[str], bytes]] = None) -> None:
         """The archive is closed: hand over what is kept only locally (S3: meta/)."""
 
     @property

@@ -12,7 +12,7 @@ import errno
 import glob
 import os
 import time
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 from .base import Backend
 from .. import lockorder
@@ -161,7 +161,7 @@ class LocalBackend(Backend):
             return 0, 0             # a vanished disk has no room; the store notices it is gone
         return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
 
-    def sync(self) -> None:
+    def sync(self, catalog_copy: Optional[Callable[[str], bytes]] = None) -> None:
         os.sync()
 
     @staticmethod

@@ -1,6 +1,7 @@
 """webfs.locks.Clock: a manual clock stands still until advanced and wakes
 whoever waits on it; the parity written behind (webfs.parity.writebehind) is
-due by it. (The lease's renewals by it: t1_lease; staged uploads:
+due by it, and an S3 endpoint's down periods and hedged reads
+(webfs.backends.s3endpoint) are timed by it. (The lease's renewals by it: t1_lease; staged uploads:
 t2_s3_staging; a disk's free-space count: t2_store.) The mount's periodic
 tasks go by trio's clock: a MockClock moved by hand."""
 from __future__ import annotations
@@ -14,6 +15,7 @@ from conftest import eventually
 from trio.testing import MockClock, wait_all_tasks_blocked, wait_all_threads_completed
 
 from webfs import daemon
+from webfs.backends.s3endpoint import DOWN_SECONDS, HEDGE_SECONDS, Endpoint, Late
 from webfs.errors import WebfsError
 from webfs.locks import SYSTEM_CLOCK, Clock
 from webfs.parity.format import ParityHeader
@@ -115,3 +117,66 @@ def test_a_periodic_task_runs_each_period_by_trios_clock_and_again_after_a_failu
     trio.run(main, clock=clock)
     assert runs == [60.0, 120.0]
     assert "the test's task failed: disk 2 is missing (made by the test); it runs again in 60 s" in caplog.text
+
+
+def probes_running() -> bool:
+    return any(t.name == "webfs-endpoint-probe" for t in threading.enumerate())
+
+
+def test_a_down_s3_endpoint_is_probed_once_each_down_period_by_the_clock(caplog):
+    """webfs.backends.s3endpoint: down after a failure; no probe before
+    DOWN_SECONDS have passed by the clock, one at a time, in a thread of its
+    own; a probe that fails keeps it down another period, one that answers
+    makes it up."""
+    clock = Clock(start=100.0)
+    answers = [OSError("still down"), None]
+    asked: list[float] = []
+
+    def probe():
+        asked.append(clock.monotonic())
+        if answers.pop(0) is not None:
+            raise OSError("still down")
+    endpoint = Endpoint("s3+http://test:1/b", probe, 2, clock)
+    endpoint.answered()
+    endpoint.failed("refused")
+    assert endpoint.down and not endpoint.up()
+    assert "endpoint down (refused)" in caplog.text
+    clock.advance(DOWN_SECONDS - 0.1)
+    assert not endpoint.up() and asked == []
+    clock.advance(0.1)
+    assert not endpoint.up()                    # starts the probe; the caller never waits for it
+    eventually(lambda: asked and not probes_running(), "the first probe")
+    assert asked == [100.0 + DOWN_SECONDS] and endpoint.down
+    assert not endpoint.up() and asked == [100.0 + DOWN_SECONDS]      # the next is a period away
+    clock.advance(DOWN_SECONDS)
+    assert not endpoint.up()
+    eventually(lambda: not endpoint.down and not probes_running(), "the second probe finding it back")
+    assert asked == [100.0 + DOWN_SECONDS, 100.0 + 2 * DOWN_SECONDS] and endpoint.up()
+    assert "endpoint answers again" in caplog.text
+
+
+def test_a_hedged_s3_read_is_late_by_the_clock_and_one_answered_in_time_is_not():
+    """Endpoint.within: the caller waits HEDGE_SECONDS by the clock, then gives
+    up (Late) while the request goes on in the worker; an answer that comes
+    first is returned."""
+    clock = Clock(start=0.0)
+    endpoint = Endpoint("s3+http://test:1/b", lambda: None, 1, clock)
+    hung, outcome = threading.Event(), []
+
+    def caller():
+        try:
+            outcome.append(endpoint.within(HEDGE_SECONDS, lambda: hung.wait(120) and "slow"))
+        except Late as exc:
+            outcome.append(exc)
+    thread = threading.Thread(target=caller)
+    thread.start()
+    eventually(lambda: clock.waiters == 1, "the caller waiting")
+    clock.advance(HEDGE_SECONDS - 0.01)
+    eventually(lambda: clock.waiters == 1, "the caller waiting again")
+    assert outcome == []
+    clock.advance(0.01)
+    thread.join(60)
+    assert len(outcome) == 1 and isinstance(outcome[0], Late), outcome
+    hung.set()                                  # the one worker is free again
+    assert endpoint.within(HEDGE_SECONDS, lambda: "fast") == "fast"
+    assert clock.monotonic() == HEDGE_SECONDS

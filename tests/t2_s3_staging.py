@@ -1,17 +1,20 @@
 """An S3 disk's staging area (backends/staging.py) without a server: its
 replay when the disk is opened, against an endpoint that refuses
-(127.0.0.1:1), and when its uploads start, by a manual clock."""
+(127.0.0.1:1), and when its uploads start, by a manual clock; that
+endpoint down, and probed again, by the disk's manual clock."""
 from __future__ import annotations
 
 import errno
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 from conftest import eventually
 
-from webfs.backends.s3 import ARCHIVE_LOCK, STAGING, forget_open, open_s3
+from webfs.backends.s3 import ARCHIVE_LOCK, STAGING, DiskURL, S3Backend, forget_open, open_s3
+from webfs.backends.s3endpoint import DOWN_SECONDS
 from webfs.backends.staging import RETRY_SECONDS, UPLOAD_AFTER, Staging
 from webfs.locks import Clock
 
@@ -98,3 +101,33 @@ def test_an_upload_waits_its_time_puts_the_last_bytes_once_and_retries_after_a_f
                                                  1000.0 + 2 * UPLOAD_AFTER + RETRY_SECONDS]
     finally:
         staging.close()
+
+
+def test_a_refusing_endpoint_is_down_at_once_and_probed_again_by_the_disks_clock(tmp_path, monkeypatch):
+    """S3Backend(url, clock) times its endpoint by that clock: a block read
+    that is refused (a hedged read, waited for by the clock) marks the
+    endpoint down; the next request fails at once without asking; a probe
+    starts only when DOWN_SECONDS have passed by the clock, in the background."""
+    monkeypatch.setenv("WEBFS_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    clock = Clock(start=0.0)
+    disk = S3Backend(DiskURL.parse(URL), clock)
+    try:
+        with pytest.raises(OSError) as refused:
+            disk.read(NAME)
+        assert refused.value.errno == errno.EHOSTDOWN and "endpoint unreachable" in str(refused.value)
+        assert not disk.known_present() and not disk.present()
+        with pytest.raises(OSError, match="endpoint down .asked again every few seconds."):
+            disk.read(NAME)
+        assert not probing()
+        clock.advance(DOWN_SECONDS)
+        assert not disk.present()               # starts the probe and does not wait for it
+        eventually(lambda: not probing(), "the probe")
+        assert disk.endpoint.down               # refused again: down another period
+    finally:
+        disk.staging.close()
+
+
+def probing() -> bool:
+    return any(t.name == "webfs-endpoint-probe" for t in threading.enumerate())

@@ -3,7 +3,8 @@ server's disk rebuilt onto a new bucket on another server while mounted; a
 server that hangs (SIGSTOP) does not hang the mount, and once it answers
 again its disk is taken back and brought up to date without a remount;
 webfs import into an unmounted all-S3 archive killed with kill -9 mid-way,
-then resumed."""
+then resumed; webfs status of an unmounted archive does not wait on a hung
+server."""
 from __future__ import annotations
 
 import os
@@ -24,6 +25,7 @@ from t4_s3_mount import bucket, bucket_on_each, mounted_site, status
 HUNG_SECONDS = 30.0 if LONG else 12.0   # how long the server stays stopped (the issue's case: 30)
 SLOWEST = 3.0                           # no request may wait longer (the issue's bound)
 BACK_WITHIN = 10.0                      # the disk is in use again this soon after SIGCONT
+STATUS_WITHIN = 12.0                    # webfs status of an unmounted archive, one server hung (before: 20 s and more)
 
 
 @pytest.mark.soak
@@ -180,6 +182,32 @@ def test_a_hung_server_costs_no_request_3s_and_its_disk_comes_back(weeds, tmp_pa
         proc = webfs("umount", mnt, check=False)
         unmount(mnt)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+
+
+def test_status_of_an_unmounted_archive_does_not_wait_on_a_hung_server(weeds, tmp_path):
+    """webfs status DISK of an unmounted all-S3 archive while one server is
+    hung (SIGSTOP: connections accepted, no answer): each S3 disk is asked
+    for at most PRESENT_SECONDS (the client's own timeouts would wait 20 s
+    and more); the hung one is shown missing, and status exits 0."""
+    disks = bucket_on_each(weeds, "st")
+    webfs("mkfs", *disks)
+    hung = weeds[2]
+    os.killpg(hung.proc.pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        st = status(disks[0])
+        took = time.monotonic() - start
+        start = time.monotonic()
+        named = webfs("status", disks[2], check=False)       # the hung disk itself
+        took_named = time.monotonic() - start
+    finally:
+        os.killpg(hung.proc.pid, signal.SIGCONT)
+    assert [d["state"] for d in st["disks"]] == ["present", "present", "missing"], st["disks"]
+    assert took <= STATUS_WITHIN, f"webfs status took {took:.1f} s"
+    said = named.stderr.decode().strip()
+    assert named.returncode == 1 and said.count("\n") == 0 and disks[2] in said, said
+    assert "no answer within 5 s" in said and took_named <= STATUS_WITHIN, (said, took_named)
+    assert [d["state"] for d in status(disks[0])["disks"]] == ["present"] * 3     # answers again
 
 
 @pytest.mark.soak

@@ -293,13 +293,17 @@ def _copy_advice(where: str) -> str:
             "or write it again as webfs-format(5) describes")
 
 
-def local_side(location: str) -> str:
+def local_side(location: str, wait: Optional[float] = None) -> str:
     """The directory that holds a disk's identity files: the disk's own, or an
     S3 disk's state directory (filled from its bucket: ArchiveError, naming
-    the disk, when the bucket cannot be reached or read)."""
+    the disk, when the bucket cannot be reached or read, or does not answer
+    within ``wait`` seconds if given)."""
     if not is_url(location):
         return location
     try:
+        if wait is not None:
+            from .backends.s3 import open_s3
+            return open_s3(location, wait=wait).root
         return open_backend(location).root
     except ValueError as exc:
         raise ArchiveError(str(exc)) from None
@@ -307,10 +311,10 @@ def local_side(location: str) -> str:
         raise ArchiveError(f"{normalize(location)}: {exc.strerror or exc}") from None
 
 
-def read_disk_id(root: str) -> dict[str, str]:
-    """The Key: value lines of a disk's WEBFS-DISK file."""
+def read_disk_id(root: str, wait: Optional[float] = None) -> dict[str, str]:
+    """The Key: value lines of a disk's WEBFS-DISK file (``wait``: see ``local_side``)."""
     shown = root
-    root = local_side(root)
+    root = local_side(root, wait)
     path = os.path.join(root, DISK_ID_FILE)
     try:
         with open(path, "rb") as f:
@@ -403,7 +407,7 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
         be = open_backend(d.path)
         be.write_atomic(DISK_ID_FILE, disk_id_text(conf, d).encode(), fsync=True)
         be.write_atomic(CONF_FILE, conf.to_ini().encode(), fsync=True)
-    from .catalog import ARCHIVE_META, Catalog, catalog_path
+    from .catalog import ARCHIVE_META, Catalog, catalog_path, consistent_copy
     cat = Catalog(catalog_path(local_side(conf.disks[conf.catalog].path)))
     cat.set_meta("max_block", str(conf.max_block))   # pieces are found by offset // max_block
     cat.set_meta(ARCHIVE_META, conf.uuid)            # fsck tells a foreign catalog by it
@@ -411,7 +415,7 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
     cat.close()
     for d in conf.disks:
         if is_url(d.path):
-            open_backend(d.path).sync()     # its meta/ (the new catalog) to the bucket
+            open_backend(d.path).sync(consistent_copy)      # its meta/ (the new catalog) to the bucket
     return conf
 
 
@@ -513,19 +517,22 @@ class Archive:
         self._holder = ""
 
     @classmethod
-    def open(cls, path: str, delays: Optional[dict[int, float]] = None) -> "Archive":
+    def open(cls, path: str, delays: Optional[dict[int, float]] = None,
+             wait: Optional[float] = None) -> "Archive":
+        """The archive a disk belongs to, its disks found and opened (an S3 disk
+        that does not answer within ``wait`` seconds, if given, is missing)."""
         try:
             root = normalize(path)
         except ValueError as exc:
             raise ArchiveError(str(exc)) from None
-        conf = _read_conf(root)
+        conf = _read_conf(root, wait)
         # A disk that was away while the archive changed has an older webfs.conf:
         # the newest one among the disks found is the archive's.
         for d in conf.disks:
-            found = _find_disk(conf, d, root)
+            found = _find_disk(conf, d, root, wait)
             if found is not None and found != root:
                 try:
-                    other = _read_conf(found)
+                    other = _read_conf(found, wait)
                 except ArchiveError as exc:
                     log.warning("%s; using %s", exc, os.path.join(root, CONF_FILE))
                     continue
@@ -534,7 +541,7 @@ class Archive:
         delays = delays or {}
         volumes, missing = {}, {}
         for d in conf.disks:
-            found = _find_disk(conf, d, root)
+            found = _find_disk(conf, d, root, wait)
             if found is None:
                 missing[d.index] = disk_id_advice(d.path) or f"not found at {d.path} nor beside {root}"
                 # Without the catalog's disk the caller stops and says why; else a warning.
@@ -716,9 +723,9 @@ def _say_holder(fd: int, holder: str) -> None:
     os.pwrite(fd, f"{holder}, pid {os.getpid()}\n".encode(), 0)
 
 
-def _read_conf(root: str) -> Config:
-    ident = read_disk_id(root)
-    root = local_side(root)
+def _read_conf(root: str, wait: Optional[float] = None) -> Config:
+    ident = read_disk_id(root, wait)
+    root = local_side(root, wait)
     try:
         with open(os.path.join(root, CONF_FILE), "rb") as f:
             conf = Config.from_ini(f.read().decode("utf-8", "replace"), os.path.join(root, CONF_FILE))
@@ -729,7 +736,7 @@ def _read_conf(root: str) -> Config:
     return conf
 
 
-def _find_disk(conf: Config, disk: DiskInfo, given: str) -> Optional[str]:
+def _find_disk(conf: Config, disk: DiskInfo, given: str, wait: Optional[float] = None) -> Optional[str]:
     """Where a disk of the archive is now: its recorded path, or a sibling of the given disk."""
     candidates = [given, disk.path]
     parent = os.path.dirname(given)
@@ -742,7 +749,7 @@ def _find_disk(conf: Config, disk: DiskInfo, given: str) -> Optional[str]:
         if not cand or not (is_url(cand) or os.path.isdir(cand)):
             continue
         try:
-            ident = read_disk_id(cand)
+            ident = read_disk_id(cand, wait)
         except ArchiveError as exc:
             if is_url(cand):
                 log.warning("%s", exc)

@@ -18,12 +18,14 @@ from .store import Store
 
 
 def open_archive(path: str, holder: str = "webfs", lock: bool = True,
-                 delays: Optional[dict[int, float]] = None, private: bool = False, **kwargs) -> Store:
+                 delays: Optional[dict[int, float]] = None, private: bool = False,
+                 wait: Optional[float] = None, **kwargs) -> Store:
     """Open the archive that a disk belongs to, lock it and open its catalog.
     ``delays`` gives disks a simulated service time per I/O (benchmarks);
+    ``wait`` bounds how long an S3 disk may take to answer at open (status);
     ``private`` refuses disks others can read (``open_to_others``), as a mount
     does; the other arguments go to ``Store`` (``protection`` replaces parity)."""
-    archive = Archive.open(path, delays=delays)
+    archive = Archive.open(path, delays=delays, wait=wait)
     if private:
         for vol in archive.volumes.values():
             why = open_to_others(vol.root)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import tempfile
 import urllib.parse
 from dataclasses import dataclass
 from typing import Iterator, Optional
@@ -559,6 +560,26 @@ _full_is_nospace = _FullIsNospace()
 
 def catalog_path(disk_root: str) -> str:
     return os.path.join(disk_root, CATALOG_FILE)
+
+
+def consistent_copy(path: str) -> bytes:
+    """The catalog file at ``path`` as one consistent database, taken with
+    SQLite's backup API while writers may go on (S3QL's model): the copy an
+    S3 disk keeps in its bucket (``webfs.backends.s3mirror``)."""
+    fd, tmp = tempfile.mkstemp(prefix=".catalog-copy.", dir=os.path.dirname(path))
+    os.close(fd)
+    try:
+        src = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+        dst = sqlite3.connect(tmp)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+            src.close()
+        with open(tmp, "rb") as f:
+            return f.read()
+    finally:
+        os.unlink(tmp)
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

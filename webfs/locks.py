@@ -2,8 +2,9 @@
 process; ``BucketLease`` keeps two machines from writing one S3 disk; and
 ``Clock``, the time that leases and webfs's other timers go by.
 
-The lease's renewals, parity written behind, staged uploads and a disk's
-counted-down free space ask a ``Clock`` (``SYSTEM_CLOCK`` unless they are
+The lease's renewals, parity written behind, staged uploads, an S3
+endpoint's down periods and hedged reads, and a disk's counted-down free
+space ask a ``Clock`` (``SYSTEM_CLOCK`` unless they are
 given another) instead of the ``time`` module, and wait on it. A test gives
 them a manual clock and moves it with ``advance``: it checks the timing
 logic (a lease goes stale after five periods, an upload waits

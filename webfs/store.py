@@ -38,7 +38,7 @@ from . import codecs, testkill
 from . import signature as sigmod
 from .archive import STORE_MODES, Archive
 from .block import HEADER_SIZE, BlockHeader, percent_encode, refs_offset_of, utc_timestamp
-from .catalog import BlockRow, Catalog
+from .catalog import BlockRow, Catalog, consistent_copy
 from .errors import (CorruptBlock, DataLost, NoSpace, NoSuchBlock,
                      WebfsError)
 from .background import Background
@@ -149,7 +149,7 @@ class Store:
         if self._intents_fd is not None:
             os.close(self._intents_fd)
         for vol in self.archive.volumes.values():
-            vol.backend.close()         # an S3 disk copies its meta/ to the bucket
+            vol.backend.close(consistent_copy)      # an S3 disk copies its meta/ to the bucket
         self.archive.unlock()
 
     def commit(self) -> None:
@@ -207,7 +207,7 @@ class Store:
             self.commit()
             self.trim_intents()
         for vol in self.archive.volumes.values():
-            vol.backend.sync()
+            vol.backend.sync(consistent_copy)
 
     def _remove_blocks(self, rows: list[BlockRow]) -> None:
         """Take released blocks out of their stripes and off their disks.
