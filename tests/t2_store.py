@@ -426,10 +426,23 @@ def test_has_room_counts_down_far_from_full_and_asks_the_disk_near_it(tmp_path, 
         asked.clear()
         answers = [vol.has_room(4096) for _ in range(5)]
         assert len(asked) == 5                      # near the reserve: every call asks
-        reserve = min(64 << 20, statvfs(str(disk)).f_blocks * statvfs(str(disk)).f_frsize // 50)
-        assert answers == [free >= 4096 + reserve] * 5
+        kept = volume.reserve(statvfs(str(disk)).f_blocks * statvfs(str(disk)).f_frsize, False)
+        assert answers == [free >= 4096 + kept] * 5
         assert not vol.has_room(free)               # more than is left past the reserve
 
+
+
+def test_the_catalog_disk_keeps_room_for_the_wal_on_disks_of_every_size():
+    """The disk that holds the catalog keeps 1/16 (up to 256 MiB) but never less
+    than 16 MiB, or half a small disk; the others 1/50 up to 64 MiB."""
+    from webfs.volume import reserve
+    MiB, GiB = 1 << 20, 1 << 30
+    assert reserve(2 * MiB, True) == 1 * MiB
+    assert reserve(100 * MiB, True) == 16 * MiB
+    assert reserve(1 * GiB, True) == 64 * MiB
+    assert reserve(10 * GiB, True) == 256 * MiB
+    assert reserve(2 * MiB, False) == 2 * MiB // 50
+    assert reserve(10 * GiB, False) == 64 * MiB
 
 def test_storing_again_before_the_release_commits_keeps_the_new_block(store):
     doc = b"a page that goes and comes back " * 40

@@ -30,6 +30,19 @@ CONF_FILE = "webfs.conf"
 ROOM_SLACK = 256 << 20      # free space past the reserve under which every has_room asks the disk
 ROOM_FRESH = 1.0            # seconds a free-space figure is counted down before it is asked again
 FS_BLOCK = 4096             # what a small file costs a file system at least (and a new directory)
+# The catalog's WAL grows by megabytes between checkpoints (and a checkpoint
+# put off by load lets it grow on): on the disk that holds it, at least this
+# much is kept free, or half of a disk smaller than twice it (as ZFS's slop
+# space keeps at least 128 MiB, or half a small pool).
+CATALOG_RESERVE_FLOOR = 16 << 20
+
+
+def reserve(total: int, holds_catalog: bool) -> int:
+    """Bytes of a disk of ``total`` bytes that blocks and parity leave free
+    for metadata: more on the disk that holds the catalog."""
+    if holds_catalog:
+        return min(256 << 20, max(total // 16, min(CATALOG_RESERVE_FLOOR, total // 2)))
+    return min(64 << 20, total // 50)
 
 
 def search_order(volumes: dict[int, "Volume"], disk: int) -> list["Volume"]:
@@ -85,11 +98,11 @@ class Volume:
                 self._free_left -= cost
                 return True
         free, total = self.backend.free_space()
-        reserve = min(256 << 20, total // 16) if holds_catalog else min(64 << 20, total // 50)
+        kept = reserve(total, holds_catalog)
         with self._room_lock:
-            self._free_left = free - reserve - cost
+            self._free_left = free - kept - cost
             self._free_until = self.clock.monotonic() + ROOM_FRESH
-        return free >= needed + reserve
+        return free >= needed + kept
 
     def has_block(self, sig: str, overflow: int = 0) -> bool:
         return self.backend.exists(self.block_path(sig, overflow))
