@@ -6,23 +6,19 @@ usage errors (exit 2).
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import logging
 import os
-import re
-import signal
 import sys
-from typing import TYPE_CHECKING, Optional
 
 import click
 
 from . import __version__, archive as archmod
 from . import control
 from .admin import human
-from .archive import archive_place
-from .backends import is_url, normalize
+from .cli_warc import COMMANDS as WARC_COMMANDS
+from .commandline import DiskPath, disk_location, import_target, open_store, progress_bar, run_operation
 from .errors import WebfsError
 from .locks import TAKE_ENV
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
@@ -30,41 +26,13 @@ from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 # The store, the operations and the daemon are loaded by the commands that
 # use them: `webfs --help`, and a command a mount's daemon runs, start in a
 # third of the time.
-if TYPE_CHECKING:
-    from .store import Store
 
 log = logging.getLogger("webfs")
-
-
-class DiskPath(click.Path):
-    """A disk: a directory, or a disk URL (s3://HOST:PORT/BUCKET[/PREFIX],
-    s3+http://...) taken as given (the archive checks it when it opens it)."""
-
-    def convert(self, value, param, ctx):
-        if is_url(value):
-            return value
-        control.check_not_gone(value)
-        return super().convert(value, param, ctx)
-
-
-def disk_location(value: str) -> str:
-    """A disk as webfs.conf records it (canonical URL or absolute path)."""
-    try:
-        return normalize(value)
-    except ValueError as exc:
-        raise WebfsError(str(exc)) from None
 
 
 def _setup_logging(verbose: int) -> None:
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=level, format="webfs: %(message)s", stream=sys.stderr)
-
-
-def progress_bar(total: Optional[int], desc: str, unit: str = "blk"):
-    """A tqdm bar on stderr when it is a terminal, else a silent stand-in."""
-    from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit=unit, disable=not sys.stderr.isatty(),
-                file=sys.stderr, leave=False)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -83,6 +51,10 @@ def main(verbose: int, take_lease: bool) -> None:
     _setup_logging(verbose)
     if take_lease:
         os.environ[TAKE_ENV] = "1"      # read where the lease is taken, in this process or its daemon
+
+
+for command in WARC_COMMANDS:       # the web archive's commands (webfs.cli_warc)
+    main.add_command(command)
 
 
 @main.command()
@@ -114,73 +86,6 @@ def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
                    "archive; to add parity later, 'webfs add-disk NEWDIR DISK' then "
                    "'webfs scrub --repair DISK'" + ("" if conf.group_size > 1 else
                                                      " (and group_size = 2 in webfs.conf)"), err=True)
-
-
-def open_store(disk: str, holder: str) -> Store:
-    # An import removes replaced blocks and flushes parity in the background
-    # worker, as a mount does; the other commands expect each commit settled.
-    from .assembly import open_archive
-    return open_archive(disk, holder=f"webfs {holder}", background=holder == "import")
-
-
-def run_operation(target: str, name: str, as_json: bool = False, unit: str = "blk", **options) -> None:
-    """Run an admin operation on a disk of an unmounted archive (or, given a
-    mount point, inside its daemon), draw its progress, print its result and
-    exit with its status."""
-    from . import admin
-    bar = None
-
-    def listener(kind, n, total, what):
-        nonlocal bar
-        if kind == "total":
-            if bar is not None:
-                bar.close()
-            bar = progress_bar(total, what or name, unit)
-        elif kind == "advance" and bar is not None:
-            if what:
-                bar.set_postfix_str(what, refresh=False)
-            bar.update(n)
-        elif kind == "note":
-            (bar.write if bar is not None else click.echo)(what, file=sys.stderr)
-
-    progress = admin.Progress(listener)
-    try:
-        if control.is_mountpoint(target):
-            result = control.call(target, name, options, listener)
-        else:
-            from .operations import OPERATIONS
-            store = open_store(target, name)
-            previous = signal.getsignal(signal.SIGINT)
-
-            def stop(signum, frame):
-                # The first Ctrl-C asks the operation to stop at a safe point; a second interrupts.
-                progress.stop_requested.set()
-                progress.note("stopping at the next safe point (Ctrl-C again to interrupt)")
-                signal.signal(signal.SIGINT, previous)
-
-            signal.signal(signal.SIGINT, stop)
-            try:
-                result = OPERATIONS[name](store, progress, **options)
-            except KeyboardInterrupt:
-                progress.stop_requested.set()
-                raise
-            finally:
-                signal.signal(signal.SIGINT, previous)
-                store.close()
-    finally:
-        if bar is not None:
-            bar.close()
-    print_result(result, as_json)
-
-
-def print_result(result, as_json: bool) -> None:
-    """Print an operation's result (its lines, or JSON) and exit with its status."""
-    if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
-    else:
-        for line in result.lines:
-            click.echo(line)
-    sys.exit(result.exit_code)
 
 
 @main.command()
@@ -382,7 +287,7 @@ def import_(as_json, sources, dest):
     Run it again to resume: what is already there is skipped. Exit status:
     0 all imported, 4 something could not be imported (each is listed).
     """
-    target, path = _import_target(dest)
+    target, path = import_target(dest)
     srcs = []
     for s in sources:
         p = os.path.abspath(s)
@@ -395,237 +300,6 @@ def import_(as_json, sources, dest):
     mount_dev = os.stat(target).st_dev if control.is_mountpoint(target) else None
     run_operation(target, "import", as_json=as_json, unit="file", sources=srcs, dest=path,
                   mount_dev=mount_dev)
-
-
-@main.command("import-warc")
-@click.option("--collection", metavar="NAME", default=None,
-              help="The collection (a directory in DEST) the captures go in; default: the first file's name.")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.argument("sources", metavar="WARC...", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.argument("dest", metavar="DEST")
-def import_warc(collection, as_json, sources, dest):
-    """Import WARC and ARC files (gzipped per record or plain) into the
-    collection DEST/NAME, each capture a file at a path made from its URL
-    (webfs-format(5), URL PATHS), through the bulk import path.
-
-    DEST is a directory in a mounted archive or DISK:/PATH of an unmounted
-    one. Every record is kept (raw headers in NAME/@warc/), the parsed
-    fields are xattrs (user.warc.*, user.http.*), revisits share their
-    original's blocks. Damaged records are reported with file and offset
-    and the rest is imported. Exit status: 0 all imported, 4 problems.
-    """
-    target, path = _import_target(dest)
-    run_operation(target, "import-warc", as_json=as_json, unit="rec",
-                  sources=[os.path.abspath(s) for s in sources], dest=path, collection=collection)
-
-
-@main.command("export-warc")
-@click.option("--split", metavar="SIZE", default=None,
-              help="Start a new file (OUT-00001.warc.gz, ...) after SIZE bytes (e.g. 1G).")
-@click.option("--duplicates", type=click.Choice(["revisit", "full"]), default="revisit", show_default=True,
-              help="Write revisits as revisit records, or as full response records with their payload.")
-@click.option("--order", type=click.Choice(["source", "disk"]), default="source", show_default=True,
-              help="Records in the order of their source files, or captures disk by disk in turn, "
-                   "each disk's in the order of its signature tree.")
-@click.option("--force", is_flag=True,
-              help="Replace an OUT (or OUT.part) already there; without it, such a name is refused.")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.argument("collection", metavar="COLLECTION")
-@click.argument("out", metavar="OUT.warc.gz")
-def export_warc(split, duplicates, order, force, as_json, collection, out):
-    """Write COLLECTION (a directory in a mount, or DISK:/NAME) as WARC,
-    one gzip member per record: each record byte-identical to the one
-    imported where the kept bytes allow, otherwise a valid WARC/1.1 record
-    with the same URI, date, record id, HTTP headers and payload.
-
-    In a mount, the mount's daemon reads the blocks and writes OUT (unless
-    OUT is in that mount). OUT is written as OUT.part, created new, and
-    renamed when complete; an export that fails leaves no OUT.part and an
-    OUT already there as it was. An OUT or OUT.part already there is refused
-    unless --force (which replaces the name, never a symlink's target).
-    """
-    from . import warc
-    size = None
-    if split:
-        m = re.fullmatch(r"([0-9]+)([KMGT]?)i?B?", split.upper())
-        if not m:
-            raise WebfsError(f"--split {split}: not a size (e.g. 500M, 1G)")
-        size = int(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " ")
-    out = os.path.abspath(out)
-    options = dict(out=out, split=size, duplicates=duplicates, order=order, force=force)
-    place = archive_place(collection)
-    if place is not None:
-        target, inside = place
-    elif not os.path.isdir(collection):
-        control.check_not_gone(collection)
-        raise WebfsError(f"{collection}: not a directory, and not DISK:/NAME of an archive")
-    else:
-        target, inside = _mount_of(collection) or (None, None)
-        if target is not None and (_mount_of(os.path.dirname(out)) or ("",))[0] == target:
-            target = None               # the daemon does not write into its own mount
-    if target is None:
-        from .admin import Progress
-        tree = warc.MountTree(collection)
-        bar = progress_bar(None, "exporting", "rec")
-        progress = Progress(lambda kind, n, total, what: bar.update(n) if kind == "advance" else None)
-        try:
-            result = warc.export_tree(tree, progress=progress, **options)
-        finally:
-            bar.close()
-        print_result(result, as_json)
-    there = warc.OutFiles(out, size).leftovers()
-    try:
-        run_operation(target, "export-warc", as_json=as_json, unit="rec", collection=inside, **options)
-    except WebfsError as exc:
-        # The daemon removes what it wrote when it fails, not when it is killed.
-        # Only the .part files this export made go: not those it refused.
-        left = [name for name, ident in warc.OutFiles(out, size).leftovers().items()
-                if force or there.get(name) != ident]
-        for name in left:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
-        raise WebfsError(f"{exc}; removed the incomplete {', '.join(left)}" if left else str(exc)) from None
-
-
-@main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.argument("url")
-@click.argument("target", metavar="TARGET", type=DiskPath(exists=True, file_okay=False))
-def versions(as_json, url, target):
-    """List every capture of URL, under any spelling of it (scheme, host case,
-    port, www., trailing slash), in every collection of TARGET (a mount point,
-    a disk, or one collection): date, size, signature, group (captures with
-    the same number in the 4th column are identical), path. The spelling asked
-    for comes first; the others found are named on stderr."""
-    from . import versions as lookup
-    caps, one = _captures(url, target)
-    if as_json:
-        click.echo(json.dumps(caps, indent=2))
-    else:
-        for v in caps:
-            click.echo(f"{v['date']}  {v['size']:>10}  {v['signature'][:32]}  ={v['same_as']}  {v['path']}")
-    others = lookup.spellings(caps)
-    if others:
-        click.echo(f"{'no capture of ' + url + ' as written; ' if not caps[0]['exact'] else ''}"
-                   f"listed too: {_spelled(others)}", err=True)
-    sys.exit(0 if caps else 1)
-
-
-def _captures(url: str, target: str, pywb_ties: bool = False) -> tuple[list, bool]:
-    """The captures of URL in TARGET (versions.captures), oldest first, those of one
-    second in pywb's order if ``pywb_ties`` (so url and replay agree); none found
-    is said, exit 1."""
-    from . import versions as lookup, warc
-    tree = warc.open_target(target)
-    try:
-        caps, one = lookup.captures(tree, url)
-        if pywb_ties:
-            from .replay import pywb_order
-            caps = pywb_order(tree, sorted(caps, key=lambda c: c["stamp"]))
-    finally:
-        tree.close()
-    if not caps:
-        where = (f"the collection {target} (TARGET is one collection: give the mount point or a disk to "
-                 "look in all)" if one else f"any collection of {target}")
-        click.echo(f"no capture of {url}, under any spelling, in {where}", err=True)
-        sys.exit(1)
-    return caps, one
-
-
-def _spelled(counts: dict) -> str:
-    return ", ".join(f"{u} ({n} capture{'s' if n > 1 else ''})" for u, n in counts.items())
-
-
-def _date_option(ctx, param, value):
-    from . import versions as lookup
-    if value is not None:
-        try:
-            lookup.when(value)
-        except WebfsError as exc:
-            raise click.BadParameter(str(exc)) from None
-    return value
-
-
-@main.command()
-@click.option("--at", "at", metavar="DATE", default=None, callback=_date_option,
-              help="The capture closest to DATE: 2024, 20240127, a 14-digit WARC date, or ISO 8601 "
-                   "(2024-01-27T10:00:00.5+05:00); default: the latest.")
-@click.argument("url")
-@click.argument("target", metavar="TARGET", type=DiskPath(exists=True, file_okay=False))
-def url(at, url, target):
-    """Print the path (below TARGET) of the capture of URL closest to DATE,
-    by Memento's rule (the earlier one on a tie; in one second, pywb's pick).
-    A capture of the URL as written is chosen first; else one of another
-    spelling (scheme, host case, port, www., trailing slash), said on stderr."""
-    from . import versions as lookup
-    caps, _ = _captures(url, target, pywb_ties=True)
-    best = lookup.closest([c for c in caps if c["exact"]] or caps, at)
-    others = lookup.spellings(caps)
-    if not best["exact"]:
-        click.echo(f"no capture of {url} as written; chose the spelling {best['url']} "
-                   f"(found: {_spelled(others)})", err=True)
-    elif others:
-        click.echo(f"spellings found besides {url}: {_spelled(others)}", err=True)
-    on_disk = is_url(target) or os.path.isfile(os.path.join(target, "WEBFS-DISK"))
-    click.echo("/" + best["path"] if on_disk else os.path.join(target, best["path"]))
-
-
-@main.command()
-@click.option("--port", type=click.IntRange(1, 65535), default=8090, show_default=True,
-              help="The port that serves the collections' virtual WARC files.")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="The address that serves them (pywb must reach it; others need not).")
-@click.argument("target", metavar="TARGET")
-@click.argument("pywb_dir", metavar="PYWBDIR")
-def replay(port, host, target, pywb_dir):
-    """Let pywb replay TARGET without copying it: one collection (a directory
-    in a mount, or DISK:/NAME), or every collection of an archive (its mount
-    point, or DISK:/). Write each collection's sorted CDXJ index (kept in
-    PYWBDIR/webfs-cdxj/ and made again only for what changed) and a pywb
-    config.yaml in PYWBDIR, and serve the records as virtual WARC files on
-    HOST:PORT until interrupted. Run 'wayback' in PYWBDIR to browse them."""
-    from . import replay as replaymod
-    control.check_not_gone(target)
-    server, lines, trees = replaymod.prepare(target, pywb_dir, port, host)
-    for line in lines:
-        click.echo(line)
-    sys.stdout.flush()
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        for tree in trees:
-            tree.close()
-
-
-def _import_target(dest: str) -> tuple[str, str]:
-    """(mount point or disk, DEST's path from the archive's root) of an import's DEST."""
-    found = archive_place(dest) or _mount_of(dest)
-    if found is None:
-        control.check_not_gone(dest)
-        raise WebfsError(f"{dest}: not in a webfs mount, and not DISK:/PATH of an archive")
-    return found
-
-
-def _mount_of(path: str) -> Optional[tuple[str, str]]:
-    """(the webfs mount point a path is in, the path from the archive's root), or
-    None; the path need not exist yet."""
-    here = os.path.abspath(path)
-    rest = ""
-    while not os.path.exists(here):
-        here, tail = os.path.split(here)
-        rest = os.path.join(tail, rest)
-    here = os.path.realpath(here)
-    probe = here
-    while True:
-        if os.path.ismount(probe) and control.is_mountpoint(probe):
-            inside = os.path.join("/", os.path.relpath(here, probe), rest)
-            return probe, os.path.normpath(inside)
-        if probe == "/":
-            return None
-        probe = os.path.dirname(probe)
 
 
 @main.command()

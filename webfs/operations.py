@@ -1,5 +1,5 @@
 """The admin operations by name: the one table from which ``webfs CMD`` runs
-an operation on an unmounted archive (``cli.run_operation``) and a mount's
+an operation on an unmounted archive (``commandline.run_operation``) and a mount's
 daemon runs it on the live archive (its control socket), so both do the same
 work. An operation is ``fn(store, progress, **options) -> admin.Result``
 (see ``webfs.admin``); a new one is written in its module and named here.

@@ -1,0 +1,226 @@
+"""The commands for web archives: import-warc, export-warc, versions, url
+and replay. Thin, as the rest of the command line: they check their
+arguments and leave the work to ``warc``, ``versions`` and ``replay``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+
+import click
+
+from . import control
+from .archive import archive_place
+from .backends import is_url
+from .commandline import (DiskPath, import_target, mount_of, print_result, progress_bar,
+                          run_operation)
+from .errors import WebfsError
+
+
+@click.command("import-warc")
+@click.option("--collection", metavar="NAME", default=None,
+              help="The collection (a directory in DEST) the captures go in; default: the first file's name.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("sources", metavar="WARC...", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("dest", metavar="DEST")
+def import_warc(collection, as_json, sources, dest):
+    """Import WARC and ARC files (gzipped per record or plain) into the
+    collection DEST/NAME, each capture a file at a path made from its URL
+    (webfs-format(5), URL PATHS), through the bulk import path.
+
+    DEST is a directory in a mounted archive or DISK:/PATH of an unmounted
+    one. Every record is kept (raw headers in NAME/@warc/), the parsed
+    fields are xattrs (user.warc.*, user.http.*), revisits share their
+    original's blocks. Damaged records are reported with file and offset
+    and the rest is imported. Exit status: 0 all imported, 4 problems.
+    """
+    target, path = import_target(dest)
+    run_operation(target, "import-warc", as_json=as_json, unit="rec",
+                  sources=[os.path.abspath(s) for s in sources], dest=path, collection=collection)
+
+
+@click.command("export-warc")
+@click.option("--split", metavar="SIZE", default=None,
+              help="Start a new file (OUT-00001.warc.gz, ...) after SIZE bytes (e.g. 1G).")
+@click.option("--duplicates", type=click.Choice(["revisit", "full"]), default="revisit", show_default=True,
+              help="Write revisits as revisit records, or as full response records with their payload.")
+@click.option("--order", type=click.Choice(["source", "disk"]), default="source", show_default=True,
+              help="Records in the order of their source files, or captures disk by disk in turn, "
+                   "each disk's in the order of its signature tree.")
+@click.option("--force", is_flag=True,
+              help="Replace an OUT (or OUT.part) already there; without it, such a name is refused.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("collection", metavar="COLLECTION")
+@click.argument("out", metavar="OUT.warc.gz")
+def export_warc(split, duplicates, order, force, as_json, collection, out):
+    """Write COLLECTION (a directory in a mount, or DISK:/NAME) as WARC,
+    one gzip member per record: each record byte-identical to the one
+    imported where the kept bytes allow, otherwise a valid WARC/1.1 record
+    with the same URI, date, record id, HTTP headers and payload.
+
+    In a mount, the mount's daemon reads the blocks and writes OUT (unless
+    OUT is in that mount). OUT is written as OUT.part, created new, and
+    renamed when complete; an export that fails leaves no OUT.part and an
+    OUT already there as it was. An OUT or OUT.part already there is refused
+    unless --force (which replaces the name, never a symlink's target).
+    """
+    from . import warc
+    size = None
+    if split:
+        m = re.fullmatch(r"([0-9]+)([KMGT]?)i?B?", split.upper())
+        if not m:
+            raise WebfsError(f"--split {split}: not a size (e.g. 500M, 1G)")
+        size = int(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " ")
+    out = os.path.abspath(out)
+    options = dict(out=out, split=size, duplicates=duplicates, order=order, force=force)
+    place = archive_place(collection)
+    if place is not None:
+        target, inside = place
+    elif not os.path.isdir(collection):
+        control.check_not_gone(collection)
+        raise WebfsError(f"{collection}: not a directory, and not DISK:/NAME of an archive")
+    else:
+        target, inside = mount_of(collection) or (None, None)
+        if target is not None and (mount_of(os.path.dirname(out)) or ("",))[0] == target:
+            target = None               # the daemon does not write into its own mount
+    if target is None:
+        from .admin import Progress
+        tree = warc.MountTree(collection)
+        bar = progress_bar(None, "exporting", "rec")
+        progress = Progress(lambda kind, n, total, what: bar.update(n) if kind == "advance" else None)
+        try:
+            result = warc.export_tree(tree, progress=progress, **options)
+        finally:
+            bar.close()
+        print_result(result, as_json)
+    there = warc.OutFiles(out, size).leftovers()
+    try:
+        run_operation(target, "export-warc", as_json=as_json, unit="rec", collection=inside, **options)
+    except WebfsError as exc:
+        # The daemon removes what it wrote when it fails, not when it is killed.
+        # Only the .part files this export made go: not those it refused.
+        left = [name for name, ident in warc.OutFiles(out, size).leftovers().items()
+                if force or there.get(name) != ident]
+        for name in left:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+        raise WebfsError(f"{exc}; removed the incomplete {', '.join(left)}" if left else str(exc)) from None
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.argument("url")
+@click.argument("target", metavar="TARGET", type=DiskPath(exists=True, file_okay=False))
+def versions(as_json, url, target):
+    """List every capture of URL, under any spelling of it (scheme, host case,
+    port, www., trailing slash), in every collection of TARGET (a mount point,
+    a disk, or one collection): date, size, signature, group (captures with
+    the same number in the 4th column are identical), path. The spelling asked
+    for comes first; the others found are named on stderr."""
+    from . import versions as lookup
+    caps, one = _captures(url, target)
+    if as_json:
+        click.echo(json.dumps(caps, indent=2))
+    else:
+        for v in caps:
+            click.echo(f"{v['date']}  {v['size']:>10}  {v['signature'][:32]}  ={v['same_as']}  {v['path']}")
+    others = lookup.spellings(caps)
+    if others:
+        click.echo(f"{'no capture of ' + url + ' as written; ' if not caps[0]['exact'] else ''}"
+                   f"listed too: {_spelled(others)}", err=True)
+    sys.exit(0 if caps else 1)
+
+
+def _captures(url: str, target: str, pywb_ties: bool = False) -> tuple[list, bool]:
+    """The captures of URL in TARGET (versions.captures), oldest first, those of one
+    second in pywb's order if ``pywb_ties`` (so url and replay agree); none found
+    is said, exit 1."""
+    from . import versions as lookup, warc
+    tree = warc.open_target(target)
+    try:
+        caps, one = lookup.captures(tree, url)
+        if pywb_ties:
+            from .replay import pywb_order
+            caps = pywb_order(tree, sorted(caps, key=lambda c: c["stamp"]))
+    finally:
+        tree.close()
+    if not caps:
+        where = (f"the collection {target} (TARGET is one collection: give the mount point or a disk to "
+                 "look in all)" if one else f"any collection of {target}")
+        click.echo(f"no capture of {url}, under any spelling, in {where}", err=True)
+        sys.exit(1)
+    return caps, one
+
+
+def _spelled(counts: dict) -> str:
+    return ", ".join(f"{u} ({n} capture{'s' if n > 1 else ''})" for u, n in counts.items())
+
+
+def _date_option(ctx, param, value):
+    from . import versions as lookup
+    if value is not None:
+        try:
+            lookup.when(value)
+        except WebfsError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
+
+
+@click.command()
+@click.option("--at", "at", metavar="DATE", default=None, callback=_date_option,
+              help="The capture closest to DATE: 2024, 20240127, a 14-digit WARC date, or ISO 8601 "
+                   "(2024-01-27T10:00:00.5+05:00); default: the latest.")
+@click.argument("url")
+@click.argument("target", metavar="TARGET", type=DiskPath(exists=True, file_okay=False))
+def url(at, url, target):
+    """Print the path (below TARGET) of the capture of URL closest to DATE,
+    by Memento's rule (the earlier one on a tie; in one second, pywb's pick).
+    A capture of the URL as written is chosen first; else one of another
+    spelling (scheme, host case, port, www., trailing slash), said on stderr."""
+    from . import versions as lookup
+    caps, _ = _captures(url, target, pywb_ties=True)
+    best = lookup.closest([c for c in caps if c["exact"]] or caps, at)
+    others = lookup.spellings(caps)
+    if not best["exact"]:
+        click.echo(f"no capture of {url} as written; chose the spelling {best['url']} "
+                   f"(found: {_spelled(others)})", err=True)
+    elif others:
+        click.echo(f"spellings found besides {url}: {_spelled(others)}", err=True)
+    on_disk = is_url(target) or os.path.isfile(os.path.join(target, "WEBFS-DISK"))
+    click.echo("/" + best["path"] if on_disk else os.path.join(target, best["path"]))
+
+
+@click.command()
+@click.option("--port", type=click.IntRange(1, 65535), default=8090, show_default=True,
+              help="The port that serves the collections' virtual WARC files.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address that serves them (pywb must reach it; others need not).")
+@click.argument("target", metavar="TARGET")
+@click.argument("pywb_dir", metavar="PYWBDIR")
+def replay(port, host, target, pywb_dir):
+    """Let pywb replay TARGET without copying it: one collection (a directory
+    in a mount, or DISK:/NAME), or every collection of an archive (its mount
+    point, or DISK:/). Write each collection's sorted CDXJ index (kept in
+    PYWBDIR/webfs-cdxj/ and made again only for what changed) and a pywb
+    config.yaml in PYWBDIR, and serve the records as virtual WARC files on
+    HOST:PORT until interrupted. Run 'wayback' in PYWBDIR to browse them."""
+    from . import replay as replaymod
+    control.check_not_gone(target)
+    server, lines, trees = replaymod.prepare(target, pywb_dir, port, host)
+    for line in lines:
+        click.echo(line)
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        for tree in trees:
+            tree.close()
+
+
+COMMANDS = (import_warc, export_warc, versions, url, replay)

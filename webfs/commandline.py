@@ -1,0 +1,144 @@
+"""What the commands of the command line share: the DISK argument, running
+an admin operation on an unmounted archive or in a mount's daemon, drawing
+its progress and printing its result, and finding the archive and mount a
+path is in. The commands themselves are in ``cli`` (the archive's upkeep)
+and ``cli_warc`` (web archives).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING, Optional
+
+import click
+
+from . import control
+from .archive import archive_place
+from .backends import is_url, normalize
+from .errors import WebfsError
+
+if TYPE_CHECKING:
+    from .store import Store
+
+
+class DiskPath(click.Path):
+    """A disk: a directory, or a disk URL (s3://HOST:PORT/BUCKET[/PREFIX],
+    s3+http://...) taken as given (the archive checks it when it opens it)."""
+
+    def convert(self, value, param, ctx):
+        if is_url(value):
+            return value
+        control.check_not_gone(value)
+        return super().convert(value, param, ctx)
+
+
+def disk_location(value: str) -> str:
+    """A disk as webfs.conf records it (canonical URL or absolute path)."""
+    try:
+        return normalize(value)
+    except ValueError as exc:
+        raise WebfsError(str(exc)) from None
+
+
+def progress_bar(total: Optional[int], desc: str, unit: str = "blk"):
+    """A tqdm bar on stderr when it is a terminal, else a silent stand-in."""
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit=unit, disable=not sys.stderr.isatty(),
+                file=sys.stderr, leave=False)
+
+
+def open_store(disk: str, holder: str) -> Store:
+    # An import removes replaced blocks and flushes parity in the background
+    # worker, as a mount does; the other commands expect each commit settled.
+    from .assembly import open_archive
+    return open_archive(disk, holder=f"webfs {holder}", background=holder == "import")
+
+
+def run_operation(target: str, name: str, as_json: bool = False, unit: str = "blk", **options) -> None:
+    """Run an admin operation on a disk of an unmounted archive (or, given a
+    mount point, inside its daemon), draw its progress, print its result and
+    exit with its status."""
+    from . import admin
+    bar = None
+
+    def listener(kind, n, total, what):
+        nonlocal bar
+        if kind == "total":
+            if bar is not None:
+                bar.close()
+            bar = progress_bar(total, what or name, unit)
+        elif kind == "advance" and bar is not None:
+            if what:
+                bar.set_postfix_str(what, refresh=False)
+            bar.update(n)
+        elif kind == "note":
+            (bar.write if bar is not None else click.echo)(what, file=sys.stderr)
+
+    progress = admin.Progress(listener)
+    try:
+        if control.is_mountpoint(target):
+            result = control.call(target, name, options, listener)
+        else:
+            from .operations import OPERATIONS
+            store = open_store(target, name)
+            previous = signal.getsignal(signal.SIGINT)
+
+            def stop(signum, frame):
+                # The first Ctrl-C asks the operation to stop at a safe point; a second interrupts.
+                progress.stop_requested.set()
+                progress.note("stopping at the next safe point (Ctrl-C again to interrupt)")
+                signal.signal(signal.SIGINT, previous)
+
+            signal.signal(signal.SIGINT, stop)
+            try:
+                result = OPERATIONS[name](store, progress, **options)
+            except KeyboardInterrupt:
+                progress.stop_requested.set()
+                raise
+            finally:
+                signal.signal(signal.SIGINT, previous)
+                store.close()
+    finally:
+        if bar is not None:
+            bar.close()
+    print_result(result, as_json)
+
+
+def print_result(result, as_json: bool) -> None:
+    """Print an operation's result (its lines, or JSON) and exit with its status."""
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        for line in result.lines:
+            click.echo(line)
+    sys.exit(result.exit_code)
+
+
+def import_target(dest: str) -> tuple[str, str]:
+    """(mount point or disk, DEST's path from the archive's root) of an import's DEST."""
+    found = archive_place(dest) or mount_of(dest)
+    if found is None:
+        control.check_not_gone(dest)
+        raise WebfsError(f"{dest}: not in a webfs mount, and not DISK:/PATH of an archive")
+    return found
+
+
+def mount_of(path: str) -> Optional[tuple[str, str]]:
+    """(the webfs mount point a path is in, the path from the archive's root), or
+    None; the path need not exist yet."""
+    here = os.path.abspath(path)
+    rest = ""
+    while not os.path.exists(here):
+        here, tail = os.path.split(here)
+        rest = os.path.join(tail, rest)
+    here = os.path.realpath(here)
+    probe = here
+    while True:
+        if os.path.ismount(probe) and control.is_mountpoint(probe):
+            inside = os.path.join("/", os.path.relpath(here, probe), rest)
+            return probe, os.path.normpath(inside)
+        if probe == "/":
+            return None
+        probe = os.path.dirname(probe)
