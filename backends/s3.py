@@ -37,7 +37,7 @@ uploads what a killed daemon left staged before anything else.
 **An endpoint that is down** fails fast (``s3endpoint``); a read of a block
 or parity file late by ``HEDGE_SECONDS`` counts as down. Once a probe finds
 it answering, ``present()`` is true again and the mount takes the disk back
-(``Store.check_disks``).
+(``outages.check_disks``).
 """
 from __future__ import annotations
 

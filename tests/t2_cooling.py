@@ -10,6 +10,7 @@ import random
 import pytest
 
 from conftest import make_archive, webfs
+from webfs.figures import archive_figures
 from webfs.assembly import open_archive
 from webfs import admin
 from webfs.operations import OPERATIONS
@@ -65,7 +66,7 @@ def test_cooling_moves_groups_and_keeps_every_block_readable(disks):
             assert store.catalog.group_disk(m["group"]) == m["to"]
         for row in rows:
             store.read(store.catalog.block_by_id(row.id))
-        status = store.status()["protection"]
+        status = archive_figures(store)["protection"]
         assert status["dirty_stripes"] == 0 and status["unprotected_blocks"] == 0
     finally:
         store.close()

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from conftest import make_archive, webfs
+from webfs.figures import archive_figures
 from webfs.assembly import open_archive
 from webfs import admin
 from webfs.operations import OPERATIONS
@@ -195,7 +196,7 @@ def test_a_lost_disk_reads_through_parity_and_rebuilds_byte_identical(tmp_path, 
     assert list(store.archive.missing) == [c // 2]
     for row, doc in stored:
         assert store.read(row) == doc
-    st = store.status()["protection"]
+    st = archive_figures(store)["protection"]
     assert st["missing_disks"] == [c // 2] and st["lost_count"] == 0
     assert st["degraded_count"] == len(before_blocks)
     store.close()
@@ -229,7 +230,7 @@ def test_writes_while_a_disk_is_missing_get_parity_on_the_survivors(tmp_path):
         assert fresh.disk != 3 and fresh.stripe is not None
         assert store.protection.stripe(fresh.stripe).parity_disk != 3
     assert_parity_consistent(store)
-    assert store.status()["protection"]["unprotected_blocks"] == 0
+    assert archive_figures(store)["protection"]["unprotected_blocks"] == 0
     store.close()
 
 
@@ -353,7 +354,7 @@ def test_scrub_finds_and_repairs_bit_rot_in_blocks_and_parity(tmp_path):
     flip(parity_file(disks, bad_parity.id, bad_parity.parity_disk), -1)
     for row, doc in stored:
         assert store.read(row) == doc
-    assert sorted(store.status()["damaged"]) == sorted(str(ContentKey(r.sig, r.overflow)) for r, _ in rotten)
+    assert sorted(archive_figures(store)["damaged"]) == sorted(str(ContentKey(r.sig, r.overflow)) for r, _ in rotten)
     store.close()
 
     proc = webfs("scrub", disks[0], check=False)
@@ -421,7 +422,7 @@ def test_two_lost_disks_in_one_stripe_lose_only_their_blocks(tmp_path):
         else:
             assert store.read(row) == doc
     assert lost and fine
-    st = store.status()["protection"]
+    st = archive_figures(store)["protection"]
     assert st["lost_count"] == len(lost) and st["missing_disks"] == [1, 3]
     store.close()
     proc = webfs("get", disks[0], key_of(lost[0]), check=False)
@@ -605,7 +606,7 @@ def test_every_pair_of_disks_shares_about_the_same_number_of_stripes(tmp_path, c
     assert max(pairs.values()) / min(pairs.values()) < 1.15, pairs
     # Parity goes where blocks are scarce: every disk is in about as many
     # stripes as another, counting its blocks and its parity files.
-    st = store.status()
+    st = archive_figures(store)
     elements = {d["index"]: d["blocks"] + st["protection"]["parity_per_disk"][d["index"]]["parity_files"]
                 for d in st["disks"]}
     assert max(elements.values()) / min(elements.values()) < 1.1, elements
@@ -627,7 +628,7 @@ def test_parity_overhead_on_a_realistic_crawl_is_close_to_one_over_g_minus_one(t
         if i % 20 == 0:
             store.commit()
     store.commit()
-    st = store.status()
+    st = archive_figures(store)
     p = st["protection"]
     assert p["unprotected_blocks"] == 0 and p["expected_overhead"] == pytest.approx(1 / 3, abs=1e-3)
     assert 1 / 3 <= p["parity_overhead"] < 1.3 / 3, p
@@ -640,7 +641,7 @@ def test_blocks_stored_without_a_second_disk_are_protected_by_scrub_repair(tmp_p
     keep = lose(disks[1], tmp_path)
     store = open_store(disks)
     stored = fill(store, documents(20, seed=15))
-    assert store.status()["protection"]["unprotected_blocks"] == 20
+    assert archive_figures(store)["protection"]["unprotected_blocks"] == 20
     store.close()
     shutil.move(str(keep), str(disks[1]))
     assert "20 block(s) in no parity stripe; 'webfs scrub --repair' protects them" in \
@@ -648,7 +649,7 @@ def test_blocks_stored_without_a_second_disk_are_protected_by_scrub_repair(tmp_p
     out = webfs("scrub", "--repair", disks[0]).stdout.decode()
     assert "put 20 unprotected block(s) into parity stripes" in out
     store = open_store(disks)
-    assert store.status()["protection"]["unprotected_blocks"] == 0
+    assert archive_figures(store)["protection"]["unprotected_blocks"] == 0
     assert_parity_consistent(store)
     store.close()
     for row, doc in stored[:3]:
@@ -762,7 +763,7 @@ def test_chunks_stored_at_once_by_threads_agree_with_their_parity(tmp_path, capl
         store.commit()
         store.protection.flush()
         assert_parity_consistent(store)
-        assert store.status()["protection"]["unprotected_blocks"] == 0
+        assert archive_figures(store)["protection"]["unprotected_blocks"] == 0
         for chunk, rows in zip(chunks, got):
             assert [store.read(r) for r in rows] == chunk
     finally:

@@ -86,7 +86,8 @@ def human(n: Optional[float]) -> str:
 
 def status(store, progress: Progress) -> Result:
     """The archive's figures (what `webfs status` prints), from inside a daemon."""
-    return Result(figures=store.status())
+    from .figures import archive_figures
+    return Result(figures=archive_figures(store))
 
 
 class Pace:

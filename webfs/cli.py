@@ -99,11 +99,12 @@ def status(as_json, target):
     else:
         from .assembly import open_archive
         from .backends.s3endpoint import PRESENT_SECONDS
+        from .figures import archive_figures
         # Never the client's timeouts (20 s and more) for a hung server: asked
         # as long as a mount's presence check waits, it is missing.
         store = open_archive(target, lock=False, wait=PRESENT_SECONDS)
         try:
-            st = store.status()
+            st = archive_figures(store)
         finally:
             store.close()
     if as_json:

@@ -26,7 +26,7 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from . import admin, testkill
+from . import admin, outages, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
@@ -345,7 +345,7 @@ class Daemon:
 
     def _flush_parity(self) -> None:
         from .parity import WRITE_BEHIND
-        self.store.check_disks()
+        outages.check_disks(self.store)
         self.store.protection.flush(older_than=WRITE_BEHIND)
 
     def _checkpoint_soon(self) -> None:

@@ -43,7 +43,9 @@ from .errors import (CorruptBlock, DataLost, NoSpace, NoSuchBlock,
                      WebfsError)
 from .background import Background
 from .heat import DEFAULT_K, HeatTracker
+from .blockintents import INTENTS_FILE, REFS_INTENT, Intents
 from .locks import KeyedLocks
+from .outages import Missed
 from .placement import first_disk, ranked_disks
 from .protection import Protection
 from .signature import ContentKey, SignatureFn, content_digest
@@ -52,8 +54,6 @@ from . import lockorder
 
 log = logging.getLogger(__name__)
 
-INTENTS_FILE = "meta/intents"
-REFS_INTENT = "refs"            # intent line of a Refs header not yet written after its commit
 FLUSH_EVERY = 0.25         # seconds between asks to flush parity written behind
 
 
@@ -74,31 +74,6 @@ class Piece(NamedTuple):
             return self
         return self._replace(sig=self.sig or signature_fn(self.data),
                              sha256=self.sha256 or content_digest(self.data))
-
-
-class Missed:
-    """What disks away during a mount missed, per disk, in memory: blocks whose
-    Refs header is behind the catalog, and files of released blocks still
-    there (the stripes they touched are marked dirty in the catalog). A
-    daemon killed meanwhile forgets it: ``webfs scrub --repair`` mends the
-    Refs and stripes, ``webfs fsck --repair`` the orphan blocks."""
-
-    def __init__(self) -> None:
-        self._lock = lockorder.lock("missed")
-        self._refs: dict[int, set[int]] = {}                    # disk -> block ids
-        self._released: dict[int, set[tuple[str, int]]] = {}    # disk -> (sig, overflow)
-
-    def refs(self, disk: int, block_id: int) -> None:
-        with self._lock:
-            self._refs.setdefault(disk, set()).add(block_id)
-
-    def released(self, disk: int, sig: str, overflow: int) -> None:
-        with self._lock:
-            self._released.setdefault(disk, set()).add((sig, overflow))
-
-    def take(self, disk: int) -> tuple[set[int], set[tuple[str, int]]]:
-        with self._lock:
-            return self._refs.pop(disk, set()), self._released.pop(disk, set())
 
 
 class Store:
@@ -130,10 +105,7 @@ class Store:
         # Removals and parity flushes after a commit; a worker thread with ``background``.
         self.background = Background("webfs-removal", inline=not background)
         self._flush_asked = 0.0
-        # Blocks about to be written, one line each, so a crash's orphans are found
-        # without walking every disk (meta/intents on the catalog disk).
-        self._intents_path = os.path.join(archive.first_volume.root, INTENTS_FILE)
-        self._intents_fd: Optional[int] = None
+        self.intents = Intents(os.path.join(archive.first_volume.root, INTENTS_FILE))
         self._inflight = 0
         # Blocks whose header's Refs is to follow the catalog, written after the next commit.
         self._refs_due: dict[int, None] = {}
@@ -146,8 +118,7 @@ class Store:
         self.background.close()
         self.protection.close()
         self.catalog.close()
-        if self._intents_fd is not None:
-            os.close(self._intents_fd)
+        self.intents.close()
         for vol in self.archive.volumes.values():
             vol.backend.close(consistent_copy)      # an S3 disk copies its meta/ to the bucket
         self.archive.unlock()
@@ -494,24 +465,16 @@ class Store:
         raise NoSpace("no disk has room for a block of %d bytes" % needed)
 
     def _intend(self, lines: str) -> None:
-        if not lines:
-            return
-        with self.catalog.lock:
-            if self._intents_fd is None:
-                self._intents_fd = os.open(self._intents_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(self._intents_fd, lines.encode())
+        if lines:
+            with self.catalog.lock:
+                self.intents.append(lines)
 
     def forget_unfinished_writes(self) -> list[str]:
         """Remove block files that were written but never made it into the
         catalog, and set Refs headers written ahead of a lost commit back to
         the catalog's count."""
         said = []
-        try:
-            with open(self._intents_path) as f:
-                lines = f.read().split("\n")
-        except FileNotFoundError:
-            return said
-        for line in lines:
+        for line in self.intents.lines():
             if line.startswith(REFS_INTENT + " "):
                 self._refs_from_catalog(line[len(REFS_INTENT) + 1:])
                 continue
@@ -544,8 +507,8 @@ class Store:
     def trim_intents(self) -> None:
         """Forget the intents once every write they name is committed."""
         with self.catalog.lock:
-            if self._inflight == 0 and os.path.exists(self._intents_path):
-                os.truncate(self._intents_path, 0)
+            if self._inflight == 0:
+                self.intents.clear()
 
     # -- retrieve ------------------------------------------------------------
 
@@ -682,6 +645,11 @@ class Store:
             return None
 
     @property
+    def damaged(self) -> set[tuple[str, int]]:
+        """(signature, overflow) of the blocks found damaged during this mount."""
+        return self._reported
+
+    @property
     def refs_in_flight(self) -> bool:
         """Is a count set in the catalog on its way to a block header (or a new
         block to its disk)? Then a header may lag the catalog for a moment."""
@@ -706,95 +674,6 @@ class Store:
             # The catalog is the truth; fsck and scrub mend the header.
             log.warning("cannot update Refs in block %s on disk %d: %s", row.block_name, row.disk, exc)
             return False
-
-    # -- figures -------------------------------------------------------------
-
-    def catch_up(self, disk: int) -> str:
-        """Put right what a disk that is back missed (``Missed``): each Refs header
-        from the catalog, the files of blocks released meanwhile removed, the
-        stripes marked dirty reconciled; what was done, in words. A removal that
-        fails now is remembered again for the next return."""
-        vol = self.archive.volumes.get(disk)
-        if vol is None:
-            return "nothing: it is gone again"
-        refs, released = self.missed.take(disk)
-        headers = removed = 0
-        for block_id in sorted(refs):
-            with self.catalog.lock:
-                row = self.catalog.block_by_id(block_id)
-            if row is not None and row.disk == disk and self.mirror_refs(row):
-                headers += 1
-        for sig, overflow in sorted(released):
-            with self.catalog.lock:
-                row = self.catalog.block(sig, overflow)
-                if row is not None and row.disk == disk:
-                    continue                # stored again since (a new block of that content)
-            try:
-                vol.remove_block(sig, overflow)
-                removed += 1
-            except OSError as exc:
-                log.warning("disk %d: cannot remove released block %s~%d: %s", disk, sig, overflow, exc)
-                self.missed.released(disk, sig, overflow)
-        stripes = self.protection.reconcile_stale()
-        self.commit()
-        return (f"{headers} Refs header(s) written from the catalog, {removed} released block(s) removed, "
-                f"{stripes} parity stripe(s) brought up to date")
-
-    def check_disks(self, ask: bool = True) -> None:
-        """Notice disks that vanished (unplugged, their directory removed, an
-        endpoint down), and take back those that return (an endpoint that
-        answers again), putting right what they missed (``catch_up``). Without
-        ``ask``, only what is known already (``webfs status``: never waits)."""
-        for index, vol in list(self.archive.volumes.items()):
-            if not (vol.backend.present() if ask else vol.backend.known_present()):
-                self.archive.lose(index, "its root directory is gone" if vol.backend.bounded
-                                  else "its endpoint does not answer")
-        for index, vol in list(self.archive.lost.items()) if ask else ():
-            if vol.backend.present():
-                self.catching_up.add(index)     # status says so until the catch-up is done
-                try:
-                    self.archive.regain(index)
-                    log.warning("disk %d: %s", index, self.catch_up(index))
-                finally:
-                    self.catching_up.discard(index)
-
-    def status(self) -> dict:
-        self.check_disks(ask=False)
-        cat = self.catalog
-        totals = cat.block_totals()
-        per_disk = cat.disk_totals()
-        disks = []
-        for d in self.conf.disks:
-            vol = self.archive.volumes.get(d.index)
-            free = total = None
-            if vol is not None and vol.backend.bounded:
-                free, total = vol.backend.free_space()
-            blocks, payload = per_disk.get(d.index, (0, 0))
-            disks.append({"index": d.index, "uuid": d.uuid, "path": d.path, "weight": d.weight,
-                          "domain": d.failure_domain,
-                          "state": ("catching up" if d.index in self.catching_up else "present") if vol
-                          else "missing",
-                          "why": self.archive.missing.get(d.index),
-                          "blocks": blocks, "payload_bytes": payload,
-                          "free_bytes": free, "total_bytes": total})
-        stored_total = totals["stored_bytes"] + HEADER_SIZE * totals["blocks"]
-        return {
-            "archive": self.conf.uuid, "label": self.conf.label, "depth": self.conf.depth,
-            "group_size": self.conf.group_size, "codec": self.conf.codec, "level": self.conf.level,
-            "store_mode": self.conf.store_mode, "disks": disks,
-            "blocks": totals["blocks"], "references": totals["refs"],
-            "logical_bytes": totals["logical_bytes"], "distinct_bytes": totals["distinct_bytes"],
-            "payload_bytes": totals["stored_bytes"], "block_bytes": stored_total,
-            "dedup_ratio": _ratio(totals["logical_bytes"], totals["distinct_bytes"]),
-            "compression_ratio": _ratio(totals["distinct_bytes"], totals["stored_bytes"]),
-            "damaged": sorted(str(ContentKey(sig, overflow)) for sig, overflow in self._reported),
-            "protection": self.protection.status(),
-        }
-
-
-def _ratio(a: int, b: int) -> Optional[float]:
-    return round(a / b, 3) if b else None
-
 
 def key_of(row: BlockRow) -> ContentKey:
     return ContentKey(row.sig, row.overflow, row.disk)
