@@ -791,6 +791,10 @@ def remove_disk(as_json, index, target):
     run_operation(target, "remove-disk", as_json=as_json, disk=index)
 
 
+# search, reindex: the commands of query access (webfs.cli_query).
+__import__("webfs.cli_query", fromlist=["register"]).register(main)
+
+
 def mount_helper() -> None:
     """mount.webfs DISK MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s] [-v]: what mount(8) calls
     for 'mount -t webfs', 'mount -t fuse.webfs' and fstab lines (see mount.webfs(8))."""

@@ -1,0 +1,139 @@
+"""The query index of an archive: an SQLite FTS5 database of derived data.
+
+This module owns the index's file and tables. One row per distinct document
+(``docs``, keyed by block signature: a page stored once and present in a
+thousand crawls is indexed once), its words and title in a contentless FTS5
+table (``docs_text``: the words are found there, the text itself stays in
+the blocks), its resolved out-links (``links``, from which in-link counts
+per URL are counted); and one row per file (``files``, keyed by inode): the
+document it holds, its URL, host, collection, capture date, MIME type, HTTP
+status, size, and the catalog's ctime it was indexed at (``stamp``: the
+indexer's test for "changed since").
+
+The index lives in ``index.db`` in its directory: by default the catalog's
+own ``meta/`` directory, else the directory ``webfs reindex --index-dir``
+recorded in the catalog (meta key ``index_dir``). Losing it loses nothing:
+``webfs reindex`` rebuilds it from the catalog and the blocks.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Optional
+
+INDEX_FILE = "index.db"
+INDEX_VERSION = "1"
+INDEX_DIR_META = "index_dir"            # catalog meta key: where the index lives, if not beside the catalog
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS docs (
+    id    INTEGER PRIMARY KEY,
+    sig   TEXT NOT NULL UNIQUE,          -- the block's signature (first piece)
+    kind  TEXT NOT NULL,                 -- html, text or other (webfs.extract)
+    title TEXT NOT NULL DEFAULT '');
+CREATE VIRTUAL TABLE IF NOT EXISTS docs_text USING fts5(
+    title, body, content='', tokenize='unicode61 remove_diacritics 2');
+CREATE TABLE IF NOT EXISTS links (doc INTEGER NOT NULL, url TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS links_url ON links (url);
+CREATE INDEX IF NOT EXISTS links_doc ON links (doc);
+CREATE TABLE IF NOT EXISTS files (
+    ino        INTEGER PRIMARY KEY,
+    stamp      INTEGER NOT NULL,         -- the inode's ctime_ns when indexed
+    doc        INTEGER,                  -- NULL: empty, or not read (larger than one block)
+    url        TEXT,                     -- as recorded (WARC-Target-URI, or the path's URL)
+    key        TEXT,                     -- the URL as links are kept (extract.link_key)
+    host       TEXT,
+    collection TEXT NOT NULL,
+    date       TEXT,                     -- 14 digits, the capture's date
+    mime       TEXT NOT NULL DEFAULT '',
+    status     INTEGER,
+    size       INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS files_doc ON files (doc);
+CREATE INDEX IF NOT EXISTS files_key ON files (key);
+CREATE INDEX IF NOT EXISTS files_host ON files (host);
+"""
+
+
+def index_dir(catalog_file: str, recorded: Optional[str]) -> str:
+    """Where the index of the archive whose catalog is ``catalog_file`` lives."""
+    return recorded or os.path.dirname(catalog_file)
+
+
+class Index:
+    """One connection to an index database (one thread at a time)."""
+
+    def __init__(self, directory: str, read_only: bool = False):
+        self.path = os.path.join(directory, INDEX_FILE)
+        if read_only:
+            if not os.path.exists(self.path):
+                raise FileNotFoundError(self.path)
+            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        else:
+            os.makedirs(directory, exist_ok=True)
+            self.db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")      # derived data: a lost tail is caught up again
+            self.db.executescript(SCHEMA)
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('version', ?)", (INDEX_VERSION,))
+            self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def get_meta(self, key: str) -> Optional[str]:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def stamps(self, inos: Optional[list[int]] = None) -> dict[int, int]:
+        """inode -> the ctime it was indexed at, for every indexed file (or these)."""
+        if inos is None:
+            return dict(self.db.execute("SELECT ino, stamp FROM files"))
+        return dict(self.db.execute(f"SELECT ino, stamp FROM files WHERE ino IN ({','.join('?' * len(inos))})",
+                                    inos)) if inos else {}
+
+    def file_count(self) -> int:
+        return self.db.execute("SELECT count(*) FROM files").fetchone()[0]
+
+    def doc(self, sig: str) -> Optional[tuple[int, str]]:
+        """(id, kind) of the document with this signature, if indexed."""
+        return self.db.execute("SELECT id, kind FROM docs WHERE sig=?", (sig,)).fetchone()
+
+    def add_doc(self, sig: str, kind: str, title: str, text: str, links: list[str]) -> int:
+        """Index a document once (its signature names it); its id."""
+        cur = self.db.execute("INSERT INTO docs (sig, kind, title) VALUES (?, ?, ?)", (sig, kind, title))
+        doc = cur.lastrowid
+        if title or text:
+            self.db.execute("INSERT INTO docs_text (rowid, title, body) VALUES (?, ?, ?)", (doc, title, text))
+        self.db.executemany("INSERT INTO links VALUES (?, ?)", [(doc, u) for u in links])
+        return doc
+
+    def put_file(self, ino: int, stamp: int, doc: Optional[int], facts: dict) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO files (ino, stamp, doc, url, key, host, collection, date, mime, status, size)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (ino, stamp, doc, facts.get("url"), facts.get("key"), facts.get("host"), facts["collection"],
+             facts.get("date"), facts.get("mime", ""), facts.get("status"), facts["size"]))
+
+    def drop_files(self, inos: list[int]) -> None:
+        self.db.executemany("DELETE FROM files WHERE ino=?", [(i,) for i in inos])
+
+    def drop_unused_docs(self) -> int:
+        """Forget documents no file holds any more (their links stop counting);
+        their words stay in the contentless FTS table, unreachable, until a reindex."""
+        gone = [r[0] for r in self.db.execute(
+            "SELECT id FROM docs WHERE NOT EXISTS (SELECT 1 FROM files WHERE files.doc = docs.id)")]
+        self.db.executemany("DELETE FROM links WHERE doc=?", [(d,) for d in gone])
+        self.db.executemany("DELETE FROM docs WHERE id=?", [(d,) for d in gone])
+        return len(gone)
+
+    def commit(self) -> None:
+        self.db.commit()
+
+    def counts(self) -> dict[str, int]:
+        one = lambda sql: self.db.execute(sql).fetchone()[0]          # noqa: E731
+        return {"documents": one("SELECT count(*) FROM docs"), "files": one("SELECT count(*) FROM files"),
+                "links": one("SELECT count(*) FROM links")}
