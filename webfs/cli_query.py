@@ -1,4 +1,4 @@
-"""The commands of query access: ``webfs search`` and ``webfs reindex``.
+"""The commands of query access: ``webfs search``, ``webfs reindex`` and ``webfs stream``.
 
 Thin, as the rest of the CLI: they check their arguments and run the
 operations of webfs.searching on the disks or in a mount's daemon.
@@ -6,11 +6,13 @@ operations of webfs.searching on the disks or in a mount's daemon.
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
 from . import control
 from .backends import is_url
+from .errors import WebfsError
 
 
 def register(main: click.Group) -> None:
@@ -56,3 +58,50 @@ def register(main: click.Group) -> None:
         loses nothing."""
         run_operation(target, "reindex", as_json=as_json, unit="file",
                       index_dir=os.path.abspath(index_dir) if index_dir else None)
+
+    @main.command()
+    @click.option("--host", default=None, help="Only pages of HOST and its subdomains.")
+    @click.option("--collection", default=None, metavar="NAME", help="Only pages of the collection NAME.")
+    @click.option("--since", default=None, metavar="DATE", help="Only pages captured on or after DATE (2014, 20140301...).")
+    @click.option("--until", default=None, metavar="DATE", help="Only pages captured on or before DATE.")
+    @click.option("--query", "query_text", default=None, metavar="QUERY", help="Only pages that answer QUERY.")
+    @click.option("--resume", default=None, metavar="TOKEN", help="Go on after the page a token was printed for.")
+    @target_arg
+    def stream(host, collection, since, until, query_text, resume, target):
+        """Print the path of every page of TARGET (or of a subset), in the
+        signature tree's order, each exactly once: pages added after the
+        stream started are not sent, pages moved by cooling or rebalance are
+        neither missed nor repeated. After each page, a line 'resume TOKEN
+        BYTES' on stderr: 'webfs stream --resume TOKEN' sends the pages after
+        it, and BYTES is how much of this run's output they follow."""
+        from .stream import Position, pages, start, subset_query
+        store, prefix = _open_for_reading(target)
+        try:
+            if resume:
+                pos = Position.from_token(resume)
+            else:
+                subset = subset_query(host, collection, since, until, query_text)
+                try:
+                    pos = start(store, subset)
+                except WebfsError as exc:
+                    raise click.BadParameter(str(exc)) from None
+            out, written = sys.stdout.buffer, 0
+            for path, pos in pages(store, pos):
+                line = (prefix.rstrip("/") + "/" + path + "\n").encode("utf-8", "surrogateescape")
+                out.write(line)
+                out.flush()
+                written += len(line)
+                sys.stderr.write(f"resume {pos.token()} {written}\n")
+                sys.stderr.flush()
+        finally:
+            store.close()
+
+
+def _open_for_reading(target: str):
+    """(the archive of a disk or mount point opened for reading, the prefix of its paths)."""
+    from .assembly import open_archive
+    if control.is_mountpoint(target):
+        disks = control.call(target, "status", {}).figures["disks"]
+        disk = next(d["path"] for d in disks if d["state"] == "present")
+        return open_archive(disk, lock=False), os.path.abspath(target)
+    return open_archive(target, lock=False), "/"

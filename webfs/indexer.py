@@ -37,6 +37,7 @@ BATCH = 500                     # files indexed per index transaction
 KEEP_DIR = "@warc"              # a collection's raw WARC records (webfs.warc): not pages
 FACT_XATTRS = (b"user.warc.target-uri", b"user.warc.date", b"user.http.content-type", b"user.http.status")
 ROOT = 1
+MAX_DEPTH = 1 << 20             # names walked up before an inode counts as unreachable (a loop)
 SNIFFED = {"html": "text/html", "text": "text/plain"}     # the MIME type of a file that names none
 
 
@@ -57,18 +58,28 @@ class Paths:
         self.dirs: dict[int, Optional[str]] = {ROOT: ""}
 
     def __call__(self, ino: int) -> Optional[str]:
-        """The path of an inode from the root ('a/b/c'), None if unreachable."""
-        row = self.cat.a_name_of(ino)
-        if row is None:
-            return None
-        parent, name = row
-        if parent not in self.dirs:
-            self.dirs[parent] = self(parent)
-        above = self.dirs[parent]
+        """The path of an inode from the root ('a/b/c'), None if unreachable.
+        Walked up without recursion: URL paths can be thousands of levels deep."""
+        names: list[str] = []
+        chain: list[int] = []
+        here = ino
+        while here not in self.dirs:
+            row = self.cat.a_name_of(here)
+            if row is None or len(chain) > MAX_DEPTH:
+                above = None
+                break
+            chain.append(row[0])
+            names.append(os.fsdecode(row[1]))
+            here = row[0]
+        else:
+            above = self.dirs[here]
+        # Remember the directories on the way (every entry of chain but the last is one).
+        for i in range(len(chain) - 1, 0, -1):
+            self.dirs[chain[i - 1]] = None if above is None else "/".join(
+                [above] * bool(above) + names[i:][::-1])
         if above is None:
             return None
-        name = os.fsdecode(name)
-        return f"{above}/{name}" if above else name
+        return "/".join([above] * bool(above) + names[::-1])
 
 
 class Pass:

@@ -133,3 +133,13 @@ def count(db, text: str) -> int:
         sql = f"SELECT count(*) FROM docs_text JOIN files f ON f.doc = docs_text.rowid WHERE docs_text MATCH ? AND {where}"
         return db.execute(sql, [q.fts()] + q.params).fetchone()[0]
     return db.execute(f"SELECT count(*) FROM files f WHERE {where}", q.params).fetchone()[0]
+
+
+def matching(db, text: str) -> set[int]:
+    """The inodes of every file that answers a query, unranked."""
+    q = compile_query(text)
+    where = " AND ".join(["f.collection != ''"] + q.where)
+    if q.match:
+        sql = f"SELECT f.ino FROM docs_text JOIN files f ON f.doc = docs_text.rowid WHERE docs_text MATCH ? AND {where}"
+        return {r[0] for r in db.execute(sql, [q.fts()] + q.params)}
+    return {r[0] for r in db.execute(f"SELECT f.ino FROM files f WHERE {where}", q.params)}

@@ -23,8 +23,12 @@ OUTPUTS = ("paths", "urls", "json", "count")
 
 
 def answers(store, text: str, limit: int, offset: int = 0) -> list[dict]:
-    """The answers to a query, best first: path (from the archive's root), url, date, mime, size."""
-    index = Index(indexer.location(store), read_only=True)
+    """The answers to a query, best first: path (from the archive's root), url, date, mime, size;
+    none while there is no index yet (a mount's first pass makes it)."""
+    try:
+        index = Index(indexer.location(store), read_only=True)
+    except FileNotFoundError:
+        return []
     cat = indexer.open_catalog_reader(store)
     try:
         paths = indexer.Paths(cat)

@@ -1,0 +1,99 @@
+"""Restartable, consistent streams of an archive's pages (``webfs stream``),
+after WebBase's streams (seed 000, section 3.4).
+
+This module owns the stream's order, its snapshot and its resume token. The
+snapshot is the files whose catalog ctime is at most the stream's start
+time ``T0``: a file added later is not sent. The order is (placement group
+of the file's first block, inode number): the signature tree's order, which
+is the order a disk's blocks lie in, and which moving a group to another
+disk (cooling, rebalance) does not change, so a moved page is neither
+missed nor sent twice. The token is ``T0``, the last (group, inode) sent and
+the subset asked for, printed after each page is written: a stream started
+again with it sends exactly the pages after that one. A subset (host,
+collection, dates, a query) is taken from the query index (webfs.query);
+without one, every page of every collection is sent.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from . import indexer, query
+from .errors import WebfsError
+from .index import Index
+
+PAGE = 1000                     # files asked of the catalog at a time
+TOKEN_VERSION = 1
+
+
+@dataclass
+class Position:
+    started_ns: int
+    grp: str
+    ino: int
+    subset: str                 # the query that chooses the pages ('' for all)
+
+    def token(self) -> str:
+        raw = json.dumps([TOKEN_VERSION, self.started_ns, self.grp, self.ino, self.subset]).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def from_token(cls, token: str) -> "Position":
+        try:
+            v, started, grp, ino, subset = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+            if v != TOKEN_VERSION:
+                raise ValueError(v)
+            return cls(int(started), str(grp), int(ino), str(subset))
+        except (ValueError, TypeError) as exc:
+            raise WebfsError(f"{token[:40]}: not a token printed by webfs stream ({exc})") from None
+
+
+def subset_query(host: Optional[str], collection: Optional[str], since: Optional[str],
+                 until: Optional[str], text: Optional[str]) -> str:
+    """The options of a stream as one query of webfs.query ('' for every page)."""
+    terms = [text] if text else []
+    terms += [f"host:{host}"] if host else []
+    terms += [f"collection:{collection}"] if collection else []
+    if since or until:
+        terms.append(f"date:{since or ''}..{until or ''}")
+    return " ".join(terms)
+
+
+def pages(store, pos: Position) -> Iterator[tuple[str, Position]]:
+    """(path from the archive's root, the position after it) of each page still to send."""
+    chosen = None
+    if pos.subset:
+        index = Index(indexer.location(store), read_only=True)
+        try:
+            chosen = query.matching(index.db, pos.subset)
+        finally:
+            index.close()
+    cat = indexer.open_catalog_reader(store)
+    try:
+        paths = indexer.Paths(cat)
+        after = (pos.grp, pos.ino)
+        while True:
+            rows = cat.files_in_group_order(pos.started_ns, after, PAGE)
+            if not rows:
+                return
+            for grp, ino in rows:
+                after = (grp, ino)
+                if chosen is not None and ino not in chosen:
+                    continue
+                path = paths(ino)
+                if path is None or "/" not in path or path.split("/")[1] == indexer.KEEP_DIR:
+                    continue            # not a page (webfs.indexer)
+                yield path, Position(pos.started_ns, grp, ino, pos.subset)
+    finally:
+        cat.close()
+
+
+def start(store, subset: str) -> Position:
+    """A new stream's position: now, before every file; the index brought up to date."""
+    if subset:
+        query.compile_query(subset)
+        indexer.catch_up(store)
+    return Position(time.time_ns(), "", 0, subset)
