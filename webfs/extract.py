@@ -73,7 +73,7 @@ def extract(data: bytes, mime: str = "", url: Optional[str] = None) -> Extracted
     """The title, text and resolved out-links of a document."""
     kind = kind_of(mime, data)
     if kind == "text":
-        return Extracted(kind, text=_SPACE.sub(" ", decode_text(data[:4 * MAX_TEXT], mime))[:MAX_TEXT].strip())
+        return Extracted(kind, text=decode_text(data[:4 * MAX_TEXT], mime)[:MAX_TEXT])
     if kind != "html":
         return Extracted(kind)
     charset = _CHARSET.search(data[:2048])              # <meta charset> or http-equiv, when the MIME type names none
@@ -88,8 +88,9 @@ def extract(data: bytes, mime: str = "", url: Optional[str] = None) -> Extracted
     links = _links(tree, base)
     tree.strip_tags(DROPPED_TAGS)
     body = tree.body if tree.body is not None else tree.root
-    text = _SPACE.sub(" ", body.text(separator=" ")).strip() if body is not None else ""
-    return Extracted(kind, title=title, text=text[:MAX_TEXT], links=links)
+    # Whitespace is left as it is: the tokenizer splits on it (collapsing it cost a fifth of the pass).
+    text = body.text(separator=" ")[:MAX_TEXT] if body is not None else ""
+    return Extracted(kind, title=title, text=text, links=links)
 
 
 def _links(tree: HTMLParser, base: str) -> list[str]:

@@ -4,8 +4,8 @@ This module owns the index's file and tables. One row per distinct document
 (``docs``, keyed by block signature: a page stored once and present in a
 thousand crawls is indexed once), its words and title in a contentless FTS5
 table (``docs_text``: the words are found there, the text itself stays in
-the blocks), its resolved out-links (``links``, from which in-link counts
-per URL are counted); and one row per file (``files``, keyed by inode): the
+the blocks), its resolved out-links (``links`` of numbered ``urls``, from
+which in-link counts per URL are counted); and one row per file (``files``, keyed by inode): the
 document it holds, its URL, host, collection, capture date, MIME type, HTTP
 status, size, and the catalog's ctime it was indexed at (``stamp``: the
 indexer's test for "changed since").
@@ -34,15 +34,15 @@ CREATE TABLE IF NOT EXISTS docs (
     title TEXT NOT NULL DEFAULT '');
 CREATE VIRTUAL TABLE IF NOT EXISTS docs_text USING fts5(
     title, body, content='', tokenize='unicode61 remove_diacritics 2');
-CREATE TABLE IF NOT EXISTS links (doc INTEGER NOT NULL, url TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS links_url ON links (url);
-CREATE INDEX IF NOT EXISTS links_doc ON links (doc);
+-- Out-links by number: a URL is written once however many pages link to it.
+CREATE TABLE IF NOT EXISTS urls (id INTEGER PRIMARY KEY, url TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS links (url INTEGER NOT NULL, doc INTEGER NOT NULL, PRIMARY KEY (url, doc)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS files (
     ino        INTEGER PRIMARY KEY,
     stamp      INTEGER NOT NULL,         -- the inode's ctime_ns when indexed
     doc        INTEGER,                  -- NULL: empty, or not read (larger than one block)
     url        TEXT,                     -- as recorded (WARC-Target-URI, or the path's URL)
-    key        TEXT,                     -- the URL as links are kept (extract.link_key)
+    key        TEXT,                     -- the URL as links are kept (extract.link_key), NULL: as url
     host       TEXT,
     collection TEXT NOT NULL,
     date       TEXT,                     -- 14 digits, the capture's date
@@ -50,7 +50,6 @@ CREATE TABLE IF NOT EXISTS files (
     status     INTEGER,
     size       INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS files_doc ON files (doc);
-CREATE INDEX IF NOT EXISTS files_key ON files (key);
 CREATE INDEX IF NOT EXISTS files_host ON files (host);
 """
 
@@ -108,14 +107,18 @@ class Index:
         doc = cur.lastrowid
         if title or text:
             self.db.execute("INSERT INTO docs_text (rowid, title, body) VALUES (?, ?, ?)", (doc, title, text))
-        self.db.executemany("INSERT INTO links VALUES (?, ?)", [(doc, u) for u in links])
+        if links:
+            self.db.executemany("INSERT OR IGNORE INTO urls (url) VALUES (?)", [(u,) for u in links])
+            self.db.execute(f"INSERT OR IGNORE INTO links SELECT id, ? FROM urls WHERE url IN "
+                            f"({','.join('?' * len(links))})", (doc, *links))
         return doc
 
     def put_file(self, ino: int, stamp: int, doc: Optional[int], facts: dict) -> None:
         self.db.execute(
             "INSERT OR REPLACE INTO files (ino, stamp, doc, url, key, host, collection, date, mime, status, size)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (ino, stamp, doc, facts.get("url"), facts.get("key"), facts.get("host"), facts["collection"],
+            (ino, stamp, doc, facts.get("url"), None if facts.get("key") == facts.get("url") else facts.get("key"),
+             facts.get("host"), facts["collection"],
              facts.get("date"), facts.get("mime", ""), facts.get("status"), facts["size"]))
 
     def drop_files(self, inos: list[int]) -> None:
@@ -126,8 +129,12 @@ class Index:
         their words stay in the contentless FTS table, unreachable, until a reindex."""
         gone = [r[0] for r in self.db.execute(
             "SELECT id FROM docs WHERE NOT EXISTS (SELECT 1 FROM files WHERE files.doc = docs.id)")]
-        self.db.executemany("DELETE FROM links WHERE doc=?", [(d,) for d in gone])
-        self.db.executemany("DELETE FROM docs WHERE id=?", [(d,) for d in gone])
+        if gone:
+            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS gone (id INTEGER PRIMARY KEY)")
+            self.db.execute("DELETE FROM gone")
+            self.db.executemany("INSERT INTO gone VALUES (?)", [(d,) for d in gone])
+            self.db.execute("DELETE FROM links WHERE doc IN (SELECT id FROM gone)")      # one scan
+            self.db.execute("DELETE FROM docs WHERE id IN (SELECT id FROM gone)")
         return len(gone)
 
     def commit(self) -> None:

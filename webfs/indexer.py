@@ -32,6 +32,7 @@ from .index import INDEX_DIR_META, INDEX_FILE, Index, index_dir
 
 log = logging.getLogger(__name__)
 
+OFF_ENV = "WEBFS_INDEX"
 SLACK_NS = 120 * 10**9          # files this much older than the watermark are looked at again
 BATCH = 500                     # files indexed per index transaction
 KEEP_DIR = "@warc"              # a collection's raw WARC records (webfs.warc): not pages
@@ -174,7 +175,9 @@ def file_facts(path: str, xattrs: dict, size: int, mtime_ns: int) -> dict:
         found, stamp = urlpath.split_capture_path(rest)
         url = url or found
     except ValueError:
-        pass
+        # A mirror's layout (wget -r, HTTrack): COLLECTION/HOST/PATH is http://HOST/PATH.
+        if not url and "." in rest.split("/")[0]:
+            url = "http://" + rest
     date = _digits(xattrs.get(b"user.warc.date", b"").decode("ascii", "replace")) or stamp[:14] or \
         datetime.datetime.fromtimestamp(mtime_ns / 1e9, datetime.timezone.utc).strftime("%Y%m%d%H%M%S")
     ctype = xattrs.get(b"user.http.content-type", b"").decode("latin-1").strip()
@@ -221,9 +224,16 @@ def rebuild(store, progress=None, directory: Optional[str] = None) -> dict:
     return catch_up(store, progress)
 
 
+def enabled() -> bool:
+    """WEBFS_INDEX=0 in the environment turns indexing off (imports, the mount's keeper)."""
+    return os.environ.get(OFF_ENV, "1") != "0"
+
+
 def after_import(store) -> None:
     """Index what an import made: at once when run on the disks; in a mount the
     background pass finds it (the import must not wait for it)."""
+    if not enabled():
+        return
     keeper = getattr(store, "index_keeper", None)
     if keeper is not None:
         keeper.poke()
@@ -254,6 +264,8 @@ class Keeper:
         self.poked.set()
 
     def step(self) -> None:
+        if not enabled():
+            return
         version = self.watch.data_version()
         if version == self.seen and not self.poked.is_set():
             return

@@ -61,7 +61,8 @@ def compile_query(text: str) -> Compiled:
             value, name = m.group(0), None          # "foo:bar" is words
         inlinks = _INLINKS.fullmatch(m.group(0))
         if inlinks:
-            out.where.append(f"(SELECT count(*) FROM links l WHERE l.url = f.key) {inlinks.group(1)} ?")
+            out.where.append("(SELECT count(*) FROM links l JOIN urls u ON u.id = l.url "
+                             f"WHERE u.url = coalesce(f.key, f.url)) {inlinks.group(1)} ?")
             out.params.append(int(inlinks.group(2)))
         elif name is None or name == "title":
             if re.search(r"\w", value):
@@ -86,7 +87,7 @@ def _field(out: Compiled, name: str, value: str, term: str) -> None:
         out.where.append("(f.host = ? OR f.host LIKE ? ESCAPE '\\')")
         out.params += [host, "%." + host.replace("%", "\\%").replace("_", "\\_")]
     elif name == "links-to":
-        out.where.append("f.doc IN (SELECT doc FROM links WHERE url = ?)")
+        out.where.append("f.doc IN (SELECT l.doc FROM links l JOIN urls u ON u.id = l.url WHERE u.url = ?)")
         out.params.append(link_key(value if "://" in value else "http://" + value))
     elif name == "mime":
         mime = value.lower().rstrip("/*")

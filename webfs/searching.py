@@ -33,7 +33,13 @@ def answers(store, text: str, limit: int, offset: int = 0) -> list[dict]:
     try:
         paths = indexer.Paths(cat)
         out = []
-        for ino, url, date, mime, size in query.run(index.db, text, limit, offset):
+        try:
+            rows = query.run(index.db, text, limit, offset)
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            return []                   # the first pass is making the index's tables right now
+        for ino, url, date, mime, size in rows:
             path = paths(ino)
             if path is not None:        # removed since the last pass
                 out.append({"path": path, "url": url, "date": date, "mime": mime, "size": size})
