@@ -65,36 +65,57 @@ def register(main: click.Group) -> None:
     @click.option("--since", default=None, metavar="DATE", help="Only pages captured on or after DATE (2014, 20140301...).")
     @click.option("--until", default=None, metavar="DATE", help="Only pages captured on or before DATE.")
     @click.option("--query", "query_text", default=None, metavar="QUERY", help="Only pages that answer QUERY.")
+    @click.option("--tar", "as_tar", is_flag=True, help="Write the pages as a tar archive instead of their paths.")
     @click.option("--resume", default=None, metavar="TOKEN", help="Go on after the page a token was printed for.")
     @target_arg
-    def stream(host, collection, since, until, query_text, resume, target):
-        """Print the path of every page of TARGET (or of a subset), in the
-        signature tree's order, each exactly once: pages added after the
-        stream started are not sent, pages moved by cooling or rebalance are
-        neither missed nor repeated. After each page, a line 'resume TOKEN
-        BYTES' on stderr: 'webfs stream --resume TOKEN' sends the pages after
-        it, and BYTES is how much of this run's output they follow."""
-        from .stream import Position, pages, start, subset_query
+    def stream(host, collection, since, until, query_text, as_tar, resume, target):
+        """Print the path of every page of TARGET (or of a subset), or write
+        the pages as a tar archive (--tar), in the signature tree's order, each
+        exactly once: pages added after the stream started are not sent,
+        pages moved by cooling or rebalance are neither missed nor repeated.
+        After each page, a line 'resume TOKEN BYTES' on stderr: 'webfs stream
+        --resume TOKEN' sends the pages after it, and BYTES is how much of
+        this run's output they follow."""
+        from .stream import Position, start, subset_query
         store, prefix = _open_for_reading(target)
         try:
             if resume:
                 pos = Position.from_token(resume)
             else:
-                subset = subset_query(host, collection, since, until, query_text)
                 try:
-                    pos = start(store, subset)
+                    pos = start(store, subset_query(host, collection, since, until, query_text))
                 except WebfsError as exc:
                     raise click.BadParameter(str(exc)) from None
-            out, written = sys.stdout.buffer, 0
-            for path, pos in pages(store, pos):
-                line = (prefix.rstrip("/") + "/" + path + "\n").encode("utf-8", "surrogateescape")
-                out.write(line)
-                out.flush()
-                written += len(line)
-                sys.stderr.write(f"resume {pos.token()} {written}\n")
-                sys.stderr.flush()
+            _send(store, pos, prefix, as_tar)
         finally:
             store.close()
+
+
+def _send(store, pos, prefix: str, as_tar: bool) -> None:
+    """Write the stream's pages (paths, or tar members) and a token after each."""
+    from .namespace import Namespace
+    from .stream import TAR_END, pages, tar_member
+    out, written = sys.stdout.buffer, 0
+    ns = Namespace(store) if as_tar else None
+    for path, ino, pos in pages(store, pos):
+        if as_tar:
+            if prefix != "/":           # through the mount: what a reader of the file sees
+                with open(os.path.join(prefix, path), "rb") as f:
+                    data, st = f.read(), os.fstat(f.fileno())
+                chunk = tar_member(path, data, st.st_mtime_ns, st.st_mode)
+            else:
+                node = ns.get(ino)
+                chunk = tar_member(path, b"".join(store.read(r) for r in ns.contents(ino)), node.mtime_ns, node.mode)
+        else:
+            chunk = (prefix.rstrip("/") + "/" + path + "\n").encode("utf-8", "surrogateescape")
+        out.write(chunk)
+        out.flush()
+        written += len(chunk)
+        sys.stderr.write(f"resume {pos.token()} {written}\n")
+        sys.stderr.flush()
+    if as_tar:
+        out.write(TAR_END)
+        out.flush()
 
 
 def _open_for_reading(target: str):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import tarfile
 import time
 from dataclasses import dataclass
 from typing import Iterator, Optional
@@ -62,8 +63,8 @@ def subset_query(host: Optional[str], collection: Optional[str], since: Optional
     return " ".join(terms)
 
 
-def pages(store, pos: Position) -> Iterator[tuple[str, Position]]:
-    """(path from the archive's root, the position after it) of each page still to send."""
+def pages(store, pos: Position) -> Iterator[tuple[str, int, Position]]:
+    """(path from the archive's root, inode, the position after it) of each page still to send."""
     chosen = None
     if pos.subset:
         index = Index(indexer.location(store), read_only=True)
@@ -86,7 +87,7 @@ def pages(store, pos: Position) -> Iterator[tuple[str, Position]]:
                 path = paths(ino)
                 if path is None or "/" not in path or path.split("/")[1] == indexer.KEEP_DIR:
                     continue            # not a page (webfs.indexer)
-                yield path, Position(pos.started_ns, grp, ino, pos.subset)
+                yield path, ino, Position(pos.started_ns, grp, ino, pos.subset)
     finally:
         cat.close()
 
@@ -97,3 +98,16 @@ def start(store, subset: str) -> Position:
         query.compile_query(subset)
         indexer.catch_up(store)
     return Position(time.time_ns(), "", 0, subset)
+
+
+def tar_member(name: str, data: bytes, mtime_ns: int, mode: int = 0o644) -> bytes:
+    """One file as a tar member (POSIX pax, any name length), padded to 512 bytes.
+    Members written one after another and ended by ``TAR_END`` are a tar archive,
+    so the parts of a stopped and resumed stream, each cut where its last token
+    says, make one."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = len(data), mtime_ns // 10**9, mode & 0o7777
+    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape") + data + bytes(-len(data) % 512)
+
+
+TAR_END = bytes(1024)           # two zero blocks end a tar archive
