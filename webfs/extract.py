@@ -11,6 +11,7 @@ type, which the index keeps per file.
 """
 from __future__ import annotations
 
+import functools
 import re
 import urllib.parse
 from dataclasses import dataclass, field
@@ -96,20 +97,50 @@ def extract(data: bytes, mime: str = "", url: Optional[str] = None) -> Extracted
 def _links(tree: HTMLParser, base: str) -> list[str]:
     """Distinct http(s) out-links, resolved against ``base``, fragments cut, in page order."""
     seen: dict[str, None] = {}
+    resolve = _Resolver(base)
     for tag, attr in LINK_TAGS:
         for node in tree.css(f"{tag}[{attr}]"):
             href = (node.attributes.get(attr) or "").strip()
             if not href or href.startswith(("#", "javascript:", "mailto:", "data:")):
                 continue
-            try:
-                full = urllib.parse.urldefrag(urllib.parse.urljoin(base, href))[0] if base else href
-            except ValueError:
-                continue                # a malformed href (an IPv6 host missing its bracket)
-            if full.startswith(("http://", "https://")):
-                seen.setdefault(link_key(full), None)
+            full = resolve(href)
+            if full:
+                seen.setdefault(full, None)
             if len(seen) >= MAX_LINKS:
                 return list(seen)
     return list(seen)
+
+
+class _Resolver:
+    """hrefs of one page to link keys. The common ones (absolute, from the
+    root, plain relative names) by string work on the page's own key; the
+    rest (dot segments, queries alone, other schemes) by urljoin. Resolving
+    every link with urljoin was nine tenths of a document's indexing time."""
+
+    def __init__(self, base: str):
+        self.base = base
+        key = link_key(base) if base[:8].lower().startswith(("http://", "https://")) else ""
+        self.origin = key[:key.find("/", key.find("//") + 2)] if key else ""
+        self.folder = key.split("?")[0].rsplit("/", 1)[0] + "/" if key else ""
+
+    def __call__(self, href: str) -> str:
+        href = href.split("#", 1)[0]
+        if href[:8].lower().startswith(("http://", "https://")):
+            return _absolute_key(href)
+        if self.origin and "./" not in href and not href.startswith(("?", "//")) and ":" not in href.split("/")[0]:
+            return self.origin + href if href.startswith("/") else self.folder + href
+        if not self.base:
+            return ""
+        try:
+            full = urllib.parse.urljoin(self.base, href)
+        except ValueError:
+            return ""                   # a malformed href (an IPv6 host missing its bracket)
+        return _absolute_key(full) if full[:8].lower().startswith(("http://", "https://")) else ""
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _absolute_key(url: str) -> str:
+    return link_key(urllib.parse.urldefrag(url)[0])
 
 
 def host_of(url: str) -> str:
