@@ -573,15 +573,18 @@ class Catalog:
         return self.query("SELECT b.id, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
                           "WHERE c.inode=? ORDER BY c.piece LIMIT ?", (ino, most))
 
-    def files_in_group_order(self, before_ns: int, after: tuple[str, int], most: int) -> list[tuple[str, int]]:
-        """(placement group of the first block, inode) of the regular files whose
-        ctime is at most ``before_ns``, in that order, past ``after``: an order
-        that moving a group to another disk does not change (webfs.stream)."""
+    def files_in_group_order(self, top_ino: int, after: tuple[str, int], most: int) -> list[tuple[str, int]]:
+        """(placement group of the first block, inode) of the regular files
+        numbered up to ``top_ino``, in that order, past ``after``: an order that
+        moving a group to another disk does not change (webfs.stream)."""
         return self.query(
-            f"SELECT coalesce(b.grp, ''), i.id FROM inodes i LEFT JOIN contents c ON c.inode = i.id AND c.piece = 0 "
+            "SELECT coalesce(b.grp, ''), i.id FROM inodes i LEFT JOIN contents c ON c.inode = i.id AND c.piece = 0 "
             f"LEFT JOIN blocks b ON b.id = c.block WHERE (i.mode & {0o170000}) = {0o100000} AND i.nlink > 0 "
-            f"AND i.ctime_ns <= ? AND (coalesce(b.grp, ''), i.id) > (?, ?) "
-            f"ORDER BY coalesce(b.grp, ''), i.id LIMIT ?", (before_ns, after[0], after[1], most))
+            "AND i.id <= ? AND (coalesce(b.grp, ''), i.id) > (?, ?) "
+            "ORDER BY coalesce(b.grp, ''), i.id LIMIT ?", (top_ino, after[0], after[1], most))
+
+    def top_inode(self) -> int:
+        return self.scalar("SELECT max(id) FROM inodes") or 0
 
     def data_version(self) -> int:
         """Moves when another connection commits (SQLite's PRAGMA data_version)."""

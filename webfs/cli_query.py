@@ -98,14 +98,9 @@ def _send(store, pos, prefix: str, as_tar: bool) -> None:
     out, written = sys.stdout.buffer, 0
     ns = Namespace(store) if as_tar else None
     for path, ino, pos in pages(store, pos):
-        if as_tar:
-            if prefix != "/":           # through the mount: what a reader of the file sees
-                with open(os.path.join(prefix, path), "rb") as f:
-                    data, st = f.read(), os.fstat(f.fileno())
-                chunk = tar_member(path, data, st.st_mtime_ns, st.st_mode)
-            else:
-                node = ns.get(ino)
-                chunk = tar_member(path, b"".join(store.read(r) for r in ns.contents(ino)), node.mtime_ns, node.mode)
+        if as_tar:                      # from the blocks, in the signature tree's order: no FUSE round trips
+            node = ns.get(ino)
+            chunk = tar_member(path, b"".join(store.read(r) for r in ns.contents(ino)), node.mtime_ns, node.mode)
         else:
             chunk = (prefix.rstrip("/") + "/" + path + "\n").encode("utf-8", "surrogateescape")
         out.write(chunk)

@@ -1,24 +1,26 @@
 """Restartable, consistent streams of an archive's pages (``webfs stream``),
 after WebBase's streams (seed 000, section 3.4).
 
-This module owns the stream's order, its snapshot and its resume token. The
-snapshot is the files whose catalog ctime is at most the stream's start
-time ``T0``: a file added later is not sent. The order is (placement group
-of the file's first block, inode number): the signature tree's order, which
-is the order a disk's blocks lie in, and which moving a group to another
-disk (cooling, rebalance) does not change, so a moved page is neither
-missed nor sent twice. The token is ``T0``, the last (group, inode) sent and
-the subset asked for, printed after each page is written: a stream started
-again with it sends exactly the pages after that one. A subset (host,
-collection, dates, a query) is taken from the query index (webfs.query);
-without one, every page of every collection is sent.
+This module owns the stream's order, its snapshot and its resume token.
+The snapshot is the files whose inode number is at most the highest one
+when the stream started: a file made later has a higher number
+(webfs.namespace numbers new inodes past every number used), so it is not
+sent, while a file of the snapshot renamed or touched meanwhile still is.
+The order is (placement group of the file's first block, inode number):
+the signature tree's order, which is the order a disk's blocks lie in, and
+which moving a group to another disk (cooling, rebalance) does not change,
+so a moved page is neither missed nor sent twice. The token is that
+highest number, the last (group, inode) sent and the subset asked for,
+printed after each page is written: a stream started again with it sends
+exactly the pages after that one. A subset (host, collection, dates, a
+query) is taken from the query index (webfs.query); without one, every
+page of every collection is sent.
 """
 from __future__ import annotations
 
 import base64
 import json
 import tarfile
-import time
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -32,22 +34,22 @@ TOKEN_VERSION = 1
 
 @dataclass
 class Position:
-    started_ns: int
+    top_ino: int                # the snapshot: files numbered up to this
     grp: str
     ino: int
     subset: str                 # the query that chooses the pages ('' for all)
 
     def token(self) -> str:
-        raw = json.dumps([TOKEN_VERSION, self.started_ns, self.grp, self.ino, self.subset]).encode()
+        raw = json.dumps([TOKEN_VERSION, self.top_ino, self.grp, self.ino, self.subset]).encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @classmethod
     def from_token(cls, token: str) -> "Position":
         try:
-            v, started, grp, ino, subset = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+            v, top, grp, ino, subset = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
             if v != TOKEN_VERSION:
                 raise ValueError(v)
-            return cls(int(started), str(grp), int(ino), str(subset))
+            return cls(int(top), str(grp), int(ino), str(subset))
         except (ValueError, TypeError) as exc:
             raise WebfsError(f"{token[:40]}: not a token printed by webfs stream ({exc})") from None
 
@@ -77,7 +79,7 @@ def pages(store, pos: Position) -> Iterator[tuple[str, int, Position]]:
         paths = indexer.Paths(cat)
         after = (pos.grp, pos.ino)
         while True:
-            rows = cat.files_in_group_order(pos.started_ns, after, PAGE)
+            rows = cat.files_in_group_order(pos.top_ino, after, PAGE)
             if not rows:
                 return
             for grp, ino in rows:
@@ -87,17 +89,22 @@ def pages(store, pos: Position) -> Iterator[tuple[str, int, Position]]:
                 path = paths(ino)
                 if path is None or "/" not in path or path.split("/")[1] == indexer.KEEP_DIR:
                     continue            # not a page (webfs.indexer)
-                yield path, ino, Position(pos.started_ns, grp, ino, pos.subset)
+                yield path, ino, Position(pos.top_ino, grp, ino, pos.subset)
     finally:
         cat.close()
 
 
 def start(store, subset: str) -> Position:
-    """A new stream's position: now, before every file; the index brought up to date."""
+    """A new stream's position: the files there now, before every one; the index
+    brought up to date."""
     if subset:
         query.compile_query(subset)
         indexer.catch_up(store)
-    return Position(time.time_ns(), "", 0, subset)
+    cat = indexer.open_catalog_reader(store)
+    try:
+        return Position(cat.top_inode(), "", 0, subset)
+    finally:
+        cat.close()
 
 
 def tar_member(name: str, data: bytes, mtime_ns: int, mode: int = 0o644) -> bytes:
