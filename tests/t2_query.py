@@ -101,3 +101,12 @@ def test_a_later_import_is_found_and_a_bad_query_is_exit_2(archive, tmp_path):
     assert len(search(archive, "ephemeral")) == 1
     proc = webfs("search", "--count", "date:x", archive, check=False)
     assert proc.returncode == 2 and b"date:x" in proc.stderr
+
+
+def test_a_damaged_index_is_made_again(archive):
+    want = search(archive, "perennial")
+    (archive / "meta" / "index.db").write_bytes(b"not an sqlite database" * 100)
+    for f in (archive / "meta").glob("index.db-*"):
+        f.unlink()
+    proc = webfs("search", "perennial", archive)
+    assert proc.stdout.decode().split() == want and b"made again from the archive" in proc.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 from conftest import Mounted, eventually, sh, wait_dead, webfs
 from t2_query import crawl
@@ -63,3 +64,23 @@ def test_what_a_killed_mount_did_not_index_is_caught_up(tmp_path):
         assert webfs("search", "--urls", "inlinks=0 title:stanford", m.mnt).stdout == b"http://example.com/\n"
     finally:
         m.umount()
+
+
+def test_only_the_owner_looks_into_search(tmp_path):
+    import tempfile
+    m = Mounted(tmp_path, disks=2, mount=False)
+    m.mnt = Path(tempfile.mkdtemp(prefix="webfs-search-"))       # pytest's tmp is root-only
+    os.chmod(m.mnt, 0o755)
+    m.mount("allow_other")
+    try:
+        (m.mnt / "c").mkdir()
+        (m.mnt / "c" / "page.html").write_text("<title>t</title>okapi")
+        os.chmod(m.mnt / "c" / "page.html", 0o644)
+        assert webfs("search", "okapi", m.mnt).stdout.decode().split() == [f"{m.mnt}/c/page.html"]
+        assert sh(f"runuser -u nobody -- cat '{m.mnt}/c/page.html'").stdout.endswith(b"okapi")
+        eventually(lambda: listing(m, "okapi") == ["c%2Fpage.html"], "the background index")
+        proc = sh(f"runuser -u nobody -- ls '{m.mnt}/.webfs/search/okapi'", check=False)
+        assert proc.returncode != 0 and b"Permission denied" in proc.stderr
+    finally:
+        m.umount()
+        os.rmdir(m.mnt)

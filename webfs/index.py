@@ -17,9 +17,12 @@ recorded in the catalog (meta key ``index_dir``). Losing it loses nothing:
 """
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 from typing import Optional
+
+log = logging.getLogger(__name__)
 
 INDEX_FILE = "index.db"
 INDEX_VERSION = "1"
@@ -54,6 +57,15 @@ CREATE INDEX IF NOT EXISTS files_host ON files (host);
 """
 
 
+def remove(directory: str) -> None:
+    """Remove the index kept in ``directory`` (its WAL files too), if there is one."""
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.remove(os.path.join(directory, INDEX_FILE + suffix))
+        except FileNotFoundError:
+            pass
+
+
 def index_dir(catalog_file: str, recorded: Optional[str]) -> str:
     """Where the index of the archive whose catalog is ``catalog_file`` lives."""
     return recorded or os.path.dirname(catalog_file)
@@ -70,12 +82,22 @@ class Index:
             self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
         else:
             os.makedirs(directory, exist_ok=True)
-            self.db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")      # derived data: a lost tail is caught up again
-            self.db.executescript(SCHEMA)
-            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('version', ?)", (INDEX_VERSION,))
-            self.db.commit()
+            try:
+                self._open()
+            except sqlite3.DatabaseError as exc:
+                # Derived data: a damaged index is made again, not repaired.
+                log.warning("%s: %s; made again from the archive", self.path, exc)
+                self.db.close()
+                remove(directory)
+                self._open()
+
+    def _open(self) -> None:
+        self.db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")      # derived data: a lost tail is caught up again
+        self.db.executescript(SCHEMA)
+        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('version', ?)", (INDEX_VERSION,))
+        self.db.commit()
 
     def close(self) -> None:
         self.db.close()

@@ -28,7 +28,7 @@ from . import lockorder, urlpath
 from .catalog import Catalog
 from .errors import WebfsError
 from .extract import extract, host_of, link_key
-from .index import INDEX_DIR_META, INDEX_FILE, Index, index_dir
+from .index import INDEX_DIR_META, Index, index_dir, remove
 
 log = logging.getLogger(__name__)
 
@@ -214,13 +214,8 @@ def rebuild(store, progress=None, directory: Optional[str] = None) -> dict:
         directory = os.path.abspath(directory)
         store.catalog.set_meta(INDEX_DIR_META, directory)
         store.commit()
-    where = location(store)
-    for d in {old, where}:
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                os.remove(os.path.join(d, INDEX_FILE + suffix))
-            except FileNotFoundError:
-                pass
+    for d in {old, location(store)}:
+        remove(d)
     return catch_up(store, progress)
 
 

@@ -35,10 +35,10 @@ def answers(store, text: str, limit: int, offset: int = 0) -> list[dict]:
         out = []
         try:
             rows = query.run(index.db, text, limit, offset)
-        except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc):
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and "no such table" not in str(exc):
                 raise
-            return []                   # the first pass is making the index's tables right now
+            return []                   # the first pass is making (or remaking) the index right now
         for ino, url, date, mime, size in rows:
             path = paths(ino)
             if path is not None:        # removed since the last pass
