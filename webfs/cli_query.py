@@ -93,20 +93,18 @@ def register(main: click.Group) -> None:
 
 def _send(store, pos, prefix: str, as_tar: bool) -> None:
     """Write the stream's pages (paths, or tar members) and a token after each."""
-    from .namespace import Namespace
-    from .stream import TAR_END, pages, tar_member
+    from .stream import TAR_END, pages, tar_chunks
     out, written = sys.stdout.buffer, 0
-    ns = Namespace(store) if as_tar else None
-    for path, ino, pos in pages(store, pos):
-        if as_tar:                      # from the blocks, in the signature tree's order: no FUSE round trips
-            node = ns.get(ino)
-            chunk = tar_member(path, b"".join(store.read(r) for r in ns.contents(ino)), node.mtime_ns, node.mode)
-        else:
-            chunk = (prefix.rstrip("/") + "/" + path + "\n").encode("utf-8", "surrogateescape")
+    if as_tar:
+        chunks = tar_chunks(store, pos)
+    else:
+        chunks = (((prefix.rstrip("/") + "/" + path + "\n").encode("utf-8", "surrogateescape"), after)
+                  for path, _, after in pages(store, pos))
+    for chunk, after in chunks:
         out.write(chunk)
         out.flush()
         written += len(chunk)
-        sys.stderr.write(f"resume {pos.token()} {written}\n")
+        sys.stderr.write(f"resume {after.token()} {written}\n")
         sys.stderr.flush()
     if as_tar:
         out.write(TAR_END)

@@ -19,8 +19,10 @@ page of every collection is sent.
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -29,6 +31,7 @@ from .errors import WebfsError
 from .index import Index
 
 PAGE = 1000                     # files asked of the catalog at a time
+READ_AHEAD = 16                 # pages read ahead per disk by the tar stream
 TOKEN_VERSION = 1
 
 
@@ -118,3 +121,26 @@ def tar_member(name: str, data: bytes, mtime_ns: int, mode: int = 0o644) -> byte
 
 
 TAR_END = bytes(1024)           # two zero blocks end a tar archive
+
+
+def tar_chunks(store, pos: Position) -> Iterator[tuple[bytes, Position]]:
+    """(tar member, the position after it) of each page still to send, read from
+    the blocks by one thread per disk, a few pages ahead, sent in order."""
+    from .namespace import Namespace
+    ns = Namespace(store)
+    readers = max(1, len(store.archive.volumes))
+    ahead: collections.deque = collections.deque()
+
+    def read(rows) -> bytes:
+        return b"".join(store.read(r) for r in rows)
+
+    with ThreadPoolExecutor(readers, thread_name_prefix="webfs-stream") as pool:
+        for path, ino, after in pages(store, pos):
+            node = ns.get(ino)
+            ahead.append((path, node, after, pool.submit(read, ns.contents(ino))))
+            if len(ahead) >= READ_AHEAD * readers:
+                path, node, after, data = ahead.popleft()
+                yield tar_member(path, data.result(), node.mtime_ns, node.mode), after
+        while ahead:
+            path, node, after, data = ahead.popleft()
+            yield tar_member(path, data.result(), node.mtime_ns, node.mode), after
