@@ -85,3 +85,29 @@ def test_bad_queries_say_which_term():
         with pytest.raises(query.BadQuery):
             query.compile_query(bad)
     assert query.date_range("201403") == ("20140300000000", "20140399999999")
+
+
+def test_any_text_is_a_query_or_a_clear_refusal(tmp_path):
+    """Whatever a user types, the index answers or BadQuery says why: never an
+    FTS5 syntax error or another exception."""
+    from hypothesis import given, settings, strategies as st
+    ix = Index(str(tmp_path))
+    ix.add_doc("s", "html", "t", "some words", ["http://a/"])
+    ix.put_file(1, 1, 1, {"collection": "c", "url": "http://a/", "key": "http://a/", "host": "a",
+                          "date": "20140101000000", "mime": "text/html", "size": 1})
+    ix.commit()
+    alphabet = st.sampled_from(list('ab "*:()-^.<>=/\\%_\'') + ["title:", "url:", "host:", "links-to:", "mime:",
+                                                               "date:", "collection:", "inlinks>", "AND", "OR",
+                                                               "NOT", "NEAR", "2014", "..", "é", "\0"])
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(alphabet, max_size=12).map("".join))
+    def check(text):
+        try:
+            query.run(ix.db, text, 10)
+            query.count(ix.db, text)
+        except query.BadQuery:
+            pass
+
+    check()
+    ix.close()

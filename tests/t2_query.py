@@ -110,3 +110,29 @@ def test_a_damaged_index_is_made_again(archive):
         f.unlink()
     proc = webfs("search", "perennial", archive)
     assert proc.stdout.decode().split() == want and b"made again from the archive" in proc.stderr
+
+
+def stream(disk, *opts):
+    proc = webfs("stream", *opts, disk)
+    return proc.stdout.decode().splitlines(), proc.stderr.decode().splitlines()
+
+
+def test_stream_subsets_from_a_disk(archive, tmp_path):
+    everything, tokens = stream(archive)
+    assert len(everything) == 6 and len(tokens) == 6 and all(t.startswith("resume ") for t in tokens)
+    assert sorted(stream(archive, "--collection", "crawl-2015")[0]) == sorted(
+        p for p in everything if p.startswith("/crawl-2015/"))
+    assert stream(archive, "--since", "2015", "--until", "2015")[0] == \
+        [p for p in everything if p.startswith("/crawl-2015/")]
+    assert stream(archive, "--query", "perennial", "--host", "example.com")[0] == \
+        [p for p in everything if "same.html" in p]
+    # A resume sends what comes after, with the first run's snapshot: a later import is not in it.
+    webfs("import", crawl(tmp_path / "src3", "crawl-2016", "20160301000000", {}), f"{archive}:/")
+    rest, _ = stream(archive, "--resume", tokens[2].split()[1])
+    assert rest == everything[3:]
+    tar = webfs("stream", "--tar", "--collection", "crawl-2014", archive).stdout
+    import io
+    import tarfile
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        assert sorted(t.getnames()) == sorted(p[1:] for p in everything if p.startswith("/crawl-2014/"))
+        assert t.extractfile("crawl-2014/http/example.com/@20140301000000").read() == KNOWN

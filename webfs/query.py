@@ -53,6 +53,7 @@ def _quoted(text: str) -> str:
 def compile_query(text: str) -> Compiled:
     """A query's FTS5 match and SQL conditions on ``files f``; BadQuery if it has none."""
     out = Compiled()
+    text = text.replace("\0", " ")           # FTS5 reads a NUL as the end of its query
     for m in _TERM.finditer(text):
         if not m.group(0):
             continue
