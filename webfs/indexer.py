@@ -199,24 +199,29 @@ _one_pass = lockorder.lock("index pass")        # a search's pass and the mount'
 def catch_up(store, progress=None) -> dict:
     """One pass: index what changed in the catalog since the last."""
     with _one_pass:
-        index = Index(location(store))
-        try:
-            return Pass(store, index, progress).run()
-        finally:
-            index.close()
+        return _pass(store, progress)
+
+
+def _pass(store, progress) -> dict:
+    index = Index(location(store))
+    try:
+        return Pass(store, index, progress).run()
+    finally:
+        index.close()
 
 
 def rebuild(store, progress=None, directory: Optional[str] = None) -> dict:
     """Throw the index away and make it again from the catalog and blocks;
-    ``directory``: keep it there from now on (recorded in the catalog)."""
-    old = location(store)
-    if directory is not None:
-        directory = os.path.abspath(directory)
-        store.catalog.set_meta(INDEX_DIR_META, directory)
-        store.commit()
-    for d in {old, location(store)}:
-        remove(d)
-    return catch_up(store, progress)
+    ``directory``: keep it there from now on (recorded in the catalog). Under
+    the pass lock: a mount's keeper never writes into a file being removed."""
+    with _one_pass:
+        old = location(store)
+        if directory is not None:
+            store.catalog.set_meta(INDEX_DIR_META, os.path.abspath(directory))
+            store.commit()
+        for d in {old, location(store)}:
+            remove(d)
+        return _pass(store, progress)
 
 
 def enabled() -> bool:
