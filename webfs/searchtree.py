@@ -49,6 +49,7 @@ class SearchResults:
     def __init__(self, answer: Optional[Callable[[str, int], list[dict]]] = None):
         self.answer = answer            # (query, limit) -> answers (webfs.searching.answers), set by the mount
         self.cached: dict[str, list[tuple[bytes, bytes]]] = {}
+        self.targets: dict[str, dict[bytes, bytes]] = {}         # the same, by name
 
     def refresh(self, query: str) -> list[tuple[bytes, bytes]]:
         if self.answer is None:
@@ -56,16 +57,20 @@ class SearchResults:
         found = self.answer(query, SEARCH_LIMIT)
         self.cached[query] = [(entry_name(a["path"], i), (UP + a["path"]).encode("utf-8", "surrogateescape"))
                               for i, a in enumerate(found, 1)]
+        self.targets.pop(query, None)
         return self.cached[query]
 
     def entries(self, query: str) -> list[tuple[bytes, bytes]]:
         return self.cached.get(query) or self.refresh(query)
 
     def target(self, query: str, name: bytes) -> bytes:
-        for n, target in self.entries(query):
-            if n == name:
-                return target
-        raise FsError(errno.ENOENT)
+        found = self.targets.get(query)
+        if found is None or query not in self.cached:
+            found = self.targets[query] = dict(self.entries(query))
+        if name not in found:
+            raise FsError(errno.ENOENT)
+        return found[name]
 
     def forget(self, query: str) -> None:
         self.cached.pop(query, None)
+        self.targets.pop(query, None)
