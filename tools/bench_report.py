@@ -32,6 +32,7 @@ SECTION_TITLES = {
     "warc": "Web archives: import-warc and export-warc (webfs only)",
     "memory": "Daemon memory against archive size (webfs only)",
     "s3": "Disks on SeaweedFS (S3) against local disks and rclone mount",
+    "query": "Query access and streams: search, index size, import with indexing (webfs only)",
 }
 
 
@@ -776,10 +777,11 @@ def render_scale(result):
     return out
 
 
+import bench_query  # noqa: E402
 import bench_s3  # noqa: E402
 
 RENDERERS = {"warc": render_warc, "rebuild": render_rebuild, "readers": render_readers, "scale": render_scale, "cooling": render_cooling, "memory": render_memory,
-             "s3": bench_s3.render}
+             "s3": bench_s3.render, "query": bench_query.render_query}
 
 
 # ----------------------------------------------------------------- chart

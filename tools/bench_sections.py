@@ -210,6 +210,7 @@ def daemon(ctx):
 
 
 import bench_datapath  # noqa: E402
+import bench_query  # noqa: E402
 import bench_warc  # noqa: E402
 import bench_webfs  # noqa: E402
 import bench_s3  # noqa: E402
@@ -225,4 +226,5 @@ SECTIONS = {
     **bench_webfs.SECTIONS,
     **bench_s3.SECTIONS,
     **bench_warc.SECTIONS,
+    **bench_query.SECTIONS,
 }

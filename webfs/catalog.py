@@ -540,6 +540,57 @@ class Catalog:
         return {d: (n, b) for d, n, b in self.query(
             "SELECT disk, COUNT(*), COALESCE(SUM(stored),0) FROM blocks GROUP BY disk")}
 
+    # -- what the query index reads (webfs.indexer), on a reader of its own --
+
+    REGULAR = f"(mode & {0o170000}) = {0o100000} AND nlink > 0"
+
+    def file_stamps(self, since_ns: Optional[int] = None) -> dict[int, int]:
+        """inode -> ctime_ns of the regular files (changed since ``since_ns``)."""
+        if since_ns is None:
+            return dict(self.query(f"SELECT id, ctime_ns FROM inodes WHERE {self.REGULAR}"))
+        return dict(self.query(f"SELECT id, ctime_ns FROM inodes WHERE {self.REGULAR} AND ctime_ns >= ?",
+                               (since_ns,)))
+
+    def file_totals(self) -> tuple[int, int]:
+        """(number of regular files, their latest ctime_ns)."""
+        n, top = self.query(f"SELECT count(*), max(ctime_ns) FROM inodes WHERE {self.REGULAR}")[0]
+        return n, top or 0
+
+    def a_name_of(self, ino: int) -> Optional[tuple[int, bytes]]:
+        """(parent, name) of one of an inode's names, None if it has none."""
+        rows = self.query("SELECT parent, name FROM dentries WHERE inode=? LIMIT 1", (ino,))
+        return (rows[0][0], bytes(rows[0][1])) if rows else None
+
+    def xattrs_named(self, ino: int, names: tuple[bytes, ...]) -> dict[bytes, bytes]:
+        return {bytes(k): bytes(v) for k, v in self.query(
+            f"SELECT name, value FROM xattrs WHERE inode=? AND name IN ({','.join('?' * len(names))})",
+            (ino, *names))}
+
+    def size_and_mtime(self, ino: int) -> tuple[int, int]:
+        return tuple(self.query("SELECT size, mtime_ns FROM inodes WHERE id=?", (ino,))[0])
+
+    def first_pieces(self, ino: int, most: int = 2) -> list[tuple[int, str, int]]:
+        """(block id, signature, overflow) of a file's first pieces."""
+        return self.query("SELECT b.id, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
+                          "WHERE c.inode=? ORDER BY c.piece LIMIT ?", (ino, most))
+
+    def files_in_group_order(self, top_ino: int, after: tuple[str, int], most: int) -> list[tuple[str, int]]:
+        """(placement group of the first block, inode) of the regular files
+        numbered up to ``top_ino``, in that order, past ``after``: an order that
+        moving a group to another disk does not change (webfs.stream)."""
+        return self.query(
+            "SELECT coalesce(b.grp, ''), i.id FROM inodes i LEFT JOIN contents c ON c.inode = i.id AND c.piece = 0 "
+            f"LEFT JOIN blocks b ON b.id = c.block WHERE (i.mode & {0o170000}) = {0o100000} AND i.nlink > 0 "
+            "AND i.id <= ? AND (coalesce(b.grp, ''), i.id) > (?, ?) "
+            "ORDER BY coalesce(b.grp, ''), i.id LIMIT ?", (top_ino, after[0], after[1], most))
+
+    def top_inode(self) -> int:
+        return self.scalar("SELECT max(id) FROM inodes") or 0
+
+    def data_version(self) -> int:
+        """Moves when another connection commits (SQLite's PRAGMA data_version)."""
+        return self.scalar("PRAGMA data_version")
+
 
 class _FullIsNospace:
     """A full catalog disk as NoSpace. A class, not a @contextmanager: every

@@ -17,6 +17,7 @@ import click
 from . import __version__, archive as archmod
 from . import control
 from .admin import human
+from .cli_query import COMMANDS as QUERY_COMMANDS
 from .cli_warc import COMMANDS as WARC_COMMANDS
 from .commandline import DiskPath, disk_location, import_target, open_store, progress_bar, run_operation
 from .errors import WebfsError
@@ -53,7 +54,8 @@ def main(verbose: int, take_lease: bool) -> None:
         os.environ[TAKE_ENV] = "1"      # read where the lease is taken, in this process or its daemon
 
 
-for command in WARC_COMMANDS:       # the web archive's commands (webfs.cli_warc)
+# The commands of web archives (webfs.cli_warc) and of query access (webfs.cli_query).
+for command in WARC_COMMANDS + QUERY_COMMANDS:
     main.add_command(command)
 
 

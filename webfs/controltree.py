@@ -3,8 +3,9 @@
 It owns the virtual inodes (numbers from ``VIRTUAL_BASE`` up) that stand for
 ``.webfs``, ``.webfs/blocks``, the directories of the signature tree down to
 the placement groups, and one file per block, named as on the disks
-(``<rest>[~n]``). What exists is asked of the catalog at each lookup; nothing
-here is stored. Who may look in (the user who mounted, and root) is checked
+(``<rest>[~n]``); and ``.webfs/search``, whose names are queries
+(webfs.searchtree). What exists is asked of the catalog (or the query
+index) at each lookup; nothing here is stored. Who may look in (the user who mounted, and root) is checked
 by ``webfs.fs``, which also reads the blocks' bytes through its piece reader.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pyfuse3
 from .catalog import BlockRow, Catalog
 from .errors import FsError
 from .namespace import ROOT_INODE
+from .searchtree import SearchResults, query_of
 from .signature import block_name
 
 CONTROL_DIR = b".webfs"
@@ -29,7 +31,8 @@ def is_virtual(ino: int) -> bool:
 
 
 class VirtualNode:
-    """An entry of the read-only .webfs tree: a directory prefix or one block."""
+    """An entry of the read-only .webfs tree: a directory prefix, one block, the
+    search directory, a query or one of its answers (a symlink)."""
 
     def __init__(self, ino: int, kind: str, key: str, overflow: int = 0):
         self.ino, self.kind, self.key, self.overflow = ino, kind, key, overflow
@@ -45,6 +48,7 @@ class ControlTree:
         self.owner = owner
         self.nodes: dict[int, VirtualNode] = {}
         self.by_key: dict[tuple[str, str, int], int] = {}
+        self.search = SearchResults()
 
     def node(self, ino: int) -> VirtualNode:
         node = self.nodes.get(ino)
@@ -56,6 +60,8 @@ class ControlTree:
         node = self.nodes.pop(ino, None)
         if node is not None:
             self.by_key.pop((node.kind, node.key, node.overflow), None)
+            if node.kind == "query":
+                self.search.forget(node.key)
 
     def _node_for(self, kind: str, key: str, overflow: int = 0) -> VirtualNode:
         ident = (kind, key, overflow)
@@ -74,9 +80,14 @@ class ControlTree:
         node = self.node(parent)
         text = name.decode("ascii", "replace")
         if node.kind == "root":
-            if name == b"blocks":
-                return self._node_for("dir", "")
+            if name in (b"blocks", b"search"):
+                return self._node_for("dir" if name == b"blocks" else "search", "")
             raise FsError(errno.ENOENT)
+        if node.kind == "search":
+            return self._node_for("query", query_of(name))
+        if node.kind == "query":
+            self.search.target(node.key, name)
+            return self._node_for("link", node.key + "\0" + name.decode("utf-8", "surrogateescape"))
         if node.kind != "dir":
             raise FsError(errno.ENOTDIR)
         if len(node.key) < self.group_chars:
@@ -108,6 +119,10 @@ class ControlTree:
             a.st_mode = stat.S_IFREG | 0o400
             a.st_size = self.block(node.ino).size
             a.st_nlink = 1
+        elif node.kind == "link":
+            a.st_mode = stat.S_IFLNK | 0o777
+            a.st_size = len(self.readlink(node.ino))
+            a.st_nlink = 1
         else:
             a.st_mode = stat.S_IFDIR | 0o500
             a.st_nlink = 2
@@ -117,9 +132,22 @@ class ControlTree:
         a.st_blocks = (a.st_size + 511) // 512        # st_blocks counts POSIX's 512-byte units
         return a
 
-    def children(self, node: VirtualNode) -> list[tuple[bytes, VirtualNode]]:
+    def readlink(self, ino: int) -> bytes:
+        node = self.node(ino)
+        if node.kind != "link":
+            raise FsError(errno.EINVAL)
+        query, _, name = node.key.partition("\0")
+        return self.search.target(query, name.encode("utf-8", "surrogateescape"))
+
+    def children(self, node: VirtualNode, fresh: bool = False) -> list[tuple[bytes, VirtualNode]]:
         if node.kind == "root":
-            return [(b"blocks", self._node_for("dir", ""))]
+            return [(b"blocks", self._node_for("dir", "")), (b"search", self._node_for("search", ""))]
+        if node.kind == "search":
+            return []
+        if node.kind == "query":
+            found = self.search.refresh(node.key) if fresh else self.search.entries(node.key)
+            return [(name, self._node_for("link", node.key + "\0" + name.decode("utf-8", "surrogateescape")))
+                    for name, _ in found]
         width = self.group_chars
         if len(node.key) < width:
             return [(prefix[-2:].encode(), self._node_for("dir", prefix))
@@ -128,7 +156,7 @@ class ControlTree:
                 for sig, ovf in self.catalog.blocks_in_group(node.key)]
 
     def readdir(self, ino: int, start_id: int, token, times_ns: int) -> None:
-        children = self.children(self.node(ino))
+        children = self.children(self.node(ino), fresh=start_id == 0)
         for i, (name, child) in enumerate(children[start_id:], start_id + 1):
             if not pyfuse3.readdir_reply(token, name, self.attrs(child, times_ns), i):
                 return

@@ -26,7 +26,7 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from . import admin, outages, testkill
+from . import admin, indexer, outages, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
@@ -405,6 +405,8 @@ class Daemon:
                 nursery.start_soon(self.run_every, 10.0, self._trace_memory, "memory trace")
             if self.opts.cool_interval > 0 and not self.opts.read_only:
                 nursery.start_soon(self.run_every, self.opts.cool_interval, self.cool, "background cooling")
+            if not self.opts.read_only:
+                nursery.start_soon(self.run_every, indexer.KEEP_INTERVAL, indexer.Keeper(self.store).step, "indexing")
             ready()
             await pyfuse3.main()
             nursery.cancel_scope.cancel()

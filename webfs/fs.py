@@ -31,7 +31,7 @@ from .namespace import ROOT_INODE, Inode, Namespace
 from .openfiles import OpenFiles
 from .readcache import PieceReader
 from .store import Store
-from . import lockorder
+from . import lockorder, searching
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +146,7 @@ class Operations(pyfuse3.Operations):
                                forget_kernel_copy=self._forget_kernel_copy,
                                known_to_kernel=lambda ino: bool(self.lookups.get(ino)))
         self.control = ControlTree(store.catalog, store.conf.depth, self.owner)
+        self.control.search.answer = lambda query, limit: searching.answers(store, query, limit)
 
     def running(self, nursery: trio.Nursery) -> None:
         """The mount runs: background work (read-ahead, telling the kernel) may start."""
@@ -303,6 +304,9 @@ class Operations(pyfuse3.Operations):
 
     @translate_errors
     async def readlink(self, inode, ctx):
+        if is_virtual(inode):
+            self._check_control_access(ctx)
+            return self.control.readlink(inode)
         return self.ns.readlink(inode)
 
     @translate_errors

@@ -6,7 +6,7 @@ work. An operation is ``fn(store, progress, **options) -> admin.Result``
 """
 from __future__ import annotations
 
-from . import admin, ingest, warc
+from . import admin, indexer, ingest, searching, warc
 from .commands import cooling, rebalance, rebuild_disk, scrub
 
 OPERATIONS: dict[str, admin.Operation] = {
@@ -18,7 +18,10 @@ OPERATIONS: dict[str, admin.Operation] = {
     "remove-disk": rebalance.remove_disk,
     "cool": cooling.cool,
     "heat": cooling.heat,
-    "import": ingest.import_,
-    "import-warc": warc.import_warc,
+    # Imports index what they made when they finish (webfs.indexer).
+    "import": indexer.indexed(ingest.import_),
+    "import-warc": indexer.indexed(warc.import_warc),
     "export-warc": warc.export_warc,
+    "search": searching.search,
+    "reindex": searching.reindex,
 }

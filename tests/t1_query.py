@@ -1,0 +1,113 @@
+"""Pieces of query access without an archive: what a document gives the index
+(webfs.extract) and what a query means (webfs.query), on an index in memory."""
+from __future__ import annotations
+
+import pytest
+
+from webfs import query
+from webfs.extract import extract, link_key
+from webfs.index import Index
+
+PAGE = (b"<!doctype html><html><head><title>Stanford &amp; the Web</title>"
+        b"<script>var hiddenword = 'scriptword';</script><style>.stylerule{}</style>"
+        b"<base href='http://example.com/base/'></head><body><p>Caf&eacute; &lt;b&gt; na\xc3\xafve</p>"
+        b"<a href='page.html#top'>a</a><a href='HTTP://WWW-DB.Stanford.EDU'>db</a>"
+        b"<a href='mailto:x@y'>m</a><a href='javascript:go()'>j</a><a href='/abs'>b</a></body></html>")
+
+
+def test_html_text_title_and_links():
+    got = extract(PAGE, "text/html", "http://example.com/dir/index.html")
+    assert got.kind == "html" and got.title == "Stanford & the Web"
+    assert "Café <b> naïve" in " ".join(got.text.split())
+    assert "scriptword" not in got.text and "stylerule" not in got.text
+    assert got.links == ["http://example.com/base/page.html", "http://www-db.stanford.edu/",
+                         "http://example.com/abs"]
+
+
+def test_non_utf8_text_and_html_charsets():
+    assert extract(b"caf\xe9 cr\xe8me", "text/plain").text == "café crème"
+    assert extract(b"caf\xe9", "text/plain; charset=iso-8859-1").text == "café"
+    html = b"<html><head><meta charset='windows-1252'><title>r\xe9sum\xe9</title></head><body>x</body></html>"
+    assert extract(html, "text/html").title == "résumé"
+    assert extract(b"\x89PNG\r\n\x1a\n\0\0", "image/png").kind == "other"
+    assert extract(b"<html><body>sniffed</body></html>", "").kind == "html"
+
+
+def test_link_keys():
+    assert link_key("HTTP://Example.COM") == "http://example.com/"
+    assert link_key("http://example.com:80/a?b#c") == "http://example.com/a?b"
+    assert link_key("https://example.com:8443/") == "https://example.com:8443/"
+
+
+@pytest.fixture
+def index(tmp_path):
+    ix = Index(str(tmp_path))
+    docs = [ix.add_doc("s1", "html", "Stanford group", "zebra quagga", ["http://www-db.stanford.edu/"]),
+            ix.add_doc("s2", "html", "Other", "zebra stanford", ["http://a.example.org/"]),
+            ix.add_doc("s3", "text", "", "plain words only", [])]
+    rows = [(1, docs[0], "c2014", "http://www.example.org/a", "www.example.org", "20140301000000", "text/html"),
+            (2, docs[1], "c2015", "http://a.example.org/", "a.example.org", "20151231235959", "text/html"),
+            (3, docs[2], "c2015", "http://b.net/t.txt", "b.net", "20150601000000", "text/plain"),
+            (4, docs[0], "c2016", "http://www.example.org/a", "www.example.org", "20160101000000", "text/html")]
+    for ino, doc, coll, url, host, date, mime in rows:
+        ix.put_file(ino, 1, doc, {"collection": coll, "url": url, "key": link_key(url), "host": host,
+                                  "date": date, "mime": mime, "size": 10})
+    ix.commit()
+    yield ix
+    ix.close()
+
+
+def found(ix, text, limit=100, offset=0):
+    return [r[0] for r in query.run(ix.db, text, limit, offset)]
+
+
+def test_each_kind_of_term(index):
+    assert found(index, "quagga") == [4, 1]                 # one document, two crawls: both
+    assert sorted(found(index, "zebra")) == [1, 2, 4]
+    assert found(index, "stanford")[:2] in ([4, 1], [1, 4])  # a title match ranks first
+    assert found(index, "title:stanford") == [4, 1]
+    assert found(index, '"zebra quagga"') == [4, 1] and found(index, '"quagga zebra"') == []
+    assert sorted(found(index, "host:example.org")) == [1, 2, 4]
+    assert found(index, "host:a.example.org") == [2]
+    assert found(index, "url:www.example.org/") == [4, 1]
+    assert found(index, "links-to:http://www-db.stanford.edu") == [4, 1]
+    assert found(index, "inlinks>0") == [2] and found(index, "inlinks=0 mime:text") == [4, 3, 1]
+    assert found(index, "mime:text/plain") == [3] and found(index, "mime:text") == [4, 2, 3, 1]
+    assert found(index, "date:2015") == [2, 3] and found(index, "date:2014..2015") == [2, 3, 1]
+    assert found(index, "date:..2014") == [1] and found(index, "date:2016..") == [4]
+    assert found(index, "collection:c2015 zebra") == [2]
+    assert found(index, "zebra", limit=1, offset=1) != found(index, "zebra", limit=1)
+    assert query.count(index.db, "zebra") == 3
+
+
+def test_bad_queries_say_which_term():
+    for bad in ("", "date:x", "date:2014..2015..2016", "host:", "!!!"):
+        with pytest.raises(query.BadQuery):
+            query.compile_query(bad)
+    assert query.date_range("201403") == ("20140300000000", "20140399999999")
+
+
+def test_any_text_is_a_query_or_a_clear_refusal(tmp_path):
+    """Whatever a user types, the index answers or BadQuery says why: never an
+    FTS5 syntax error or another exception."""
+    from hypothesis import given, settings, strategies as st
+    ix = Index(str(tmp_path))
+    ix.add_doc("s", "html", "t", "some words", ["http://a/"])
+    ix.put_file(1, 1, 1, {"collection": "c", "url": "http://a/", "key": "http://a/", "host": "a",
+                          "date": "20140101000000", "mime": "text/html", "size": 1})
+    ix.commit()
+    alphabet = st.sampled_from(list('ab "*:()-^.<>=/\\%_\'') + ["title:", "url:", "host:", "links-to:", "mime:",
+                                                               "date:", "collection:", "inlinks>", "AND", "OR",
+                                                               "NOT", "NEAR", "2014", "..", "é", "\0"])
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(alphabet, max_size=12).map("".join))
+    def check(text):
+        try:
+            query.run(ix.db, text, 10)
+            query.count(ix.db, text)
+        except query.BadQuery:
+            pass
+
+    check()
+    ix.close()

@@ -1,0 +1,138 @@
+"""Query access on an unmounted archive, through the command as a user runs it:
+webfs import / import-warc index what they made, webfs search finds it,
+webfs reindex makes the index again from the archive alone."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import make_archive, webfs
+from t2_warc import write_warc
+
+KNOWN = (b"<html><head><title>Stanford Database Group</title><script>var scriptonly = 1;</script></head>"
+         b"<body><p>The &lt;zebra&gt; caf&eacute; page</p><a href='/people.html'>people</a>"
+         b"<a href='http://www-db.stanford.edu/'>db</a></body></html>")
+SAME = b"<html><head><title>Unchanged</title></head><body>perennial page, unchanged between crawls</body></html>"
+
+
+def crawl(root: Path, name: str, stamp: str, extra: dict) -> Path:
+    """A generated crawl: capture paths (webfs-format(5), URL PATHS) -> bytes."""
+    pages = {"http/example.com/": KNOWN if name == "crawl-2014" else b"<title>Home</title> newer home",
+             "http/example.com/same.html": SAME,
+             "http/example.com/latin1.txt": b"cr\xe8me br\xfbl\xe9e",
+             **extra}
+    for rel, body in pages.items():
+        p = root / name / f"{rel}@{stamp}"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(body)
+    return root / name
+
+
+def search(disk, query, *opts):
+    return webfs("search", *opts, query, disk).stdout.decode().split("\n")[:-1]
+
+
+@pytest.fixture
+def archive(tmp_path):
+    disks = make_archive(tmp_path / "a", 2)
+    for name, stamp in (("crawl-2014", "20140301000000"), ("crawl-2015", "20150301000000")):
+        webfs("import", crawl(tmp_path / "src", name, stamp, {}), f"{disks[0]}:/")
+    return disks[0]
+
+
+def test_known_answers_after_import(archive):
+    assert search(archive, "zebra") == ["/crawl-2014/http/example.com/@20140301000000"]
+    assert search(archive, "café") == search(archive, "cafe") == search(archive, "zebra")
+    assert search(archive, "scriptonly") == []                      # scripts are not text
+    assert search(archive, "title:stanford links-to:http://www-db.stanford.edu/",
+                  "--urls") == ["http://example.com/"]
+    assert search(archive, "crème") == ["/crawl-2015/http/example.com/latin1.txt@20150301000000",
+                                        "/crawl-2014/http/example.com/latin1.txt@20140301000000"]
+    assert search(archive, "perennial") == ["/crawl-2015/http/example.com/same.html@20150301000000",
+                                            "/crawl-2014/http/example.com/same.html@20140301000000"]
+    assert search(archive, "perennial collection:crawl-2014") == [
+        "/crawl-2014/http/example.com/same.html@20140301000000"]
+    assert search(archive, "host:example.com date:2015", "--count") == ["3"]
+    assert search(archive, "mime:text/plain date:..2014") == ["/crawl-2014/http/example.com/latin1.txt@20140301000000"]
+    got = json.loads("\n".join(search(archive, "home", "--json")))
+    assert got == [{"path": "crawl-2015/http/example.com/@20150301000000", "url": "http://example.com/",
+                    "date": "20150301000000", "mime": "text/html", "size": 30}]
+    page1, page2 = search(archive, "host:example.com", "--limit", "1"), search(archive, "host:example.com", "--limit", "1", "--offset", "1")
+    assert len(page1) == len(page2) == 1 and page1 != page2
+
+
+def test_a_page_in_many_crawls_is_indexed_once(archive):
+    db = sqlite3.connect(archive / "meta" / "index.db")
+    # Six files, five distinct documents: same.html and latin1.txt are stored (and indexed) once.
+    assert db.execute("SELECT count(*) FROM files WHERE collection != ''").fetchone()[0] == 6
+    assert db.execute("SELECT count(*) FROM docs").fetchone()[0] == 4
+    db.close()
+
+
+def test_warc_captures_are_indexed_with_their_urls(tmp_path):
+    disk = make_archive(tmp_path / "a", 2)[0]
+    warc = write_warc(tmp_path / "w.warc.gz", [("http://www.example.org/a", b"<title>Gnu</title>wildebeest"),
+                                               ("http://other.net/", b"<a href='http://www.example.org/a'>x</a>")])
+    webfs("import-warc", "--collection", "w", warc, f"{disk}:/")
+    assert search(disk, "wildebeest host:example.org date:2024", "--urls") == ["http://www.example.org/a"]
+    assert search(disk, "inlinks>0", "--urls") == ["http://www.example.org/a"]
+    assert search(disk, "links-to:www.example.org/a", "--urls") == ["http://other.net/"]
+
+
+def test_reindex_rebuilds_from_the_archive_alone(archive, tmp_path):
+    before = search(archive, "host:example.com", "--json")
+    for f in (archive / "meta").glob("index.db*"):
+        f.unlink()
+    out = webfs("reindex", archive).stdout.decode()
+    assert "indexed 6 files, 4 distinct documents" in out
+    assert search(archive, "host:example.com", "--json") == before
+    elsewhere = tmp_path / "idx"
+    webfs("reindex", "--index-dir", elsewhere, archive)
+    assert (elsewhere / "index.db").exists() and not (archive / "meta" / "index.db").exists()
+    assert search(archive, "host:example.com", "--json") == before
+
+
+def test_a_later_import_is_found_and_a_bad_query_is_exit_2(archive, tmp_path):
+    webfs("import", crawl(tmp_path / "src2", "crawl-2016", "20160301000000",
+                          {"http/example.com/gone.html": b"ephemeral words"}), f"{archive}:/")
+    assert len(search(archive, "ephemeral")) == 1
+    proc = webfs("search", "--count", "date:x", archive, check=False)
+    assert proc.returncode == 2 and b"date:x" in proc.stderr
+
+
+def test_a_damaged_index_is_made_again(archive):
+    want = search(archive, "perennial")
+    (archive / "meta" / "index.db").write_bytes(b"not an sqlite database" * 100)
+    for f in (archive / "meta").glob("index.db-*"):
+        f.unlink()
+    proc = webfs("search", "perennial", archive)
+    assert proc.stdout.decode().split() == want and b"made again from the archive" in proc.stderr
+
+
+def stream(disk, *opts):
+    proc = webfs("stream", *opts, disk)
+    return proc.stdout.decode().splitlines(), proc.stderr.decode().splitlines()
+
+
+def test_stream_subsets_from_a_disk(archive, tmp_path):
+    everything, tokens = stream(archive)
+    assert len(everything) == 6 and len(tokens) == 6 and all(t.startswith("resume ") for t in tokens)
+    assert sorted(stream(archive, "--collection", "crawl-2015")[0]) == sorted(
+        p for p in everything if p.startswith("/crawl-2015/"))
+    assert stream(archive, "--since", "2015", "--until", "2015")[0] == \
+        [p for p in everything if p.startswith("/crawl-2015/")]
+    assert stream(archive, "--query", "perennial", "--host", "example.com")[0] == \
+        [p for p in everything if "same.html" in p]
+    # A resume sends what comes after, with the first run's snapshot: a later import is not in it.
+    webfs("import", crawl(tmp_path / "src3", "crawl-2016", "20160301000000", {}), f"{archive}:/")
+    rest, _ = stream(archive, "--resume", tokens[2].split()[1])
+    assert rest == everything[3:]
+    tar = webfs("stream", "--tar", "--collection", "crawl-2014", archive).stdout
+    import io
+    import tarfile
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        assert sorted(t.getnames()) == sorted(p[1:] for p in everything if p.startswith("/crawl-2014/"))
+        assert t.extractfile("crawl-2014/http/example.com/@20140301000000").read() == KNOWN

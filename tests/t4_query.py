@@ -1,0 +1,86 @@
+"""Query access through a real mount: a crawl copied in with cp -r is found by
+webfs search and listed, read and grepped through .webfs/search/QUERY/; the
+index follows removals, and catches up after the daemon is killed."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from conftest import Mounted, eventually, sh, wait_dead, webfs
+from t2_query import crawl
+
+
+def listing(m, query: str) -> list[str]:
+    try:
+        return sorted(os.listdir(m.mnt / ".webfs" / "search" / query))
+    except FileNotFoundError:
+        return []
+
+
+def test_a_copied_crawl_is_found_and_read_through_search(tmp_path):
+    m = Mounted(tmp_path, disks=2)
+    try:
+        for name, stamp in (("crawl-2014", "20140301000000"), ("crawl-2015", "20150301000000")):
+            src = crawl(tmp_path / "src", name, stamp, {"http/example.com/gone.html": b"ephemeral " + name.encode()})
+            sh(f"cp -r '{src}' '{m.mnt}/'")
+        zebra = f"{m.mnt}/crawl-2014/http/example.com/@20140301000000"
+        assert webfs("search", "zebra", m.mnt).stdout.decode().split() == [zebra]
+        eventually(lambda: len(listing(m, "perennial")) == 2, "the background index")
+        names = listing(m, "perennial")
+        assert names == ["crawl-2014%2Fhttp%2Fexample.com%2Fsame.html@20140301000000",
+                         "crawl-2015%2Fhttp%2Fexample.com%2Fsame.html@20150301000000"]
+        link = m.mnt / ".webfs" / "search" / "perennial" / names[0]
+        assert os.readlink(link) == "../../../crawl-2014/http/example.com/same.html@20140301000000"
+        assert sh(f"cat '{link}'").stdout == (tmp_path / "src" / "crawl-2014/http/example.com/same.html@20140301000000").read_bytes()
+        hits = sh(f"cd '{m.mnt}/.webfs/search/title:stanford links-to:http:%2F%2Fwww-db.stanford.edu%2F' && grep -l zebra *").stdout
+        assert hits.decode().split() == ["crawl-2014%2Fhttp%2Fexample.com%2F@20140301000000"]
+        tar = sh(f"tar -chf - -C '{m.mnt}/.webfs/search' 'crème' | tar -tf -").stdout.decode().split()
+        assert len(tar) == 3                            # the directory and its two answers, followed
+        proc = sh(f"ls '{m.mnt}/.webfs/search/date:nonsense'", check=False)
+        assert proc.returncode != 0 and b"Invalid argument" in proc.stderr
+        assert len(listing(m, "ephemeral")) == 2
+        os.unlink(m.mnt / "crawl-2015/http/example.com/gone.html@20150301000000")
+        assert webfs("search", "--count", "ephemeral", m.mnt).stdout == b"1\n"
+        eventually(lambda: len(listing(m, "ephemeral")) == 1, "the removal reaching the index")
+    finally:
+        m.umount()
+
+
+def test_what_a_killed_mount_did_not_index_is_caught_up(tmp_path):
+    m = Mounted(tmp_path, disks=2)
+    try:
+        src = crawl(tmp_path / "src", "crawl-2014", "20140301000000", {})
+        sh(f"cp -r '{src}' '{m.mnt}/' && sync")
+        pid = m.pid()
+        os.kill(pid, signal.SIGKILL)
+        wait_dead(pid)
+        subprocess.run(["fusermount3", "-uz", str(m.mnt)], check=False)
+        for f in (m.disks[0] / "meta").glob("index.db*"):
+            f.unlink()                                  # and the index lost with it: derived data
+        m.mount()
+        eventually(lambda: len(listing(m, "zebra")) == 1, "the catch-up at the next mount")
+        assert webfs("search", "--urls", "inlinks=0 title:stanford", m.mnt).stdout == b"http://example.com/\n"
+    finally:
+        m.umount()
+
+
+def test_only_the_owner_looks_into_search(tmp_path):
+    import tempfile
+    m = Mounted(tmp_path, disks=2, mount=False)
+    m.mnt = Path(tempfile.mkdtemp(prefix="webfs-search-"))       # pytest's tmp is root-only
+    os.chmod(m.mnt, 0o755)
+    m.mount("allow_other")
+    try:
+        (m.mnt / "c").mkdir()
+        (m.mnt / "c" / "page.html").write_text("<title>t</title>okapi")
+        os.chmod(m.mnt / "c" / "page.html", 0o644)
+        assert webfs("search", "okapi", m.mnt).stdout.decode().split() == [f"{m.mnt}/c/page.html"]
+        assert sh(f"runuser -u nobody -- cat '{m.mnt}/c/page.html'").stdout.endswith(b"okapi")
+        eventually(lambda: listing(m, "okapi") == ["c%2Fpage.html"], "the background index")
+        proc = sh(f"runuser -u nobody -- ls '{m.mnt}/.webfs/search/okapi'", check=False)
+        assert proc.returncode != 0 and b"Permission denied" in proc.stderr
+    finally:
+        m.umount()
+        os.rmdir(m.mnt)

@@ -1,0 +1,127 @@
+"""The commands of query access: ``webfs search``, ``webfs reindex`` and ``webfs stream``.
+
+Thin, as the rest of the CLI: they check their arguments and run the
+operations of webfs.searching on the disks or in a mount's daemon.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from . import control
+from .backends import is_url
+from .commandline import DiskPath, run_operation
+from .errors import WebfsError
+
+# The archive a command works on: a disk or a mount point.
+TARGET = click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
+
+
+def check_query(ctx, param, value):
+    """A QUERY that does not parse is a usage error (exit 2)."""
+    from .query import BadQuery, compile_query
+    try:
+        compile_query(value)
+    except BadQuery as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
+@click.command()
+@click.option("--limit", type=click.IntRange(1), default=100, show_default=True, help="Print at most N answers.")
+@click.option("--offset", type=click.IntRange(0), default=0, help="Skip the first N answers (the next page).")
+@click.option("--urls", "output", flag_value="urls", help="Print each answer's URL instead of its path.")
+@click.option("--json", "output", flag_value="json", help="Print path, URL, date, MIME type and size as JSON.")
+@click.option("--count", "output", flag_value="count", help="Print only how many files answer.")
+@click.argument("query_text", metavar="QUERY", callback=check_query)
+@TARGET
+def search(limit, offset, output, query_text, target):
+    """Print the files of TARGET that answer QUERY, best first (the query
+    language is in webfs(1), QUERIES): words and "phrases", title:, url:,
+    host:, links-to:URL, inlinks>N, mime:, date:2014..2015, collection:.
+    Paths are below TARGET for a mount point, from the archive's root for
+    a disk."""
+    mounted = control.is_mountpoint(target)
+    prefix = os.path.abspath(target) if mounted and not is_url(target) else "/"
+    run_operation(target, "search", query_text=query_text, limit=limit, offset=offset,
+                  output=output or "paths", prefix=prefix)
+
+
+@click.command()
+@click.option("--index-dir", "index_dir", type=click.Path(file_okay=False), default=None,
+              help="Keep the index in DIR from now on (default: the catalog's meta/ directory).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@TARGET
+def reindex(index_dir, as_json, target):
+    """Throw the query index away and make it again from the archive alone
+    (the catalog and the blocks). The index is derived data: losing it
+    loses nothing."""
+    run_operation(target, "reindex", as_json=as_json, unit="file",
+                  index_dir=os.path.abspath(index_dir) if index_dir else None)
+
+
+@click.command()
+@click.option("--host", default=None, help="Only pages of HOST and its subdomains.")
+@click.option("--collection", default=None, metavar="NAME", help="Only pages of the collection NAME.")
+@click.option("--since", default=None, metavar="DATE", help="Only pages captured on or after DATE (2014, 20140301...).")
+@click.option("--until", default=None, metavar="DATE", help="Only pages captured on or before DATE.")
+@click.option("--query", "query_text", default=None, metavar="QUERY", help="Only pages that answer QUERY.")
+@click.option("--tar", "as_tar", is_flag=True, help="Write the pages as a tar archive instead of their paths.")
+@click.option("--resume", default=None, metavar="TOKEN", help="Go on after the page a token was printed for.")
+@TARGET
+def stream(host, collection, since, until, query_text, as_tar, resume, target):
+    """Print the path of every page of TARGET (or of a subset), or write
+    the pages as a tar archive (--tar), in the signature tree's order, each
+    exactly once: pages added after the stream started are not sent,
+    pages moved by cooling or rebalance are neither missed nor repeated.
+    After each page, a line 'resume TOKEN BYTES' on stderr: 'webfs stream
+    --resume TOKEN' sends the pages after it, and BYTES is how much of
+    this run's output they follow."""
+    from .stream import Position, start, subset_query
+    store, prefix = _open_for_reading(target)
+    try:
+        if resume:
+            pos = Position.from_token(resume)
+        else:
+            try:
+                pos = start(store, subset_query(host, collection, since, until, query_text))
+            except WebfsError as exc:
+                raise click.BadParameter(str(exc)) from None
+        _send(store, pos, prefix, as_tar)
+    finally:
+        store.close()
+
+
+COMMANDS = (search, reindex, stream)
+
+
+def _send(store, pos, prefix: str, as_tar: bool) -> None:
+    """Write the stream's pages (paths, or tar members) and a token after each."""
+    from .stream import TAR_END, pages, tar_chunks
+    out, written = sys.stdout.buffer, 0
+    if as_tar:
+        chunks = tar_chunks(store, pos)
+    else:
+        chunks = (((prefix.rstrip("/") + "/" + path + "\n").encode("utf-8", "surrogateescape"), after)
+                  for path, _, after in pages(store, pos))
+    for chunk, after in chunks:
+        out.write(chunk)
+        out.flush()
+        written += len(chunk)
+        sys.stderr.write(f"resume {after.token()} {written}\n")
+        sys.stderr.flush()
+    if as_tar:
+        out.write(TAR_END)
+        out.flush()
+
+
+def _open_for_reading(target: str):
+    """(the archive of a disk or mount point opened for reading, the prefix of its paths)."""
+    from .assembly import open_archive
+    if control.is_mountpoint(target):
+        disks = control.call(target, "status", {}).figures["disks"]
+        disk = next(d["path"] for d in disks if d["state"] == "present")
+        return open_archive(disk, lock=False), os.path.abspath(target)
+    return open_archive(target, lock=False), "/"

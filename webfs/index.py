@@ -1,0 +1,168 @@
+"""The query index of an archive: an SQLite FTS5 database of derived data.
+
+This module owns the index's file and tables. One row per distinct document
+(``docs``, keyed by block signature: a page stored once and present in a
+thousand crawls is indexed once), its words and title in a contentless FTS5
+table (``docs_text``: the words are found there, the text itself stays in
+the blocks), its resolved out-links (``links`` of numbered ``urls``, from
+which in-link counts per URL are counted); and one row per file (``files``, keyed by inode): the
+document it holds, its URL, host, collection, capture date, MIME type, HTTP
+status, size, and the catalog's ctime it was indexed at (``stamp``: the
+indexer's test for "changed since").
+
+The index lives in ``index.db`` in its directory: by default the catalog's
+own ``meta/`` directory, else the directory ``webfs reindex --index-dir``
+recorded in the catalog (meta key ``index_dir``). Losing it loses nothing:
+``webfs reindex`` rebuilds it from the catalog and the blocks.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from typing import Optional
+
+log = logging.getLogger(__name__)
+
+INDEX_FILE = "index.db"
+INDEX_VERSION = "1"
+INDEX_DIR_META = "index_dir"            # catalog meta key: where the index lives, if not beside the catalog
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS docs (
+    id    INTEGER PRIMARY KEY,
+    sig   TEXT NOT NULL UNIQUE,          -- the block's signature (first piece)
+    kind  TEXT NOT NULL,                 -- html, text or other (webfs.extract)
+    title TEXT NOT NULL DEFAULT '');
+CREATE VIRTUAL TABLE IF NOT EXISTS docs_text USING fts5(
+    title, body, content='', tokenize='unicode61 remove_diacritics 2');
+-- Out-links by number: a URL is written once however many pages link to it.
+CREATE TABLE IF NOT EXISTS urls (id INTEGER PRIMARY KEY, url TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS links (url INTEGER NOT NULL, doc INTEGER NOT NULL, PRIMARY KEY (url, doc)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS files (
+    ino        INTEGER PRIMARY KEY,
+    stamp      INTEGER NOT NULL,         -- the inode's ctime_ns when indexed
+    doc        INTEGER,                  -- NULL: empty, or not read (larger than one block)
+    url        TEXT,                     -- as recorded (WARC-Target-URI, or the path's URL)
+    key        TEXT,                     -- the URL as links are kept (extract.link_key), NULL: as url
+    host       TEXT,
+    collection TEXT NOT NULL,
+    date       TEXT,                     -- 14 digits, the capture's date
+    mime       TEXT NOT NULL DEFAULT '',
+    status     INTEGER,
+    size       INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS files_doc ON files (doc);
+CREATE INDEX IF NOT EXISTS files_host ON files (host);
+"""
+
+
+def remove(directory: str) -> None:
+    """Remove the index kept in ``directory`` (its WAL files too), if there is one."""
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.remove(os.path.join(directory, INDEX_FILE + suffix))
+        except FileNotFoundError:
+            pass
+
+
+def index_dir(catalog_file: str, recorded: Optional[str]) -> str:
+    """Where the index of the archive whose catalog is ``catalog_file`` lives."""
+    return recorded or os.path.dirname(catalog_file)
+
+
+class Index:
+    """One connection to an index database (one thread at a time)."""
+
+    def __init__(self, directory: str, read_only: bool = False):
+        self.path = os.path.join(directory, INDEX_FILE)
+        if read_only:
+            if not os.path.exists(self.path):
+                raise FileNotFoundError(self.path)
+            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        else:
+            os.makedirs(directory, exist_ok=True)
+            try:
+                self._open()
+            except sqlite3.DatabaseError as exc:
+                # Derived data: a damaged index is made again, not repaired.
+                log.warning("%s: %s; made again from the archive", self.path, exc)
+                self.db.close()
+                remove(directory)
+                self._open()
+
+    def _open(self) -> None:
+        self.db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")      # derived data: a lost tail is caught up again
+        self.db.executescript(SCHEMA)
+        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('version', ?)", (INDEX_VERSION,))
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def get_meta(self, key: str) -> Optional[str]:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def stamps(self, inos: Optional[list[int]] = None) -> dict[int, int]:
+        """inode -> the ctime it was indexed at, for every indexed file (or these)."""
+        if inos is None:
+            return dict(self.db.execute("SELECT ino, stamp FROM files"))
+        return dict(self.db.execute(f"SELECT ino, stamp FROM files WHERE ino IN ({','.join('?' * len(inos))})",
+                                    inos)) if inos else {}
+
+    def file_count(self) -> int:
+        return self.db.execute("SELECT count(*) FROM files").fetchone()[0]
+
+    def doc(self, sig: str) -> Optional[tuple[int, str]]:
+        """(id, kind) of the document with this signature, if indexed."""
+        return self.db.execute("SELECT id, kind FROM docs WHERE sig=?", (sig,)).fetchone()
+
+    def add_doc(self, sig: str, kind: str, title: str, text: str, links: list[str]) -> int:
+        """Index a document once (its signature names it); its id."""
+        cur = self.db.execute("INSERT INTO docs (sig, kind, title) VALUES (?, ?, ?)", (sig, kind, title))
+        doc = cur.lastrowid
+        if title or text:
+            self.db.execute("INSERT INTO docs_text (rowid, title, body) VALUES (?, ?, ?)", (doc, title, text))
+        if links:
+            self.db.executemany("INSERT OR IGNORE INTO urls (url) VALUES (?)", [(u,) for u in links])
+            self.db.execute(f"INSERT OR IGNORE INTO links SELECT id, ? FROM urls WHERE url IN "
+                            f"({','.join('?' * len(links))})", (doc, *links))
+        return doc
+
+    def put_file(self, ino: int, stamp: int, doc: Optional[int], facts: dict) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO files (ino, stamp, doc, url, key, host, collection, date, mime, status, size)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (ino, stamp, doc, facts.get("url"), None if facts.get("key") == facts.get("url") else facts.get("key"),
+             facts.get("host"), facts["collection"],
+             facts.get("date"), facts.get("mime", ""), facts.get("status"), facts["size"]))
+
+    def drop_files(self, inos: list[int]) -> None:
+        self.db.executemany("DELETE FROM files WHERE ino=?", [(i,) for i in inos])
+
+    def drop_unused_docs(self) -> int:
+        """Forget documents no file holds any more (their links stop counting);
+        their words stay in the contentless FTS table, unreachable, until a reindex."""
+        gone = [r[0] for r in self.db.execute(
+            "SELECT id FROM docs WHERE NOT EXISTS (SELECT 1 FROM files WHERE files.doc = docs.id)")]
+        if gone:
+            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS gone (id INTEGER PRIMARY KEY)")
+            self.db.execute("DELETE FROM gone")
+            self.db.executemany("INSERT INTO gone VALUES (?)", [(d,) for d in gone])
+            self.db.execute("DELETE FROM links WHERE doc IN (SELECT id FROM gone)")      # one scan
+            self.db.execute("DELETE FROM docs WHERE id IN (SELECT id FROM gone)")
+        return len(gone)
+
+    def commit(self) -> None:
+        self.db.commit()
+
+    def counts(self) -> dict[str, int]:
+        one = lambda sql: self.db.execute(sql).fetchone()[0]          # noqa: E731
+        return {"documents": one("SELECT count(*) FROM docs"), "files": one("SELECT count(*) FROM files"),
+                "links": one("SELECT count(*) FROM links")}

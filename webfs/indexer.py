@@ -1,0 +1,287 @@
+"""Keeping the query index in step with the catalog: catch-up passes.
+
+This module owns deciding what to (re)index and doing it. The catalog is
+the record of what changed: every file whose inode's ctime is past the
+index's watermark (less a slack, for commits that land out of ctime order)
+is read again if its ctime differs from the one indexed; when the number
+of files differs between the two, inode numbers are compared in full, which
+finds removals and files made with an old ctime (a rebuilt catalog). No
+hook in the write path, no queue to lose: a pass after a kill -9 finds what
+the last one missed. A document is read and parsed once per signature.
+
+The mount runs a pass in the background every few seconds while the catalog
+changes (``PRAGMA data_version``); ``webfs import`` and ``import-warc`` run
+one when they finish (``after_import``); ``webfs reindex`` runs one on an
+empty index.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import mimetypes
+import os
+import sqlite3
+import threading
+from typing import Optional
+
+from . import lockorder, urlpath
+from .catalog import Catalog
+from .errors import WebfsError
+from .extract import extract, host_of, link_key
+from .index import INDEX_DIR_META, Index, index_dir, remove
+
+log = logging.getLogger(__name__)
+
+OFF_ENV = "WEBFS_INDEX"
+SLACK_NS = 120 * 10**9          # files this much older than the watermark are looked at again
+BATCH = 500                     # files indexed per index transaction
+KEEP_DIR = "@warc"              # a collection's raw WARC records (webfs.warc): not pages
+FACT_XATTRS = (b"user.warc.target-uri", b"user.warc.date", b"user.http.content-type", b"user.http.status")
+ROOT = 1
+MAX_DEPTH = 1 << 20             # names walked up before an inode counts as unreachable (a loop)
+SNIFFED = {"html": "text/html", "text": "text/plain"}     # the MIME type of a file that names none
+
+
+def location(store) -> str:
+    """The directory of the archive's index."""
+    return index_dir(store.catalog.path, store.catalog.get_meta(INDEX_DIR_META))
+
+
+def open_catalog_reader(store) -> Catalog:
+    return Catalog.reader(store.catalog.path)
+
+
+class Paths:
+    """Paths of inodes from a catalog connection, the directories' remembered."""
+
+    def __init__(self, cat: Catalog):
+        self.cat = cat
+        self.dirs: dict[int, Optional[str]] = {ROOT: ""}
+
+    def __call__(self, ino: int) -> Optional[str]:
+        """The path of an inode from the root ('a/b/c'), None if unreachable.
+        Walked up without recursion: URL paths can be thousands of levels deep."""
+        names: list[str] = []
+        chain: list[int] = []
+        here = ino
+        while here not in self.dirs:
+            row = self.cat.a_name_of(here)
+            if row is None or len(chain) > MAX_DEPTH:
+                above = None
+                break
+            chain.append(row[0])
+            names.append(os.fsdecode(row[1]))
+            here = row[0]
+        else:
+            above = self.dirs[here]
+        # Remember the directories on the way (every entry of chain but the last is one).
+        for i in range(len(chain) - 1, 0, -1):
+            self.dirs[chain[i - 1]] = None if above is None else "/".join(
+                [above] * bool(above) + names[i:][::-1])
+        if above is None:
+            return None
+        return "/".join([above] * bool(above) + names[::-1])
+
+
+class Pass:
+    """One catch-up pass of the index over the catalog."""
+
+    def __init__(self, store, index: Index, progress=None):
+        self.store, self.index, self.progress = store, index, progress
+        self.cat = store.catalog.snapshot()     # one view of the catalog for the whole pass
+        self.path = Paths(self.cat)
+        self.counts = {"indexed": 0, "documents": 0, "dropped": 0}
+
+    def run(self) -> dict:
+        try:
+            todo, watermark = self._changed()
+            if self.progress is not None and todo:
+                self.progress.set_total(len(todo), "indexing")
+            for n, (ino, ctime) in enumerate(todo, 1):
+                self._file(ino, ctime)
+                if n % BATCH == 0:
+                    self.index.commit()
+                if self.progress is not None:
+                    self.progress.advance(1)
+            self.counts["dropped_documents"] = self.index.drop_unused_docs() if self.counts["dropped"] else 0
+            self.index.set_meta("watermark", str(watermark))
+            self.index.commit()
+            return self.counts
+        finally:
+            self.cat.close()
+
+    def _changed(self) -> tuple[list[tuple[int, int]], int]:
+        """(inode, ctime) of the files to index again, and the new watermark."""
+        watermark = int(self.index.get_meta("watermark") or 0)
+        in_catalog, top = self.cat.file_totals()
+        if in_catalog != self.index.file_count() or watermark == 0:
+            rows = self.cat.file_stamps()
+            known = self.index.stamps()
+            gone = [ino for ino in known if ino not in rows]
+            self.index.drop_files(gone)
+            self.counts["dropped"] = len(gone)
+        else:
+            rows = self.cat.file_stamps(watermark - SLACK_NS)
+            known = self.index.stamps(list(rows)) if len(rows) < 30000 else self.index.stamps()
+        todo = sorted((ino, ct) for ino, ct in rows.items() if known.get(ino) != ct)
+        return todo, max(watermark, top)
+
+    def _file(self, ino: int, ctime: int) -> None:
+        path = self.path(ino)
+        if path is None or "/" not in path or path.split("/")[1] == KEEP_DIR:
+            # Not a page (a collection's raw records, a file at the top, a name
+            # gone since the snapshot): kept as a row of no collection, which no
+            # query finds, so that the counts of files still agree.
+            self.index.put_file(ino, ctime, None, {"collection": "", "size": 0})
+            return
+        size, mtime = self.cat.size_and_mtime(ino)
+        facts = file_facts(path, self.cat.xattrs_named(ino, FACT_XATTRS), size, mtime)
+        pieces = self.cat.first_pieces(ino)
+        doc, kind = self._doc(pieces[0], facts) if len(pieces) == 1 else (None, "")
+        if not facts["mime"] and kind in SNIFFED:
+            facts["mime"] = SNIFFED[kind]
+        self.index.put_file(ino, ctime, doc, facts)
+        self.counts["indexed"] += 1
+
+    def _doc(self, piece: tuple, facts: dict) -> tuple[Optional[int], str]:
+        """(id, kind) of the document of a one-block file, indexed the first time
+        its signature is seen."""
+        block_id, sig, overflow = piece
+        key = f"{sig}~{overflow}" if overflow else sig
+        known = self.index.doc(key)
+        if known is not None:
+            return known
+        row = self.store.catalog.block_by_id(block_id)
+        if row is None:
+            return None, ""                     # removed since the snapshot: the next pass sees its file go
+        try:
+            data = self.store.read(row)
+        except WebfsError as exc:               # a damaged block is scrub's to report; index what is left
+            log.warning("index: block %s not read (%s); its file is indexed by name only", key, exc)
+            return None, ""
+        got = extract(data, facts.get("content_type", ""), facts.get("url"))
+        self.counts["documents"] += 1
+        return self.index.add_doc(key, got.kind, got.title, got.text, got.links), got.kind
+
+
+def file_facts(path: str, xattrs: dict, size: int, mtime_ns: int) -> dict:
+    """What the index keeps of a file beside its document: from its WARC and HTTP
+    xattrs where it has them, else from its path (a capture path names its URL
+    and date) and its mtime."""
+    collection, _, rest = path.partition("/")
+    url = xattrs.get(b"user.warc.target-uri", b"").decode("utf-8", "surrogateescape").strip("<>") or None
+    stamp = ""
+    try:
+        found, stamp = urlpath.split_capture_path(rest)
+        url = url or found
+    except ValueError:
+        # A mirror's layout (wget -r, HTTrack): COLLECTION/HOST/PATH is http://HOST/PATH.
+        if not url and "." in rest.split("/")[0]:
+            url = "http://" + rest
+    date = _digits(xattrs.get(b"user.warc.date", b"").decode("ascii", "replace")) or stamp[:14] or \
+        datetime.datetime.fromtimestamp(mtime_ns / 1e9, datetime.timezone.utc).strftime("%Y%m%d%H%M%S")
+    ctype = xattrs.get(b"user.http.content-type", b"").decode("latin-1").strip()
+    mime = ctype.split(";")[0].strip().lower() or (mimetypes.guess_type(path.split("@")[0])[0] or "")
+    status = xattrs.get(b"user.http.status", b"")
+    return {"collection": collection, "url": url, "key": link_key(url) if url else None,
+            "host": host_of(url) if url else None, "date": date, "mime": mime, "content_type": ctype or mime,
+            "status": int(status) if status.isdigit() else None, "size": size}
+
+
+def _digits(warc_date: str) -> str:
+    digits = "".join(c for c in warc_date.split(".")[0] if c.isdigit())
+    return digits[:14] if len(digits) >= 14 else ""
+
+
+_one_pass = lockorder.lock("index pass")        # a search's pass and the mount's never overlap
+
+
+def catch_up(store, progress=None) -> dict:
+    """One pass: index what changed in the catalog since the last."""
+    with _one_pass:
+        return _pass(store, progress)
+
+
+def _pass(store, progress) -> dict:
+    index = Index(location(store))
+    try:
+        return Pass(store, index, progress).run()
+    finally:
+        index.close()
+
+
+def rebuild(store, progress=None, directory: Optional[str] = None) -> dict:
+    """Throw the index away and make it again from the catalog and blocks;
+    ``directory``: keep it there from now on (recorded in the catalog). Under
+    the pass lock: a mount's keeper never writes into a file being removed."""
+    with _one_pass:
+        old = location(store)
+        if directory is not None:
+            store.catalog.set_meta(INDEX_DIR_META, os.path.abspath(directory))
+            store.commit()
+        for d in {old, location(store)}:
+            remove(d)
+        return _pass(store, progress)
+
+
+def enabled() -> bool:
+    """WEBFS_INDEX=0 in the environment turns indexing off (imports, the mount's keeper)."""
+    return os.environ.get(OFF_ENV, "1") != "0"
+
+
+def after_import(store) -> None:
+    """Index what an import made: at once when run on the disks; in a mount the
+    background pass finds it (the import must not wait for it)."""
+    if not enabled():
+        return
+    keeper = getattr(store, "index_keeper", None)
+    if keeper is not None:
+        keeper.poke()
+        return
+    try:
+        catch_up(store)
+    except (OSError, sqlite3.Error) as exc:
+        log.warning("the query index was not brought up to date (%s); 'webfs reindex' rebuilds it", exc)
+
+
+
+KEEP_INTERVAL = 2.0             # seconds between the mount's looks at the catalog
+
+
+class Keeper:
+    """The mount's background indexing: a pass whenever the catalog changed
+    (SQLite's ``data_version`` moves when another connection commits) or an
+    import asked; the first step catches up what a crash left unindexed."""
+
+    def __init__(self, store):
+        self.store = store
+        self.seen: Optional[int] = None
+        self.poked = threading.Event()
+        self.watch = open_catalog_reader(store)
+        store.index_keeper = self
+
+    def poke(self) -> None:
+        self.poked.set()
+
+    def step(self) -> None:
+        if not enabled():
+            return
+        version = self.watch.data_version()
+        if version == self.seen and not self.poked.is_set():
+            return
+        self.poked.clear()
+        counts = catch_up(self.store)
+        self.seen = version
+        if counts["indexed"] or counts["dropped"]:
+            log.info("index: %d files indexed (%d new documents), %d dropped",
+                     counts["indexed"], counts["documents"], counts["dropped"])
+
+
+def indexed(operation):
+    """An import operation that indexes what it made when it finishes."""
+    def run(store, progress, **options):
+        result = operation(store, progress, **options)
+        after_import(store)
+        return result
+    run.__doc__ = operation.__doc__
+    return run

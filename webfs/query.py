@@ -1,0 +1,147 @@
+"""The query language of ``webfs search`` and ``.webfs/search/``, and running it.
+
+This module owns turning a query into SQL over the index (webfs.index) and
+ranking the answers. A query is terms separated by spaces, all of which must
+hold:
+
+    word  "a phrase"          in a document's title or text (FTS5, diacritics folded)
+    title:word  title:"a b"   in its title
+    url:PREFIX                its URL starts so (a URL without scheme: http or https)
+    host:example.org          its host, or a subdomain of it
+    links-to:URL              it links to URL
+    inlinks>N (>=, <, <=, =)  that many documents link to its URL
+    mime:text/html  mime:image  its MIME type, or its major type
+    date:2014..2015  date:20140301  date:..2015  its capture date, inclusive
+    collection:NAME           it is in that collection
+
+With words, answers are ranked by BM25 (a title match weighs 10 times a
+text match); without, newest capture first.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .errors import WebfsError
+from .extract import link_key
+
+FIELDS = ("title", "url", "host", "links-to", "mime", "date", "collection")
+TITLE_WEIGHT = 10.0
+_TERM = re.compile(r'(?:(?P<field>[a-z-]+):)?(?:"(?P<phrase>[^"]*)"?|(?P<word>\S*))')
+_INLINKS = re.compile(r"inlinks(>=|<=|>|<|=)(\d+)")
+_DATE = re.compile(r"(\d{4,14})?(\.\.)?(\d{4,14})?")
+
+
+class BadQuery(WebfsError):
+    """A query that does not parse; the message says which term."""
+
+
+@dataclass
+class Compiled:
+    match: list[str] = field(default_factory=list)      # FTS5 terms, ANDed
+    where: list[str] = field(default_factory=list)
+    params: list = field(default_factory=list)
+
+    def fts(self) -> str:
+        return " AND ".join(self.match)
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
+
+
+def compile_query(text: str) -> Compiled:
+    """A query's FTS5 match and SQL conditions on ``files f``; BadQuery if it has none."""
+    out = Compiled()
+    text = text.replace("\0", " ")           # FTS5 reads a NUL as the end of its query
+    for m in _TERM.finditer(text):
+        if not m.group(0):
+            continue
+        name, value = m.group("field"), m.group("phrase") if m.group("phrase") is not None else m.group("word")
+        if name and name not in FIELDS:
+            value, name = m.group(0), None          # "foo:bar" is words
+        inlinks = _INLINKS.fullmatch(m.group(0))
+        if inlinks:
+            out.where.append("(SELECT count(*) FROM links l JOIN urls u ON u.id = l.url "
+                             f"WHERE u.url = coalesce(f.key, f.url)) {inlinks.group(1)} ?")
+            out.params.append(int(inlinks.group(2)))
+        elif name is None or name == "title":
+            if re.search(r"\w", value):
+                out.match.append(("title : " if name else "") + _quoted(value))
+        else:
+            _field(out, name, value, m.group(0))
+    if not out.match and not out.where:
+        raise BadQuery(f"query {text!r} has no term to look for (see QUERIES in webfs(1))")
+    return out
+
+
+def _field(out: Compiled, name: str, value: str, term: str) -> None:
+    if not value:
+        raise BadQuery(f"{term}: says nothing to look for")
+    if name == "url":
+        prefixes = [value] if "://" in value else ["http://" + value, "https://" + value]
+        out.where.append("(" + " OR ".join("substr(f.url, 1, ?) = ?" for _ in prefixes) + ")")
+        for p in prefixes:
+            out.params += [len(p), p]
+    elif name == "host":
+        host = value.lower().rstrip(".")
+        out.where.append("(f.host = ? OR f.host LIKE ? ESCAPE '\\')")
+        out.params += [host, "%." + host.replace("%", "\\%").replace("_", "\\_")]
+    elif name == "links-to":
+        out.where.append("f.doc IN (SELECT l.doc FROM links l JOIN urls u ON u.id = l.url WHERE u.url = ?)")
+        out.params.append(link_key(value if "://" in value else "http://" + value))
+    elif name == "mime":
+        mime = value.lower().rstrip("/*")
+        out.where.append("(f.mime = ? OR substr(f.mime, 1, ?) = ?)")
+        out.params += [mime, len(mime) + 1, mime + "/"]
+    elif name == "date":
+        out.where.append("f.date BETWEEN ? AND ?")
+        out.params += list(date_range(value))
+    elif name == "collection":
+        out.where.append("f.collection = ?")
+        out.params.append(value)
+
+
+def date_range(value: str) -> tuple[str, str]:
+    """date:2014..2015 -> ('20140000000000', '20159999999999'), inclusive;
+    one date stands for its whole year, month, day..."""
+    m = _DATE.fullmatch(value)
+    if not m or not (m.group(1) or m.group(3)) or (m.group(1) and m.group(3) and not m.group(2)):
+        raise BadQuery(f"date:{value}: not a date or range (2014, 201403, 2014..2015, ..2015, 2014..)")
+    lo, hi = m.group(1), m.group(3) if m.group(2) else m.group(1)
+    return (lo or "").ljust(14, "0"), (hi or "9").ljust(14, "9")
+
+
+def run(db, text: str, limit: int, offset: int = 0) -> list[tuple]:
+    """(inode, url, date, mime, size) of the answers, best first."""
+    q = compile_query(text)
+    where = " AND ".join(["f.collection != ''"] + q.where)
+    cols = "f.ino, f.url, f.date, f.mime, f.size"
+    if q.match:
+        sql = (f"SELECT {cols} FROM docs_text JOIN files f ON f.doc = docs_text.rowid "
+               f"WHERE docs_text MATCH ? AND {where} "
+               f"ORDER BY bm25(docs_text, {TITLE_WEIGHT}, 1.0), f.date DESC, f.ino LIMIT ? OFFSET ?")
+        params = [q.fts()] + q.params
+    else:
+        sql = f"SELECT {cols} FROM files f WHERE {where} ORDER BY f.date DESC, f.ino LIMIT ? OFFSET ?"
+        params = q.params
+    return db.execute(sql, params + [limit, offset]).fetchall()
+
+
+def count(db, text: str) -> int:
+    q = compile_query(text)
+    where = " AND ".join(["f.collection != ''"] + q.where)
+    if q.match:
+        sql = f"SELECT count(*) FROM docs_text JOIN files f ON f.doc = docs_text.rowid WHERE docs_text MATCH ? AND {where}"
+        return db.execute(sql, [q.fts()] + q.params).fetchone()[0]
+    return db.execute(f"SELECT count(*) FROM files f WHERE {where}", q.params).fetchone()[0]
+
+
+def matching(db, text: str) -> set[int]:
+    """The inodes of every file that answers a query, unranked."""
+    q = compile_query(text)
+    where = " AND ".join(["f.collection != ''"] + q.where)
+    if q.match:
+        sql = f"SELECT f.ino FROM docs_text JOIN files f ON f.doc = docs_text.rowid WHERE docs_text MATCH ? AND {where}"
+        return {r[0] for r in db.execute(sql, [q.fts()] + q.params)}
+    return {r[0] for r in db.execute(f"SELECT f.ino FROM files f WHERE {where}", q.params)}
