@@ -6,7 +6,7 @@ work. An operation is ``fn(store, progress, **options) -> admin.Result``
 """
 from __future__ import annotations
 
-from . import admin, ingest, warc
+from . import admin, ingest, warcexport, warcimport
 from .commands import cooling, rebalance, rebuild_disk, scrub
 
 OPERATIONS: dict[str, admin.Operation] = {
@@ -19,6 +19,6 @@ OPERATIONS: dict[str, admin.Operation] = {
     "cool": cooling.cool,
     "heat": cooling.heat,
     "import": ingest.import_,
-    "import-warc": warc.import_warc,
-    "export-warc": warc.export_warc,
+    "import-warc": warcimport.import_warc,
+    "export-warc": warcexport.export_warc,
 }
