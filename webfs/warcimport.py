@@ -6,7 +6,7 @@ has the same batches (one catalog commit per batch), the same promise
 (a capture counted as imported survives ``kill -9``), the same resume.
 A per-record gzip file is read, and its captures signed, checked against
 their digests and compressed, by a process of its own
-(warcread.read_records_apart). What the collection keeps of each source
+(warcapart.read_records_apart). What the collection keeps of each source
 file is webfs.warc's layout.
 """
 from __future__ import annotations
@@ -32,8 +32,8 @@ from .signature import signature
 from .store import Store
 from .warc import (CAPTURE_TYPES, HEADS_SUFFIX, HTTP_XATTRS, INDEX_HEADER, INDEX_SUFFIX, KEEP_DIR, XATTR_FIELDS,
                    decode_entity)
-from .warcread import (READ_CHUNK, DigestCheck, Preparing, Problem, Record, payload_pieces,
-                       read_records_apart)
+from .warcapart import Preparing, read_records_apart
+from .warcread import READ_CHUNK, DigestCheck, Problem, Record, payload_pieces
 
 log = logging.getLogger(__name__)
 
