@@ -19,7 +19,7 @@ from . import admin
 from .admin import human
 from .errors import FsError, WebfsError
 from .files import create_new, publish
-from .ingest import show_path
+from .importsource import show_path
 from .store import Store
 from .warc import (HEADS_SUFFIX, INDEX_SUFFIX, KEEP_DIR, DiskTree, IndexLine, Where, parse_index,
                    sources_in_import_order)

@@ -1,7 +1,7 @@
 """``webfs import-warc``: web archive files into a collection.
 
 The import is the bulk import of webfs.ingest fed by records instead of a
-walk of directories: an ``Importer`` whose items carry their bytes. So it
+walk of directories: a source (``WarcSource``) whose items carry their bytes. So it
 has the same batches (one catalog commit per batch), the same promise
 (a capture counted as imported survives ``kill -9``), the same resume.
 A per-record gzip file is read, and its captures signed, checked against
@@ -27,9 +27,10 @@ from typing import Iterator, Optional
 from . import admin, urlpath
 from .admin import human
 from .errors import FsError, WebfsError
-from .ingest import Importer, Item, Piece, import_namespace, show_path
+from .importsource import Item, Source, show_path
+from .ingest import Importer, import_namespace
 from .signature import signature
-from .store import Store
+from .store import Piece, Store
 from .warc import (CAPTURE_TYPES, HEADS_SUFFIX, HTTP_XATTRS, INDEX_HEADER, INDEX_SUFFIX, KEEP_DIR, XATTR_FIELDS,
                    decode_entity)
 from .warcapart import Preparing, read_records_apart
@@ -77,11 +78,11 @@ class Revisit:
     uri: bytes
 
 
-class WarcImporter(Importer):
-    """The bulk importer, fed records of web archive files instead of a tree."""
+class WarcSource(Source):
+    """The source of an import fed records of web archive files instead of a tree."""
 
-    def __init__(self, *args, collection: bytes, **kw):
-        super().__init__(*args, **kw)
+    def __init__(self, importer, collection: bytes):
+        super().__init__(importer)
         self.collection = collection
         self.wc = WarcCounts()
         self.dirs: dict[bytes, Item] = {}          # path below the collection -> its directory item
@@ -152,7 +153,7 @@ class WarcImporter(Importer):
         item.warc_identity = identity
         item.warc_where = where or show_path(item.path)     # its record, in messages
         item.warc_data, item.warc_digest, item.warc_share = data, digest, share
-        item.warc_revisit = share is not None
+        item.shares = share is not None
         item.warc_prepared = prepared
         self.enqueue(item, len(data) if share is None else 0)
         item.warc_future = item.future
@@ -455,14 +456,6 @@ class WarcImporter(Importer):
                             f"{show_path(digest)} does not match the payload; imported as read")
         item.kept_rows = list(item.rows)
 
-    def _count_file(self, item: Item) -> None:
-        """A resolved revisit is counted as one (WarcCounts), not as a duplicate the
-        size of its original: a first import of 0.8 MB said 12.3 MiB of duplicates."""
-        if item.warc_revisit:
-            self.counts.files += 1
-            return
-        super()._count_file(item)
-
     def _share(self, item: Item, orig) -> None:
         """A revisit: the original's blocks, one more reference each."""
         if isinstance(orig, Item):
@@ -531,12 +524,12 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
     started = time.monotonic()
     target = os.path.join(dest, collection)
     with import_namespace(store) as ns:
-        importer = WarcImporter.into(store, ns, progress, mount_dev, collection=os.fsencode(collection),
-                                     workers=PREPARE_WORKERS)
+        importer = Importer.into(store, ns, progress, mount_dev, workers=PREPARE_WORKERS,
+                                 source=functools.partial(WarcSource, collection=os.fsencode(collection)))
         counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(target))
     seconds = time.monotonic() - started
     stopped = progress.stopping
-    wc = importer.wc
+    wc = importer.source.wc
     problems = wc.problems + counts.problems
     result = admin.Result(warc_summary(wc, counts, seconds, stopped), 4 if problems or stopped else 0)
     result.figures = {k: v for k, v in vars(wc).items()}
