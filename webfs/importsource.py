@@ -68,7 +68,10 @@ class Source:
     what it holds; a file is handed to ``enqueue``), ``prepare`` (run by a
     pool thread: what it can do ahead of storing) and ``store_prepared`` (run
     by the walking thread). It uses the import's store, namespace and
-    preparation through the names below, and nothing else of it."""
+    preparation through the names below; a tree's walk also tells the import
+    which directories it merges into (``importer.merged``, given their
+    source's attributes at the end) and reads the mount's device it must not
+    walk into (``importer.avoid_dev``)."""
 
     def __init__(self, importer):
         self.importer = importer
