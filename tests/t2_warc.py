@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, make_archive, tmpfs_disks, webfs
-from webfs import urlpath, warc, warcread
+from webfs import urlpath, warc, warcapart, warcread
 
 warcio = pytest.importorskip("warcio")
 from warcio.archiveiterator import ArchiveIterator  # noqa: E402
@@ -314,7 +314,7 @@ HOSTILE = {
 
 
 # The same, gzipped per record (the usual .warc.gz): read by import-warc's
-# reading process (webfs.warcread.read_records_apart), not in the command.
+# reading process (webfs.warcapart.read_records_apart), not in the command.
 for _case in ("wrong-length", "bad-digest", "angle-uri", "crcrlf", "dots", "long", "nfc-nfd"):
     _records = {"wrong-length": [_one(b"http://example.com/wl", b"0123456789", length=3), GOOD],
                 "bad-digest": [_one(digest=b"sha1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"), GOOD],
@@ -594,8 +594,8 @@ def _as_read(rec) -> tuple:
             rec.tail, rec.gzip, rec.fields)
 
 
-def _preparing(sign=True, catalog=None) -> warcread.Preparing:
-    return warcread.Preparing(1 << 20, sign, "gzip", 3, catalog)
+def _preparing(sign=True, catalog=None) -> warcapart.Preparing:
+    return warcapart.Preparing(1 << 20, sign, "gzip", 3, catalog)
 
 
 def test_the_reading_process_gives_the_records_prepared(tmp_path):
@@ -607,7 +607,7 @@ def test_the_reading_process_gives_the_records_prepared(tmp_path):
     from webfs.signature import signature
     src, verdicts = _per_record_gzip(tmp_path / "a.warc.gz", 150)
     want = [_as_read(r) for r in warcread.read_records(str(src))]
-    got = list(warcread.read_records_apart(str(src), _preparing()))
+    got = list(warcapart.read_records_apart(str(src), _preparing()))
     assert [_as_read(r) for r in got] == want
     long = [r for r in got if isinstance(r, warcread.Record) and isinstance(r.payload, warcread.Payload)]
     assert len(long) == 1 and long[0].prepared is None
@@ -616,7 +616,7 @@ def test_the_reading_process_gives_the_records_prepared(tmp_path):
     for r in prepared:
         assert r.prepared == (signature(r.payload), verdicts[r.fields[b"warc-target-uri"]],
                               codecs.encode(r.payload, "gzip", 3))
-    unsigned = list(warcread.read_records_apart(str(src), _preparing(sign=False)))
+    unsigned = list(warcapart.read_records_apart(str(src), _preparing(sign=False)))
     assert {r.prepared[0] for r in unsigned if isinstance(r, warcread.Record) and r.prepared} == {None}
 
     # Twice the same page, and a page whose block is in the catalog: encoded once, and not at all.
@@ -630,11 +630,11 @@ def test_the_reading_process_gives_the_records_prepared(tmp_path):
     twice = tmp_path / "b.warc.gz"
     twice.write_bytes(b"".join(_gz(_one(b"http://example.com/%d" % i, body))
                                for i, body in enumerate([b"same", b"same", b"stored before"])))
-    got = [r.prepared for r in warcread.read_records_apart(str(twice), _preparing(catalog=str(cat)))]
+    got = [r.prepared for r in warcapart.read_records_apart(str(twice), _preparing(catalog=str(cat)))]
     assert [p[2] is not None for p in got] == [True, False, False]
     db.close()
     # A catalog it cannot read: every new signature is encoded (the import would do it otherwise).
-    got = [r.prepared for r in warcread.read_records_apart(str(twice), _preparing(catalog=str(tmp_path / "none.db")))]
+    got = [r.prepared for r in warcapart.read_records_apart(str(twice), _preparing(catalog=str(tmp_path / "none.db")))]
     assert [p[2] is not None for p in got] == [True, False, True]
 
 
@@ -673,9 +673,9 @@ def test_the_reading_process_makes_new_blocks_directories_where_they_go(tmp_path
 
     # The reading process alone, disk 3 gone since the import began: a directory
     # for every page, on its disk, but for those whose disk is the one gone.
-    preparing = warcread.Preparing(1 << 20, True, "gzip", 3, str(disks[0] / "meta" / "catalog.db"), depth,
+    preparing = warcapart.Preparing(1 << 20, True, "gzip", 3, str(disks[0] / "meta" / "catalog.db"), depth,
                                    [[i, u, w, True, str(disks[i] / "blocks")] for i, u, w in conf_disks])
-    assert len(list(warcread.read_records_apart(str(src), preparing))) == 401   # with the requests
+    assert len(list(warcapart.read_records_apart(str(src), preparing))) == 401   # with the requests
     made = leaves()
     for _, body in pages:
         grp = group_of(signature(body), depth)
@@ -700,9 +700,9 @@ def test_the_reading_process_makes_no_directory_for_a_block_bound_for_an_object_
     local = tmp_path / "disk0"
     local.mkdir()
     disks = [(0, "a" * 32, 1.0), (1, "b" * 32, 1.0)]
-    preparing = warcread.Preparing(1 << 20, True, "gzip", 3, None, 3,
+    preparing = warcapart.Preparing(1 << 20, True, "gzip", 3, None, 3,
                                    [[0, "a" * 32, 1.0, True, str(local / "blocks")], [1, "b" * 32, 1.0, True, None]])
-    list(warcread.read_records_apart(str(src), preparing))
+    list(warcapart.read_records_apart(str(src), preparing))
     made = {"".join(p.relative_to(local / "blocks").parts) for p in (local / "blocks").glob("*/*")}
     homes = {group_of(signature(body), 3): ranked_disks(group_of(signature(body), 3), disks)[0]
              for _, body in pages}
@@ -715,10 +715,10 @@ def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeyp
     src, _ = _per_record_gzip(tmp_path / "a.warc.gz", 300)
     want = [_as_read(r) for r in warcread.read_records(str(src))]
     monkeypatch.setenv("WEBFS_TEST_KILL_AT", "warc-reader-after-batch:2")
-    got = [_as_read(r) for r in warcread.read_records_apart(str(src), _preparing())]
+    got = [_as_read(r) for r in warcapart.read_records_apart(str(src), _preparing())]
     said = [r for r in got if r[0] == "problem" and "ended early" in r[2]]
     assert len(said) == 1 and "killed by signal 9" in said[0][2]
-    assert said[0][1] == want[3 * warcread.FIRST_BATCH][0]      # where the third batch starts
+    assert said[0][1] == want[3 * warcapart.FIRST_BATCH][0]      # where the third batch starts
     assert [r for r in got if r not in said] == want
 
     disks = make_archive(tmp_path, 3)

@@ -67,7 +67,7 @@ def export_warc(split, duplicates, order, force, as_json, collection, out):
     OUT already there as it was. An OUT or OUT.part already there is refused
     unless --force (which replaces the name, never a symlink's target).
     """
-    from . import warc
+    from . import warc, warcexport
     size = None
     if split:
         m = re.fullmatch(r"([0-9]+)([KMGT]?)i?B?", split.upper())
@@ -92,17 +92,17 @@ def export_warc(split, duplicates, order, force, as_json, collection, out):
         bar = progress_bar(None, "exporting", "rec")
         progress = Progress(lambda kind, n, total, what: bar.update(n) if kind == "advance" else None)
         try:
-            result = warc.export_tree(tree, progress=progress, **options)
+            result = warcexport.export_tree(tree, progress=progress, **options)
         finally:
             bar.close()
         print_result(result, as_json)
-    there = warc.OutFiles(out, size).leftovers()
+    there = warcexport.OutFiles(out, size).leftovers()
     try:
         run_operation(target, "export-warc", as_json=as_json, unit="rec", collection=inside, **options)
     except WebfsError as exc:
         # The daemon removes what it wrote when it fails, not when it is killed.
         # Only the .part files this export made go: not those it refused.
-        left = [name for name, ident in warc.OutFiles(out, size).leftovers().items()
+        left = [name for name, ident in warcexport.OutFiles(out, size).leftovers().items()
                 if force or there.get(name) != ident]
         for name in left:
             with contextlib.suppress(FileNotFoundError):

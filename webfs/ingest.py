@@ -1,35 +1,25 @@
 """Bulk import (``webfs import SRC... DEST``): trees of ordinary files into
 the archive without a FUSE round trip per file.
 
-This module owns the walk of the sources, the reading and storing of their
-files in chunks, and the making of their names in the namespace in batches.
-It runs as the admin operation ``import``: inside the daemon of a mount
-(which reads SRC itself, with its own rights) or in-process on the disks of
-an unmounted archive (``DISK:/path``).
+This module owns an import's run and the making of its names in the
+namespace, in batches; what the items come from is a source
+(webfs.importsource: a tree of files, webfs.treesource, or the records of
+web archive files, webfs.warcimport), and their files reach the store in
+chunks (webfs.preparation). It runs as the admin operation ``import``:
+inside the daemon of a mount (which reads SRC itself, with its own rights)
+or in-process on the disks of an unmounted archive (``DISK:/path``).
+DEST and its missing parents are made (``mkdir -p``).
 
-What lands where is ``cp -a SRC... DEST/``'s rule, with rsync's trailing
-slash: a SRC directory ``x`` becomes ``DEST/x``; ``x/`` puts its contents
-straight into DEST. DEST and its missing parents are made (``mkdir -p``).
-Owners, modes, mtimes and atimes, symlinks, hard links (names of one source
-inode become one webfs inode with nlink > 1), empty files, FIFOs and device
-nodes, and xattrs (``user.*``, ``trusted.*``, ``security.*``; not POSIX
-ACLs, which webfs refuses) are kept.
+The walking thread makes the names in walk order, a batch at a time, under
+the catalog lock: one catalog commit and so one JOURNAL append per batch,
+not per file. A file is counted as imported (progress, summary) only once
+the commit of its batch has returned, so a file reported imported survives
+``kill -9`` of the daemon or of the import, as a file whose ``close()``
+returned does.
 
-Files go to the store in chunks: a pool of threads reads, hashes, finds the
-twin of, or compresses each file of a chunk (xxhash and zlib-ng release the
-GIL; the pool takes no lock), while the walk goes on; the walking thread
-stores the chunk at once (``Store.store_many``: block files, catalog rows,
-parity placed and XOR-ed per stripe) and then makes the names in order, a
-batch at a time, under the catalog lock: one catalog commit and so one
-JOURNAL append per batch, not per file. A file is counted as imported
-(progress, summary) only once the commit of its batch has returned, so a
-file reported imported survives ``kill -9`` of the daemon or of the import,
-as a file whose ``close()`` returned does.
-
-A rerun is a resume: a name that is already there with the same type (a
-regular file with the same size and mtime, a symlink to the same target) is
-left alone; a regular file that differs gets the new content; a directory is
-merged into. Anything that cannot be imported (unreadable, a name webfs
+A rerun is a resume (the source says which names are already there): an
+entry already there is left alone; a regular file that differs gets the new
+content, under a new inode; a directory is merged into. Anything that cannot be imported (unreadable, a name webfs
 cannot hold, in the way of a different kind of file) is reported with its
 path and the rest goes on.
 
@@ -50,57 +40,24 @@ import os
 import stat
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from . import admin
 from .admin import human
-from .catalog import BlockRow
 from .errors import FsError, NoSpace, WebfsError
-from .namespace import ROOT_INODE, Inode, Namespace, check_name, now_ns
-from .store import Piece, Store
+from .importsource import CONTROL_DIR, Item, Source, problem_line, show_path
+from .namespace import ROOT_INODE, Namespace, now_ns
+from .preparation import WORKERS, Preparation
+from .store import Store
+from .treesource import TreeSource
 
 log = logging.getLogger(__name__)
 
-# Files go to the store in chunks. WORKERS threads prepare a chunk: they read
-# each file of at most one block whole, hash it, look in one catalog query for
-# a block with the same bytes, and compress what no block has yet; they hold
-# no lock and mostly wait on disks or run C code. The walking thread itself
-# then stores the chunk (and reads any larger file as it stores it): threads
-# that each read and stored cost more in interpreter-lock hand-overs than they
-# overlapped (webfs-internals(7) has the measurement).
-WORKERS = 4
-CHUNK_FILES = 64
-CHUNK_BYTES = 16 << 20
 WINDOW = 256                # entries walked ahead of the names made
 BATCH_FILES = 512           # names per catalog commit ...
 BATCH_SECONDS = 0.5         # ... or fewer, when they took this long to come
-XATTR_KINDS = (b"user.", b"trusted.", b"security.")
-CONTROL_DIR = b".webfs"     # the fs's read-only tree owns this name in the root
-
-
-@dataclass
-class Item:
-    """One source entry on its way to one destination name."""
-    kind: str                        # dir, file, symlink, special, hardlink
-    src: bytes
-    parent: Optional["Item"]         # the directory item it goes in (None: DEST)
-    name: bytes
-    path: bytes                      # its path from the archive root (for the journal)
-    st: os.stat_result
-    ino: Optional[int] = None        # its webfs inode, once made (or found)
-    existing: Optional[Inode] = None
-    skip: bool = False               # already there: nothing to do
-    future: Optional[Future] = None
-    rows: list = field(default_factory=list)
-    stored: Optional[list] = None    # what the store gave for its prepared pieces (with its chunk's)
-    size: int = 0
-    target: bytes = b""
-    xattrs: list = field(default_factory=list)
-    first: Optional["Item"] = None   # a hard link: the item of the inode's first name
-    failed: str = ""                 # why it cannot be imported (reported in walk order)
-    warning: str = ""                # imported, but something of it was not (its xattrs)
 
 
 @dataclass
@@ -123,45 +80,6 @@ class Counts:
         return self.files + self.dirs + self.symlinks + self.hardlinks + self.special
 
 
-def show_path(path: bytes) -> str:
-    """A path as a message line shows it: bytes that are not UTF-8 as \\xff,
-    newlines and other control characters escaped, so one problem is one line."""
-    text = path.decode("utf-8", "backslashreplace")
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def problem_line(path: bytes, exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.errno:
-        return f"{show_path(path)}: {exc.strerror} ({errno.errorcode.get(exc.errno, exc.errno)})"
-    if isinstance(exc, FsError):
-        return f"{show_path(path)}: {exc} ({errno.errorcode.get(exc.errno, exc.errno)})"
-    return f"{show_path(path)}: {exc}"
-
-
-def read_xattrs(path, follow: bool = False) -> list[tuple[bytes, bytes]]:
-    """The xattrs cp -a would copy and webfs keeps (path or open fd)."""
-    out = []
-    try:
-        names = os.listxattr(path, follow_symlinks=follow) if not isinstance(path, int) \
-            else os.listxattr(path)
-    except OSError as exc:
-        if exc.errno in (errno.ENOTSUP, errno.EPERM):
-            return out
-        raise
-    for name in names:
-        raw = os.fsencode(name)
-        if raw.startswith(XATTR_KINDS) and not raw.startswith(b"user.webfs."):
-            try:
-                value = os.getxattr(path, name, follow_symlinks=follow) if not isinstance(path, int) \
-                    else os.getxattr(path, name)
-            except OSError as exc:
-                if exc.errno == errno.ENODATA:
-                    continue
-                raise
-            out.append((raw, value))
-    return out
-
-
 class Importer:
     """One import: sources into one destination directory of one archive."""
 
@@ -169,7 +87,8 @@ class Importer:
                  invalidate: Optional[Callable[[int, bool], None]] = None,
                  invalidate_entry: Optional[Callable[[int, bytes], None]] = None,
                  free_unused: Optional[Callable[[int], None]] = None,
-                 workers: Optional[int] = None, batch_files: Optional[int] = None):
+                 workers: Optional[int] = None, batch_files: Optional[int] = None,
+                 source: Optional[Callable[["Importer"], Source]] = None):
         self.store = store
         self.ns = ns
         self.cat = store.catalog
@@ -181,7 +100,6 @@ class Importer:
         self.batch_files = batch_files or BATCH_FILES
         self.max_block = store.conf.max_block
         self.counts = Counts()
-        self.links: dict[tuple[int, int], Item] = {}        # (dev, ino) -> item of its first name
         self.merged: list[Item] = []                         # directories that were already there
         self.touched: set[int] = set()                       # existing directories given new names
         self.relinked: set[int] = set()                      # existing files given another name
@@ -190,19 +108,9 @@ class Importer:
         self.dirs_changed: set[int] = set()                  # directories whose attributes the kernel may hold
         self.started = time.monotonic()
         self.uid, self.gid = os.getuid(), os.getgid()
-        # Never walk into the archive itself (its disks, its mount): it grows as we go.
-        self.avoid: set[tuple[int, int]] = set()
-        for vol in store.archive.volumes.values():
-            try:
-                st = os.stat(vol.root)
-                self.avoid.add((st.st_dev, st.st_ino))
-            except OSError:
-                pass
         self.avoid_dev: Optional[int] = None           # the mount's device, given by the command
-        self.chunk: list[Item] = []                    # files walked, not yet handed to the threads
-        self.chunk_bytes = 0
-        self.ready: list[Item] = []                    # items walked since the last chunk went out
-        self.waiting: Optional[tuple] = None           # (chunk, its preparation, its items): stored next
+        self.source = (source or TreeSource)(self)     # what the items come from
+        self.prep = Preparation(store, self.source)    # their files on their way to the store
 
     @classmethod
     def into(cls, store: Store, ns: Namespace, progress: admin.Progress,
@@ -242,333 +150,19 @@ class Importer:
             self.store.commit()
         return ino, here
 
-    # -- the walk ----------------------------------------------------------------
-
-    def count(self, sources: list[bytes]) -> int:
-        """How many entries the sources hold (for the progress bar's total)."""
-        n = 0
-        stack = []
-        for src in sources:
-            n += not src.endswith(b"/")
-            if os.path.isdir(src):
-                stack.append(src)
-        while stack:
-            d = stack.pop()
-            try:
-                with os.scandir(d) as it:
-                    for e in it:
-                        n += 1
-                        if e.is_dir(follow_symlinks=False):
-                            stack.append(e.path)
-            except OSError:
-                pass
-        return n
-
-    def walk(self, sources: list[bytes], dest: Item) -> Iterator[Item]:
-        """Items in an order where every directory comes before what it holds."""
-        for src in sources:
-            contents_only = src.endswith(b"/")
-            try:
-                st = os.lstat(src)
-            except OSError as exc:
-                yield self._failed(src, exc)
-                continue
-            if contents_only and stat.S_ISDIR(st.st_mode):
-                if dest.ino != ROOT_INODE:
-                    dest.st = st              # rsync: DEST takes the attributes of SRC/
-                    self.merged.append(dest)
-                yield from self._children(src.rstrip(b"/") or b"/", dest)
-                continue
-            name = os.path.basename(src.rstrip(b"/")) or b"/"
-            item = self._item(src.rstrip(b"/") or src, st, dest, name)
-            yield item
-            if item.kind == "dir" and not item.failed:
-                yield from self._children(item.src, item)
-
-    def _children(self, src_dir: bytes, parent: Item) -> Iterator[Item]:
-        stack = [(src_dir, parent)]
-        while stack:
-            d, parent = stack.pop()
-            try:
-                with os.scandir(d) as it:
-                    entries = sorted((e.name, e.path) for e in it)
-            except OSError as exc:
-                yield self._failed(d, exc)
-                continue
-            existing = self.names_in(parent)
-            subdirs = []
-            for name, path in entries:
-                try:
-                    st = os.lstat(path)
-                except OSError as exc:
-                    yield self._failed(path, exc)
-                    continue
-                item = self._item(path, st, parent, name, existing)
-                yield item
-                if item.kind == "dir" and not item.failed:
-                    subdirs.append((path, item))
-            stack.extend(reversed(subdirs))
-
-    def names_in(self, parent: Item) -> dict[bytes, Inode]:
-        """The names already in a directory that was there before this import."""
-        if parent.ino is None or parent.existing is None:
-            return {}
-        return self.ns.children(parent.ino)
-
-    def _item(self, src: bytes, st: os.stat_result, parent: Item, name: bytes,
-              existing: Optional[dict] = None) -> Item:
-        """The item of one source entry; a failed one (``failed`` set) if it cannot be imported."""
-        path = parent.path + b"/" + name
-        mode = st.st_mode
-        kind = ("dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode)
-                else "symlink" if stat.S_ISLNK(mode) else "special")
-        item = Item(kind, src, parent, name, path, st)
-        try:
-            check_name(name)
-            if parent.ino == ROOT_INODE and name == CONTROL_DIR:
-                raise FsError(errno.EEXIST, "the name .webfs in the root is webfs's own")
-            if kind == "dir" and ((st.st_dev, st.st_ino) in self.avoid or st.st_dev == self.avoid_dev):
-                raise FsError(errno.ELOOP, "is part of the archive it is imported into")
-            if existing is None:
-                existing = self.names_in(parent) if parent.existing is not None else {}
-            old = existing.get(name)
-            if old is not None:
-                item.existing = old
-                self._resume(item, old)
-        except FsError as exc:
-            item.failed = problem_line(src, exc) + ("; not walked" if kind == "dir" else "")
-            return item
-        if kind == "dir":
-            if old is not None:
-                item.ino = old.id                 # merge into it; its attributes are set at the end
-                item.skip = True
-                self.merged.append(item)
-            else:
-                try:
-                    item.xattrs = read_xattrs(src)
-                except OSError as exc:
-                    item.warning = problem_line(src, exc) + " (its xattrs)"
-            return item
-        if st.st_nlink > 1:
-            key = (st.st_dev, st.st_ino)
-            first = self.links.get(key)
-            if first is None:
-                self.links[key] = item
-            else:
-                item.kind, item.first = "hardlink", first
-                item.skip = old is not None       # a rerun: the name is there already
-                return item
-        if item.skip:
-            if old is not None:
-                item.ino = old.id
-            return item
-        try:
-            if kind == "symlink":
-                item.target = os.readlink(src)
-            if kind != "file":
-                item.xattrs = read_xattrs(src)
-        except OSError as exc:
-            item.failed = problem_line(src, exc)
-            return item
-        if kind == "file":
-            self.enqueue(item, st.st_size)
-        return item
-
-    def _resume(self, item: Item, old: Inode) -> None:
-        """An entry whose name is already there: merge, skip, replace, or refuse (FsError)."""
-        st, kind = item.st, item.kind
-        if kind == "dir":
-            if not old.is_dir:
-                raise FsError(errno.EEXIST, "already there and not a directory")
-            return
-        if old.is_dir:
-            raise FsError(errno.EISDIR, "a directory of that name is already there")
-        if stat.S_IFMT(old.mode) != stat.S_IFMT(st.st_mode):
-            raise FsError(errno.EEXIST, "already there as another kind of file; not replaced")
-        if kind == "file":
-            item.skip = old.size == st.st_size and old.mtime_ns == st.st_mtime_ns
-            return
-        if kind == "symlink":
-            try:
-                same = self.ns.readlink(old.id) == os.readlink(item.src)
-            except (OSError, WebfsError):
-                same = False
-            if not same:
-                raise FsError(errno.EEXIST, "already there, a symlink to another target; not replaced")
-        item.skip = True
-
-    # -- chunks: prepared by the threads, stored by the walking thread -------------
-
-    def enqueue(self, item: Item, size: int) -> None:
-        """A file (a capture) to store: it joins the chunk being walked, and its
-        future is settled when this thread has stored it (see ``_send``)."""
-        item.future = Future()
-        self.chunk.append(item)
-        self.chunk_bytes += size
-
-    def _chunked(self, items: Iterator[Item]) -> Iterator[Item]:
-        """The walk's items, in walk order, each given out once stored."""
-        for item in items:
-            self.ready.append(item)
-            if len(self.chunk) >= CHUNK_FILES or self.chunk_bytes >= CHUNK_BYTES:
-                yield from self._send()
-        yield from self._send(last=True)
-
-    def _send(self, last: bool = False) -> Iterator[Item]:
-        """Hand the chunk walked so far to the threads; store the one before it
-        (prepared meanwhile) and give out its items, stored: the batches wait
-        on items' futures, so none goes out before this thread settled it.
-        ``last``: this chunk too."""
-        todo = [self.waiting] if self.waiting else []
-        self.waiting = None
-        if self.chunk or self.ready:
-            chunk, self.chunk, self.chunk_bytes = self.chunk, [], 0
-            self.waiting = (chunk, self.pool.submit(self._prepare, chunk), self.ready)
-            self.ready = []
-        if last and self.waiting:
-            todo.append(self.waiting)
-            self.waiting = None
-        for chunk, prepared, ready in todo:
-            self._store_chunk(chunk, prepared)
-            for i, item in enumerate(ready):
-                try:
-                    yield item
-                except GeneratorExit:
-                    # The import stops here (closed by ``run``): what this chunk
-                    # stored (each future settled above) and will not give out.
-                    self._give_back_unnamed(ready[i + 1:])
-                    raise
-
-    def _prepare(self, chunk: list[Item]) -> list[Optional[tuple[list[Piece], object]]]:
-        """What ``prepare`` gives for each item of a chunk, its pieces then
-        matched with a block holding the very same bytes or (when no block has
-        their signature yet) encoded, in one catalog query for the chunk. Never
-        raises: what fails here fails again when stored, and is reported there."""
-        out: list = []
-        for item in chunk:
-            try:
-                out.append(self.prepare(item))
-            except Exception:
-                out.append(None)
-        try:
-            sign = self.store.signature_fn
-            for prep in out:
-                if prep:
-                    prep[0][:] = [p.signed(sign) for p in prep[0]]
-            twins = iter(self.store.twins([p for prep in out if prep for p in prep[0]]))
-            encoded: set[str] = set()    # a twin later in the chunk will be a duplicate
-            for prep in out:
-                for i, p in enumerate(prep[0] if prep else ()):
-                    same, stored = next(twins)
-                    if same is not None:
-                        prep[0][i] = p._replace(same=same)
-                    elif not stored and p.sig not in encoded:
-                        encoded.add(p.sig)
-                        if p.encoded is None:         # (a WARC's reading process may have)
-                            prep[0][i] = p._replace(encoded=self.store.encode(p.data))
-        except Exception:
-            pass                          # the store reads back and encodes what it needs
-        return out
-
-    def _store_chunk(self, chunk: list[Item], prepared: Future) -> None:
-        """Store a chunk's items in walk order, settling each one's future. The
-        pieces prepared ahead go to the store first, all in one ``store_many``."""
-        try:
-            ready = prepared.result()
-        except BaseException:
-            ready = [None] * len(chunk)
-        # (not running: cancelled, the import was cut short)
-        live = [(item, prep) for item, prep in zip(chunk, ready) if item.future.set_running_or_notify_cancel()]
-        pieces = [(item, piece) for item, prep in live if prep is not None for piece in prep[0]]
-        try:
-            outcomes = self.store.store_many([piece for _, piece in pieces], [item.path for item, _ in pieces])
-        except BaseException as exc:
-            outcomes = [exc] * len(pieces)
-        for item, _ in pieces:
-            item.stored = []
-        for (item, _), outcome in zip(pieces, outcomes):
-            item.stored.append(outcome)
-        for item, prep in live:
-            try:
-                self.store_prepared(item, prep)
-            except BaseException as exc:
-                item.future.set_exception(exc)
-            else:
-                item.future.set_result(None)
-
-    def prepare(self, item: Item) -> Optional[tuple[list[Piece], object]]:
-        """(a file's pieces, signed; what ``store_prepared`` needs besides), read
-        by a thread ahead of storing; None: read it when storing (a file
-        longer than a block is not held in memory whole)."""
-        if item.st.st_size > self.max_block:
-            return None
-        with _source_file(item.src) as (fd, st):
-            if st.st_size > self.max_block:
-                return None
-            sign = self.store.signature_fn
-            pieces = [Piece(d, sign(d)) for d in _file_pieces(fd, self.max_block, st.st_size)]
-            return pieces, (st, read_xattrs(fd))
-
-    def store_prepared(self, item: Item, prepared: Optional[tuple[list[Piece], object]]) -> None:
-        """Store a file as prepared, or read and store it here."""
-        if prepared is None:
-            self._read_and_store(item)
-            return
-        pieces, (st, xattrs) = prepared
-        self.store_pieces(item, pieces)
-        item.st, item.xattrs = st, xattrs
-
-    def store_pieces(self, item: Item, pieces: Iterable[Piece]) -> None:
-        """Store a file's content, piece by piece (each at most max_block bytes), as
-        ``item.rows`` and ``item.size`` (or take what ``_store_chunk`` stored). The references taken are the item's own
-        until its name is made; if a piece fails, those already taken are given back."""
-        if item.stored is not None:             # stored with its chunk
-            outcomes, item.stored = item.stored, None
-            rows = [o for o in outcomes if isinstance(o, BlockRow)]
-            failed = next((o for o in outcomes if not isinstance(o, BlockRow)), None)
-            if failed is not None:
-                for row in rows:
-                    self.store.release(row)
-                raise failed
-            item.rows, item.size = rows, sum(row.size for row in rows)
-            return
-        rows: list[BlockRow] = []
-        size = 0
-        try:
-            for piece in pieces:
-                rows.append(self.store.store(piece.data, name=item.path, sig=piece.sig,
-                                             encoded=piece.encoded, same=piece.same, sha256=piece.sha256))
-                size += len(piece.data)
-        except BaseException:
-            for row in rows:
-                self.store.release(row)
-            raise
-        item.rows, item.size = rows, size
-
-    def _read_and_store(self, item: Item) -> None:
-        """Read a file and store its pieces as they are read."""
-        with _source_file(item.src) as (fd, st):
-            self.store_pieces(item, map(Piece, _file_pieces(fd, self.max_block, st.st_size)))
-            try:
-                item.xattrs = read_xattrs(fd)
-            except BaseException:
-                self._give_back(item)
-                raise
-        item.st = st
-
     # -- making names (this thread, in batches) -----------------------------------
 
     def run(self, sources: list[bytes], dest_path: bytes) -> Counts:
         dest_ino, dest_path = self.dest_dir(dest_path)
         dest = Item("dir", b"", None, b"", dest_path, os.stat_result((0,) * 10), ino=dest_ino,
                     existing=self.ns.get(dest_ino))
-        self.progress.set_total(self.count(sources), "importing")
+        self.progress.set_total(self.source.count(sources), "importing")
         self.last_flush = time.monotonic()
         with ThreadPoolExecutor(self.workers, thread_name_prefix="import") as pool:
-            self.pool = pool
+            self.prep.pool = pool
             pending: deque[Item] = deque()
             batch: list[Item] = []
-            walked = self._chunked(self.walk(sources, dest))
+            walked = self.prep.chunked(self.source.walk(sources, dest))
             try:
                 for item in walked:
                     pending.append(item)
@@ -589,7 +183,7 @@ class Importer:
                 for item in pending:
                     if item.future is not None:
                         item.future.cancel()
-                self._give_back_unnamed(list(pending) + batch)
+                self.prep.give_back_unnamed(list(pending) + batch)
                 try:
                     self.store.commit()
                 except WebfsError:
@@ -598,21 +192,6 @@ class Importer:
             finally:
                 self._invalidate(self.dirs_changed)
         return self.counts
-
-    def _give_back_unnamed(self, items: Iterable[Item]) -> None:
-        """Give back what items whose names will not be made stored: not those
-        whose store failed or was cancelled (they took nothing)."""
-        for item in items:
-            if item.future is not None and (item.future.cancelled() or item.future.exception() is not None):
-                continue
-            self._give_back(item)
-
-    def _give_back(self, item: Item) -> None:
-        """Drop the references a file's blocks took for a name that was not made."""
-        if item.ino is None:
-            for row in item.rows:
-                self.store.release(row)
-            item.rows = []
 
     def _take(self, pending: deque, batch: list, wait: bool) -> None:
         """Move finished items from the head of the queue into the batch (in walk order)."""
@@ -662,7 +241,7 @@ class Importer:
                 for item in self.merged:
                     self._set_dir_attrs(item)
         for item in failed:
-            self._give_back(item)
+            self.prep.give_back(item)
         self.store.commit()
         self._forget_replaced()
         # Only now are these names durable: count them, and say what failed.
@@ -699,7 +278,7 @@ class Importer:
                     item.rows.append(self.store.add_ref(row))
             except (OSError, FsError, NoSpace) as exc:
                 item.failed = problem_line(item.src, exc)
-                self._give_back(item)
+                self.prep.give_back(item)
 
     def _make(self, item: Item, nlinks: dict[int, int], xattrs: list[tuple[int, bytes, bytes]]) -> None:
         parent = item.parent
@@ -764,6 +343,8 @@ class Importer:
 
     def _count_file(self, item: Item) -> None:
         self.counts.files += 1
+        if item.shares:          # its original's blocks: one file, not duplicates the size of that
+            return
         self.counts.bytes += item.size
         for row in item.rows:
             if row.refs > 1:
@@ -788,10 +369,6 @@ class Importer:
         secs = max(time.monotonic() - self.started, 1e-6)
         dedup = f"{c.dup_bytes / c.bytes:.0%}" if c.bytes else "-"
         return f"{c.bytes / secs / 1e6:.1f} MB/s, dedup {dedup}"
-
-    def _failed(self, path: bytes, exc: BaseException) -> Item:
-        """An entry the walk could not even look at: reported in its turn."""
-        return Item("failed", path, None, b"", b"", None, failed=problem_line(path, exc))
 
     def _forget_replaced(self) -> None:
         """After the commit, outside the catalog lock: the kernel forgets the names
@@ -822,50 +399,6 @@ class Importer:
                 self.invalidate(ino, True)
             except (OSError, WebfsError):
                 pass            # the kernel does not know it: nothing cached
-
-
-@contextlib.contextmanager
-def _source_file(path: bytes) -> Iterator[tuple[int, os.stat_result]]:
-    """A source file open for reading, with its stat (FsError if it is no
-    longer a regular file): where it is read, ahead or as it is stored."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FsError(errno.EINVAL, "changed into another kind of file during the import")
-        yield fd, st
-    finally:
-        os.close(fd)
-
-
-def _file_pieces(fd: int, size: int, expected: int) -> Iterator[bytes]:
-    """The pieces of an open file; an empty file has none."""
-    done = 0
-    while True:
-        data = _read_piece(fd, size, expected - done + 1)
-        if data:
-            yield data
-            done += len(data)
-        if len(data) < size:
-            return
-
-
-def _read_piece(fd: int, size: int, hint: int) -> bytes:
-    """Up to ``size`` bytes: fewer only at the end of the file. ``hint`` is how
-    many are expected (from fstat): asking os.read for 4 MiB to get a 6 KB page
-    allocates, maps and unmaps 4 MiB each time, which cost a third of the
-    import's time with several threads (TLB shootdowns)."""
-    parts = []
-    got = 0
-    want = max(1, min(size, hint))
-    while got < size:
-        data = os.read(fd, want)
-        if not data:
-            break
-        parts.append(data)
-        got += len(data)
-        want = min(size - got, 1 << 16)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def summary(c: Counts, seconds: float, stopped: bool) -> list[str]:

@@ -6,7 +6,7 @@ work. An operation is ``fn(store, progress, **options) -> admin.Result``
 """
 from __future__ import annotations
 
-from . import admin, indexer, ingest, searching, warc
+from . import admin, indexer, ingest, searching, warcexport, warcimport
 from .commands import cooling, rebalance, rebuild_disk, scrub
 
 OPERATIONS: dict[str, admin.Operation] = {
@@ -20,8 +20,8 @@ OPERATIONS: dict[str, admin.Operation] = {
     "heat": cooling.heat,
     # Imports index what they made when they finish (webfs.indexer).
     "import": indexer.indexed(ingest.import_),
-    "import-warc": indexer.indexed(warc.import_warc),
-    "export-warc": warc.export_warc,
+    "import-warc": indexer.indexed(warcimport.import_warc),
+    "export-warc": warcexport.export_warc,
     "search": searching.search,
     "reindex": searching.reindex,
 }

@@ -8,39 +8,22 @@ what is wrong, and the raw bytes of each record it found are read back from
 the file by offset and length, so nothing warcio rewrites is lost
 (``read_records``).
 
-An import reads a per-record gzip file in a process of its own
-(``read_records_apart``): that process also signs each capture, checks its
-WARC digest and compresses it as a new block would hold it (unless a block
-has its signature), so both cores work and the importing process spends no
-interpreter time on parsing nor hashing. If that process dies, the importing process
-says so and reads on from the record after the last one it got.
+This module imports no catalog, placement nor codec: it reads. An import's
+reading process, which also prepares the captures, is webfs.warcapart's.
 """
 from __future__ import annotations
 
 import base64
-import dataclasses
 import errno
-import fcntl
 import hashlib
-import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
-import ctypes
 import tempfile
 import zlib
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from typing import Iterator, Optional
 
-from . import codecs, testkill
-from . import signature as sigmod
-from .catalog import SignatureLookup
-from .placement import first_disk, ranked_disks
-from .signature import signature
 
 _BLANK_LINE = re.compile(rb"\n\r*\n")     # the end of a header block (\r\n, \n, \r\r\n lines)
 _ARC_LINE = re.compile(rb"\n([^ \r\n]+) ([0-9.]+|-) ([0-9]{14}) ")
@@ -393,7 +376,7 @@ def read_records(path: str, start: int = 0) -> Iterator[object]:
             return
         magic = fh.read(3)
         gz = magic[:2] == b"\x1f\x8b"
-        if gz and not start and _whole_file_gzip(fh):
+        if gz and not start and whole_file_gzip(fh):
             yield Problem(0, "a whole-file gzip (one gzip stream, not one per record): read as one "
                           "stream; offsets are in the uncompressed stream")
             with tempfile.TemporaryFile() as tmp:
@@ -410,215 +393,14 @@ def read_records(path: str, start: int = 0) -> Iterator[object]:
         yield from _records(fh, size, gz, ArchiveIterator, start)
 
 
-# The reading process of an import (read_records_apart).
-APART_BATCH = 64            # records it sends at once ...
-FIRST_BATCH = 8             # ... after batches of 8, 16 and 32: the importing process waits for the first
-APART_PIPE = 1 << 20        # the pipe's buffer: it reads on while a batch waits (Linux's default bound)
-PR_SET_PDEATHSIG = 1         # prctl(2)
-SEEN_KEPT = 200_000         # signatures it remembers having encoded (~100 B each)
-_APART_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from webfs.warcread import _read_and_send; _read_and_send()"
-
-
-@dataclass(frozen=True)
-class Preparing:
-    """What the reading process does to each capture of at most ``max_block``
-    bytes besides reading it: sign it (``sign``: the store's signature is
-    webfs's own), check its WARC digest, and encode it as the store would
-    (``codec``, ``level``) unless an earlier capture of the file, or a block
-    in the catalog (``catalog``, read only), has its signature. For a capture
-    it encodes, it also makes the directory of the capture's placement group
-    (``depth``) on the disk its block will go to, when that disk is a local
-    directory (``disks``: [index, uuid, weight, present, its blocks/ directory
-    or None] of every disk)."""
-    max_block: int
-    sign: bool
-    codec: str
-    level: int
-    catalog: Optional[str] = None
-    depth: int = 0
-    disks: list = field(default_factory=list)
-
-
-@dataclass
-class Again:
-    """A record the reading process left to the importing one: its payload was
-    kept in a file of that process (longer than SPILL_AT), so it is read again."""
-    offset: int
-
-
-def read_records_apart(path: str, preparing: Preparing) -> Iterator[object]:
-    """``read_records(path)``, read by a process of its own when the file is
-    gzipped per record. A capture that process prepared comes with
-    ``prepared``: (its signature, or None unless ``preparing.sign``; what
-    ``DigestCheck.matches`` says of its WARC-Payload-Digest, None without
-    one; its (codec, payload) as a new block would hold it, or None)."""
-    try:
-        with open(path, "rb") as fh:
-            apart = fh.read(2) == b"\x1f\x8b" and not _whole_file_gzip(fh)
-        code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        child = subprocess.Popen([sys.executable, "-c", _APART_MAIN, code, path,
-                                  json.dumps(dataclasses.asdict(preparing)), str(os.getpid())],
-                                 stdout=subprocess.PIPE) if apart else None
-    except OSError:
-        child = None
-    if child is None:
-        yield from read_records(path)
-        return
-    try:
-        fcntl.fcntl(child.stdout.fileno(), fcntl.F_SETPIPE_SZ, APART_PIPE)
-    except OSError:
-        pass                    # a smaller bound: the reading process waits more
-    conn = Connection(os.dup(child.stdout.fileno()))
-    child.stdout.close()
-    read_on = 0                 # where a record not received yet starts
-    said: set = set()           # problems received after it
-    ended = False
-    try:
-        while not ended:
-            try:
-                batch = conn.recv()
-            except (EOFError, OSError):
-                break
-            ended = batch is None
-            for rec in batch or ():
-                if isinstance(rec, Again):
-                    rec = _record_at(path, rec.offset)
-                if isinstance(rec, Record):
-                    read_on, said = rec.offset + rec.length, set()
-                else:
-                    said.add((rec.offset, rec.text))
-                yield rec
-    finally:
-        if not ended:
-            child.kill()
-        child.wait()
-        conn.close()
-    if ended:
-        return
-    how = f"killed by signal {-child.returncode}" if child.returncode < 0 else f"exit status {child.returncode}"
-    yield Problem(read_on, f"the process reading this file ended early ({how}); read on from here")
-    for rec in read_records(path, read_on):
-        if isinstance(rec, Record) or (rec.offset, rec.text) not in said:
-            yield rec
-
-
-def _record_at(path: str, offset: int) -> object:
+def record_at(path: str, offset: int) -> object:
     """The well-formed record of a per-record gzip file at an offset."""
     with open(path, "rb") as fh:
         rec = next(_strict_gz(fh, offset, os.fstat(fh.fileno()).st_size), None)
     return rec if rec is not None else Problem(offset, "the record could not be read again")
 
 
-def _read_and_send() -> None:
-    """The reading process: ``read_records`` of argv[2] to standard output, in
-    pickled batches, then None; its captures prepared as argv[3] (Preparing,
-    as JSON) says; argv[4] is the importing process's id."""
-    path, preparing = sys.argv[2], Preparing(**json.loads(sys.argv[3]))
-    # Ctrl-C is the importing process's to act on (it stops at a safe point
-    # and ends this one); an importing process gone closes the pipe, which
-    # this one only notices when it writes: so it is also killed with it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with(int(sys.argv[4]))
-    testkill.arm()
-    conn = Connection(os.dup(1))
-    os.dup2(2, 1)                         # nothing else reaches the pipe
-    try:
-        _send_records(conn, path, preparing)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-
-
-def _die_with(parent: int) -> None:
-    """Be sent SIGKILL when the importing process (thread) ends (Linux's
-    PR_SET_PDEATHSIG), or end now if it already has."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass                      # not Linux: the closed pipe still ends it when it writes
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
-    encoder = _Encoder(preparing)
-    batch: list = []
-    size = FIRST_BATCH
-    for rec in read_records(path):
-        if isinstance(rec, Record):
-            if isinstance(rec.payload, Payload):
-                rec = Again(rec.offset)
-            elif rec.rtype in ("response", "resource") and len(rec.payload) <= preparing.max_block:
-                check = DigestCheck(rec.fields.get(b"warc-payload-digest"))
-                check.update(rec.payload)
-                rec.prepared = (signature(rec.payload) if preparing.sign else None, check.matches(), None)
-        batch.append(rec)
-        if len(batch) >= size:
-            conn.send(encoder.encoded(batch))
-            batch, size = [], min(2 * size, APART_BATCH)
-            testkill.point("warc-reader-after-batch")
-    conn.send(encoder.encoded(batch))
-    conn.send(None)
-
-
-class _Encoder:
-    """The reading process's encoding of captures whose signature no block has."""
-
-    def __init__(self, preparing: Preparing):
-        self.preparing = preparing
-        self.seen: set[str] = set()
-        self.catalog = SignatureLookup(preparing.catalog) if preparing.catalog else None
-        self.made: set[str] = set()         # groups whose directory is there
-        self.present = {i for i, _, _, present, _ in preparing.disks if present}
-        self.blocks_dirs = {i: d for i, _, _, _, d in preparing.disks if d is not None}
-
-    def encoded(self, batch: list) -> list:
-        todo = [r for r in batch if isinstance(r, Record) and r.prepared is not None]
-        sigs = list({r.prepared[0] for r in todo if r.prepared[0] is not None} - self.seen)
-        known = self.catalog.having(sigs) if self.catalog is not None else set()
-        if len(self.seen) > SEEN_KEPT:
-            self.seen.clear()
-        new = set()
-        for r in todo:
-            sig, matches, _ = r.prepared
-            if sig is None or not (sig in self.seen or sig in known):
-                r.prepared = (sig, matches, codecs.encode(r.payload, self.preparing.codec,
-                                                          self.preparing.level))
-                if sig is not None:
-                    new.add(sig)
-            if sig is not None:
-                self.seen.add(sig)
-        self.make_group_dirs(new)
-        return batch
-
-    def make_group_dirs(self, sigs: set[str]) -> None:
-        """Make the placement group directories the new blocks of these
-        signatures will be written in, on their disks (``Store.home_disks``'s
-        first), ahead of the importing process: on a fresh archive most new
-        blocks start a group, and making its directory (ext4) was a tenth of
-        that process's time. A directory made for nothing is harmless, an
-        empty group; one this cannot make, the importing process makes. A
-        disk whose root directory is gone is left alone (never made again)."""
-        depth = self.preparing.depth
-        if not depth or not self.blocks_dirs:
-            return
-        groups = list({sigmod.group_of(sig, depth) for sig in sigs} - self.made)
-        mapped = self.catalog.group_disks(groups) if self.catalog is not None else {}
-        disks = [(i, uuid, weight) for i, uuid, weight, _, _ in self.preparing.disks]
-        if len(self.made) > SEEN_KEPT:
-            self.made.clear()
-        for grp in groups:
-            blocks = self.blocks_dirs.get(first_disk(ranked_disks(grp, disks), mapped.get(grp),
-                                                     self.present))
-            if blocks is None or not os.path.isdir(os.path.dirname(blocks)):
-                continue
-            try:
-                os.makedirs(os.path.join(blocks, sigmod.group_dir(grp)), exist_ok=True)
-                self.made.add(grp)
-            except OSError:
-                pass
-
-
-def _whole_file_gzip(fh) -> bool:
+def whole_file_gzip(fh) -> bool:
     """Whether the first gzip member holds more than one record."""
     fh.seek(0)
     d = zlib.decompressobj(31)

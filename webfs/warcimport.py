@@ -1,0 +1,539 @@
+"""``webfs import-warc``: web archive files into a collection.
+
+The import is the bulk import of webfs.ingest fed by records instead of a
+walk of directories: a source (``WarcSource``) whose items carry their bytes. So it
+has the same batches (one catalog commit per batch), the same promise
+(a capture counted as imported survives ``kill -9``), the same resume.
+A per-record gzip file is read, and its captures signed, checked against
+their digests and compressed, by a process of its own
+(warcapart.read_records_apart). What the collection keeps of each source
+file is webfs.warc's layout.
+"""
+from __future__ import annotations
+
+import errno
+import functools
+import hashlib
+import io
+import logging
+import os
+import re
+import stat
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Iterator, Optional
+
+from . import admin, urlpath
+from .admin import human
+from .errors import FsError, WebfsError
+from .importsource import Item, Source, show_path
+from .ingest import Importer, import_namespace
+from .signature import signature
+from .store import Piece, Store
+from .warc import (CAPTURE_TYPES, HEADS_SUFFIX, HTTP_XATTRS, INDEX_HEADER, INDEX_SUFFIX, KEEP_DIR, XATTR_FIELDS,
+                   decode_entity)
+from .warcapart import Preparing, read_records_apart
+from .warcread import READ_CHUNK, DigestCheck, Problem, Record, payload_pieces
+
+log = logging.getLogger(__name__)
+
+
+# Threads preparing the chunks of captures (webfs.ingest: the catalog's twins,
+# compression, and signing and digest checks where the reading process did
+# not); the walking thread stores them. Records are in memory, so unlike a
+# tree's files no thread waits on a disk, and a parse thread or storing
+# threads of their own only passed the interpreter lock around (20,000
+# small-page records: a store thread spent 4.3 s of CPU on what takes 2.5 s
+# alone): parsing went to another process instead.
+PREPARE_WORKERS = 2
+
+# The figures of a WARC import. Shaped like ingest.Counts (a list of int
+# fields), which is why `duplicates` pairs them; the figures are others.
+@dataclass
+class WarcCounts:
+    records: int = 0
+    captures: int = 0
+    other: int = 0
+    bytes: int = 0
+    revisits_resolved: int = 0
+    revisits_unresolved: int = 0
+    duplicates: int = 0
+    dup_bytes: int = 0
+    already: int = 0
+    problems: list = field(default_factory=list)
+
+
+@dataclass
+class Revisit:
+    """A revisit record's capture, waiting for its original (same payload digest)."""
+    path: bytes
+    payload: object
+    mtime: int
+    xattrs: list
+    identity: bytes
+    src: bytes
+    digest: Optional[bytes]
+    where: str
+    uri: bytes
+
+
+class WarcSource(Source):
+    """The source of an import fed records of web archive files instead of a tree."""
+
+    def __init__(self, importer, collection: bytes):
+        super().__init__(importer)
+        self.collection = collection
+        self.wc = WarcCounts()
+        self.dirs: dict[bytes, Item] = {}          # path below the collection -> its directory item
+        self.by_digest: dict[bytes, object] = {}   # payload digest -> Item (this import) or inode
+        self.taken: set[bytes] = set()             # capture paths given out in this import
+        self.names_before: dict[int, dict] = {}  # directory inode -> its names before this import
+        self.stored_digests: Optional[dict] = None # payload digest -> inode, of earlier imports
+        self.revisits_left: list[Revisit] = []     # revisits whose original was not met yet
+
+    # The walk: each source file's records, then its kept files.
+    def count(self, sources: list[bytes]) -> Optional[int]:
+        return None
+
+    def walk(self, sources: list[bytes], dest: Item) -> Iterator[Item]:
+        self.top = dest
+        self.dirs[b""] = dest
+        for src in sources:
+            yield from self._source(src)
+        # Revisits met before their original: resolved now that every record was read.
+        for rv in self.revisits_left:
+            yield self._revisit(rv, self._original(rv.digest))
+        self.revisits_left = []
+
+    def _dir(self, path: bytes) -> Item:
+        """The item of a directory below the collection (made in this import or found);
+        its missing parents are made first, top down (a URL may have thousands of
+        segments: no recursion)."""
+        item = self.dirs.get(path)
+        if item is not None:
+            return item
+        missing = [path]
+        while True:
+            parent_path = missing[-1].rpartition(b"/")[0]
+            if parent_path in self.dirs:
+                break
+            missing.append(parent_path)
+        for here in reversed(missing):
+            item = self._new_dir(here)
+        return item
+
+    def _new_dir(self, path: bytes) -> Item:
+        parent_path, _, name = path.rpartition(b"/")
+        parent = self.dirs[parent_path]
+        node = self._name_in(parent, name)
+        st = SimpleNamespace(st_mode=stat.S_IFDIR | 0o755, st_uid=self.uid, st_gid=self.gid,
+                             st_atime_ns=time.time_ns(), st_mtime_ns=time.time_ns(), st_rdev=0)
+        item = Item("dir", b"", parent, name, self.top.path + b"/" + path, st)
+        if node is not None:
+            if not node.is_dir:
+                item.failed = f"{show_path(item.path)}: already there and not a directory"
+            else:
+                item.skip, item.ino, item.existing = True, node.id, node
+        self.dirs[path] = item
+        self._pending_dirs.append(item)
+        return item
+
+    def _file(self, path: bytes, data, mtime_ns: int, xattrs: list, identity: bytes,
+              src: bytes, share: Optional[object] = None, digest: Optional[bytes] = None,
+              where: str = "", prepared: Optional[tuple] = None) -> Optional[Item]:
+        """A file item for a path below the collection; None when it is there already."""
+        parent_path, _, name = path.rpartition(b"/")
+        parent = self._dir(parent_path)
+        st = SimpleNamespace(st_mode=stat.S_IFREG | 0o644, st_uid=self.uid, st_gid=self.gid,
+                             st_atime_ns=mtime_ns, st_mtime_ns=mtime_ns, st_rdev=0)
+        item = Item("file", self.top.path + b"/" + path, parent, name, self.top.path + b"/" + path, st)
+        item.xattrs = xattrs
+        item.size = len(data) if share is None else 0
+        item.warc_identity = identity
+        item.warc_where = where or show_path(item.path)     # its record, in messages
+        item.warc_data, item.warc_digest, item.warc_share = data, digest, share
+        item.shares = share is not None
+        item.warc_prepared = prepared
+        self.enqueue(item, len(data) if share is None else 0)
+        item.warc_future = item.future
+        return item
+
+    def _free_path(self, stem: bytes, stamp_of, identity: bytes) -> tuple[bytes, bool]:
+        """(the first capture path stem+stamp(n) not taken by another capture, True), or
+        (its path, False) when this very capture (same identity) is already there."""
+        n = 1
+        while True:
+            path = stem + stamp_of(n).encode()
+            if path not in self.taken:
+                parent_path, _, name = path.rpartition(b"/")
+                parent = self.dirs.get(parent_path) if parent_path in self.dirs else None
+                if parent is None:
+                    parent = self._dir(parent_path)
+                node = self._name_in(parent, name)
+                if node is None:
+                    self.taken.add(path)
+                    return path, True
+                try:
+                    if self.ns.getxattr(node.id, b"user.warc.source") == identity:
+                        return path, False
+                except FsError:
+                    pass
+            n += 1
+
+    def _source(self, src: bytes) -> Iterator[Item]:
+        name = os.path.basename(src)
+        self._pending_dirs: list[Item] = []
+        index = [INDEX_HEADER.encode()]
+        heads = io.BytesIO()
+        keep = KEEP_DIR
+        conf = self.store.conf
+        volumes = self.store.archive.volumes
+        preparing = Preparing(self.max_block, self.store.signature_fn is signature, conf.codec, conf.level,
+                              self.store.catalog.path, conf.depth,
+                              [[d.index, d.uuid, d.weight, d.index in volumes,
+                                volumes[d.index].local_blocks if d.index in volumes else None]
+                               for d in conf.disks])
+        for rec in read_records_apart(os.fsdecode(src), preparing):
+            if isinstance(rec, Problem):
+                self._report(f"{show_path(src)}: offset {rec.offset}: {rec.text}")
+                continue
+            self.wc.records += 1
+            capture = b"-"
+            where = b"heads"
+            ho = heads.tell()
+            heads.write(rec.head)
+            heads.write(rec.http)
+            problem = rec.fields.get(b"x-problem")
+            if problem:
+                self._report(f"{show_path(src)}: offset {rec.offset}: {problem.decode()}; imported as read")
+            item = None
+            if rec.rtype in CAPTURE_TYPES:
+                try:
+                    item, capture = self._capture(src, name, rec)
+                except (ValueError, RecursionError, OSError, FsError) as exc:   # one record's, not the import's
+                    self._report(f"{show_path(src)}: offset {rec.offset}: its capture cannot be filed "
+                                 f"({type(exc).__name__}: {exc}); kept in the heads only")
+                    item, capture = None, b"-"
+                if capture != b"-" and (item is None or item.kind == "file"):
+                    # a decoded capture's file is the document: the entity as recorded stays in the heads
+                    where = b"file" if rec.rtype != "revisit" and rec.document is None else b"heads"
+            else:
+                self.wc.other += 1
+            if where == b"heads":
+                for piece in payload_pieces(rec.payload, READ_CHUNK):
+                    heads.write(piece)
+            heads.write(rec.tail)
+            index.append(b"\t".join([
+                str(rec.offset).encode(), str(rec.length).encode(), rec.gzip or (b"gz" if rec.gz else b"-"),
+                rec.rtype.encode() or b"-", str(ho).encode(), str(len(rec.head)).encode(),
+                str(len(rec.http)).encode(), str(len(rec.payload)).encode(), str(len(rec.tail)).encode(),
+                where, capture]) + b"\n")
+            yield from self._drain_dirs()
+            if item is not None:
+                yield item
+        # the kept files of this source
+        idx = b"".join(index)
+        hd = heads.getvalue()
+        ident = name + b"\t" + hashlib.sha1(idx).hexdigest().encode()
+        for suffix, data in ((INDEX_SUFFIX, idx), (HEADS_SUFFIX, hd)):
+            path = self._kept_name(keep + b"/" + name + suffix, ident)
+            if path is None:
+                continue
+            item = self._file(path, data, time.time_ns(), [(b"user.warc.source", ident)], ident, src)
+            yield from self._drain_dirs()
+            yield item
+
+    def _name_in(self, parent: Item, name: bytes):
+        """What is already under a name in a directory that was there before this
+        import (one query per directory); a directory this import made has only
+        the names it gave out."""
+        if parent.ino is None or parent.existing is None:
+            return None
+        names = self.names_before.get(parent.ino)
+        if names is None:
+            if len(self.names_before) > 10_000:
+                self.names_before.clear()
+            names = self.names_before[parent.ino] = self.names_in(parent)
+        return names.get(name)
+
+    def _kept_name(self, path: bytes, ident: bytes) -> Optional[bytes]:
+        n = 1
+        base = path
+        while True:
+            parent_path, _, nm = path.rpartition(b"/")
+            parent = self._dir(parent_path)
+            node = self._name_in(parent, nm)
+            if node is None and path not in self.taken:
+                self.taken.add(path)
+                return path
+            if node is not None:
+                try:
+                    if self.ns.getxattr(node.id, b"user.warc.source") == ident:
+                        return None
+                except FsError:
+                    pass
+            n += 1
+            path = base + b"~" + str(n).encode()
+
+    def _drain_dirs(self) -> Iterator[Item]:
+        while self._pending_dirs:
+            d = self._pending_dirs.pop(0)
+            if not d.skip or d.failed:
+                yield d
+            else:
+                yield d          # skipped dirs still pass through (the batch counts them)
+
+    def _capture(self, src: bytes, name: bytes, rec: Record) -> tuple[Optional[Item], bytes]:
+        f = rec.fields
+        rec.document, rec.undecoded = None, None
+        if rec.rtype != "revisit" and rec.http:
+            rec.document, rec.undecoded = decode_entity(rec.http, rec.payload)
+        uri = f.get(b"warc-target-uri", b"")
+        where = f"{show_path(src)}: offset {rec.offset}"
+        if not uri:
+            self._report(f"{where}: a {rec.rtype} record without a WARC-Target-URI; kept in the heads only")
+            return None, b"-"
+        clean = uri.strip(b" \t")
+        if clean.startswith(b"<") and clean.endswith(b">"):
+            clean = clean[1:-1].strip(b" \t")
+        if clean != uri:
+            self._report(f"{where}: WARC-Target-URI written as {show_path(uri)}; filed under {show_path(clean)}")
+        date = f.get(b"arc-date") or f.get(b"warc-date", b"")
+        try:
+            urlpath.stamp(date.decode("ascii"))
+        except (ValueError, UnicodeDecodeError):
+            self._report(f"{where}: no usable date ({show_path(date)}); kept in the heads only")
+            return None, b"-"
+        stem = urlpath.url_to_path(clean).encode("utf-8", "surrogateescape")
+        identity = name + b"\t" + str(rec.offset).encode()
+        path, new = self._free_path(stem, lambda n: urlpath.stamp(date.decode("ascii"), n), identity)
+        if not new:
+            self.wc.already += 1
+            if rec.rtype != "revisit" and digest_of(f) and digest_of(f) not in self.by_digest:
+                self.by_digest[digest_of(f)] = self._stored_with_digest(digest_of(f))
+            return None, path          # already imported: its index line names it all the same
+        xattrs = [(b"user.warc.source", identity)]
+        for xname, key in XATTR_FIELDS:
+            if key in f:
+                xattrs.append((xname, f[key]))
+        if rec.arc:
+            xattrs.append((b"user.warc.type", rec.rtype.encode()))
+        if rec.http:
+            first = rec.http.split(b"\n", 1)[0].split()
+            if len(first) >= 2:
+                xattrs.append((b"user.http.status", first[1]))
+            for line in rec.http.split(b"\n")[1:]:
+                k, sep, v = line.partition(b":")
+                header = k.strip().lower()
+                if sep and header in HTTP_XATTRS and HTTP_XATTRS[header] not in dict(xattrs):
+                    xattrs.append((HTTP_XATTRS[header], v.strip(b" \t\r")))
+        elif f.get(b"content-type") and rec.rtype == "resource":
+            xattrs.append((b"user.http.content-type", f[b"content-type"]))
+        xattrs = list(dict(xattrs).items())
+        mtime = _date_ns(date)
+        digest = f.get(b"warc-payload-digest")
+        if rec.rtype == "revisit":
+            self.wc.captures += 1
+            rv = Revisit(path, rec.payload, mtime, xattrs, identity, src, digest, where, clean)
+            orig = self._original(digest)
+            if orig is None and digest:
+                self.revisits_left.append(rv)   # its original may come later in this import
+                return None, path
+            return self._revisit(rv, orig), path
+        data, prepared, check = self._as_shown(rec, where, xattrs, digest)
+        item = self._file(path, data, mtime, xattrs, identity, src, digest=check, where=where, prepared=prepared)
+        if digest and digest not in self.by_digest:
+            self.by_digest[digest] = item
+        self.wc.captures += 1
+        self.wc.bytes += len(data)
+        return item, path
+
+    def _as_shown(self, rec: Record, where: str, xattrs: list, digest: Optional[bytes]):
+        """(what the capture file holds, its preparation, the digest to check it
+        against): the decoded document, its record's digest checked here over
+        the entity as recorded; or that entity, as read, when it is not encoded
+        or does not decode (said in an xattr and a problem line)."""
+        if rec.undecoded:
+            xattrs.append((b"user.http.decoded", b"no: " + rec.undecoded.encode()))
+            self._report(f"{where}: {rec.undecoded}; the capture file holds the entity as recorded")
+        if rec.document is None:
+            return rec.payload, rec.prepared, digest
+        xattrs.append((b"user.http.decoded", b"yes"))
+        if rec.prepared is not None:
+            matches = rec.prepared[1]
+        else:
+            check = DigestCheck(digest)
+            check.update(rec.payload)
+            matches = check.matches()
+        if matches is False:
+            self._report(f"{where}: WARC-Payload-Digest {show_path(digest)} does not match the payload; "
+                         f"imported as read")
+        return rec.document, None, None
+
+    def _original(self, digest: Optional[bytes]):
+        """The capture (Item of this import, or inode) whose payload has this digest, or None."""
+        if not digest:
+            return None
+        orig = self.by_digest.get(digest)
+        return orig if orig is not None else self._stored_with_digest(digest)
+
+    def _revisit(self, rv: "Revisit", orig) -> Item:
+        """A revisit's file: its original's blocks, or (none) what the record holds, said."""
+        if orig is None:
+            self.wc.revisits_unresolved += 1
+            self._report(f"{rv.where}: revisit of {show_path(rv.uri)} whose original (digest "
+                         f"{show_path(rv.digest or b'none')}) is not here; kept as an empty file")
+            return self._file(rv.path, rv.payload, rv.mtime, rv.xattrs + [(b"user.warc.revisit", b"unresolved")],
+                              rv.identity, rv.src)
+        self.wc.revisits_resolved += 1
+        return self._file(rv.path, b"", rv.mtime, rv.xattrs, rv.identity, rv.src, share=orig)
+
+    def _stored_with_digest(self, digest: bytes) -> Optional[int]:
+        """A file stored before this import whose payload has this digest (its inode):
+        the catalog's captures are read once, in one query, on the first need."""
+        if self.stored_digests is None:
+            self.stored_digests = {}
+            revisits = self.ns.inodes_with_xattr(b"user.warc.type", b"revisit")
+            for value, ino in self.ns.xattr_values(b"user.warc.payload-digest"):
+                if ino not in revisits:
+                    self.stored_digests.setdefault(value, ino)
+        ino = self.stored_digests.get(digest)
+        if ino is not None:
+            try:
+                self.ns.get(ino)
+            except FsError:
+                return None          # deleted since
+        return ino
+
+    def _report(self, line: str) -> None:
+        self.wc.problems.append(line)
+        self.progress.note(line)
+
+    # -- preparing (the pool's threads) and storing (the walking thread) ---------
+
+    def _pieces(self, data, check: DigestCheck, sign: bool) -> Iterator[Piece]:
+        """A payload (bytes or Payload) in pieces, fed to its digest check on the
+        way (here, not in the walk: hashing releases the GIL); signed if asked."""
+        sign_fn = self.store.signature_fn
+        for piece in payload_pieces(data, self.max_block):
+            check.update(piece)
+            yield Piece(piece, sign_fn(piece) if sign else None)
+        if not len(data):
+            yield Piece(b"", sign_fn(b"") if sign else None)     # an empty capture is one empty block
+
+    def prepare(self, item: Item) -> Optional[tuple[list[Piece], Optional[bool]]]:
+        """A one-piece capture's pieces, signed, and the verdict of its digest
+        check; None for a revisit and a capture longer than a block."""
+        data = item.warc_data
+        if item.warc_share is not None or len(data) > self.max_block:
+            return None
+        if item.warc_prepared is not None:
+            sig, matches, encoded = item.warc_prepared
+            return [Piece(data, sig or self.store.signature_fn(data), encoded)], matches
+        check = DigestCheck(item.warc_digest)
+        pieces = list(self._pieces(data, check, sign=True))
+        return pieces, check.matches()
+
+    def store_prepared(self, item: Item, prepared: Optional[tuple[list[Piece], Optional[bool]]]) -> None:
+        """Store a capture: a revisit's original blocks, or its payload (bytes or
+        Payload) as prepared or piece by piece; say whether it matched its WARC
+        digest."""
+        data, digest, share = item.warc_data, item.warc_digest, item.warc_share
+        item.warc_data = item.warc_share = None          # held until stored, not until named
+        if share is not None:
+            self._share(item, share)
+            return
+        if prepared is not None:
+            pieces, matches = prepared
+            self.store_pieces(item, pieces)
+        else:
+            check = DigestCheck(digest)
+            self.store_pieces(item, self._pieces(data, check, sign=False))
+            matches = check.matches()
+        if matches is False:
+            item.warning = (f"{item.warc_where}: WARC-Payload-Digest "
+                            f"{show_path(digest)} does not match the payload; imported as read")
+        item.kept_rows = list(item.rows)
+
+    def _share(self, item: Item, orig) -> None:
+        """A revisit: the original's blocks, one more reference each."""
+        if isinstance(orig, Item):
+            # walked earlier, so stored earlier by this same thread: settled
+            try:
+                orig.warc_future.result()
+            except Exception:
+                raise FsError(errno.ENOENT, "its original could not be imported") from None
+            rows = orig.kept_rows
+        else:
+            rows = self.ns.contents(orig)
+        taken = []
+        try:
+            for row in rows:
+                taken.append(self.store.add_ref(row))
+        except BaseException:
+            for row in taken:
+                self.store.release(row)
+            raise
+        item.rows = taken
+        item.size = sum(r.size for r in rows)
+
+
+def digest_of(fields: dict) -> Optional[bytes]:
+    return fields.get(b"warc-payload-digest")
+
+
+@functools.lru_cache(maxsize=4096)
+def _date_ns(date: bytes) -> int:
+    try:
+        s = date.decode("ascii")
+        if len(s) == 14 and s.isdigit():
+            t = time.strptime(s, "%Y%m%d%H%M%S")
+        else:
+            t = time.strptime(s[:19], "%Y-%m-%dT%H:%M:%S")
+        import calendar
+        return calendar.timegm(t) * 1_000_000_000
+    except (ValueError, UnicodeDecodeError):
+        return time.time_ns()
+
+
+def warc_summary(wc: WarcCounts, c, seconds: float, stopped: bool) -> list[str]:
+    lines = [f"imported {wc.records} records from the web archive files in {seconds:.1f} s "
+             f"({wc.records / max(seconds, 1e-6):.0f} records/s): {wc.captures} captures "
+             f"({human(wc.bytes)} of payload), {wc.other} other records kept",
+             f"  {c.dup_files} files ({human(c.dup_bytes)}) were duplicates, stored as references; "
+             f"{wc.revisits_resolved} revisits resolved to their original, "
+             f"{wc.revisits_unresolved} not; {c.new_blocks} new blocks; "
+             f"{wc.already} captures already there"]
+    problems = wc.problems + c.problems
+    if problems:     # each was said on stderr as it was met (Progress.note): not twice
+        lines.append(f"  {len(problems)} problem(s), each said on stderr above")
+    if stopped:
+        lines.append("  stopped before the end; run the same import again to go on")
+    return lines
+
+
+def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest: str,
+                collection: Optional[str] = None, mount_dev: Optional[int] = None) -> admin.Result:
+    """Import web archive files into the collection DEST/NAME."""
+    if collection is None:
+        base = os.path.basename(sources[0]) if sources else "warc"
+        collection = re.sub(r"(\.w?arc)?(\.gz)?$", "", base) or "warc"
+    if "/" in collection or collection in (".", "..", "") or "@" in collection:
+        raise WebfsError(f"{collection!r}: a collection is one name, without '/' or '@'")
+    started = time.monotonic()
+    target = os.path.join(dest, collection)
+    with import_namespace(store) as ns:
+        importer = Importer.into(store, ns, progress, mount_dev, workers=PREPARE_WORKERS,
+                                 source=functools.partial(WarcSource, collection=os.fsencode(collection)))
+        counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(target))
+    seconds = time.monotonic() - started
+    stopped = progress.stopping
+    wc = importer.source.wc
+    problems = wc.problems + counts.problems
+    result = admin.Result(warc_summary(wc, counts, seconds, stopped), 4 if problems or stopped else 0)
+    result.figures = {k: v for k, v in vars(wc).items()}
+    result.figures.update(dup_files=counts.dup_files, dup_bytes=counts.dup_bytes,
+                          new_blocks=counts.new_blocks, files=counts.files, seconds=round(seconds, 3),
+                          stopped=stopped, collection=target, problems=problems)   # the records' and the store's
+    return result
