@@ -11,6 +11,7 @@ import pytest
 from conftest import make_archive, webfs
 
 from webfs import archive as archmod
+from webfs.mkfs import mkfs
 
 
 def _set(disks, key: str, value: str) -> None:
@@ -97,10 +98,10 @@ def test_the_daemon_never_sees_max_block_zero(tmp_path):
 
 def test_mkfs_checks_its_values_against_the_same_table(tmp_path):
     with pytest.raises(archmod.ArchiveError, match="max_block"):
-        archmod.mkfs([str(tmp_path / "a"), str(tmp_path / "b")], max_block=0)
+        mkfs([str(tmp_path / "a"), str(tmp_path / "b")], max_block=0)
     assert not (tmp_path / "a" / "webfs.conf").exists()
     with pytest.raises(archmod.ArchiveError, match="level"):
-        archmod.mkfs([str(tmp_path / "c"), str(tmp_path / "d")], level=42)
+        mkfs([str(tmp_path / "c"), str(tmp_path / "d")], level=42)
 
 
 def test_changing_max_block_after_files_are_stored_is_refused(tmp_path):

@@ -11,13 +11,14 @@ import sqlite3
 
 import trio
 
-from webfs import archive as archmod, daemon
+from webfs import daemon
+from webfs.mkfs import mkfs
 from webfs.manifest import MANIFEST
 
 
 def test_a_checkpoint_that_fails_once_is_logged_and_runs_again(tmp_path, monkeypatch):
     disks = [str(tmp_path / f"d{i}") for i in range(3)]
-    archmod.mkfs(disks)
+    mkfs(disks)
     (tmp_path / "mnt").mkdir()
     d = daemon.Daemon(disks[0], str(tmp_path / "mnt"), daemon.MountOptions(), operations={})
     root = logging.getLogger()

@@ -10,7 +10,8 @@ import os
 from typing import Optional
 
 from . import signature as sigmod
-from .archive import Archive, open_to_others
+from .archive import Archive
+from .mkfs import open_to_others
 from .catalog import Catalog, catalog_path, check_catalog_file
 from .errors import ArchiveError
 from .parity import Parity

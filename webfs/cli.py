@@ -77,7 +77,8 @@ for command in WARC_COMMANDS + QUERY_COMMANDS:
 def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
     """Make a new archive on the DISKS (empty directories), each root made
     mode 0700: its blocks and catalog show every file, whatever its mode."""
-    conf = archmod.mkfs(list(disks), depth=depth, group_size=group_size, label=label,
+    from .mkfs import mkfs as make_archive
+    conf = make_archive(list(disks), depth=depth, group_size=group_size, label=label,
                         codec=codec, level=level, store_mode=store_mode, force=force)
     click.echo(f"made archive {conf.uuid} on {len(conf.disks)} disk(s), depth {conf.depth}, "
                f"parity group size {conf.group_size}")

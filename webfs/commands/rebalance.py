@@ -14,8 +14,8 @@ from collections import Counter
 from typing import Iterable
 
 from ..admin import Progress, Result, human
-from ..archive import (DiskInfo, check_new_remote, default_domain, disk_id_text, make_disk_root, private_note,
-                       read_disk_id)
+from ..archive import DiskInfo, read_disk_id
+from ..mkfs import check_new_remote, default_domain, disk_id_text, make_disk_root, private_note
 from ..backends import is_url, normalize, open_backend
 from ..errors import ArchiveError, NoSpace, WebfsError
 from ..placement import home_disk

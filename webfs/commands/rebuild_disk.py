@@ -24,7 +24,8 @@ from typing import Optional
 
 from .. import admin
 from ..admin import DiskGates, Pace, parallel
-from ..archive import disk_id_text, make_disk_root, make_private, not_empty, private_note, read_disk_id
+from ..archive import read_disk_id
+from ..mkfs import disk_id_text, make_disk_root, make_private, not_empty, private_note
 from ..backends import is_url, normalize, open_backend
 from ..block import HEADER_SIZE, utc_timestamp
 from ..catalog import BlockRow
