@@ -345,11 +345,11 @@ class Operations(pyfuse3.Operations):
         await self._remove(self.ns.rmdir, parent_inode, name)
 
     async def _remove(self, remove, parent: int, name: bytes) -> None:
-        """unlink or rmdir: the name goes, committed before the answer; the inode
-        too if nothing else holds it."""
+        """unlink or rmdir: the name goes, and the inode too if nothing else
+        holds it; committed in the background (``_changed``)."""
         self._check_writable(parent, name)
         self.free_if_unused(remove(parent, name))
-        await self.commits.commit()
+        self._changed()
 
     @translate_errors
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
@@ -361,9 +361,7 @@ class Operations(pyfuse3.Operations):
         self._forget_miss(parent_inode_new, name_new)
         if replaced is not None:
             self.free_if_unused(replaced)
-        # Committed before the answer: a mv that returned survives kill -9
-        # (t4_s3_mount), and rsync's rename of a file it closed names it.
-        await self.commits.commit()
+        self._changed()
 
     def free_if_unused(self, node: Inode) -> None:
         """An inode with no name goes now, or when it is neither open nor known to the kernel."""
@@ -395,6 +393,14 @@ class Operations(pyfuse3.Operations):
                     return
                 self.lookups[node.id] = self.lookups.get(node.id, 0) + 1
             after = batch[-1][0]
+
+    @translate_errors
+    async def fsyncdir(self, fh, datasync):
+        """The directory's names made durable, as fsync does for a file: the way
+        to make a rename or unlink that returned survive a crash (mv, rm and
+        rsync do not ask for it; ``webfs sync`` does the whole mount)."""
+        if not is_virtual(fh):
+            await self.files.sync_names()
 
     @translate_errors
     async def releasedir(self, fh):
@@ -493,12 +499,15 @@ class Operations(pyfuse3.Operations):
         return names_done
 
     def _changed(self) -> None:
-        """A change of names (mkdir, create, symlink, link) or attributes
-        only: it is committed with the next
-        close or fsync of any file, or within a second (the daemon's periodic
+        """A change of names (mkdir, create, symlink, link, rename, unlink,
+        rmdir, the free of a nameless inode) or of attributes only: it is
+        committed with the next close or fsync of any file, an fsync of a
+        directory, ``webfs sync``, or within a second (the daemon's periodic
         commit), not before the answer. As on a local filesystem, a crash may
         lose such a change unless something after it was closed or synced;
-        it never loses a closed file, nor the names that lead to it."""
+        it never loses a closed file, nor the names that lead to it: a file
+        renamed after its close is found by one of its two names. Blocks
+        released by a removal leave the disks only once it is committed."""
 
     # -- xattrs ---------------------------------------------------------------------
 
@@ -595,7 +604,7 @@ class Operations(pyfuse3.Operations):
                 node = self.ns.get(ino)
                 if node.nlink <= 0:
                     self.ns.free(ino)
-                    await self.commits.commit()
+                    self._changed()
             except FsError:
                 pass                        # already gone
             except Exception:               # forget answers no request: it must not raise
