@@ -111,6 +111,10 @@ def test_inode_numbers_are_not_reused_by_names_made_in_bulk(ns):
     assert bulk.id > a.id
     b = mkfile(ns, ROOT_INODE, b"b")
     assert b.id > bulk.id
+    ns.unlink(ROOT_INODE, b"b")
+    ns.free(b.id)
+    from webfs.namespace import NamespaceRows       # an import's own rows over the same catalog
+    assert NamespaceRows(ns.cat).add_inode(0o100644, 0, 0, 0, 1, t, t, t).id > b.id
 
 
 def _memo_agrees_with_the_catalog(ns) -> None:

@@ -27,7 +27,7 @@ import trio
 from .controltree import CONTROL_DIR, ControlTree, VirtualNode, is_virtual
 from .errors import CorruptBlock, DataLost, FsError, NoSpace, WebfsError, errno_of
 from .groupcommit import HANDOFFS, REQUEST, GroupCommit, to_worker
-from .namespace import ROOT_INODE, Inode, Namespace
+from .namespace import NAME_MAX, ROOT_INODE, Inode, Namespace
 from .openfiles import OpenFiles
 from .readcache import PieceReader
 from .store import Store
@@ -205,12 +205,12 @@ class Operations(pyfuse3.Operations):
         if name == b"..":
             position = self.ns.position(parent_inode)
             return self._entry(self.ns.get(position[0] if position else ROOT_INODE))
-        try:
-            return self._entry(self.ns.lookup(parent_inode, name))
-        except FsError as exc:
-            if exc.errno != errno.ENOENT:
-                raise
-            return self._miss(parent_inode, name)
+        node = self.ns.find(parent_inode, name)
+        if node is not None:
+            return self._entry(node)
+        if len(name) > NAME_MAX:
+            raise FsError(errno.ENAMETOOLONG)
+        return self._miss(parent_inode, name)
 
     def _miss(self, parent: int, name: bytes) -> pyfuse3.EntryAttributes:
         """A negative entry (inode 0) the kernel may keep NEGATIVE_TIMEOUT seconds,

@@ -101,6 +101,10 @@ class NamespaceMemo:
         # ahead (first_pieces_after).
         self.pieces: dict[int, list[BlockRow]] = {}
         self.positions: dict[int, tuple[int, int]] = {}
+        # The highest inode number made or seen (0: ask the catalog), kept
+        # through a clear: numbers only grow, as the kernel may still hold a
+        # freed inode (its attributes and page cache) under its number.
+        self.last_ino = 0
 
     def clear(self) -> None:
         for table in (self.nodes, self.names, self.xattrs, self.complete, self.pieces, self.positions):
@@ -152,20 +156,18 @@ class NamespaceRows:
         if catalog.memo is None:
             catalog.memo = NamespaceMemo()
         self.memo: NamespaceMemo = catalog.memo
-        # Inode numbers only grow while these rows are open: SQLite would give
-        # a freed number to the next file, and the kernel may still hold the old
-        # inode (its attributes and page cache) under that number. A bulk
-        # import into a mount makes inodes through the mount's namespace.
-        self._last_ino = 0
 
     def add_inode(self, mode: int, uid: int, gid: int, size: int, nlink: int, atime_ns: int,
                   mtime_ns: int, ctime_ns: int, rdev: int = 0, ino: Optional[int] = None) -> Inode:
-        """A new inode, numbered ``ino`` or past every number used so far."""
+        """A new inode, numbered ``ino`` or past every number used so far (not
+        SQLite's pick, which would give a freed number to the next file)."""
+        if not self.memo.last_ino:
+            self.memo.last_ino = self.cat.scalar("SELECT max(id) FROM inodes") or 0
         if ino is None:
-            ino = max(self._last_ino, self.cat.scalar("SELECT max(id) FROM inodes") or 0) + 1
+            ino = self.memo.last_ino + 1
         self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
                          (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
-        self._last_ino = max(self._last_ino, ino)
+        self.memo.last_ino = max(self.memo.last_ino, ino)
         node = Inode(ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
         self.memo.drop_node(ino)
         return node

@@ -82,18 +82,30 @@ class Namespace(NamespaceRows):
             self.memo.keep_node(node)
         return node
 
-    def lookup(self, parent: int, name: bytes) -> Inode:
+    def find(self, parent: int, name: bytes) -> Optional[Inode]:
+        """The inode of ``name`` in ``parent``, or None: ``lookup`` without the
+        exception, for the kernel's lookups (cp -r and rsync miss every name
+        before they make it)."""
         ino = self.memo.names.get((parent, name))
         if ino is None and parent not in self.memo.complete:
             with self.cat.lock:
                 ino = self.cat.scalar("SELECT inode FROM dentries WHERE parent=? AND name=?", (parent, name))
                 if ino is not None:
                     self.memo.keep_name(parent, name, ino)
-        if ino is None:
-            if len(name) > NAME_MAX:
-                raise FsError(errno.ENAMETOOLONG)
-            raise FsError(errno.ENOENT)
-        return self.get(ino)
+        return None if ino is None else self.get(ino)
+
+    def lookup(self, parent: int, name: bytes) -> Inode:
+        node = self.find(parent, name)
+        if node is None:
+            raise FsError(errno.ENAMETOOLONG if len(name) > NAME_MAX else errno.ENOENT)
+        return node
+
+    def _taken(self, parent: int, name: bytes) -> bool:
+        """Is ``name`` in use in ``parent``? (Under the catalog lock.) From
+        memory in a complete directory: the check before every create."""
+        if parent in self.memo.complete:
+            return (parent, name) in self.memo.names
+        return bool(self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? AND name=?", (parent, name)))
 
     def entries(self, parent: int, after: int = 0, limit: int = 1000) -> list[tuple[int, bytes, Inode]]:
         """(offset, name, inode) of a directory's entries after an offset, in offset order."""
@@ -253,7 +265,7 @@ class Namespace(NamespaceRows):
                 target: Optional[bytes], row: Optional[BlockRow]) -> Inode:
         with self.cat.lock:
             self._parent_dir(parent)
-            if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? AND name=?", (parent, name)):
+            if self._taken(parent, name):
                 raise FsError(errno.EEXIST)
             t = now_ns()
             is_dir = stat.S_ISDIR(mode)
@@ -282,7 +294,7 @@ class Namespace(NamespaceRows):
             if node.is_dir:
                 raise FsError(errno.EPERM, "hard links to directories are not allowed")
             self._parent_dir(parent)
-            if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? AND name=?", (parent, name)):
+            if self._taken(parent, name):
                 raise FsError(errno.EEXIST)
             self.add_name(parent, name, ino)
             self.cat.execute("UPDATE inodes SET nlink=nlink+1, ctime_ns=? WHERE id=?", (now_ns(), ino))
