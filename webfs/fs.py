@@ -384,7 +384,7 @@ class Operations(pyfuse3.Operations):
             return self.control.readdir(fh, start_id, token, self.ns.get(ROOT_INODE).ctime_ns)
         after = start_id
         while True:
-            batch = self.ns.entries(fh, after, 200)
+            batch = self.ns.entries(fh, after, 200, keep=True)
             if not batch:
                 self.reader.listed(fh)
                 return

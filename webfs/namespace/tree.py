@@ -107,13 +107,24 @@ class Namespace(NamespaceRows):
             return (parent, name) in self.memo.names
         return bool(self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? AND name=?", (parent, name)))
 
-    def entries(self, parent: int, after: int = 0, limit: int = 1000) -> list[tuple[int, bytes, Inode]]:
-        """(offset, name, inode) of a directory's entries after an offset, in offset order."""
-        rows = self.cat.query(
-            f"SELECT d.rowid, d.name, {', '.join('i.' + c.strip() for c in INODE_COLUMNS.split(','))} "
-            "FROM dentries d JOIN inodes i ON i.id = d.inode "
-            "WHERE d.parent=? AND d.rowid>? ORDER BY d.rowid LIMIT ?", (parent, after, limit))
-        return [(r[0], r[1], Inode(*r[2:])) for r in rows]
+    def entries(self, parent: int, after: int = 0, limit: int = 1000,
+                keep: bool = False) -> list[tuple[int, bytes, Inode]]:
+        """(offset, name, inode) of a directory's entries after an offset, in
+        offset order. With ``keep`` the inodes go to the memo (a directory
+        listed for the kernel: its files' opens and getattrs come next, and
+        found none there after a mount); a walk of everything does not keep
+        them, to leave the memo to what is in use."""
+        with self.cat.lock:             # a fill under the lock, as every fill of the memo
+            rows = self.cat.query(
+                f"SELECT d.rowid, d.name, {', '.join('i.' + c.strip() for c in INODE_COLUMNS.split(','))} "
+                "FROM dentries d JOIN inodes i ON i.id = d.inode "
+                "WHERE d.parent=? AND d.rowid>? ORDER BY d.rowid LIMIT ?", (parent, after, limit))
+            out = [(r[0], r[1], Inode(*r[2:])) for r in rows]
+            if keep:
+                for _, _, node in out:
+                    if node.id not in self.memo.nodes:
+                        self.memo.keep_node(node)
+        return out
 
     def position(self, ino: int) -> Optional[tuple[int, int]]:
         """(parent, offset) of one of an inode's names, or None if it has none."""
