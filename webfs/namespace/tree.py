@@ -8,6 +8,7 @@ names survive the catalog.
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import stat
 import threading
@@ -251,10 +252,17 @@ class Namespace(NamespaceRows):
         return node
 
     def _touch_dir(self, parent: int, nlink_delta: int = 0) -> None:
+        """A directory got or lost a name: its times (and link count) change.
+        (Under the catalog lock.) Its row in the memo is changed as the
+        catalog's is, not dropped: the next name made there (cp -r makes
+        one after another) then reads no row back."""
         t = now_ns()
         self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=?, nlink=nlink+? WHERE id=?",
                          (t, t, nlink_delta, parent))
-        self.memo.drop_node(parent)
+        kept = self.memo.nodes.get(parent)
+        if kept is not None:
+            self.memo.nodes[parent] = dataclasses.replace(kept, mtime_ns=t, ctime_ns=t,
+                                                          nlink=kept.nlink + nlink_delta)
         self.journal("+", self.get(parent), self.path_of(parent) or b"/")
 
     def create(self, parent: int, name: bytes, mode: int, uid: int, gid: int,
