@@ -111,6 +111,10 @@ def test_inode_numbers_are_not_reused_by_names_made_in_bulk(ns):
     assert bulk.id > a.id
     b = mkfile(ns, ROOT_INODE, b"b")
     assert b.id > bulk.id
+    ns.unlink(ROOT_INODE, b"b")
+    ns.free(b.id)
+    from webfs.namespace import NamespaceRows       # an import's own rows over the same catalog
+    assert NamespaceRows(ns.cat).add_inode(0o100644, 0, 0, 0, 1, t, t, t).id > b.id
 
 
 def _memo_agrees_with_the_catalog(ns) -> None:
@@ -140,7 +144,8 @@ def test_the_memo_answers_what_the_catalog_says_through_every_change(store, seed
     """Names, inodes and xattrs answered from memory (no SQLite) stay the
     catalog's through creates, links, unlinks, renames (over a target, across
     directories, exchanges), attribute and xattr changes, bulk rows, a small
-    bound that evicts, and a rollback of uncommitted changes."""
+    bound that evicts, a rollback of uncommitted changes, and directories
+    listed for the kernel (readdir keeps their inodes)."""
     import random
     from webfs.namespace import NamespaceMemo
     store.catalog.memo = NamespaceMemo(bound)
@@ -151,7 +156,8 @@ def test_the_memo_answers_what_the_catalog_says_through_every_change(store, seed
     kept = read_ahead = 0
     for step in range(400):
         op = rnd.choice(["mkdir", "file", "file", "link", "unlink", "rename", "exchange", "attr",
-                         "xattr", "rmxattr", "bulk", "lookup", "rollback", "store", "store", "readahead"])
+                         "xattr", "rmxattr", "bulk", "lookup", "rollback", "store", "store", "readahead",
+                         "readdir"])
         parent = rnd.choice(dirs)
         name = b"n%d" % rnd.randrange(12)
         try:
@@ -187,6 +193,9 @@ def test_the_memo_answers_what_the_catalog_says_through_every_change(store, seed
                 ns.set_contents(rnd.choice(files), [row], len(data), step)
             elif op == "readahead":
                 ns.first_pieces_after(parent, 0, 8)
+            elif op == "readdir":
+                listed = ns.entries(parent, 0, 200, keep=True)
+                assert all(ns.memo.nodes.get(node.id, node) == node for _, _, node in listed)
             elif op == "rollback":
                 if rnd.random() < 0.5:
                     ns.cat.commit()

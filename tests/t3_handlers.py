@@ -28,6 +28,7 @@ def test_every_handler_turns_any_exception_into_an_errno(store, caplog, monkeypa
         raise ZeroDivisionError("planted")
     monkeypatch.setattr(ns, "get", boom)
     monkeypatch.setattr(ns, "lookup", boom)
+    monkeypatch.setattr(ns, "find", boom)
     for call in (lambda: ops.getattr(ROOT_INODE), lambda: ops.lookup(ROOT_INODE, b"x"),
                  lambda: ops.opendir(ROOT_INODE, None)):
         caplog.clear()

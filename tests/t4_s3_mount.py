@@ -131,7 +131,12 @@ def test_new_machine_mounts_from_urls_and_buckets_recover_without_webfs(weeds, t
     mnt, src = mounted_site(disks, tmp_path, corpus)
     try:
         sh(f"mv '{mnt}/site/' '{mnt}/moved'")
-        kill_daemon(mnt)                    # what close() stored stays
+        fd = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)                    # the rename, durable (it is committed behind otherwise)
+        finally:
+            os.close(fd)
+        kill_daemon(mnt)                    # what close() and fsync stored stays
         webfs("mount", disks[1], mnt)
         sh(f"diff -r '{src}' '{mnt}/moved'")
     finally:

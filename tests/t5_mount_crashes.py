@@ -5,13 +5,14 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import time
 
 import pytest
 
-from conftest import REPO, tmpfs_disks, unmount, webfs
+from conftest import REPO, eventually, tmpfs_disks, unmount, webfs
 
 
 # A copier of its share (PART of PARTS) of a tree that records each file after
@@ -90,6 +91,79 @@ def test_kill_9_during_parallel_cp_of_small_pages_keeps_every_closed_file_with_i
     assert len(kept) >= 600
     assert before.get("flush", 0) <= len(kept) + 3 * 2, before     # at most one trip per file
     _every_closed_file_reads_back_after_remount(mounted, src, kept)
+
+
+
+def _closed_by_strace(trace: str, dst: str) -> list[str]:
+    """The files below ``dst`` whose close(2) returned 0, from strace's lines
+    of openat and close (one process, so an fd names one file at a time)."""
+    open_fds: dict[str, str] = {}
+    closed = []
+    for line in trace.splitlines():
+        m = re.match(r'openat\(AT_FDCWD, "([^"]*)", [^)]*O_WRONLY[^)]*\) += (\d+)$', line)
+        if m and m.group(1).startswith(dst + "/"):
+            open_fds[m.group(2)] = m.group(1)[len(dst) + 1:]
+            continue
+        m = re.match(r"close\((\d+)\) += 0$", line)
+        if m and m.group(1) in open_fds:
+            closed.append(open_fds.pop(m.group(1)))
+    return closed
+
+
+def test_kill_9_during_cp_r_of_small_pages_keeps_every_file_whose_close_returned(mounted, tmp_path):
+    """The real cp -r, traced (strace -e openat,close): its directories and
+    names reach the catalog in the background commit; every file whose close
+    returned before the kill reads back identical under its name."""
+    src = tmp_path / "pages"
+    subprocess.run(["python3", str(REPO / "tools" / "make-corpus"), "--seed", "12", "--small-pages",
+                    "--pages", "1500", "--crawls", "1", str(src)], check=True, capture_output=True)
+    src = src / "crawl-001"
+    dst, trace = str(mounted.mnt / "c"), tmp_path / "trace.txt"
+    proc = subprocess.Popen(["strace", "-qq", "-s", "4096", "-e", "trace=openat,close", "-o", str(trace),
+                             "cp", "-r", str(src), dst], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    eventually(lambda: trace.exists() and len(_closed_by_strace(trace.read_text(), dst)) >= 400,
+               "400 files closed by cp -r", every=0.02)
+    os.kill(mounted.pid(), signal.SIGKILL)
+    proc.wait()
+    closed = _closed_by_strace(trace.read_text(), dst)
+    assert len(closed) >= 400 and len(closed) < sum(len(f) for _, _, f in os.walk(src)), len(closed)
+    _every_closed_file_reads_back_after_remount(mounted, src, closed)
+
+
+def test_a_rename_after_close_is_committed_behind_and_loses_no_file(mounted):
+    """rename, unlink and rmdir answer with no trip to a worker (their rows go
+    with the next commit): killed at once after them, the renamed file is
+    found by one of its names, identical, and the unlinked one may be back;
+    an fsync of the directory first makes them durable."""
+    mnt = mounted.mnt
+    (mnt / "d").mkdir()
+    pages = {name: os.urandom(3000) for name in ("a", "b", "c", "gone")}
+    for name, data in pages.items():
+        (mnt / "d" / name).write_bytes(data)        # each close commits what came before it
+    hops = json.loads(os.getxattr(mnt, "user.webfs.handoffs"))
+    os.rename(mnt / "d" / "a", mnt / "d" / "a2")
+    os.rename(mnt / "d" / "b", mnt / "d" / "b2")
+    fd = os.open(mnt / "d", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)                                # a and b: durable by their new names
+    finally:
+        os.close(fd)
+    os.rename(mnt / "d" / "c", mnt / "d" / "c2")
+    os.unlink(mnt / "d" / "gone")
+    after = json.loads(os.getxattr(mnt, "user.webfs.handoffs"))
+    assert after.get("rename", 0) == hops.get("rename", 0) and after.get("unlink", 0) == hops.get("unlink", 0)
+    assert after.get("fsyncdir", 0) > hops.get("fsyncdir", 0), after       # its commit, in a worker
+    os.kill(mounted.pid(), signal.SIGKILL)
+    unmount(mnt)
+    mounted.mount()
+    names = sorted(os.listdir(mnt / "d"))
+    assert {"a2", "b2"} <= set(names) and not {"a", "b"} & set(names), names
+    assert len({"c", "c2"} & set(names)) == 1, names
+    for name in names:
+        assert (mnt / "d" / name).read_bytes() == pages[name.rstrip("2")], name
+    mounted.umount()
+    proc = webfs("fsck", mounted.disks[0], check=False)
+    assert proc.returncode == 0, proc.stdout.decode()
 
 
 @pytest.fixture

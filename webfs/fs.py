@@ -27,7 +27,7 @@ import trio
 from .controltree import CONTROL_DIR, ControlTree, VirtualNode, is_virtual
 from .errors import CorruptBlock, DataLost, FsError, NoSpace, WebfsError, errno_of
 from .groupcommit import HANDOFFS, REQUEST, GroupCommit, to_worker
-from .namespace import ROOT_INODE, Inode, Namespace
+from .namespace import NAME_MAX, ROOT_INODE, Inode, Namespace
 from .openfiles import OpenFiles
 from .readcache import PieceReader
 from .store import Store
@@ -206,12 +206,12 @@ class Operations(pyfuse3.Operations):
         if name == b"..":
             position = self.ns.position(parent_inode)
             return self._entry(self.ns.get(position[0] if position else ROOT_INODE))
-        try:
-            return self._entry(self.ns.lookup(parent_inode, name))
-        except FsError as exc:
-            if exc.errno != errno.ENOENT:
-                raise
-            return self._miss(parent_inode, name)
+        node = self.ns.find(parent_inode, name)
+        if node is not None:
+            return self._entry(node)
+        if len(name) > NAME_MAX:
+            raise FsError(errno.ENAMETOOLONG)
+        return self._miss(parent_inode, name)
 
     def _miss(self, parent: int, name: bytes) -> pyfuse3.EntryAttributes:
         """A negative entry (inode 0) the kernel may keep NEGATIVE_TIMEOUT seconds,
@@ -349,11 +349,11 @@ class Operations(pyfuse3.Operations):
         await self._remove(self.ns.rmdir, parent_inode, name)
 
     async def _remove(self, remove, parent: int, name: bytes) -> None:
-        """unlink or rmdir: the name goes, committed before the answer; the inode
-        too if nothing else holds it."""
+        """unlink or rmdir: the name goes, and the inode too if nothing else
+        holds it; committed in the background (``_changed``)."""
         self._check_writable(parent, name)
         self.free_if_unused(remove(parent, name))
-        await self.commits.commit()
+        self._changed()
 
     @translate_errors
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
@@ -365,9 +365,7 @@ class Operations(pyfuse3.Operations):
         self._forget_miss(parent_inode_new, name_new)
         if replaced is not None:
             self.free_if_unused(replaced)
-        # Committed before the answer: a mv that returned survives kill -9
-        # (t4_s3_mount), and rsync's rename of a file it closed names it.
-        await self.commits.commit()
+        self._changed()
 
     def free_if_unused(self, node: Inode) -> None:
         """An inode with no name goes now, or when it is neither open nor known to the kernel."""
@@ -390,7 +388,7 @@ class Operations(pyfuse3.Operations):
             return self.control.readdir(fh, start_id, token, self.ns.get(ROOT_INODE).ctime_ns)
         after = start_id
         while True:
-            batch = self.ns.entries(fh, after, 200)
+            batch = self.ns.entries(fh, after, 200, keep=True)
             if not batch:
                 self.reader.listed(fh)
                 return
@@ -399,6 +397,14 @@ class Operations(pyfuse3.Operations):
                     return
                 self.lookups[node.id] = self.lookups.get(node.id, 0) + 1
             after = batch[-1][0]
+
+    @translate_errors
+    async def fsyncdir(self, fh, datasync):
+        """The directory's names made durable, as fsync does for a file: the way
+        to make a rename or unlink that returned survive a crash (mv, rm and
+        rsync do not ask for it; ``webfs sync`` does the whole mount)."""
+        if not is_virtual(fh):
+            await self.files.sync_names()
 
     @translate_errors
     async def releasedir(self, fh):
@@ -497,12 +503,15 @@ class Operations(pyfuse3.Operations):
         return names_done
 
     def _changed(self) -> None:
-        """A change of names (mkdir, create, symlink, link) or attributes
-        only: it is committed with the next
-        close or fsync of any file, or within a second (the daemon's periodic
+        """A change of names (mkdir, create, symlink, link, rename, unlink,
+        rmdir, the free of a nameless inode) or of attributes only: it is
+        committed with the next close or fsync of any file, an fsync of a
+        directory, ``webfs sync``, or within a second (the daemon's periodic
         commit), not before the answer. As on a local filesystem, a crash may
         lose such a change unless something after it was closed or synced;
-        it never loses a closed file, nor the names that lead to it."""
+        it never loses a closed file, nor the names that lead to it: a file
+        renamed after its close is found by one of its two names. Blocks
+        released by a removal leave the disks only once it is committed."""
 
     # -- xattrs ---------------------------------------------------------------------
 
@@ -599,7 +608,7 @@ class Operations(pyfuse3.Operations):
                 node = self.ns.get(ino)
                 if node.nlink <= 0:
                     self.ns.free(ino)
-                    await self.commits.commit()
+                    self._changed()
             except FsError:
                 pass                        # already gone
             except Exception:               # forget answers no request: it must not raise

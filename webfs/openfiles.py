@@ -492,6 +492,12 @@ class OpenFiles:
             await self._commit_or_drop(of, "fsync", fh)
         await self._thread(self.store.sync)
 
+    async def sync_names(self) -> None:
+        """What fsync does, for changes of names only (an fsync of a directory):
+        the pending changes committed, then made durable on the disks."""
+        await self._commit_pending()
+        await self._thread(self.store.sync)
+
     async def release(self, fh: int) -> None:
         of = self.by_inode[self.handles.pop(fh)]
         self.direct.discard(fh)

@@ -1,273 +1,32 @@
-"""The namespace: directories, names, inodes, symlinks, hard links and xattrs,
-kept in the catalog.
-
-It is POSIX's rules in one place (ENOENT, EEXIST, ENOTEMPTY, ENAMETOOLONG,
-rename over a target, link counts), with no FUSE in it: ``fs`` translates
-kernel requests into these calls, and a test can drive it directly. A
-file's content is a list of blocks (one per piece); ``set_contents``
-replaces it and releases the blocks it no longer uses. Every change is told
-to the journal (plain text on the disks) so names survive the catalog.
-
-``NamespaceRows`` is the layer beneath: the namespace's tables row by row,
-for the bulk writers (import, catalog rebuild) that check and journal names
-themselves and commit once per batch. No other module writes their SQL.
+"""The directory tree of one archive: POSIX's rules in one place (ENOENT,
+EEXIST, ENOTEMPTY, ENAMETOOLONG, rename over a target, link counts), with
+no FUSE in it: ``fs`` translates kernel requests into these calls, and a
+test can drive it directly. A file's content is a list of blocks (one per
+piece); ``set_contents`` replaces it and releases the blocks it no longer
+uses. Every change is told to the journal (plain text on the disks) so
+names survive the catalog.
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import stat
 import threading
-import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
-from .catalog import BLOCK_COLUMNS, BlockRow, Catalog
-from .errors import FsError
-from .signature import block_name
-from .store import Store
-
-ROOT_INODE = 1
-NAME_MAX = 255
-INODE_COLUMNS = "id, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev"
-BLOCK_COLUMNS_OF_B = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))   # blocks joined as b
-
-
-@dataclass
-class Inode:
-    id: int
-    mode: int
-    uid: int
-    gid: int
-    size: int
-    nlink: int
-    atime_ns: int
-    mtime_ns: int
-    ctime_ns: int
-    rdev: int
-
-    @property
-    def is_dir(self) -> bool:
-        return stat.S_ISDIR(self.mode)
-
-
-def now_ns() -> int:
-    return time.time_ns()
-
-
-def name_problem(name: bytes) -> Optional[str]:
-    """Why ``name`` cannot be one entry of a directory, or None if it can.
-    The one rule for every name, whether it comes through FUSE or from a
-    plain-text record on the disks (MANIFEST, JOURNAL: ``webfs.commands.rebuild_catalog``)."""
-    if len(name) > NAME_MAX:
-        return f"name longer than {NAME_MAX} bytes"
-    if not name:
-        return "empty name"
-    if name in (b".", b".."):
-        return f"name {name.decode()!r} is reserved"
-    if b"/" in name:
-        return "name holds '/'"
-    if b"\0" in name:
-        return "name holds a NUL byte"
-    return None
-
-
-def check_name(name: bytes) -> None:
-    why = name_problem(name)
-    if why is not None:
-        raise FsError(errno.ENAMETOOLONG if len(name) > NAME_MAX else errno.EINVAL,
-                      why if len(name) > NAME_MAX else f"invalid name {name[:80]!r}: {why}")
+from ..catalog import BlockRow, Catalog
+from ..errors import FsError
+from ..signature import block_name
+from ..store import Store
+from .rows import (BLOCK_COLUMNS_OF_B, INODE_COLUMNS, NAME_MAX, ROOT_INODE, Inode, NamespaceRows,
+                   check_name, now_ns)
 
 
 # Directory paths kept for path_of (~150 B each with the dict's slot): a
 # copy is made in walk order, so the directories in use are few and recent,
 # and 100,000 of them (15 MB) grew the daemon with the archive for nothing.
 DIR_PATHS_KEPT = 10_000
-
-
-# Inodes, names and xattrs kept in memory (NamespaceMemo): what a copy of
-# a crawl asks about again and again (getattr, lookup, the kernel's
-# security.capability before each write) answered without SQLite. About
-# 300 bytes an inode with its name; the oldest go first.
-MEMO_INODES = 50_000
-
-
-class NamespaceMemo:
-    """The namespace's rows as read or made, in memory, shared by every
-    ``NamespaceRows`` over one catalog (``Catalog.memo``). Every change of the
-    rows goes through ``NamespaceRows``, under the catalog lock, and forgets
-    what it changed; a fill happens under the same lock, so it never keeps a
-    row older than a change. A rollback forgets everything (``clear``).
-
-    ``complete`` directories are those whose every name is in ``names`` (a
-    directory made here, empty): a lookup that misses there is a miss
-    without SQLite; losing any of its names to the bound makes it incomplete."""
-
-    def __init__(self, bound: int = MEMO_INODES):
-        self.bound = bound
-        self.nodes: dict[int, Inode] = {}
-        self.names: dict[tuple[int, bytes], int] = {}
-        self.xattrs: dict[int, dict[bytes, bytes]] = {}
-        self.complete: set[int] = set()
-        # For readers: a file's blocks (their refs, disk and stripe as they
-        # were read: a reader needs only what a block is) and where one of its
-        # names sits (parent, offset), as a directory's next files are read
-        # ahead (first_pieces_after).
-        self.pieces: dict[int, list[BlockRow]] = {}
-        self.positions: dict[int, tuple[int, int]] = {}
-
-    def clear(self) -> None:
-        for table in (self.nodes, self.names, self.xattrs, self.complete, self.pieces, self.positions):
-            table.clear()
-
-    def keep_pieces(self, ino: int, parent: int, offset: int, rows: list[BlockRow]) -> None:
-        if len(self.pieces) >= self.bound:
-            self.pieces.pop(next(iter(self.pieces)))
-        if len(self.positions) >= self.bound:
-            self.positions.pop(next(iter(self.positions)))
-        self.pieces[ino] = rows
-        self.positions[ino] = (parent, offset)
-
-    def keep_node(self, node: Inode) -> None:
-        if len(self.nodes) >= self.bound:
-            old = next(iter(self.nodes))
-            del self.nodes[old]
-            self.xattrs.pop(old, None)
-        self.nodes[node.id] = node
-
-    def keep_name(self, parent: int, name: bytes, ino: int) -> None:
-        if len(self.names) >= self.bound:
-            old = next(iter(self.names))
-            del self.names[old]
-            self.complete.discard(old[0])
-        self.names[(parent, name)] = ino
-
-    def drop_node(self, ino: int) -> None:
-        self.nodes.pop(ino, None)
-
-    def drop_reading(self, ino: int) -> None:
-        """A file's blocks or names changed: what readers kept of it goes."""
-        self.pieces.pop(ino, None)
-        self.positions.pop(ino, None)
-
-    def drop_name(self, parent: int, name: bytes) -> None:
-        self.names.pop((parent, name), None)
-
-
-class NamespaceRows:
-    """The namespace's rows in the catalog, read and written as they are: no
-    POSIX checks, no journal, no commit. For writers that make names in bulk
-    and check and journal them themselves (``webfs.ingest``,
-    ``webfs.commands.rebuild_catalog``): the caller holds the catalog lock and
-    commits once per batch, so a batch costs its inserts and one commit."""
-
-    def __init__(self, catalog: Catalog):
-        self.cat = catalog
-        if catalog.memo is None:
-            catalog.memo = NamespaceMemo()
-        self.memo: NamespaceMemo = catalog.memo
-        # Inode numbers only grow while these rows are open: SQLite would give
-        # a freed number to the next file, and the kernel may still hold the old
-        # inode (its attributes and page cache) under that number. A bulk
-        # import into a mount makes inodes through the mount's namespace.
-        self._last_ino = 0
-
-    def add_inode(self, mode: int, uid: int, gid: int, size: int, nlink: int, atime_ns: int,
-                  mtime_ns: int, ctime_ns: int, rdev: int = 0, ino: Optional[int] = None) -> Inode:
-        """A new inode, numbered ``ino`` or past every number used so far."""
-        if ino is None:
-            ino = max(self._last_ino, self.cat.scalar("SELECT max(id) FROM inodes") or 0) + 1
-        self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                         (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
-        self._last_ino = max(self._last_ino, ino)
-        node = Inode(ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
-        self.memo.drop_node(ino)
-        return node
-
-    def listing(self) -> dict[bytes, tuple]:
-        """path -> (inode, mode, size, mtime_ns, uid, gid, content, xattrs) of
-        every name reachable from the root, where content is the (signature,
-        overflow) of each piece, or a symlink's target. For comparing two
-        catalogs (``webfs.commands.catalog_compare``)."""
-        children: dict[int, list] = {}
-        for parent, name, ino in self.cat.query("SELECT parent, name, inode FROM dentries"):
-            children.setdefault(parent, []).append((bytes(name), ino))
-        inodes = {row[0]: row[1:] for row in self.cat.query("SELECT id, mode, size, mtime_ns, uid, gid FROM inodes")}
-        content: dict[int, list] = {}
-        for ino, sig, overflow in self.cat.query(
-                "SELECT c.inode, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
-                "ORDER BY c.inode, c.piece"):
-            content.setdefault(ino, []).append((sig, overflow))
-        for ino, target in self.cat.query("SELECT inode, target FROM symlinks"):
-            content[ino] = [bytes(target)]
-        xattrs: dict[int, list] = {}
-        for ino, name, value in self.cat.query("SELECT inode, name, value FROM xattrs ORDER BY inode, name"):
-            xattrs.setdefault(ino, []).append((bytes(name), bytes(value)))
-        out: dict[bytes, tuple] = {}
-        todo, seen = [(b"", ROOT_INODE)], {ROOT_INODE}
-        while todo:
-            path, ino = todo.pop()
-            for name, child in children.get(ino, ()):
-                p = path + b"/" + name
-                mode, size, mtime, uid, gid = inodes.get(child, (0, 0, 0, 0, 0))
-                out[p] = (child, mode, size, mtime, uid, gid, tuple(content.get(child, ())),
-                          tuple(xattrs.get(child, ())))
-                if stat.S_ISDIR(mode) and child not in seen:     # a damaged catalog may loop
-                    seen.add(child)
-                    todo.append((p, child))
-        return out
-
-    def add_name(self, parent: int, name: bytes, ino: int) -> None:
-        """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts untouched)."""
-        self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
-        if parent in self.memo.complete:
-            self.memo.keep_name(parent, name, ino)
-        else:
-            self.memo.drop_name(parent, name)
-
-    def add_symlink_target(self, ino: int, target: bytes) -> None:
-        self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
-
-    def add_contents(self, ino: int, block_ids: list[int]) -> None:
-        """A file's blocks, in piece order, for a file that has none yet."""
-        self.cat.executemany("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
-                             [(ino, piece, block_id) for piece, block_id in enumerate(block_ids)])
-        self.memo.drop_reading(ino)
-
-    def add_xattrs(self, xattrs: list[tuple[int, bytes, bytes]]) -> None:
-        """(inode, name, value) xattrs set, replacing any of the same name."""
-        self.cat.executemany("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)", xattrs)
-        for ino, _, _ in xattrs:
-            self.memo.xattrs.pop(ino, None)
-
-    def add_xattr(self, ino: int, name: bytes, value: bytes) -> None:
-        self.cat.execute("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)", (ino, name, value))
-        self.memo.xattrs.pop(ino, None)
-
-    def bump_nlink(self, ino: int, delta: int) -> None:
-        self.cat.execute("UPDATE inodes SET nlink=nlink+? WHERE id=?", (delta, ino))
-        self.memo.drop_node(ino)
-
-    def set_changed(self, ino: int, t_ns: int) -> None:
-        """mtime and ctime set to ``t_ns`` (a directory that got names)."""
-        self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=? WHERE id=?", (t_ns, t_ns, ino))
-        self.memo.drop_node(ino)
-
-    def children(self, parent: int) -> dict[bytes, Inode]:
-        """Every name in a directory, with its inode."""
-        cols = ", ".join("i." + c.strip() for c in INODE_COLUMNS.split(","))
-        rows = self.cat.query(f"SELECT d.name, {cols} FROM dentries d JOIN inodes i ON i.id = d.inode "
-                              "WHERE d.parent=?", (parent,))
-        return {r[0]: Inode(*r[1:]) for r in rows}
-
-    def inodes_with_xattr(self, name: bytes, value: bytes) -> set[int]:
-        """The inodes whose xattr ``name`` has this value."""
-        return {r[0] for r in self.cat.query("SELECT inode FROM xattrs WHERE name=? AND value=?",
-                                             (name, value))}
-
-    def xattr_values(self, name: bytes) -> list[tuple[bytes, int]]:
-        """(value, inode) of every inode that has the xattr ``name``."""
-        return [tuple(r) for r in self.cat.query("SELECT value, inode FROM xattrs WHERE name=?", (name,))]
 
 
 class Namespace(NamespaceRows):
@@ -324,26 +83,49 @@ class Namespace(NamespaceRows):
             self.memo.keep_node(node)
         return node
 
-    def lookup(self, parent: int, name: bytes) -> Inode:
+    def find(self, parent: int, name: bytes) -> Optional[Inode]:
+        """The inode of ``name`` in ``parent``, or None: ``lookup`` without the
+        exception, for the kernel's lookups (cp -r and rsync miss every name
+        before they make it)."""
         ino = self.memo.names.get((parent, name))
         if ino is None and parent not in self.memo.complete:
             with self.cat.lock:
                 ino = self.cat.scalar("SELECT inode FROM dentries WHERE parent=? AND name=?", (parent, name))
                 if ino is not None:
                     self.memo.keep_name(parent, name, ino)
-        if ino is None:
-            if len(name) > NAME_MAX:
-                raise FsError(errno.ENAMETOOLONG)
-            raise FsError(errno.ENOENT)
-        return self.get(ino)
+        return None if ino is None else self.get(ino)
 
-    def entries(self, parent: int, after: int = 0, limit: int = 1000) -> list[tuple[int, bytes, Inode]]:
-        """(offset, name, inode) of a directory's entries after an offset, in offset order."""
-        rows = self.cat.query(
-            f"SELECT d.rowid, d.name, {', '.join('i.' + c.strip() for c in INODE_COLUMNS.split(','))} "
-            "FROM dentries d JOIN inodes i ON i.id = d.inode "
-            "WHERE d.parent=? AND d.rowid>? ORDER BY d.rowid LIMIT ?", (parent, after, limit))
-        return [(r[0], r[1], Inode(*r[2:])) for r in rows]
+    def lookup(self, parent: int, name: bytes) -> Inode:
+        node = self.find(parent, name)
+        if node is None:
+            raise FsError(errno.ENAMETOOLONG if len(name) > NAME_MAX else errno.ENOENT)
+        return node
+
+    def _taken(self, parent: int, name: bytes) -> bool:
+        """Is ``name`` in use in ``parent``? (Under the catalog lock.) From
+        memory in a complete directory: the check before every create."""
+        if parent in self.memo.complete:
+            return (parent, name) in self.memo.names
+        return bool(self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? AND name=?", (parent, name)))
+
+    def entries(self, parent: int, after: int = 0, limit: int = 1000,
+                keep: bool = False) -> list[tuple[int, bytes, Inode]]:
+        """(offset, name, inode) of a directory's entries after an offset, in
+        offset order. With ``keep`` the inodes go to the memo (a directory
+        listed for the kernel: its files' opens and getattrs come next, and
+        found none there after a mount); a walk of everything does not keep
+        them, to leave the memo to what is in use."""
+        with self.cat.lock:             # a fill under the lock, as every fill of the memo
+            rows = self.cat.query(
+                f"SELECT d.rowid, d.name, {', '.join('i.' + c.strip() for c in INODE_COLUMNS.split(','))} "
+                "FROM dentries d JOIN inodes i ON i.id = d.inode "
+                "WHERE d.parent=? AND d.rowid>? ORDER BY d.rowid LIMIT ?", (parent, after, limit))
+            out = [(r[0], r[1], Inode(*r[2:])) for r in rows]
+            if keep:
+                for _, _, node in out:
+                    if node.id not in self.memo.nodes:
+                        self.memo.keep_node(node)
+        return out
 
     def position(self, ino: int) -> Optional[tuple[int, int]]:
         """(parent, offset) of one of an inode's names, or None if it has none."""
@@ -470,10 +252,17 @@ class Namespace(NamespaceRows):
         return node
 
     def _touch_dir(self, parent: int, nlink_delta: int = 0) -> None:
+        """A directory got or lost a name: its times (and link count) change.
+        (Under the catalog lock.) Its row in the memo is changed as the
+        catalog's is, not dropped: the next name made there (cp -r makes
+        one after another) then reads no row back."""
         t = now_ns()
         self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=?, nlink=nlink+? WHERE id=?",
                          (t, t, nlink_delta, parent))
-        self.memo.drop_node(parent)
+        kept = self.memo.nodes.get(parent)
+        if kept is not None:
+            self.memo.nodes[parent] = dataclasses.replace(kept, mtime_ns=t, ctime_ns=t,
+                                                          nlink=kept.nlink + nlink_delta)
         self.journal("+", self.get(parent), self.path_of(parent) or b"/")
 
     def create(self, parent: int, name: bytes, mode: int, uid: int, gid: int,
@@ -495,7 +284,7 @@ class Namespace(NamespaceRows):
                 target: Optional[bytes], row: Optional[BlockRow]) -> Inode:
         with self.cat.lock:
             self._parent_dir(parent)
-            if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? AND name=?", (parent, name)):
+            if self._taken(parent, name):
                 raise FsError(errno.EEXIST)
             t = now_ns()
             is_dir = stat.S_ISDIR(mode)
@@ -524,7 +313,7 @@ class Namespace(NamespaceRows):
             if node.is_dir:
                 raise FsError(errno.EPERM, "hard links to directories are not allowed")
             self._parent_dir(parent)
-            if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? AND name=?", (parent, name)):
+            if self._taken(parent, name):
                 raise FsError(errno.EEXIST)
             self.add_name(parent, name, ino)
             self.cat.execute("UPDATE inodes SET nlink=nlink+1, ctime_ns=? WHERE id=?", (now_ns(), ino))

@@ -1,0 +1,258 @@
+"""The namespace's rows: inodes, directory entries, symlink targets, file
+contents and xattrs, read and written as they are in the catalog
+(``NamespaceRows``), and the memory of them that the request path answers
+from (``NamespaceMemo``); with the one rule for a name (``name_problem``).
+
+No POSIX checks, no journal, no commit: those are ``tree.Namespace``'s,
+built on these rows. The bulk writers (import, catalog rebuild) use the rows
+directly, check and journal names themselves and commit once per batch.
+No other module writes the SQL of these tables.
+"""
+from __future__ import annotations
+
+import errno
+import stat
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from ..catalog import BLOCK_COLUMNS, BlockRow, Catalog
+from ..errors import FsError
+
+ROOT_INODE = 1
+NAME_MAX = 255
+INODE_COLUMNS = "id, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev"
+BLOCK_COLUMNS_OF_B = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))   # blocks joined as b
+
+
+@dataclass
+class Inode:
+    id: int
+    mode: int
+    uid: int
+    gid: int
+    size: int
+    nlink: int
+    atime_ns: int
+    mtime_ns: int
+    ctime_ns: int
+    rdev: int
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.mode)
+
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+def name_problem(name: bytes) -> Optional[str]:
+    """Why ``name`` cannot be one entry of a directory, or None if it can.
+    The one rule for every name, whether it comes through FUSE or from a
+    plain-text record on the disks (MANIFEST, JOURNAL: ``webfs.commands.rebuild_catalog``)."""
+    if len(name) > NAME_MAX:
+        return f"name longer than {NAME_MAX} bytes"
+    if not name:
+        return "empty name"
+    if name in (b".", b".."):
+        return f"name {name.decode()!r} is reserved"
+    if b"/" in name:
+        return "name holds '/'"
+    if b"\0" in name:
+        return "name holds a NUL byte"
+    return None
+
+
+def check_name(name: bytes) -> None:
+    why = name_problem(name)
+    if why is not None:
+        raise FsError(errno.ENAMETOOLONG if len(name) > NAME_MAX else errno.EINVAL,
+                      why if len(name) > NAME_MAX else f"invalid name {name[:80]!r}: {why}")
+
+
+# Inodes, names and xattrs kept in memory (NamespaceMemo): what a copy of
+# a crawl asks about again and again (getattr, lookup, the kernel's
+# security.capability before each write) answered without SQLite. About
+# 300 bytes an inode with its name; the oldest go first.
+MEMO_INODES = 50_000
+
+
+class NamespaceMemo:
+    """The namespace's rows as read or made, in memory, shared by every
+    ``NamespaceRows`` over one catalog (``Catalog.memo``). Every change of the
+    rows goes through ``NamespaceRows``, under the catalog lock, and forgets
+    what it changed; a fill happens under the same lock, so it never keeps a
+    row older than a change. A rollback forgets everything (``clear``).
+
+    ``complete`` directories are those whose every name is in ``names`` (a
+    directory made here, empty): a lookup that misses there is a miss
+    without SQLite; losing any of its names to the bound makes it incomplete."""
+
+    def __init__(self, bound: int = MEMO_INODES):
+        self.bound = bound
+        self.nodes: dict[int, Inode] = {}
+        self.names: dict[tuple[int, bytes], int] = {}
+        self.xattrs: dict[int, dict[bytes, bytes]] = {}
+        self.complete: set[int] = set()
+        # For readers: a file's blocks (their refs, disk and stripe as they
+        # were read: a reader needs only what a block is) and where one of its
+        # names sits (parent, offset), as a directory's next files are read
+        # ahead (first_pieces_after).
+        self.pieces: dict[int, list[BlockRow]] = {}
+        self.positions: dict[int, tuple[int, int]] = {}
+        # The highest inode number made or seen (0: ask the catalog), kept
+        # through a clear: numbers only grow, as the kernel may still hold a
+        # freed inode (its attributes and page cache) under its number.
+        self.last_ino = 0
+
+    def clear(self) -> None:
+        for table in (self.nodes, self.names, self.xattrs, self.complete, self.pieces, self.positions):
+            table.clear()
+
+    def keep_pieces(self, ino: int, parent: int, offset: int, rows: list[BlockRow]) -> None:
+        if len(self.pieces) >= self.bound:
+            self.pieces.pop(next(iter(self.pieces)))
+        if len(self.positions) >= self.bound:
+            self.positions.pop(next(iter(self.positions)))
+        self.pieces[ino] = rows
+        self.positions[ino] = (parent, offset)
+
+    def keep_node(self, node: Inode) -> None:
+        if len(self.nodes) >= self.bound:
+            old = next(iter(self.nodes))
+            del self.nodes[old]
+            self.xattrs.pop(old, None)
+        self.nodes[node.id] = node
+
+    def keep_name(self, parent: int, name: bytes, ino: int) -> None:
+        if len(self.names) >= self.bound:
+            old = next(iter(self.names))
+            del self.names[old]
+            self.complete.discard(old[0])
+        self.names[(parent, name)] = ino
+
+    def drop_node(self, ino: int) -> None:
+        self.nodes.pop(ino, None)
+
+    def drop_reading(self, ino: int) -> None:
+        """A file's blocks or names changed: what readers kept of it goes."""
+        self.pieces.pop(ino, None)
+        self.positions.pop(ino, None)
+
+    def drop_name(self, parent: int, name: bytes) -> None:
+        self.names.pop((parent, name), None)
+
+
+class NamespaceRows:
+    """The namespace's rows in the catalog, read and written as they are: no
+    POSIX checks, no journal, no commit. For writers that make names in bulk
+    and check and journal them themselves (``webfs.ingest``,
+    ``webfs.commands.rebuild_catalog``): the caller holds the catalog lock and
+    commits once per batch, so a batch costs its inserts and one commit."""
+
+    def __init__(self, catalog: Catalog):
+        self.cat = catalog
+        if catalog.memo is None:
+            catalog.memo = NamespaceMemo()
+        self.memo: NamespaceMemo = catalog.memo
+
+    def add_inode(self, mode: int, uid: int, gid: int, size: int, nlink: int, atime_ns: int,
+                  mtime_ns: int, ctime_ns: int, rdev: int = 0, ino: Optional[int] = None) -> Inode:
+        """A new inode, numbered ``ino`` or past every number used so far (not
+        SQLite's pick, which would give a freed number to the next file)."""
+        if not self.memo.last_ino:
+            self.memo.last_ino = self.cat.scalar("SELECT max(id) FROM inodes") or 0
+        if ino is None:
+            ino = self.memo.last_ino + 1
+        self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                         (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
+        self.memo.last_ino = max(self.memo.last_ino, ino)
+        node = Inode(ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
+        self.memo.drop_node(ino)
+        return node
+
+    def listing(self) -> dict[bytes, tuple]:
+        """path -> (inode, mode, size, mtime_ns, uid, gid, content, xattrs) of
+        every name reachable from the root, where content is the (signature,
+        overflow) of each piece, or a symlink's target. For comparing two
+        catalogs (``webfs.commands.catalog_compare``)."""
+        children: dict[int, list] = {}
+        for parent, name, ino in self.cat.query("SELECT parent, name, inode FROM dentries"):
+            children.setdefault(parent, []).append((bytes(name), ino))
+        inodes = {row[0]: row[1:] for row in self.cat.query("SELECT id, mode, size, mtime_ns, uid, gid FROM inodes")}
+        content: dict[int, list] = {}
+        for ino, sig, overflow in self.cat.query(
+                "SELECT c.inode, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
+                "ORDER BY c.inode, c.piece"):
+            content.setdefault(ino, []).append((sig, overflow))
+        for ino, target in self.cat.query("SELECT inode, target FROM symlinks"):
+            content[ino] = [bytes(target)]
+        xattrs: dict[int, list] = {}
+        for ino, name, value in self.cat.query("SELECT inode, name, value FROM xattrs ORDER BY inode, name"):
+            xattrs.setdefault(ino, []).append((bytes(name), bytes(value)))
+        out: dict[bytes, tuple] = {}
+        todo, seen = [(b"", ROOT_INODE)], {ROOT_INODE}
+        while todo:
+            path, ino = todo.pop()
+            for name, child in children.get(ino, ()):
+                p = path + b"/" + name
+                mode, size, mtime, uid, gid = inodes.get(child, (0, 0, 0, 0, 0))
+                out[p] = (child, mode, size, mtime, uid, gid, tuple(content.get(child, ())),
+                          tuple(xattrs.get(child, ())))
+                if stat.S_ISDIR(mode) and child not in seen:     # a damaged catalog may loop
+                    seen.add(child)
+                    todo.append((p, child))
+        return out
+
+    def add_name(self, parent: int, name: bytes, ino: int) -> None:
+        """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts untouched)."""
+        self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
+        if parent in self.memo.complete:
+            self.memo.keep_name(parent, name, ino)
+        else:
+            self.memo.drop_name(parent, name)
+
+    def add_symlink_target(self, ino: int, target: bytes) -> None:
+        self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
+
+    def add_contents(self, ino: int, block_ids: list[int]) -> None:
+        """A file's blocks, in piece order, for a file that has none yet."""
+        self.cat.executemany("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
+                             [(ino, piece, block_id) for piece, block_id in enumerate(block_ids)])
+        self.memo.drop_reading(ino)
+
+    def add_xattrs(self, xattrs: list[tuple[int, bytes, bytes]]) -> None:
+        """(inode, name, value) xattrs set, replacing any of the same name."""
+        self.cat.executemany("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)", xattrs)
+        for ino, _, _ in xattrs:
+            self.memo.xattrs.pop(ino, None)
+
+    def add_xattr(self, ino: int, name: bytes, value: bytes) -> None:
+        self.cat.execute("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)", (ino, name, value))
+        self.memo.xattrs.pop(ino, None)
+
+    def bump_nlink(self, ino: int, delta: int) -> None:
+        self.cat.execute("UPDATE inodes SET nlink=nlink+? WHERE id=?", (delta, ino))
+        self.memo.drop_node(ino)
+
+    def set_changed(self, ino: int, t_ns: int) -> None:
+        """mtime and ctime set to ``t_ns`` (a directory that got names)."""
+        self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=? WHERE id=?", (t_ns, t_ns, ino))
+        self.memo.drop_node(ino)
+
+    def children(self, parent: int) -> dict[bytes, Inode]:
+        """Every name in a directory, with its inode."""
+        cols = ", ".join("i." + c.strip() for c in INODE_COLUMNS.split(","))
+        rows = self.cat.query(f"SELECT d.name, {cols} FROM dentries d JOIN inodes i ON i.id = d.inode "
+                              "WHERE d.parent=?", (parent,))
+        return {r[0]: Inode(*r[1:]) for r in rows}
+
+    def inodes_with_xattr(self, name: bytes, value: bytes) -> set[int]:
+        """The inodes whose xattr ``name`` has this value."""
+        return {r[0] for r in self.cat.query("SELECT inode FROM xattrs WHERE name=? AND value=?",
+                                             (name, value))}
+
+    def xattr_values(self, name: bytes) -> list[tuple[bytes, int]]:
+        """(value, inode) of every inode that has the xattr ``name``."""
+        return [tuple(r) for r in self.cat.query("SELECT value, inode FROM xattrs WHERE name=?", (name,))]
