@@ -235,3 +235,33 @@ def test_every_module_is_in_the_code_map():
     missing = [name for name in modules()
                if not re.search(rf"\b{re.escape(name.rpartition('.')[2])}\b", code_map)]
     assert not missing, "webfs-internals(7)'s code map does not name: " + ", ".join(missing)
+
+
+# Issue 27: a module is read in one sitting; past this many lines it holds
+# more than one idea and is split along its seams.
+MAX_MODULE_LINES = 700
+
+
+def long_modules(known: dict[str, Module]) -> list[str]:
+    out = []
+    for mod in known.values():
+        with open(mod.path, encoding="utf-8") as f:
+            n = sum(1 for _ in f)
+        if n > MAX_MODULE_LINES:
+            out.append(f"{mod.name}: {n} lines")
+    return sorted(out)
+
+
+def test_no_module_over_the_line_limit():
+    found = long_modules(modules())
+    assert not found, f"modules over {MAX_MODULE_LINES} lines (split them along their seams):\n" + "\n".join(found)
+
+
+def test_the_check_sees_a_long_module(tmp_path, monkeypatch):
+    pkg = tmp_path / "webfs"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "short.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    (pkg / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
+    assert long_modules(modules()) == [f"webfs.long: {MAX_MODULE_LINES + 1} lines"]
