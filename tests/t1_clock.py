@@ -83,7 +83,7 @@ def test_a_periodic_task_runs_each_period_by_trios_clock_and_again_after_a_failu
     MockClock moved by hand shows each run at its period, a failed run logged
     and the next one made, without waiting a period."""
     clock = MockClock()                 # rate 0: time moves only by jump
-    d = daemon.Daemon("/nonexistent/disk", "/nonexistent/mnt", daemon.MountOptions(), operations={})
+    d = daemon.Daemon("/nonexistent/disk", "/nonexistent/mnt", daemon.MountOptions(), admin_commands={})
     runs: list[float] = []
 
     async def main():

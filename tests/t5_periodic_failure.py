@@ -19,7 +19,7 @@ def test_a_checkpoint_that_fails_once_is_logged_and_runs_again(tmp_path, monkeyp
     disks = [str(tmp_path / f"d{i}") for i in range(3)]
     archmod.mkfs(disks)
     (tmp_path / "mnt").mkdir()
-    d = daemon.Daemon(disks[0], str(tmp_path / "mnt"), daemon.MountOptions(), operations={})
+    d = daemon.Daemon(disks[0], str(tmp_path / "mnt"), daemon.MountOptions(), admin_commands={})
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     d.open()

@@ -27,7 +27,7 @@ from .errors import WebfsError
 from .locks import TAKE_ENV
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 
-# The store, the operations and the daemon are loaded by the commands that
+# The store, the admin commands and the daemon are loaded by the commands that
 # use them: `webfs --help`, and a command a mount's daemon runs, start in a
 # third of the time.
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def open_store(disk: str, holder: str) -> Store:
     return open_archive(disk, holder=f"webfs {holder}", background=holder == "import")
 
 
-def run_operation(target: str, name: str, as_json: bool = False, unit: str = "blk", **options) -> None:
+def run_admin_command(target: str, name: str, as_json: bool = False, unit: str = "blk", **options) -> None:
     """Run an admin operation on a disk of an unmounted archive (or, given a
     mount point, inside its daemon), draw its progress, print its result and
     exit with its status."""
@@ -148,7 +148,8 @@ def run_operation(target: str, name: str, as_json: bool = False, unit: str = "bl
         if control.is_mountpoint(target):
             result = control.call(target, name, options, listener)
         else:
-            from .operations import OPERATIONS
+            from .admincommands import ADMIN_COMMANDS
+            from .assembly import OpenArchive
             store = open_store(target, name)
             previous = signal.getsignal(signal.SIGINT)
 
@@ -160,7 +161,7 @@ def run_operation(target: str, name: str, as_json: bool = False, unit: str = "bl
 
             signal.signal(signal.SIGINT, stop)
             try:
-                result = OPERATIONS[name](store, progress, **options)
+                result = ADMIN_COMMANDS[name](OpenArchive(store), progress, **options)
             except KeyboardInterrupt:
                 progress.stop_requested.set()
                 raise
@@ -345,7 +346,7 @@ def scrub(repair, max_rate, as_json, target):
     parity is recomputed (with --repair). Exit status: 0 no damage left,
     4 damage left (or a missing disk), 8 the scrub could not run.
     """
-    run_operation(target, "scrub", as_json=as_json, repair=repair, max_rate=max_rate)
+    run_admin_command(target, "scrub", as_json=as_json, repair=repair, max_rate=max_rate)
 
 
 @main.command()
@@ -363,7 +364,7 @@ def rebuild(index, new_dir, max_rate, as_json, target):
     Resumable: run it again after an interruption. Exit status: 0 all
     rebuilt, 4 something could not be rebuilt (or interrupted).
     """
-    run_operation(target, "rebuild", as_json=as_json, disk=index, to=disk_location(new_dir),
+    run_admin_command(target, "rebuild", as_json=as_json, disk=index, to=disk_location(new_dir),
                   max_rate=max_rate)
 
 
@@ -393,7 +394,7 @@ def import_(as_json, sources, dest):
             raise WebfsError(f"{s}: is in the mount itself; copy it with cp -a")
         srcs.append(p)
     mount_dev = os.stat(target).st_dev if control.is_mountpoint(target) else None
-    run_operation(target, "import", as_json=as_json, unit="file", sources=srcs, dest=path,
+    run_admin_command(target, "import", as_json=as_json, unit="file", sources=srcs, dest=path,
                   mount_dev=mount_dev)
 
 
@@ -415,7 +416,7 @@ def import_warc(collection, as_json, sources, dest):
     and the rest is imported. Exit status: 0 all imported, 4 problems.
     """
     target, path = _import_target(dest)
-    run_operation(target, "import-warc", as_json=as_json, unit="rec",
+    run_admin_command(target, "import-warc", as_json=as_json, unit="rec",
                   sources=[os.path.abspath(s) for s in sources], dest=path, collection=collection)
 
 
@@ -475,7 +476,7 @@ def export_warc(split, duplicates, order, force, as_json, collection, out):
         print_result(result, as_json)
     there = warc.OutFiles(out, size).leftovers()
     try:
-        run_operation(target, "export-warc", as_json=as_json, unit="rec", collection=inside, **options)
+        run_admin_command(target, "export-warc", as_json=as_json, unit="rec", collection=inside, **options)
     except WebfsError as exc:
         # The daemon removes what it wrote when it fails, not when it is killed.
         # Only the .part files this export made go: not those it refused.
@@ -697,8 +698,8 @@ def mount(options, foreground, disk, mountpoint):
     """Mount the archive that DISK belongs to on MOUNTPOINT. A disk whose
     root others can read is refused (fix: chmod 700 DISK)."""
     from . import daemon
-    from .operations import OPERATIONS
-    daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), OPERATIONS, foreground=foreground)
+    from .admincommands import ADMIN_COMMANDS
+    daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), ADMIN_COMMANDS, foreground=foreground)
 
 
 @main.command()
@@ -746,7 +747,7 @@ def cool(dry_run, max_moves, delta, as_json, target):
     options = {"dry_run": dry_run, "max_moves": max_moves}
     if delta is not None:
         options["delta"] = delta
-    run_operation(target, "cool", as_json=as_json, **options)
+    run_admin_command(target, "cool", as_json=as_json, **options)
 
 
 @main.command()
@@ -755,7 +756,7 @@ def cool(dry_run, max_moves, delta, as_json, target):
 @click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def heat(top, as_json, target):
     """Show each disk's heat and the hottest groups and their pages."""
-    run_operation(target, "heat", as_json=as_json, top=top)
+    run_admin_command(target, "heat", as_json=as_json, top=top)
 
 
 @main.command()
@@ -768,7 +769,7 @@ def rebalance(dry_run, as_json, target):
     Resumable: run it again after an interruption. Exit status: 0 done,
     4 stopped early or some blocks could not be moved.
     """
-    run_operation(target, "rebalance", as_json=as_json, dry_run=dry_run)
+    run_admin_command(target, "rebalance", as_json=as_json, dry_run=dry_run)
 
 
 @main.command("add-disk")
@@ -779,7 +780,7 @@ def rebalance(dry_run, as_json, target):
 @click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def add_disk(weight, as_json, new_dir, target):
     """Add the empty directory NEWDIR to the archive as a new disk (its root mode 0700)."""
-    run_operation(target, "add-disk", as_json=as_json, path=disk_location(new_dir), weight=weight)
+    run_admin_command(target, "add-disk", as_json=as_json, path=disk_location(new_dir), weight=weight)
 
 
 @main.command("remove-disk")
@@ -792,7 +793,7 @@ def remove_disk(as_json, index, target):
     Resumable: run it again after an interruption. Exit status: 0 done,
     4 stopped early or something is left on the disk.
     """
-    run_operation(target, "remove-disk", as_json=as_json, disk=index)
+    run_admin_command(target, "remove-disk", as_json=as_json, disk=index)
 
 
 def mount_helper() -> None:
@@ -827,11 +828,11 @@ def mount_helper() -> None:
         sys.exit(1)
     _setup_logging(0)
     from . import daemon
-    from .operations import OPERATIONS
+    from .admincommands import ADMIN_COMMANDS
     try:
         opts = daemon.MountOptions.parse(options)
         if not fake:
-            daemon.mount(positional[0], positional[1], opts, OPERATIONS)
+            daemon.mount(positional[0], positional[1], opts, ADMIN_COMMANDS)
     except WebfsError as exc:
         click.echo(f"mount.webfs: {exc}", err=True)
         sys.exit(32)                     # mount(8): mount failure

@@ -6,7 +6,7 @@ control socket.
 mounts the filesystem and (unless in the foreground) detaches, reporting
 success or the error to the command that started it. While mounted, a Unix
 socket (named by the root's ``user.webfs.control`` xattr) runs admin
-operations inside the daemon, so ``webfs scrub MOUNTPOINT`` works on the
+commands inside the daemon, so ``webfs scrub MOUNTPOINT`` works on the
 live archive. Unmounting commits everything, writes the MANIFEST on every
 disk, and marks the catalog clean.
 """
@@ -26,15 +26,15 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from . import admin, testkill
+from . import admin, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
 from .heat import DEFAULT_K
 from .locks import TAKE_ENV
-from .manifest import JOURNAL_LIMIT, Journal, manifest_chunks
+from .manifest import JOURNAL_LIMIT, manifest_chunks
 from .namespace import Namespace
-from .assembly import open_archive
+from .assembly import KernelHooks, OpenArchive, open_archive
 from .backends.s3 import ENV as S3_OPTIONS, configure as configure_s3
 from .files import write_file
 from .control import CONTROL_XATTR, check_not_gone, control_socket_path, report_path
@@ -122,64 +122,18 @@ class MountOptions:
         return opts
 
 
-RECOVERY_KINDS = (("freed nameless inode", "nameless inode(s) freed"),
-                  ("refs", "reference count(s) corrected"),
-                  ("removed", "unfinished write(s) removed"),
-                  ("put into a parity stripe", "block(s) put into parity"),
-                  ("cannot be protected", "block(s) left without parity"))
-
-
-def recovery_summary(said: list[str], stripes: list, log_path: str, rewrote: bool = True) -> str:
-    """One line for the mount's recovery after an unclean stop: counts by kind;
-    the details (one line each) are in webfs.log."""
-    counts = [f"{len(stripes)} stripe(s) reconciled"] if stripes else []
-    for needle, what in RECOVERY_KINDS:
-        n = sum(needle in line for line in said)
-        if n:
-            counts.append(f"{n} {what}")
-    other = len(said) - sum(any(k in line for k, _ in RECOVERY_KINDS) for line in said)
-    if other:
-        counts.append(f"{other} other repair(s)")
-    return ("recovered from an unclean stop: " + (", ".join(counts) or "nothing to mend")
-            + ("; MANIFEST rewritten" if rewrote else "") + f"; details in {log_path}")
-
-
-def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
-    """Mend what an unclean stop can leave: nameless inodes, reference counts
-    that committed halfway, blocks written but never committed."""
-    said = []
-    for ino in ns.orphans():
-        ns.free(ino)
-        said.append(f"freed nameless inode {ino}")
-    used = store.catalog.namespace_refs()
-    for row in list(store.catalog.blocks()):
-        expected = row.pins + used.get(row.id, 0)
-        if expected != row.refs:
-            said.append(f"block {row.block_name}: refs {row.refs} -> {expected}")
-            store.correct_refs(row, expected)
-    said += store.forget_unfinished_writes()
-    # Blocks whose parity was still in memory (written behind) when the daemon died.
-    for row in list(store.catalog.blocks("stripe IS NULL")):
-        try:
-            if store.protection.protect(row, store.read_payload(row)):
-                said.append(f"block {row.block_name}: put into a parity stripe")
-        except WebfsError as exc:
-            said.append(f"block {row.block_name}: cannot be protected now ({exc})")
-    store.commit()
-    return said
-
-
 class Daemon:
     """One mounted archive."""
 
     def __init__(self, disk: str, mountpoint: str, opts: MountOptions,
-                 operations: dict[str, admin.Operation]):
+                 admin_commands: dict[str, admin.AdminCommand]):
         self.disk = disk
-        self.operations = operations            # what the control socket runs, by name
+        self.admin_commands = admin_commands    # what the control socket runs, by name
         self.mountpoint = os.path.abspath(mountpoint)
         self.opts = opts
         self.store: Optional[Store] = None
-        self.ops: Optional[Operations] = None
+        self.fs: Optional[Operations] = None         # the FUSE request handlers
+        self.archive: Optional[OpenArchive] = None   # what admin commands are given
         self.ns: Optional[Namespace] = None
         self.server: Optional[socketserver.UnixStreamServer] = None
         self.socket_path = ""
@@ -196,50 +150,39 @@ class Daemon:
         log_path = _log_to_disk(store)
         if lockorder.checked() is not None:
             log.info("the order in which threads take locks is checked (WEBFS_LOCK_ORDER)")
-        journal = Journal(store.archive, limit=self.opts.journal_limit)
-        ns = Namespace(store, journal=journal.record)
-        journal.namespace = ns
+        ns, journal, said = recovery.open_namespace(store, self.opts.journal_limit)
         self.journal = journal
         self.ns = ns
-        store.journal = journal
-        ns.ensure_root(os.getuid(), os.getgid())
         stripes = list(store.protection.recovered)
         for stripe_id, done in stripes:
             log.info("recovery: stripe %s: %s (an interrupted update)", stripe_id, done)
-        if store.catalog.get_meta("clean") == "0":
-            said = recover_after_crash(store, ns)
-            for line in said:
-                log.info("recovery: %s", line)
+        if said is not None:
             # The catalog is the truth now; a new MANIFEST on every disk also holds
             # what a commit made just before the crash but did not journal.
             self.checkpoint()
-            log.warning("%s", recovery_summary(said, stripes, log_path))
+            log.warning("%s", recovery.recovery_summary(said, stripes, log_path))
         elif stripes:
-            log.warning("%s", recovery_summary([], stripes, log_path, rewrote=False))
+            log.warning("%s", recovery.recovery_summary([], stripes, log_path, rewrote=False))
         if journal.stale:
             # The records are not where the rule puts them (disks written with a
             # copy on every disk, or a record disk that was missing): move them.
             self.checkpoint()
         journal.on_full = self._checkpoint_soon
-        store.catalog.set_meta("clean", "0")
-        store.commit()
-        self.ops = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode,
-                              cache_bytes=self.opts.piece_cache)
-        # Admin operations that make names (webfs import) use the mount's namespace
+        recovery.mark_in_use(store)
+        self.fs = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode,
+                             cache_bytes=self.opts.piece_cache)
+        # Admin commands that make names (webfs import) use the mount's namespace
         # and journal, and tell the kernel what changed under it.
-        store.namespace = ns
-        store.read_only = self.opts.read_only
-        store.invalidate_inode = pyfuse3.invalidate_inode
-        store.invalidate_entry = pyfuse3.invalidate_entry
-        store.forget_misses = self.forget_misses
-        store.free_unused = self.free_unused
+        self.archive = OpenArchive(store, namespace=ns, journal=journal, read_only=self.opts.read_only,
+                                   kernel=KernelHooks(pyfuse3.invalidate_inode, pyfuse3.invalidate_entry,
+                                                      self.forget_misses, self.free_unused))
 
     def forget_misses(self, parents) -> None:
         """The kernel forgets the misses (negative entries) the mount answered in
         these directories: an admin operation made names in them. Call it after
         the commit, without the catalog lock, from a thread other than the loop's."""
         lockorder.holding_none("the event loop")
-        missed = trio.from_thread.run_sync(self.ops.take_misses, list(parents),
+        missed = trio.from_thread.run_sync(self.fs.take_misses, list(parents),
                                            trio_token=self.trio_token)
         for parent, name in missed:
             try:
@@ -253,7 +196,7 @@ class Daemon:
         opened, so no open slips in between; call it without the catalog lock."""
         def free():
             try:
-                self.ops.free_if_unused(self.ns.get(ino))
+                self.fs.free_if_unused(self.ns.get(ino))
             except WebfsError:
                 return
             self.store.commit()
@@ -302,7 +245,7 @@ class Daemon:
                 b"user.webfs.pid": str(os.getpid()).encode(),
                 b"user.webfs.archive": self.store.conf.uuid.encode(),
                 b"user.webfs.disks": "\n".join(v.backend.location for v in self.store.archive.volumes.values()).encode()}
-        self.ops.root_xattrs.update(info)
+        self.fs.root_xattrs.update(info)
 
     def serve_request(self, rfile, wfile) -> None:
         """One admin operation, asked as a JSON line, answered with JSON lines."""
@@ -317,12 +260,12 @@ class Daemon:
                 trio.from_thread.run(self.flush_all, trio_token=self.trio_token)
                 result = admin.Result(["synced"])
             else:
-                fn = self.operations.get(name)
+                fn = self.admin_commands.get(name)
                 if fn is None:
                     raise WebfsError(f"the daemon knows no operation {name!r}")
                 progress = admin.Progress(lambda kind, n, total, what: send(
                     {"progress": kind, "n": n, "total": total, "what": what}))
-                result = fn(self.store, progress, **req.get("options", {}))
+                result = fn(self.archive, progress, **req.get("options", {}))
                 self.store.commit()
             send({"result": result.to_json()})
         except WebfsError as exc:
@@ -337,7 +280,7 @@ class Daemon:
         """Store every open file's buffer, commit, write the MANIFEST. A file that
         cannot be stored now (a full disk) does not keep the others from it: it
         stays open and dirty for its writer, and the sync fails naming it."""
-        failed = await self.ops.files.commit_all()
+        failed = await self.fs.files.commit_all()
         await trio.to_thread.run_sync(self.checkpoint)
         if failed:
             raise WebfsError(f"synced, except {len(failed)} open file(s) that could not be stored: "
@@ -393,7 +336,7 @@ class Daemon:
     async def main(self, ready) -> None:
         self.trio_token = trio.lowlevel.current_trio_token()
         async with trio.open_nursery() as nursery:
-            self.ops.running(nursery)
+            self.fs.running(nursery)
             nursery.start_soon(self._signals, nursery)
             # Parity of open stripes waits in memory at most about a second.
             nursery.start_soon(self.run_every, 0.5, self._flush_parity, "parity flush")
@@ -423,7 +366,7 @@ class Daemon:
         rss = next((line.split()[1] for line in open("/proc/self/status") if line.startswith("VmRSS")), "?")
         with open(os.environ["WEBFS_TRACEMALLOC"], "a") as f:
             f.write(f"{time.strftime('%H:%M:%S')} rss {rss} kB, traced {sum(s.size for s in stats) >> 10} kB, "
-                    f"inodes known to the kernel {len(self.ops.lookups)}\n")
+                    f"inodes known to the kernel {len(self.fs.lookups)}\n")
             f.write("".join(f"  {s.size >> 10:8d} kB {s.count:8d} {s.traceback}\n" for s in stats[:15]))
 
     def cool(self) -> None:
@@ -442,7 +385,7 @@ class Daemon:
             await trio.sleep(1.0)
             if self.store.catalog.uncommitted:
                 try:
-                    await self.ops.commits.commit()
+                    await self.fs.commits.commit()
                 except Exception:
                     log.exception("periodic commit failed")
 
@@ -465,8 +408,8 @@ class Daemon:
         """Write everything out; what could not be (files whose changes were
         dropped during the mount, a MANIFEST, parity left out of date) goes in
         the report that ``webfs umount`` prints before it exits non-zero."""
-        problems = list(self.ops.files.failures) if self.ops is not None else []
-        if self.ops is not None:
+        problems = list(self.fs.files.failures) if self.fs is not None else []
+        if self.fs is not None:
             from .fs import HANDOFFS, REQUESTS
             for what, counts in (("FUSE requests answered", REQUESTS), ("hand-offs to worker threads", HANDOFFS)):
                 log.info("%s: %s", what, ", ".join(
@@ -523,10 +466,10 @@ class Daemon:
             log.error("cannot write the unmount report %s: %s", path, exc)
 
 
-def mount(disk: str, mountpoint: str, opts: MountOptions, operations: dict[str, admin.Operation],
+def mount(disk: str, mountpoint: str, opts: MountOptions, admin_commands: dict[str, admin.AdminCommand],
           foreground: bool = False) -> None:
     """Mount an archive; returns when unmounted (foreground) or once mounted
-    (background). ``operations`` (``webfs.operations.OPERATIONS``, given by the
+    (background). ``admin_commands`` (``webfs.admincommands.ADMIN_COMMANDS``, given by the
     command line, which knows every command) are what its control socket runs."""
     mnt = os.path.abspath(mountpoint)
     try:
@@ -541,7 +484,7 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, operations: dict[str, 
     if os.path.ismount(mnt):
         raise ArchiveError(f"{mountpoint}: something is already mounted there")
     if foreground:
-        _run(disk, mnt, opts, operations, lambda: None)
+        _run(disk, mnt, opts, admin_commands, lambda: None)
         return
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -566,7 +509,7 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, operations: dict[str, 
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
-        _run(disk, mnt, opts, operations, ready)
+        _run(disk, mnt, opts, admin_commands, ready)
     except BaseException as exc:     # tell the parent, whatever it was
         status = 1
         # After ready() nobody reads the pipe and stderr is /dev/null: the log
@@ -637,14 +580,14 @@ def _trim_heap() -> None:
         pass
 
 
-def _run(disk: str, mnt: str, opts: MountOptions, operations: dict[str, admin.Operation],
+def _run(disk: str, mnt: str, opts: MountOptions, admin_commands: dict[str, admin.AdminCommand],
          ready) -> None:
     _return_big_buffers_to_the_system()
-    daemon = Daemon(disk, mnt, opts, operations)
+    daemon = Daemon(disk, mnt, opts, admin_commands)
     daemon.open()
     real_mnt = os.path.realpath(mnt)
     try:
-        pyfuse3.init(daemon.ops, mnt, daemon.fuse_options())
+        pyfuse3.init(daemon.fs, mnt, daemon.fuse_options())
     except RuntimeError as exc:
         daemon.close()
         raise WebfsError(f"cannot mount on {mnt}: {exc}") from None

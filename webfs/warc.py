@@ -45,14 +45,14 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Iterator, Optional
 
-from . import admin, urlpath
+from . import admin, recovery, urlpath
 from .admin import human
 from .errors import FsError, WebfsError
 from .files import create_new, publish
-from .ingest import Importer, Item, Piece, import_namespace, show_path
+from .ingest import Importer, Item, Piece, show_path
 from .namespace import ROOT_INODE
 from .archive import archive_place
-from .assembly import open_archive
+from .assembly import OpenArchive, open_archive
 from .backends import is_url
 from .signature import signature
 from .store import Store
@@ -567,7 +567,7 @@ def warc_summary(wc: WarcCounts, c, seconds: float, stopped: bool) -> list[str]:
     return lines
 
 
-def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest: str,
+def import_warc(archive: OpenArchive, progress: admin.Progress, sources: list[str], dest: str,
                 collection: Optional[str] = None, mount_dev: Optional[int] = None) -> admin.Result:
     """Import web archive files into the collection DEST/NAME."""
     if collection is None:
@@ -577,8 +577,8 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
         raise WebfsError(f"{collection!r}: a collection is one name, without '/' or '@'")
     started = time.monotonic()
     target = os.path.join(dest, collection)
-    with import_namespace(store) as ns:
-        importer = WarcImporter.into(store, ns, progress, mount_dev, collection=os.fsencode(collection),
+    with recovery.names(archive) as ns:
+        importer = WarcImporter.into(archive, ns, progress, mount_dev, collection=os.fsencode(collection),
                                      workers=PREPARE_WORKERS)
         counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(target))
     seconds = time.monotonic() - started
@@ -823,16 +823,16 @@ class DiskTree:
     store of a mount's daemon, from inside the daemon (export-warc of a
     collection in a mount runs there)."""
 
-    def __init__(self, disk: str, path: str, store: Optional[Store] = None):
+    def __init__(self, disk: str, path: str, opened: Optional[OpenArchive] = None):
         """The collection at ``path`` of the archive of ``disk``, opened here and
-        closed by ``close``; or of ``store`` (left open), with its namespace."""
+        closed by ``close``; or of ``opened`` (left open), with its namespace."""
         from .namespace import Namespace
         self.name = path
-        self.owns_store = store is None
+        self.owns_store = opened is None
         # Reading only (versions, url, replay), as status and get: no lock, no S3 lease.
-        self.store = open_archive(disk, lock=False) if store is None else store
+        self.store = open_archive(disk, lock=False) if opened is None else opened.store
         try:
-            self.ns = getattr(self.store, "namespace", None) or Namespace(self.store)
+            self.ns = (opened and opened.namespace) or Namespace(self.store)
             self.readers = 4 * len(self.store.archive.volumes)      # short reads, overlapped
             ino = ROOT_INODE
             for part in [p for p in os.fsencode(path).split(b"/") if p]:
@@ -1264,12 +1264,12 @@ class OutFiles:
         return found
 
 
-def export_warc(store: Store, progress: admin.Progress, collection: str, out: str, split: Optional[int] = None,
+def export_warc(archive: OpenArchive, progress: admin.Progress, collection: str, out: str, split: Optional[int] = None,
                 duplicates: str = "revisit", order: str = "source", force: bool = False) -> admin.Result:
     """The export-warc operation: the collection at ``collection`` (its path in
     the archive) written as WARC into ``out``, read from the store's catalog
     and blocks; inside a mount's daemon, or on an unmounted archive."""
-    tree = DiskTree("", collection, store=store)
+    tree = DiskTree("", collection, opened=archive)
     try:
         return export_tree(tree, out, split, duplicates, progress, order, force)
     finally:
