@@ -37,6 +37,7 @@ KNOWN: dict[str, str] = {
     "environment read in webfs.backends.s3:204": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
     "environment read in webfs.control:29": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
     "environment read in webfs.locks:168": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
+    "environment read in webfs.mountstart:38": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
     "environment read in webfs.locks:177": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
 }
 
@@ -51,7 +52,7 @@ SQL_WORDS = ("SELECT", "INSERT", "UPDATE", "DELETE", "PRAGMA", "CREATE")
 # a module not named is in the core, below them all.
 LAYERS = (
     ("cli",),                                                 # the edge: arguments, environment, exit codes
-    ("daemon", "mountstart"),                                 # the running mount, and starting it
+    ("daemon", "mountstart", "mountoptions"),                 # the running mount, and starting it
     ("admincommands", "control", "fs", "replay", "versions"),  # what a mount or a command serves
     ("ingest", "warc", "warcread", "urlpath", "commands", "admin",
      "openfiles", "readcache", "controltree", "groupcommit"),  # the work they do

@@ -12,6 +12,7 @@ import sqlite3
 import trio
 
 from webfs import archive as archmod, daemon
+from webfs.mountoptions import MountOptions
 from webfs.manifest import MANIFEST
 
 
@@ -19,7 +20,7 @@ def test_a_checkpoint_that_fails_once_is_logged_and_runs_again(tmp_path, monkeyp
     disks = [str(tmp_path / f"d{i}") for i in range(3)]
     archmod.mkfs(disks)
     (tmp_path / "mnt").mkdir()
-    d = daemon.Daemon(disks[0], str(tmp_path / "mnt"), daemon.MountOptions(), admin_commands={})
+    d = daemon.Daemon(disks[0], str(tmp_path / "mnt"), MountOptions(), admin_commands={})
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     d.open()

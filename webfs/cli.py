@@ -697,9 +697,10 @@ def delete(disk, keys):
 def mount(options, foreground, disk, mountpoint):
     """Mount the archive that DISK belongs to on MOUNTPOINT. A disk whose
     root others can read is refused (fix: chmod 700 DISK)."""
-    from . import daemon
+    from . import mountstart
     from .admincommands import ADMIN_COMMANDS
-    daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), ADMIN_COMMANDS, foreground=foreground)
+    from .mountoptions import MountOptions
+    mountstart.mount(disk, mountpoint, MountOptions.parse(options), ADMIN_COMMANDS, foreground=foreground)
 
 
 @main.command()
@@ -827,12 +828,13 @@ def mount_helper() -> None:
         click.echo("usage: mount.webfs DISK MOUNTPOINT [-o OPTIONS]", err=True)
         sys.exit(1)
     _setup_logging(0)
-    from . import daemon
+    from . import mountstart
     from .admincommands import ADMIN_COMMANDS
+    from .mountoptions import MountOptions
     try:
-        opts = daemon.MountOptions.parse(options)
+        opts = MountOptions.parse(options)
         if not fake:
-            daemon.mount(positional[0], positional[1], opts, ADMIN_COMMANDS)
+            mountstart.mount(positional[0], positional[1], opts, ADMIN_COMMANDS)
     except WebfsError as exc:
         click.echo(f"mount.webfs: {exc}", err=True)
         sys.exit(32)                     # mount(8): mount failure

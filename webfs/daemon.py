@@ -1,10 +1,11 @@
-"""The mount daemon: mounting, unmounting, crash recovery, the periodic tasks
-of a mount (parity flush, checkpoint, cooling: ``run_every``), and the
-control socket.
+"""The mount daemon, the running mount: open (recovery is ``webfs.recovery``'s),
+the periodic tasks of a mount (parity flush, checkpoint, cooling:
+``run_every``), the control socket, and unmount. Starting it (the checks,
+the fork that detaches) is ``webfs.mountstart``; its options are
+``webfs.mountoptions``.
 
-``mount`` opens and locks the archive, recovers from an unclean stop,
-mounts the filesystem and (unless in the foreground) detaches, reporting
-success or the error to the command that started it. While mounted, a Unix
+``Daemon.open`` opens and locks the archive and recovers from an unclean
+stop; ``Daemon.main`` serves the mount until it is unmounted. While mounted, a Unix
 socket (named by the root's ``user.webfs.control`` xattr) runs admin
 commands inside the daemon, so ``webfs scrub MOUNTPOINT`` works on the
 live archive. Unmounting commits everything, writes the MANIFEST on every
@@ -20,7 +21,6 @@ import socketserver
 import stat
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Optional
 
 import pyfuse3
@@ -30,96 +30,17 @@ from . import admin, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
-from .heat import DEFAULT_K
-from .locks import TAKE_ENV
-from .manifest import JOURNAL_LIMIT, manifest_chunks
+from .manifest import manifest_chunks
+from .mountoptions import MountOptions
 from .namespace import Namespace
 from .assembly import KernelHooks, OpenArchive, open_archive
-from .backends.s3 import ENV as S3_OPTIONS, configure as configure_s3
 from .files import write_file
-from .control import CONTROL_XATTR, check_not_gone, control_socket_path, report_path
+from .control import CONTROL_XATTR, control_socket_path, report_path
 from .store import Store
 from . import lockorder
 
 log = logging.getLogger(__name__)
 
-
-
-@dataclass
-class MountOptions:
-    read_only: bool = False
-    allow_other: bool = False
-    store_mode: Optional[str] = None
-    sync: bool = False
-    max_block: Optional[int] = None
-    manifest_interval: float = 300.0
-    journal_limit: int = JOURNAL_LIMIT           # JOURNAL bytes that start a checkpoint (at least)
-    cool_interval: float = 0.0
-    piece_cache: int = 128 << 20                 # bytes of decoded pieces kept for readers
-    read_ahead_kb: int = 0                       # the kernel's read-ahead on the mount (0: its default, 128)
-    heat_k: int = DEFAULT_K                      # reads per group in the heat estimate
-    disk_delay: dict[int, float] = field(default_factory=dict)   # simulated service time per I/O
-    fuse_debug: bool = False
-    take_lease: bool = False                     # S3 disks: take over a stale lease (webfs.locks)
-    extra: list[str] = field(default_factory=list)
-    backend: dict[str, str] = field(default_factory=dict)   # S3 disks: s3_credentials, state_dir, ...
-
-    @classmethod
-    def parse(cls, text: str) -> "MountOptions":
-        """Options as mount(8) gives them: comma-separated, key or key=value."""
-        from .archive import STORE_MODES
-        opts = cls()
-        last = ""
-        for item in filter(None, (text or "").split(",")):
-            key, sep, value = item.partition("=")
-            if last == "disk_delay" and not sep and ":" in key:
-                key, value = "disk_delay", item          # disk_delay=0:0.01,1:0.01 goes on
-            last = key
-            if key == "ro":
-                opts.read_only = True
-            elif key == "rw":
-                opts.read_only = False
-            elif key == "allow_other":
-                opts.allow_other = True
-            elif key == "sync":
-                opts.sync = True
-            elif key == "store_mode":
-                if value not in STORE_MODES:
-                    raise ArchiveError(f"store_mode must be one of {', '.join(STORE_MODES)}, not {value!r}")
-                opts.store_mode = value
-            elif key in ("manifest_interval", "cool_interval"):
-                try:
-                    setattr(opts, key, float(value))
-                except ValueError:
-                    raise ArchiveError(f"{key} takes a number of seconds, not {value!r}") from None
-            elif key in ("piece_cache", "heat_k", "read_ahead_kb", "journal_limit"):
-                try:
-                    setattr(opts, key, int(value))
-                except ValueError:
-                    raise ArchiveError(f"{key} takes a whole number, not {value!r}") from None
-                if opts.heat_k < 2 or opts.piece_cache < 0 or opts.read_ahead_kb < 0:
-                    raise ArchiveError("heat_k must be 2 or more, piece_cache and read_ahead_kb 0 or more")
-            elif key == "disk_delay":
-                try:
-                    index, seconds = value.split(":")
-                    opts.disk_delay[int(index)] = float(seconds)
-                except ValueError:
-                    raise ArchiveError(f"disk_delay takes INDEX:SECONDS[,INDEX:SECONDS...], not {value!r}") from None
-            elif key == "debug":
-                opts.fuse_debug = True
-            elif key == "take_lease":
-                opts.take_lease = True
-            elif key in S3_OPTIONS:
-                opts.backend[key] = value
-            elif key in ("defaults", "auto", "noauto", "user", "nouser", "nofail", "_netdev",
-                         "exec", "noexec", "suid", "nosuid", "dev", "nodev", "atime", "noatime",
-                         "relatime", "async"):
-                pass                     # mount(8) and fstab words that are not ours
-            elif key.startswith("x-"):
-                pass
-            else:
-                raise ArchiveError(f"unknown mount option {item!r}")
-        return opts
 
 
 class Daemon:
@@ -466,110 +387,6 @@ class Daemon:
             log.error("cannot write the unmount report %s: %s", path, exc)
 
 
-def mount(disk: str, mountpoint: str, opts: MountOptions, admin_commands: dict[str, admin.AdminCommand],
-          foreground: bool = False) -> None:
-    """Mount an archive; returns when unmounted (foreground) or once mounted
-    (background). ``admin_commands`` (``webfs.admincommands.ADMIN_COMMANDS``, given by the
-    command line, which knows every command) are what its control socket runs."""
-    mnt = os.path.abspath(mountpoint)
-    try:
-        configure_s3(opts.backend)
-    except ValueError as exc:
-        raise ArchiveError(str(exc)) from None
-    if opts.take_lease:
-        os.environ[TAKE_ENV] = "1"
-    if not os.path.isdir(mnt):
-        check_not_gone(mnt)
-        raise ArchiveError(f"{mountpoint}: mount point is not a directory")
-    if os.path.ismount(mnt):
-        raise ArchiveError(f"{mountpoint}: something is already mounted there")
-    if foreground:
-        _run(disk, mnt, opts, admin_commands, lambda: None)
-        return
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(wfd)
-        with os.fdopen(rfd, "rb") as r:
-            msg = r.read().decode("utf-8", "replace")
-        if msg != "ok":
-            os.waitpid(pid, 0)
-            raise WebfsError(msg or "the mount daemon died while starting; see its log")
-        return
-    os.close(rfd)
-    os.setsid()
-    status = 0
-    started = False
-    try:
-        def ready():
-            nonlocal started
-            started = True
-            os.write(wfd, b"ok")
-            os.close(wfd)
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(devnull, fd)
-        _run(disk, mnt, opts, admin_commands, ready)
-    except BaseException as exc:     # tell the parent, whatever it was
-        status = 1
-        # After ready() nobody reads the pipe and stderr is /dev/null: the log
-        # is the only place a dying daemon can say why. Before it, a refusal
-        # (WebfsError: a bad conf, a busy archive) is the parent's one line.
-        if started or not isinstance(exc, WebfsError):
-            log.critical("the daemon stopped: %s", exc, exc_info=True)
-        try:
-            os.write(wfd, str(exc).encode() or type(exc).__name__.encode())
-            os.close(wfd)
-        except OSError:
-            pass
-    finally:
-        logging.shutdown()
-        os._exit(status)
-
-
-def _return_big_buffers_to_the_system() -> None:
-    """Make glibc give every buffer of 1 MiB or more its own mapping, returned
-    to the system when freed. By default the threshold rises to the size of the
-    largest buffer freed (4 MiB pieces), after which pieces are carved from
-    per-thread heaps that keep their pages: writing and reading back one 1 GiB
-    file left the daemon at 366 MB resident instead of 187 MB."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None)
-        M_MMAP_THRESHOLD = -3
-        libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
-        # Every thread that mallocs (trio's workers, the checkpoint thread)
-        # otherwise gets an arena of its own, up to 8 per core, each keeping
-        # the pages it once held: SQLite's page cache, used from one thread
-        # and another, spread over four arenas that kept ~25 MB between them
-        # after 20,000 files. Two arenas keep contention low on two cores.
-        M_ARENA_MAX = -8
-        libc.mallopt(M_ARENA_MAX, 2)
-    except (OSError, AttributeError):
-        pass                    # not glibc: its allocator has its own ideas
-
-
-def set_read_ahead(real_mnt: str, kb: int) -> None:
-    """Let the kernel read ahead ``kb`` KiB on this mount (its FUSE default is
-    128): at 1024 a sequential reader of a large file sends 1 MiB reads, a
-    quarter of the requests (not the default: on 2 cores it did not make a
-    cold read of a 250 MB file measurably faster). Only root may (/sys/class/bdi); anyone else keeps the
-    default. ``real_mnt`` is the mount point's real path, resolved before the
-    mount (from the loop's thread, a stat of it would wait for itself); the
-    device comes from mountinfo. Run it in a thread of its own once mounted:
-    its stat returns once the kernel has the answer to INIT, which would
-    otherwise set the read-ahead back."""
-    try:
-        os.stat(real_mnt)
-        with open("/proc/self/mountinfo") as f:
-            devs = [line.split()[2] for line in f if line.split()[4] == real_mnt]
-        if devs:
-            with open(f"/sys/class/bdi/{devs[-1]}/read_ahead_kb", "w") as f:
-                f.write(str(kb))
-    except OSError as exc:
-        log.debug("read-ahead of %s left at the kernel's default: %s", real_mnt, exc)
-
-
 def _trim_heap() -> None:
     """Give the free pages of every malloc arena back to the system (after a
     checkpoint, which builds the MANIFEST in memory)."""
@@ -578,32 +395,6 @@ def _trim_heap() -> None:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
         pass
-
-
-def _run(disk: str, mnt: str, opts: MountOptions, admin_commands: dict[str, admin.AdminCommand],
-         ready) -> None:
-    _return_big_buffers_to_the_system()
-    daemon = Daemon(disk, mnt, opts, admin_commands)
-    daemon.open()
-    real_mnt = os.path.realpath(mnt)
-    try:
-        pyfuse3.init(daemon.fs, mnt, daemon.fuse_options())
-    except RuntimeError as exc:
-        daemon.close()
-        raise WebfsError(f"cannot mount on {mnt}: {exc}") from None
-    if opts.read_ahead_kb:
-        # The kernel sets the read-ahead from the daemon's answer to INIT, which
-        # comes once the loop runs: a thread waits for the mount to answer a stat.
-        threading.Thread(target=set_read_ahead, args=(real_mnt, opts.read_ahead_kb),
-                         name="read-ahead", daemon=True).start()
-    try:
-        daemon.start_control()
-        trio.run(daemon.main, ready)
-    finally:
-        try:
-            pyfuse3.close(unmount=True)
-        finally:
-            daemon.close()
 
 
 def _log_to_disk(store: Store) -> str:
