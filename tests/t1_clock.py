@@ -15,6 +15,7 @@ from conftest import eventually
 from trio.testing import MockClock, wait_all_tasks_blocked, wait_all_threads_completed
 
 from webfs import daemon
+from webfs.mountoptions import MountOptions
 from webfs.backends.s3endpoint import DOWN_SECONDS, HEDGE_SECONDS, Endpoint, Late
 from webfs.errors import WebfsError
 from webfs.locks import SYSTEM_CLOCK, Clock
@@ -83,7 +84,7 @@ def test_a_periodic_task_runs_each_period_by_trios_clock_and_again_after_a_failu
     MockClock moved by hand shows each run at its period, a failed run logged
     and the next one made, without waiting a period."""
     clock = MockClock()                 # rate 0: time moves only by jump
-    d = daemon.Daemon("/nonexistent/disk", "/nonexistent/mnt", daemon.MountOptions(), operations={})
+    d = daemon.Daemon("/nonexistent/disk", "/nonexistent/mnt", MountOptions(), admin_commands={})
     runs: list[float] = []
 
     async def main():

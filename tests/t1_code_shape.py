@@ -1,7 +1,10 @@
-"""The shape of the code (issue 14): no import cycles between the modules of
-``webfs`` (``backends/`` is installed as ``webfs.backends``), no module
-reaching for another's private names, and SQL only where the tables live
-(``SQL_OWNERS``).
+"""The shape of the code (issues 14 and 27): no import cycles between the
+modules of ``webfs`` (``backends/`` is installed as ``webfs.backends``), no
+module reaching for another's private names, SQL only where the tables live
+(``SQL_OWNERS``), no import of a higher layer from a lower one (``LAYERS``),
+no attribute set on a store from outside ``webfs.store`` and no
+``getattr(store, ...)`` probing (context travels in ``assembly.OpenArchive``),
+and the environment read only in ``ENV_READERS``.
 
 Every module is parsed, not imported, so a cycle hidden in a function-level
 import counts as much as one at the top: either way the two modules cannot
@@ -26,7 +29,17 @@ from typing import Iterator
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = (("webfs", "webfs"), ("backends", "webfs.backends"))
 
-KNOWN: dict[str, str] = {}
+KNOWN: dict[str, str] = {
+    "environment read in webfs.backends.s3:144": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
+    "environment read in webfs.backends.s3:148": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
+    "environment read in webfs.backends.s3:157": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
+    "environment read in webfs.backends.s3:195": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
+    "environment read in webfs.backends.s3:204": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
+    "environment read in webfs.control:29": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
+    "environment read in webfs.locks:168": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
+    "environment read in webfs.mountstart:38": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
+    "environment read in webfs.locks:177": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
+}
 
 # The modules that own the catalog's tables and so may write SQL: the catalog,
 # the namespace, and the parity package (its stripes table); and the query
@@ -34,6 +47,29 @@ KNOWN: dict[str, str] = {}
 SQL_OWNERS = ("webfs.catalog", "webfs.namespace", "webfs.parity", "webfs.index", "webfs.query")
 SQL_METHODS = {"execute", "executemany", "executescript", "query", "scalar"}
 SQL_WORDS = ("SELECT", "INSERT", "UPDATE", "DELETE", "PRAGMA", "CREATE")
+
+# The layers, top first (the first part of the module's name under webfs). A
+# module may import from its own layer and those below, never from one above;
+# a module not named is in the core, below them all.
+LAYERS = (
+    ("cli", "cli_warc", "cli_query", "commandline"),          # the edge: arguments, environment, exit codes
+    ("daemon", "mountstart", "mountoptions"),                 # the running mount, and starting it
+    ("admincommands", "control", "fs", "replay", "versions"),  # what a mount or a command serves
+    ("ingest", "importsource", "treesource", "preparation", "warc", "warcimport", "warcexport",
+     "warcread", "warcapart", "urlpath", "commands", "admin", "indexer", "searching", "stream",
+     "searchtree", "openfiles", "readcache", "controltree", "groupcommit"),  # the work they do
+    ("recovery",),                                            # namespace and journal opened, crash mended
+    ("assembly",),                                            # an archive's parts put together
+)
+
+# The only modules that read the environment (os.environ, os.getenv): the
+# CLI, at the edge, and the test hooks, each with what it reads.
+ENV_READERS = {
+    "webfs.cli": "the user's settings: S3 (WEBFS_S3_*, AWS_*), TMPDIR, XDG_CACHE_HOME, lease take-over",
+    "webfs.testkill": "WEBFS_TEST_KILL_AT, the kill points of the crash tests",
+    "webfs.lockorder": "WEBFS_LOCK_ORDER, lock order checked under test",
+    "webfs.daemon": "WEBFS_TRACEMALLOC, a memory trace for the soak tests",
+}
 
 
 @dataclass
@@ -161,9 +197,56 @@ def private_uses(known: dict[str, Module]) -> list[str]:
     return found
 
 
+def layer(name: str) -> int:
+    part = name.split(".")[1] if "." in name else ""
+    return next((i for i, group in enumerate(LAYERS) if part in group), len(LAYERS))
+
+
+def upward_imports(known: dict[str, Module]) -> list[str]:
+    """Imports of a module in a higher layer (``LAYERS``) than the importer's."""
+    return [f"layer {name} imports {target}" for name, m in known.items()
+            for target, _, _ in imports(m, known) if layer(target) < layer(name)]
+
+
+def names_a_store(node: ast.AST) -> bool:
+    """``store`` or ``X.store``: what holds a ``Store`` by the name it goes by."""
+    return (isinstance(node, ast.Name) and node.id == "store") or \
+        (isinstance(node, ast.Attribute) and node.attr == "store")
+
+
+def store_context(known: dict[str, Module]) -> list[str]:
+    """Attributes set on a store outside ``webfs.store``, and a store probed
+    with ``getattr``/``hasattr`` for what someone may have set on it."""
+    found = []
+    for name, m in known.items():
+        for node in ast.walk(m.tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                    and names_a_store(node.value) and name != "webfs.store":
+                found.append(f"store attribute set in {name}:{node.lineno}: {ast.unparse(node)}")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("getattr", "hasattr", "setattr") and node.args \
+                    and names_a_store(node.args[0]):
+                found.append(f"store probed in {name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def environment_reads(known: dict[str, Module]) -> list[str]:
+    """``os.environ`` and ``os.getenv`` outside ``ENV_READERS``."""
+    found = []
+    for name, m in known.items():
+        if name in ENV_READERS:
+            continue
+        for node in ast.walk(m.tree):
+            if (isinstance(node, ast.Attribute) and node.attr in ("environ", "environb", "getenv")) or \
+                    (isinstance(node, ast.Name) and node.id in ("environ", "getenv")):
+                found.append(f"environment read in {name}:{node.lineno}")
+    return found
+
+
 def findings() -> list[str]:
     known = modules()
     out = [f"cycle among {', '.join(group)}" for group in cycles(known)]
+    out += upward_imports(known) + store_context(known) + environment_reads(known)
     return sorted(set(out + private_uses(known)))
 
 
@@ -225,6 +308,30 @@ def test_the_check_sees_a_cycle_and_a_private_name(tmp_path, monkeypatch):
     (pkg / "b.py").write_text("def f():\n    from . import a\n    return a\n_hidden = 1\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
     assert findings() == ["cycle among webfs.a, webfs.b", "private webfs.a: from webfs.b import _hidden"]
+
+
+def test_the_check_sees_hidden_context(tmp_path, monkeypatch):
+    """The checker itself: what issue 27 found (a lower layer importing the
+    daemon, the daemon hanging the namespace on the store, an import probing
+    for it, a backend reading its options from the environment) is caught;
+    the store setting its own attributes, and the CLI reading the
+    environment, are not."""
+    pkg = tmp_path / "webfs"
+    (pkg / "backends").mkdir(parents=True)
+    for f in ("__init__.py", "backends/__init__.py"):
+        (pkg / f).write_text("")
+    (pkg / "daemon.py").write_text("def open(self, store, ns):\n    store.namespace = ns\n")
+    (pkg / "ingest.py").write_text("from .daemon import open\n"
+                                   "def f(store):\n    return getattr(store, 'namespace', None)\n")
+    (pkg / "store.py").write_text("class Store:\n    def use(self, store):\n        self.store = store\n"
+                                  "        store.journal = None\n")
+    (pkg / "backends" / "s3.py").write_text("import os\nKEY = os.environ.get('K')\n")
+    (pkg / "cli.py").write_text("import os\nfrom . import daemon\nKEY = os.environ.get('K')\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
+    assert findings() == ["environment read in webfs.backends.s3:2",
+                          "layer webfs.ingest imports webfs.daemon",
+                          "store attribute set in webfs.daemon:2: store.namespace",
+                          "store probed in webfs.ingest:3: getattr(store, 'namespace', None)"]
 
 
 def test_every_module_is_in_the_code_map():

@@ -13,7 +13,8 @@ from conftest import make_archive, webfs
 from webfs.figures import archive_figures
 from webfs.assembly import open_archive
 from webfs import admin
-from webfs.operations import OPERATIONS
+from webfs.admincommands import ADMIN_COMMANDS
+from webfs.assembly import OpenArchive
 from webfs.heat import HeatTracker
 
 
@@ -56,7 +57,7 @@ def test_cooling_moves_groups_and_keeps_every_block_readable(disks):
         for row in rng.choices(ranked, cum_weights=list(itertools.accumulate(
                 1 / (i + 1) for i in range(len(ranked)))), k=4000):
             store.read(row)
-        res = OPERATIONS["cool"](store, admin.Progress(), delta=0.1)
+        res = ADMIN_COMMANDS["cool"](OpenArchive(store), admin.Progress(), delta=0.1)
         f = res.figures
         assert f["moves"] and f["bytes_moved"] > 0
         assert f["ratio_after"] < f["ratio_before"]

@@ -27,7 +27,8 @@ from conftest import make_archive, webfs
 from webfs.figures import archive_figures
 from webfs.assembly import open_archive
 from webfs import admin
-from webfs.operations import OPERATIONS
+from webfs.admincommands import ADMIN_COMMANDS
+from webfs.assembly import OpenArchive
 from webfs.backends.local import TMP_SUFFIX
 from webfs.catalog import BlockRow
 from webfs.cli import protection_lines
@@ -257,7 +258,7 @@ def test_rebuild_resumes_after_an_interruption_and_can_be_paced(tmp_path):
             if len(steps) == 10:
                 progress.stop_requested.set()
     progress = admin.Progress(stop_early)
-    result = OPERATIONS["rebuild"](store, progress, disk=1, to=str(new))
+    result = ADMIN_COMMANDS["rebuild"](OpenArchive(store), progress, disk=1, to=str(new))
     store.close()
     assert result.exit_code == 4 and result.figures["interrupted"]
     assert (new / "meta" / "REBUILDING").exists()
@@ -325,10 +326,10 @@ def test_scrub_checks_stripes_at_once_and_keeps_to_max_rate(tmp_path):
     store = open_store(disks)
     try:
         fill(store, documents(120, seed=9))
-        free = OPERATIONS["scrub"](store, admin.Progress()).figures
+        free = ADMIN_COMMANDS["scrub"](OpenArchive(store), admin.Progress()).figures
         assert free["problems"] == 0 and free["stripes"] == len(store.protection.stripe_ids())
         rate = free["bytes_read"] / 1e6 / 0.5            # MB/s: half a second for all of it
-        paced = OPERATIONS["scrub"](store, admin.Progress(), max_rate=rate).figures
+        paced = ADMIN_COMMANDS["scrub"](OpenArchive(store), admin.Progress(), max_rate=rate).figures
         assert paced["problems"] == 0 and paced["blocks"] == free["blocks"]
         assert paced["seconds"] >= 0.4
     finally:
@@ -738,7 +739,7 @@ def test_blocks_stored_at_once_by_many_threads_agree_with_their_parity(tmp_path,
     finally:
         sys.setswitchinterval(switch)
     try:
-        found = OPERATIONS["scrub"](store, admin.Progress()).figures
+        found = ADMIN_COMMANDS["scrub"](OpenArchive(store), admin.Progress()).figures
     finally:
         store.close()
     assert found["problems"] == 0, found

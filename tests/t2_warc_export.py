@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, make_archive, webfs
 from t2_warc import imp, records_of, tree, write_warc
 from webfs import admin, urlpath, warcexport
-from webfs.assembly import open_archive
+from webfs.assembly import OpenArchive, open_archive
 from webfs.errors import WebfsError
 
 PAGES = [(f"http://site.org/{i % 7}/p{i}.html", b"<html>page %d</html>" % i * (1 + i % 40)) for i in range(300)]
@@ -114,7 +114,7 @@ def test_a_stopped_export_writes_nothing(tmp_path):
         progress = admin.Progress()
         progress.stop_requested.set()
         with pytest.raises(WebfsError, match="stopped before the end"):
-            warcexport.export_warc(store, progress, "/c", str(out), split=10_000)
+            warcexport.export_warc(OpenArchive(store), progress, "/c", str(out), split=10_000)
     finally:
         store.close()
     assert list(tmp_path.glob("out*")) == []

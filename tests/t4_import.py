@@ -12,7 +12,8 @@ from pathlib import Path
 
 from conftest import BIN, Mounted, eventually, sh, strip_digests, unmount, webfs
 from webfs import admin
-from webfs.operations import OPERATIONS
+from webfs.admincommands import ADMIN_COMMANDS
+from webfs.assembly import OpenArchive
 from webfs import ingest
 from webfs.signature import signature as xxh3
 
@@ -220,7 +221,7 @@ def test_a_name_too_long_is_reported(store, tmp_path, monkeypatch):
 
     monkeypatch.setattr(ingest.os, "scandir", scandir)
     notes = []
-    result = OPERATIONS["import"](store, admin.Progress(lambda k, n, t, w: k == "note" and notes.append(w)),
+    result = ADMIN_COMMANDS["import"](OpenArchive(store), admin.Progress(lambda k, n, t, w: k == "note" and notes.append(w)),
                                         sources=[str(src) + "/"], dest="/d")
     assert result.exit_code == 4
     assert len(notes) == 1 and "File name too long (ENAMETOOLONG)" in notes[0], notes
@@ -243,8 +244,8 @@ def test_names_are_made_without_waiting_for_a_signature_under_the_catalog_lock(s
     os.symlink("some/target", src / "lnk")
     done = {}
     with store.block_lock(signature(b"some/target")):
-        t = threading.Thread(target=lambda: done.update(r=OPERATIONS["import"](
-            store, admin.Progress(), sources=[str(src) + "/"], dest="/d")))
+        t = threading.Thread(target=lambda: done.update(r=ADMIN_COMMANDS["import"](
+            OpenArchive(store), admin.Progress(), sources=[str(src) + "/"], dest="/d")))
         t.start()
         eventually(lambda: store._sig_locks.users(signature(b"some/target")) == 2,
                    "the import waiting for the signature's lock held here")
@@ -255,7 +256,7 @@ def test_names_are_made_without_waiting_for_a_signature_under_the_catalog_lock(s
     assert got, "the import held the catalog lock while it waited for a signature's"
     assert done["r"].exit_code == 0 and done["r"].figures["symlinks"] == 1
     os.link(src / "page.html", src / "zz.html")         # walked after the name it links to
-    r = OPERATIONS["import"](store, admin.Progress(), sources=[str(src) + "/"], dest="/d")
+    r = ADMIN_COMMANDS["import"](OpenArchive(store), admin.Progress(), sources=[str(src) + "/"], dest="/d")
     assert r.exit_code == 0 and r.figures["hardlinks"] == 1, r.figures
     [row] = store.catalog.blocks_with_sigs([signature(b"<html>a page</html>")])[signature(b"<html>a page</html>")]
     assert row.refs == 2

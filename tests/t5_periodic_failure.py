@@ -13,6 +13,7 @@ import trio
 
 from webfs import daemon
 from webfs.mkfs import mkfs
+from webfs.mountoptions import MountOptions
 from webfs.manifest import MANIFEST
 
 
@@ -20,7 +21,7 @@ def test_a_checkpoint_that_fails_once_is_logged_and_runs_again(tmp_path, monkeyp
     disks = [str(tmp_path / f"d{i}") for i in range(3)]
     mkfs(disks)
     (tmp_path / "mnt").mkdir()
-    d = daemon.Daemon(disks[0], str(tmp_path / "mnt"), daemon.MountOptions(), operations={})
+    d = daemon.Daemon(disks[0], str(tmp_path / "mnt"), MountOptions(), admin_commands={})
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     d.open()

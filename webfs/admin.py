@@ -1,14 +1,14 @@
-"""What admin operations are made of: one function per long-running command
+"""What admin commands are made of: one function per long-running command
 (scrub, rebuild, rebalance, cool, ...), run in-process on an unmounted
 archive, or inside the daemon of a mounted one, so a command given a mount
 point and a command given a disk do exactly the same work.
 
-An operation is ``fn(store, progress, **options) -> Result``, named in
-``webfs.operations``. It must be safe to run while the mount serves
+An admin command is ``fn(archive, progress, **options) -> Result``
+(``archive``: an ``assembly.OpenArchive``), named in ``webfs.admincommands``. It must be safe to run while the mount serves
 readers and writers (the store is thread-safe). ``Progress`` reports work
 done; the CLI draws it as a bar. ``Result`` carries the lines to print, the
 exit status, and any figures for ``--json``. ``Pace``, ``parallel`` and
-``DiskGates`` are what the operations that read every disk share.
+``DiskGates`` are what the commands that read every disk share.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class Result:
         return cls(d.get("lines", []), d.get("exit_code", 0), d.get("figures", {}))
 
 
-Operation = Callable[..., Result]       # fn(store, progress, **options)
+AdminCommand = Callable[..., Result]       # fn(archive, progress, **options)
 
 
 class Progress:

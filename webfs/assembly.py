@@ -3,11 +3,17 @@
 ``open_archive`` opens the archive a disk belongs to, locks it, opens its
 catalog and gives the store its protection (declustered parity). The store
 and parity know each other only through ``webfs.protection.Protection``.
+
+``OpenArchive`` is what an admin command is given: the store, and when a
+mount's daemon runs the command, the mount's namespace and journal, whether
+it is read-only, and what tells the kernel that names changed under it.
+Nothing is hung on the ``Store`` from outside; the context travels in this.
 """
 from __future__ import annotations
 
 import os
-from typing import Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Optional
 
 from . import signature as sigmod
 from .archive import Archive
@@ -16,6 +22,37 @@ from .catalog import Catalog, catalog_path, check_catalog_file
 from .errors import ArchiveError
 from .parity import Parity
 from .store import Store
+
+if TYPE_CHECKING:
+    from .manifest import Journal
+    from .namespace import Namespace
+
+
+@dataclass(frozen=True)
+class KernelHooks:
+    """What a mount's daemon does for an admin command that changes names under
+    the mount: the kernel forgets inodes and entries, and the looked-up misses
+    in directories that got names; an inode that lost its last name is freed
+    on the event loop unless it is open."""
+    invalidate_inode: Callable[[int], None]
+    invalidate_entry: Callable[[int, bytes], None]
+    forget_misses: Callable[[set], None]
+    free_unused: Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class OpenArchive:
+    """An open archive as an admin command sees it. ``namespace`` and
+    ``journal`` are a mount's (None: unmounted, and a command that makes names
+    opens them with ``webfs.recovery.names``); ``kernel`` is None unmounted;
+    ``after_import``, a mount's: told when an import made names, for what the
+    mount keeps up to date in the background (the query index)."""
+    store: Store
+    namespace: Optional["Namespace"] = None
+    journal: Optional["Journal"] = None
+    read_only: bool = False
+    kernel: Optional[KernelHooks] = None
+    after_import: Optional[Callable[[], None]] = None
 
 
 def open_archive(path: str, holder: str = "webfs", lock: bool = True,

@@ -19,12 +19,12 @@ from . import control
 from .admin import human
 from .cli_query import COMMANDS as QUERY_COMMANDS
 from .cli_warc import COMMANDS as WARC_COMMANDS
-from .commandline import DiskPath, disk_location, import_target, open_store, progress_bar, run_operation
+from .commandline import DiskPath, disk_location, import_target, open_store, progress_bar, run_admin_command
 from .errors import WebfsError
 from .locks import TAKE_ENV
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 
-# The store, the operations and the daemon are loaded by the commands that
+# The store, the admin commands and the daemon are loaded by the commands that
 # use them: `webfs --help`, and a command a mount's daemon runs, start in a
 # third of the time.
 
@@ -254,7 +254,7 @@ def scrub(repair, max_rate, as_json, target):
     parity is recomputed (with --repair). Exit status: 0 no damage left,
     4 damage left (or a missing disk), 8 the scrub could not run.
     """
-    run_operation(target, "scrub", as_json=as_json, repair=repair, max_rate=max_rate)
+    run_admin_command(target, "scrub", as_json=as_json, repair=repair, max_rate=max_rate)
 
 
 @main.command()
@@ -272,7 +272,7 @@ def rebuild(index, new_dir, max_rate, as_json, target):
     Resumable: run it again after an interruption. Exit status: 0 all
     rebuilt, 4 something could not be rebuilt (or interrupted).
     """
-    run_operation(target, "rebuild", as_json=as_json, disk=index, to=disk_location(new_dir),
+    run_admin_command(target, "rebuild", as_json=as_json, disk=index, to=disk_location(new_dir),
                   max_rate=max_rate)
 
 
@@ -302,7 +302,7 @@ def import_(as_json, sources, dest):
             raise WebfsError(f"{s}: is in the mount itself; copy it with cp -a")
         srcs.append(p)
     mount_dev = os.stat(target).st_dev if control.is_mountpoint(target) else None
-    run_operation(target, "import", as_json=as_json, unit="file", sources=srcs, dest=path,
+    run_admin_command(target, "import", as_json=as_json, unit="file", sources=srcs, dest=path,
                   mount_dev=mount_dev)
 
 
@@ -374,9 +374,10 @@ def delete(disk, keys):
 def mount(options, foreground, disk, mountpoint):
     """Mount the archive that DISK belongs to on MOUNTPOINT. A disk whose
     root others can read is refused (fix: chmod 700 DISK)."""
-    from . import daemon
-    from .operations import OPERATIONS
-    daemon.mount(disk, mountpoint, daemon.MountOptions.parse(options), OPERATIONS, foreground=foreground)
+    from . import mountstart
+    from .admincommands import ADMIN_COMMANDS
+    from .mountoptions import MountOptions
+    mountstart.mount(disk, mountpoint, MountOptions.parse(options), ADMIN_COMMANDS, foreground=foreground)
 
 
 @main.command()
@@ -424,7 +425,7 @@ def cool(dry_run, max_moves, delta, as_json, target):
     options = {"dry_run": dry_run, "max_moves": max_moves}
     if delta is not None:
         options["delta"] = delta
-    run_operation(target, "cool", as_json=as_json, **options)
+    run_admin_command(target, "cool", as_json=as_json, **options)
 
 
 @main.command()
@@ -433,7 +434,7 @@ def cool(dry_run, max_moves, delta, as_json, target):
 @click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def heat(top, as_json, target):
     """Show each disk's heat and the hottest groups and their pages."""
-    run_operation(target, "heat", as_json=as_json, top=top)
+    run_admin_command(target, "heat", as_json=as_json, top=top)
 
 
 @main.command()
@@ -446,7 +447,7 @@ def rebalance(dry_run, as_json, target):
     Resumable: run it again after an interruption. Exit status: 0 done,
     4 stopped early or some blocks could not be moved.
     """
-    run_operation(target, "rebalance", as_json=as_json, dry_run=dry_run)
+    run_admin_command(target, "rebalance", as_json=as_json, dry_run=dry_run)
 
 
 @main.command("add-disk")
@@ -457,7 +458,7 @@ def rebalance(dry_run, as_json, target):
 @click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
 def add_disk(weight, as_json, new_dir, target):
     """Add the empty directory NEWDIR to the archive as a new disk (its root mode 0700)."""
-    run_operation(target, "add-disk", as_json=as_json, path=disk_location(new_dir), weight=weight)
+    run_admin_command(target, "add-disk", as_json=as_json, path=disk_location(new_dir), weight=weight)
 
 
 @main.command("remove-disk")
@@ -470,13 +471,14 @@ def remove_disk(as_json, index, target):
     Resumable: run it again after an interruption. Exit status: 0 done,
     4 stopped early or something is left on the disk.
     """
-    run_operation(target, "remove-disk", as_json=as_json, disk=index)
+    run_admin_command(target, "remove-disk", as_json=as_json, disk=index)
 
 
 def mount_helper() -> None:
     """mount.webfs DISK MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s] [-v]: what mount(8) calls
     for 'mount -t webfs', 'mount -t fuse.webfs' and fstab lines (see mount.webfs(8))."""
     args = sys.argv[1:]
+    read_environment()
     if "-h" in args or "--help" in args:
         click.echo("usage: mount.webfs DISK MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s] [-v]\n"
                    "Mounts a webfs archive for mount(8) and fstab; see mount.webfs(8).\n"
@@ -504,12 +506,13 @@ def mount_helper() -> None:
         click.echo("usage: mount.webfs DISK MOUNTPOINT [-o OPTIONS]", err=True)
         sys.exit(1)
     _setup_logging(0)
-    from . import daemon
-    from .operations import OPERATIONS
+    from . import mountstart
+    from .admincommands import ADMIN_COMMANDS
+    from .mountoptions import MountOptions
     try:
-        opts = daemon.MountOptions.parse(options)
+        opts = MountOptions.parse(options)
         if not fake:
-            daemon.mount(positional[0], positional[1], opts, OPERATIONS)
+            mountstart.mount(positional[0], positional[1], opts, ADMIN_COMMANDS)
     except WebfsError as exc:
         click.echo(f"mount.webfs: {exc}", err=True)
         sys.exit(32)                     # mount(8): mount failure
@@ -529,9 +532,18 @@ def _parse_key(text: str) -> ContentKey:
 GC_THRESHOLD = (50_000, 20, 20)
 
 
+def read_environment() -> None:
+    """The settings read from the environment, here at the edge, for this
+    process and a mount it starts: WEBFS_INDEX=0 turns indexing off."""
+    if os.environ.get("WEBFS_INDEX", "1") == "0":
+        from . import indexer
+        indexer.turn_off()
+
+
 def run() -> None:
     """Entry point: run the click group, turning webfs errors into messages."""
     gc.set_threshold(*GC_THRESHOLD)
+    read_environment()
     try:
         main.main(standalone_mode=False)
     except click.exceptions.Abort:

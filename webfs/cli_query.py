@@ -1,7 +1,7 @@
 """The commands of query access: ``webfs search``, ``webfs reindex`` and ``webfs stream``.
 
 Thin, as the rest of the CLI: they check their arguments and run the
-operations of webfs.searching on the disks or in a mount's daemon.
+admin commands of webfs.searching on the disks or in a mount's daemon.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import click
 
 from . import control
 from .backends import is_url
-from .commandline import DiskPath, run_operation
+from .commandline import DiskPath, run_admin_command
 from .errors import WebfsError
 
 # The archive a command works on: a disk or a mount point.
@@ -45,7 +45,7 @@ def search(limit, offset, output, query_text, target):
     a disk."""
     mounted = control.is_mountpoint(target)
     prefix = os.path.abspath(target) if mounted and not is_url(target) else "/"
-    run_operation(target, "search", query_text=query_text, limit=limit, offset=offset,
+    run_admin_command(target, "search", query_text=query_text, limit=limit, offset=offset,
                   output=output or "paths", prefix=prefix)
 
 
@@ -58,7 +58,7 @@ def reindex(index_dir, as_json, target):
     """Throw the query index away and make it again from the archive alone
     (the catalog and the blocks). The index is derived data: losing it
     loses nothing."""
-    run_operation(target, "reindex", as_json=as_json, unit="file",
+    run_admin_command(target, "reindex", as_json=as_json, unit="file",
                   index_dir=os.path.abspath(index_dir) if index_dir else None)
 
 

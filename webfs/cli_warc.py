@@ -16,7 +16,7 @@ from . import control
 from .archive import archive_place
 from .backends import is_url
 from .commandline import (DiskPath, import_target, mount_of, print_result, progress_bar,
-                          run_operation)
+                          run_admin_command)
 from .errors import WebfsError
 
 
@@ -38,7 +38,7 @@ def import_warc(collection, as_json, sources, dest):
     and the rest is imported. Exit status: 0 all imported, 4 problems.
     """
     target, path = import_target(dest)
-    run_operation(target, "import-warc", as_json=as_json, unit="rec",
+    run_admin_command(target, "import-warc", as_json=as_json, unit="rec",
                   sources=[os.path.abspath(s) for s in sources], dest=path, collection=collection)
 
 
@@ -98,7 +98,7 @@ def export_warc(split, duplicates, order, force, as_json, collection, out):
         print_result(result, as_json)
     there = warcexport.OutFiles(out, size).leftovers()
     try:
-        run_operation(target, "export-warc", as_json=as_json, unit="rec", collection=inside, **options)
+        run_admin_command(target, "export-warc", as_json=as_json, unit="rec", collection=inside, **options)
     except WebfsError as exc:
         # The daemon removes what it wrote when it fails, not when it is killed.
         # Only the .part files this export made go: not those it refused.

@@ -1,5 +1,5 @@
 """What the commands of the command line share: the DISK argument, running
-an admin operation on an unmounted archive or in a mount's daemon, drawing
+an admin command on an unmounted archive or in a mount's daemon, drawing
 its progress and printing its result, and finding the archive and mount a
 path is in. The commands themselves are in ``cli`` (the archive's upkeep)
 and ``cli_warc`` (web archives).
@@ -56,8 +56,8 @@ def open_store(disk: str, holder: str) -> Store:
     return open_archive(disk, holder=f"webfs {holder}", background=holder == "import")
 
 
-def run_operation(target: str, name: str, as_json: bool = False, unit: str = "blk", **options) -> None:
-    """Run an admin operation on a disk of an unmounted archive (or, given a
+def run_admin_command(target: str, name: str, as_json: bool = False, unit: str = "blk", **options) -> None:
+    """Run an admin command on a disk of an unmounted archive (or, given a
     mount point, inside its daemon), draw its progress, print its result and
     exit with its status."""
     from . import admin
@@ -81,7 +81,8 @@ def run_operation(target: str, name: str, as_json: bool = False, unit: str = "bl
         if control.is_mountpoint(target):
             result = control.call(target, name, options, listener)
         else:
-            from .operations import OPERATIONS
+            from .admincommands import ADMIN_COMMANDS
+            from .assembly import OpenArchive
             store = open_store(target, name)
             previous = signal.getsignal(signal.SIGINT)
 
@@ -93,7 +94,7 @@ def run_operation(target: str, name: str, as_json: bool = False, unit: str = "bl
 
             signal.signal(signal.SIGINT, stop)
             try:
-                result = OPERATIONS[name](store, progress, **options)
+                result = ADMIN_COMMANDS[name](OpenArchive(store), progress, **options)
             except KeyboardInterrupt:
                 progress.stop_requested.set()
                 raise
@@ -107,7 +108,7 @@ def run_operation(target: str, name: str, as_json: bool = False, unit: str = "bl
 
 
 def print_result(result, as_json: bool) -> None:
-    """Print an operation's result (its lines, or JSON) and exit with its status."""
+    """Print an admin command's result (its lines, or JSON) and exit with its status."""
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:

@@ -1,12 +1,13 @@
-"""The mount daemon: mounting, unmounting, crash recovery, the periodic tasks
-of a mount (parity flush, checkpoint, cooling: ``run_every``), and the
-control socket.
+"""The mount daemon, the running mount: open (recovery is ``webfs.recovery``'s),
+the periodic tasks of a mount (parity flush, checkpoint, cooling:
+``run_every``), the control socket, and unmount. Starting it (the checks,
+the fork that detaches) is ``webfs.mountstart``; its options are
+``webfs.mountoptions``.
 
-``mount`` opens and locks the archive, recovers from an unclean stop,
-mounts the filesystem and (unless in the foreground) detaches, reporting
-success or the error to the command that started it. While mounted, a Unix
+``Daemon.open`` opens and locks the archive and recovers from an unclean
+stop; ``Daemon.main`` serves the mount until it is unmounted. While mounted, a Unix
 socket (named by the root's ``user.webfs.control`` xattr) runs admin
-operations inside the daemon, so ``webfs scrub MOUNTPOINT`` works on the
+commands inside the daemon, so ``webfs scrub MOUNTPOINT`` works on the
 live archive. Unmounting commits everything, writes the MANIFEST on every
 disk, and marks the catalog clean.
 """
@@ -20,24 +21,21 @@ import socketserver
 import stat
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Optional
 
 import pyfuse3
 import trio
 
-from . import admin, indexer, outages, testkill
+from . import admin, indexer, outages, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations
-from .heat import DEFAULT_K
-from .locks import TAKE_ENV
-from .manifest import JOURNAL_LIMIT, Journal, manifest_chunks
+from .manifest import manifest_chunks
+from .mountoptions import MountOptions
 from .namespace import Namespace
-from .assembly import open_archive
-from .backends.s3 import ENV as S3_OPTIONS, configure as configure_s3
+from .assembly import KernelHooks, OpenArchive, open_archive
 from .files import write_file
-from .control import CONTROL_XATTR, check_not_gone, control_socket_path, report_path
+from .control import CONTROL_XATTR, control_socket_path, report_path
 from .store import Store
 from . import lockorder
 
@@ -45,141 +43,19 @@ log = logging.getLogger(__name__)
 
 
 
-@dataclass
-class MountOptions:
-    read_only: bool = False
-    allow_other: bool = False
-    store_mode: Optional[str] = None
-    sync: bool = False
-    max_block: Optional[int] = None
-    manifest_interval: float = 300.0
-    journal_limit: int = JOURNAL_LIMIT           # JOURNAL bytes that start a checkpoint (at least)
-    cool_interval: float = 0.0
-    piece_cache: int = 128 << 20                 # bytes of decoded pieces kept for readers
-    read_ahead_kb: int = 0                       # the kernel's read-ahead on the mount (0: its default, 128)
-    heat_k: int = DEFAULT_K                      # reads per group in the heat estimate
-    disk_delay: dict[int, float] = field(default_factory=dict)   # simulated service time per I/O
-    fuse_debug: bool = False
-    take_lease: bool = False                     # S3 disks: take over a stale lease (webfs.locks)
-    extra: list[str] = field(default_factory=list)
-    backend: dict[str, str] = field(default_factory=dict)   # S3 disks: s3_credentials, state_dir, ...
-
-    @classmethod
-    def parse(cls, text: str) -> "MountOptions":
-        """Options as mount(8) gives them: comma-separated, key or key=value."""
-        from .archive import STORE_MODES
-        opts = cls()
-        last = ""
-        for item in filter(None, (text or "").split(",")):
-            key, sep, value = item.partition("=")
-            if last == "disk_delay" and not sep and ":" in key:
-                key, value = "disk_delay", item          # disk_delay=0:0.01,1:0.01 goes on
-            last = key
-            if key == "ro":
-                opts.read_only = True
-            elif key == "rw":
-                opts.read_only = False
-            elif key == "allow_other":
-                opts.allow_other = True
-            elif key == "sync":
-                opts.sync = True
-            elif key == "store_mode":
-                if value not in STORE_MODES:
-                    raise ArchiveError(f"store_mode must be one of {', '.join(STORE_MODES)}, not {value!r}")
-                opts.store_mode = value
-            elif key in ("manifest_interval", "cool_interval"):
-                try:
-                    setattr(opts, key, float(value))
-                except ValueError:
-                    raise ArchiveError(f"{key} takes a number of seconds, not {value!r}") from None
-            elif key in ("piece_cache", "heat_k", "read_ahead_kb", "journal_limit"):
-                try:
-                    setattr(opts, key, int(value))
-                except ValueError:
-                    raise ArchiveError(f"{key} takes a whole number, not {value!r}") from None
-                if opts.heat_k < 2 or opts.piece_cache < 0 or opts.read_ahead_kb < 0:
-                    raise ArchiveError("heat_k must be 2 or more, piece_cache and read_ahead_kb 0 or more")
-            elif key == "disk_delay":
-                try:
-                    index, seconds = value.split(":")
-                    opts.disk_delay[int(index)] = float(seconds)
-                except ValueError:
-                    raise ArchiveError(f"disk_delay takes INDEX:SECONDS[,INDEX:SECONDS...], not {value!r}") from None
-            elif key == "debug":
-                opts.fuse_debug = True
-            elif key == "take_lease":
-                opts.take_lease = True
-            elif key in S3_OPTIONS:
-                opts.backend[key] = value
-            elif key in ("defaults", "auto", "noauto", "user", "nouser", "nofail", "_netdev",
-                         "exec", "noexec", "suid", "nosuid", "dev", "nodev", "atime", "noatime",
-                         "relatime", "async"):
-                pass                     # mount(8) and fstab words that are not ours
-            elif key.startswith("x-"):
-                pass
-            else:
-                raise ArchiveError(f"unknown mount option {item!r}")
-        return opts
-
-
-RECOVERY_KINDS = (("freed nameless inode", "nameless inode(s) freed"),
-                  ("refs", "reference count(s) corrected"),
-                  ("removed", "unfinished write(s) removed"),
-                  ("put into a parity stripe", "block(s) put into parity"),
-                  ("cannot be protected", "block(s) left without parity"))
-
-
-def recovery_summary(said: list[str], stripes: list, log_path: str, rewrote: bool = True) -> str:
-    """One line for the mount's recovery after an unclean stop: counts by kind;
-    the details (one line each) are in webfs.log."""
-    counts = [f"{len(stripes)} stripe(s) reconciled"] if stripes else []
-    for needle, what in RECOVERY_KINDS:
-        n = sum(needle in line for line in said)
-        if n:
-            counts.append(f"{n} {what}")
-    other = len(said) - sum(any(k in line for k, _ in RECOVERY_KINDS) for line in said)
-    if other:
-        counts.append(f"{other} other repair(s)")
-    return ("recovered from an unclean stop: " + (", ".join(counts) or "nothing to mend")
-            + ("; MANIFEST rewritten" if rewrote else "") + f"; details in {log_path}")
-
-
-def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
-    """Mend what an unclean stop can leave: nameless inodes, reference counts
-    that committed halfway, blocks written but never committed."""
-    said = []
-    for ino in ns.orphans():
-        ns.free(ino)
-        said.append(f"freed nameless inode {ino}")
-    used = store.catalog.namespace_refs()
-    for row in list(store.catalog.blocks()):
-        expected = row.pins + used.get(row.id, 0)
-        if expected != row.refs:
-            said.append(f"block {row.block_name}: refs {row.refs} -> {expected}")
-            store.correct_refs(row, expected)
-    said += store.forget_unfinished_writes()
-    # Blocks whose parity was still in memory (written behind) when the daemon died.
-    for row in list(store.catalog.blocks("stripe IS NULL")):
-        try:
-            if store.protection.protect(row, store.read_payload(row)):
-                said.append(f"block {row.block_name}: put into a parity stripe")
-        except WebfsError as exc:
-            said.append(f"block {row.block_name}: cannot be protected now ({exc})")
-    store.commit()
-    return said
-
-
 class Daemon:
     """One mounted archive."""
 
     def __init__(self, disk: str, mountpoint: str, opts: MountOptions,
-                 operations: dict[str, admin.Operation]):
+                 admin_commands: dict[str, admin.AdminCommand]):
         self.disk = disk
-        self.operations = operations            # what the control socket runs, by name
+        self.admin_commands = admin_commands    # what the control socket runs, by name
         self.mountpoint = os.path.abspath(mountpoint)
         self.opts = opts
         self.store: Optional[Store] = None
-        self.ops: Optional[Operations] = None
+        self.fs: Optional[Operations] = None         # the FUSE request handlers
+        self.archive: Optional[OpenArchive] = None   # what admin commands are given
+        self.index_keeper: Optional[indexer.Keeper] = None
         self.ns: Optional[Namespace] = None
         self.server: Optional[socketserver.UnixStreamServer] = None
         self.socket_path = ""
@@ -196,50 +72,42 @@ class Daemon:
         log_path = _log_to_disk(store)
         if lockorder.checked() is not None:
             log.info("the order in which threads take locks is checked (WEBFS_LOCK_ORDER)")
-        journal = Journal(store.archive, limit=self.opts.journal_limit)
-        ns = Namespace(store, journal=journal.record)
-        journal.namespace = ns
+        ns, journal, said = recovery.open_namespace(store, self.opts.journal_limit)
         self.journal = journal
         self.ns = ns
-        store.journal = journal
-        ns.ensure_root(os.getuid(), os.getgid())
         stripes = list(store.protection.recovered)
         for stripe_id, done in stripes:
             log.info("recovery: stripe %s: %s (an interrupted update)", stripe_id, done)
-        if store.catalog.get_meta("clean") == "0":
-            said = recover_after_crash(store, ns)
-            for line in said:
-                log.info("recovery: %s", line)
+        if said is not None:
             # The catalog is the truth now; a new MANIFEST on every disk also holds
             # what a commit made just before the crash but did not journal.
             self.checkpoint()
-            log.warning("%s", recovery_summary(said, stripes, log_path))
+            log.warning("%s", recovery.recovery_summary(said, stripes, log_path))
         elif stripes:
-            log.warning("%s", recovery_summary([], stripes, log_path, rewrote=False))
+            log.warning("%s", recovery.recovery_summary([], stripes, log_path, rewrote=False))
         if journal.stale:
             # The records are not where the rule puts them (disks written with a
             # copy on every disk, or a record disk that was missing): move them.
             self.checkpoint()
         journal.on_full = self._checkpoint_soon
-        store.catalog.set_meta("clean", "0")
-        store.commit()
-        self.ops = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode,
-                              cache_bytes=self.opts.piece_cache)
-        # Admin operations that make names (webfs import) use the mount's namespace
+        recovery.mark_in_use(store)
+        self.fs = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode,
+                             cache_bytes=self.opts.piece_cache)
+        # Admin commands that make names (webfs import) use the mount's namespace
         # and journal, and tell the kernel what changed under it.
-        store.namespace = ns
-        store.read_only = self.opts.read_only
-        store.invalidate_inode = pyfuse3.invalidate_inode
-        store.invalidate_entry = pyfuse3.invalidate_entry
-        store.forget_misses = self.forget_misses
-        store.free_unused = self.free_unused
+        # The query index is kept up to date in the background (webfs.indexer).
+        self.index_keeper = None if self.opts.read_only else indexer.Keeper(store)
+        self.archive = OpenArchive(store, namespace=ns, journal=journal, read_only=self.opts.read_only,
+                                   kernel=KernelHooks(pyfuse3.invalidate_inode, pyfuse3.invalidate_entry,
+                                                      self.forget_misses, self.free_unused),
+                                   after_import=self.index_keeper and self.index_keeper.poke)
 
     def forget_misses(self, parents) -> None:
         """The kernel forgets the misses (negative entries) the mount answered in
         these directories: an admin operation made names in them. Call it after
         the commit, without the catalog lock, from a thread other than the loop's."""
         lockorder.holding_none("the event loop")
-        missed = trio.from_thread.run_sync(self.ops.take_misses, list(parents),
+        missed = trio.from_thread.run_sync(self.fs.take_misses, list(parents),
                                            trio_token=self.trio_token)
         for parent, name in missed:
             try:
@@ -253,7 +121,7 @@ class Daemon:
         opened, so no open slips in between; call it without the catalog lock."""
         def free():
             try:
-                self.ops.free_if_unused(self.ns.get(ino))
+                self.fs.free_if_unused(self.ns.get(ino))
             except WebfsError:
                 return
             self.store.commit()
@@ -302,7 +170,7 @@ class Daemon:
                 b"user.webfs.pid": str(os.getpid()).encode(),
                 b"user.webfs.archive": self.store.conf.uuid.encode(),
                 b"user.webfs.disks": "\n".join(v.backend.location for v in self.store.archive.volumes.values()).encode()}
-        self.ops.root_xattrs.update(info)
+        self.fs.root_xattrs.update(info)
 
     def serve_request(self, rfile, wfile) -> None:
         """One admin operation, asked as a JSON line, answered with JSON lines."""
@@ -317,12 +185,12 @@ class Daemon:
                 trio.from_thread.run(self.flush_all, trio_token=self.trio_token)
                 result = admin.Result(["synced"])
             else:
-                fn = self.operations.get(name)
+                fn = self.admin_commands.get(name)
                 if fn is None:
                     raise WebfsError(f"the daemon knows no operation {name!r}")
                 progress = admin.Progress(lambda kind, n, total, what: send(
                     {"progress": kind, "n": n, "total": total, "what": what}))
-                result = fn(self.store, progress, **req.get("options", {}))
+                result = fn(self.archive, progress, **req.get("options", {}))
                 self.store.commit()
             send({"result": result.to_json()})
         except WebfsError as exc:
@@ -337,7 +205,7 @@ class Daemon:
         """Store every open file's buffer, commit, write the MANIFEST. A file that
         cannot be stored now (a full disk) does not keep the others from it: it
         stays open and dirty for its writer, and the sync fails naming it."""
-        failed = await self.ops.files.commit_all()
+        failed = await self.fs.files.commit_all()
         await trio.to_thread.run_sync(self.checkpoint)
         if failed:
             raise WebfsError(f"synced, except {len(failed)} open file(s) that could not be stored: "
@@ -393,7 +261,7 @@ class Daemon:
     async def main(self, ready) -> None:
         self.trio_token = trio.lowlevel.current_trio_token()
         async with trio.open_nursery() as nursery:
-            self.ops.running(nursery)
+            self.fs.running(nursery)
             nursery.start_soon(self._signals, nursery)
             # Parity of open stripes waits in memory at most about a second.
             nursery.start_soon(self.run_every, 0.5, self._flush_parity, "parity flush")
@@ -405,8 +273,8 @@ class Daemon:
                 nursery.start_soon(self.run_every, 10.0, self._trace_memory, "memory trace")
             if self.opts.cool_interval > 0 and not self.opts.read_only:
                 nursery.start_soon(self.run_every, self.opts.cool_interval, self.cool, "background cooling")
-            if not self.opts.read_only:
-                nursery.start_soon(self.run_every, indexer.KEEP_INTERVAL, indexer.Keeper(self.store).step, "indexing")
+            if self.index_keeper is not None:
+                nursery.start_soon(self.run_every, indexer.KEEP_INTERVAL, self.index_keeper.step, "indexing")
             ready()
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
@@ -425,7 +293,7 @@ class Daemon:
         rss = next((line.split()[1] for line in open("/proc/self/status") if line.startswith("VmRSS")), "?")
         with open(os.environ["WEBFS_TRACEMALLOC"], "a") as f:
             f.write(f"{time.strftime('%H:%M:%S')} rss {rss} kB, traced {sum(s.size for s in stats) >> 10} kB, "
-                    f"inodes known to the kernel {len(self.ops.lookups)}\n")
+                    f"inodes known to the kernel {len(self.fs.lookups)}\n")
             f.write("".join(f"  {s.size >> 10:8d} kB {s.count:8d} {s.traceback}\n" for s in stats[:15]))
 
     def cool(self) -> None:
@@ -444,7 +312,7 @@ class Daemon:
             await trio.sleep(1.0)
             if self.store.catalog.uncommitted:
                 try:
-                    await self.ops.commits.commit()
+                    await self.fs.commits.commit()
                 except Exception:
                     log.exception("periodic commit failed")
 
@@ -467,8 +335,8 @@ class Daemon:
         """Write everything out; what could not be (files whose changes were
         dropped during the mount, a MANIFEST, parity left out of date) goes in
         the report that ``webfs umount`` prints before it exits non-zero."""
-        problems = list(self.ops.files.failures) if self.ops is not None else []
-        if self.ops is not None:
+        problems = list(self.fs.files.failures) if self.fs is not None else []
+        if self.fs is not None:
             from .fs import HANDOFFS, REQUESTS
             for what, counts in (("FUSE requests answered", REQUESTS), ("hand-offs to worker threads", HANDOFFS)):
                 log.info("%s: %s", what, ", ".join(
@@ -525,110 +393,6 @@ class Daemon:
             log.error("cannot write the unmount report %s: %s", path, exc)
 
 
-def mount(disk: str, mountpoint: str, opts: MountOptions, operations: dict[str, admin.Operation],
-          foreground: bool = False) -> None:
-    """Mount an archive; returns when unmounted (foreground) or once mounted
-    (background). ``operations`` (``webfs.operations.OPERATIONS``, given by the
-    command line, which knows every command) are what its control socket runs."""
-    mnt = os.path.abspath(mountpoint)
-    try:
-        configure_s3(opts.backend)
-    except ValueError as exc:
-        raise ArchiveError(str(exc)) from None
-    if opts.take_lease:
-        os.environ[TAKE_ENV] = "1"
-    if not os.path.isdir(mnt):
-        check_not_gone(mnt)
-        raise ArchiveError(f"{mountpoint}: mount point is not a directory")
-    if os.path.ismount(mnt):
-        raise ArchiveError(f"{mountpoint}: something is already mounted there")
-    if foreground:
-        _run(disk, mnt, opts, operations, lambda: None)
-        return
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(wfd)
-        with os.fdopen(rfd, "rb") as r:
-            msg = r.read().decode("utf-8", "replace")
-        if msg != "ok":
-            os.waitpid(pid, 0)
-            raise WebfsError(msg or "the mount daemon died while starting; see its log")
-        return
-    os.close(rfd)
-    os.setsid()
-    status = 0
-    started = False
-    try:
-        def ready():
-            nonlocal started
-            started = True
-            os.write(wfd, b"ok")
-            os.close(wfd)
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(devnull, fd)
-        _run(disk, mnt, opts, operations, ready)
-    except BaseException as exc:     # tell the parent, whatever it was
-        status = 1
-        # After ready() nobody reads the pipe and stderr is /dev/null: the log
-        # is the only place a dying daemon can say why. Before it, a refusal
-        # (WebfsError: a bad conf, a busy archive) is the parent's one line.
-        if started or not isinstance(exc, WebfsError):
-            log.critical("the daemon stopped: %s", exc, exc_info=True)
-        try:
-            os.write(wfd, str(exc).encode() or type(exc).__name__.encode())
-            os.close(wfd)
-        except OSError:
-            pass
-    finally:
-        logging.shutdown()
-        os._exit(status)
-
-
-def _return_big_buffers_to_the_system() -> None:
-    """Make glibc give every buffer of 1 MiB or more its own mapping, returned
-    to the system when freed. By default the threshold rises to the size of the
-    largest buffer freed (4 MiB pieces), after which pieces are carved from
-    per-thread heaps that keep their pages: writing and reading back one 1 GiB
-    file left the daemon at 366 MB resident instead of 187 MB."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None)
-        M_MMAP_THRESHOLD = -3
-        libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
-        # Every thread that mallocs (trio's workers, the checkpoint thread)
-        # otherwise gets an arena of its own, up to 8 per core, each keeping
-        # the pages it once held: SQLite's page cache, used from one thread
-        # and another, spread over four arenas that kept ~25 MB between them
-        # after 20,000 files. Two arenas keep contention low on two cores.
-        M_ARENA_MAX = -8
-        libc.mallopt(M_ARENA_MAX, 2)
-    except (OSError, AttributeError):
-        pass                    # not glibc: its allocator has its own ideas
-
-
-def set_read_ahead(real_mnt: str, kb: int) -> None:
-    """Let the kernel read ahead ``kb`` KiB on this mount (its FUSE default is
-    128): at 1024 a sequential reader of a large file sends 1 MiB reads, a
-    quarter of the requests (not the default: on 2 cores it did not make a
-    cold read of a 250 MB file measurably faster). Only root may (/sys/class/bdi); anyone else keeps the
-    default. ``real_mnt`` is the mount point's real path, resolved before the
-    mount (from the loop's thread, a stat of it would wait for itself); the
-    device comes from mountinfo. Run it in a thread of its own once mounted:
-    its stat returns once the kernel has the answer to INIT, which would
-    otherwise set the read-ahead back."""
-    try:
-        os.stat(real_mnt)
-        with open("/proc/self/mountinfo") as f:
-            devs = [line.split()[2] for line in f if line.split()[4] == real_mnt]
-        if devs:
-            with open(f"/sys/class/bdi/{devs[-1]}/read_ahead_kb", "w") as f:
-                f.write(str(kb))
-    except OSError as exc:
-        log.debug("read-ahead of %s left at the kernel's default: %s", real_mnt, exc)
-
-
 def _trim_heap() -> None:
     """Give the free pages of every malloc arena back to the system (after a
     checkpoint, which builds the MANIFEST in memory)."""
@@ -637,32 +401,6 @@ def _trim_heap() -> None:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
         pass
-
-
-def _run(disk: str, mnt: str, opts: MountOptions, operations: dict[str, admin.Operation],
-         ready) -> None:
-    _return_big_buffers_to_the_system()
-    daemon = Daemon(disk, mnt, opts, operations)
-    daemon.open()
-    real_mnt = os.path.realpath(mnt)
-    try:
-        pyfuse3.init(daemon.ops, mnt, daemon.fuse_options())
-    except RuntimeError as exc:
-        daemon.close()
-        raise WebfsError(f"cannot mount on {mnt}: {exc}") from None
-    if opts.read_ahead_kb:
-        # The kernel sets the read-ahead from the daemon's answer to INIT, which
-        # comes once the loop runs: a thread waits for the mount to answer a stat.
-        threading.Thread(target=set_read_ahead, args=(real_mnt, opts.read_ahead_kb),
-                         name="read-ahead", daemon=True).start()
-    try:
-        daemon.start_control()
-        trio.run(daemon.main, ready)
-    finally:
-        try:
-            pyfuse3.close(unmount=True)
-        finally:
-            daemon.close()
 
 
 def _log_to_disk(store: Store) -> str:

@@ -32,7 +32,6 @@ from .index import INDEX_DIR_META, Index, index_dir, remove
 
 log = logging.getLogger(__name__)
 
-OFF_ENV = "WEBFS_INDEX"
 SLACK_NS = 120 * 10**9          # files this much older than the watermark are looked at again
 BATCH = 500                     # files indexed per index transaction
 KEEP_DIR = "@warc"              # a collection's raw WARC records (webfs.warc): not pages
@@ -224,19 +223,24 @@ def rebuild(store, progress=None, directory: Optional[str] = None) -> dict:
         return _pass(store, progress)
 
 
+_enabled = True
+
+
+def turn_off() -> None:
+    """No indexing in this process or a mount it starts (the CLI does it for
+    WEBFS_INDEX=0: imports, the mount's keeper; measuring what indexing costs)."""
+    global _enabled
+    _enabled = False
+
+
 def enabled() -> bool:
-    """WEBFS_INDEX=0 in the environment turns indexing off (imports, the mount's keeper)."""
-    return os.environ.get(OFF_ENV, "1") != "0"
+    return _enabled
 
 
 def after_import(store) -> None:
-    """Index what an import made: at once when run on the disks; in a mount the
-    background pass finds it (the import must not wait for it)."""
+    """Index what an import on the disks made, at once (in a mount the
+    keeper's background pass does, told by ``OpenArchive.after_import``)."""
     if not enabled():
-        return
-    keeper = getattr(store, "index_keeper", None)
-    if keeper is not None:
-        keeper.poke()
         return
     try:
         catch_up(store)
@@ -258,7 +262,6 @@ class Keeper:
         self.seen: Optional[int] = None
         self.poked = threading.Event()
         self.watch = open_catalog_reader(store)
-        store.index_keeper = self
 
     def poke(self) -> None:
         self.poked.set()
@@ -277,11 +280,14 @@ class Keeper:
                      counts["indexed"], counts["documents"], counts["dropped"])
 
 
-def indexed(operation):
-    """An import operation that indexes what it made when it finishes."""
-    def run(store, progress, **options):
-        result = operation(store, progress, **options)
-        after_import(store)
+def indexed(command):
+    """An import (an admin command) that indexes what it made when it finishes."""
+    def run(archive, progress, **options):
+        result = command(archive, progress, **options)
+        if archive.after_import is not None:
+            archive.after_import()          # a mount's keeper: the import must not wait for it
+        else:
+            after_import(archive.store)
         return result
-    run.__doc__ = operation.__doc__
+    run.__doc__ = command.__doc__
     return run

@@ -29,11 +29,10 @@ directories that got new entries and the pages of files whose content was
 replaced. A lookup that found nothing may be cached by the kernel (the
 mount answers a miss with a negative entry): after each batch's commit the
 mount is told which directories got names, and makes the kernel forget the
-misses it handed out in them (``store.forget_misses``).
+misses it handed out in them (``KernelHooks.forget_misses``).
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -42,10 +41,11 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
-from . import admin
+from . import admin, recovery
 from .admin import human
+from .assembly import OpenArchive
 from .errors import FsError, NoSpace, WebfsError
 from .importsource import CONTROL_DIR, Item, Source, problem_line, show_path
 from .namespace import ROOT_INODE, Namespace, now_ns
@@ -96,6 +96,7 @@ class Importer:
         self.invalidate = invalidate
         self.invalidate_entry = invalidate_entry
         self.free_unused = free_unused
+        self.forget_misses: Optional[Callable[[set], None]] = None    # a mount's (``into``)
         self.workers = workers or WORKERS
         self.batch_files = batch_files or BATCH_FILES
         self.max_block = store.conf.max_block
@@ -113,13 +114,15 @@ class Importer:
         self.prep = Preparation(store, self.source)    # their files on their way to the store
 
     @classmethod
-    def into(cls, store: Store, ns: Namespace, progress: admin.Progress,
+    def into(cls, archive: OpenArchive, ns: Namespace, progress: admin.Progress,
              mount_dev: Optional[int] = None, **kw) -> "Importer":
         """An importer into an archive, told how to make a mount's kernel forget
-        what it cached (when the store is a mount's); ``mount_dev``: the mount's
+        what it cached (when the archive is a mount's); ``mount_dev``: the mount's
         device, never walked into."""
-        importer = cls(store, ns, progress, getattr(store, "invalidate_inode", None),
-                       getattr(store, "invalidate_entry", None), getattr(store, "free_unused", None), **kw)
+        hooks = archive.kernel
+        importer = cls(archive.store, ns, progress, hooks and hooks.invalidate_inode,
+                       hooks and hooks.invalidate_entry, hooks and hooks.free_unused, **kw)
+        importer.forget_misses = hooks and hooks.forget_misses
         importer.avoid_dev = mount_dev
         return importer
 
@@ -252,9 +255,8 @@ class Importer:
                     self.counts.problems.append(line)
                     self.progress.note(line)
         self.progress.advance(len(batch), self._rates())
-        forget_misses = getattr(self.store, "forget_misses", None)
-        if forget_misses is not None:
-            forget_misses(self.touched | self.dirs_changed)   # names the kernel looked up in vain
+        if self.forget_misses is not None:
+            self.forget_misses(self.touched | self.dirs_changed)   # names the kernel looked up in vain
         self._invalidate(self.touched | self.relinked)     # nlink, mtime: stat shows them at once
         self.touched, self.relinked = set(), set()
         batch.clear()
@@ -421,12 +423,12 @@ def summary(c: Counts, seconds: float, stopped: bool) -> list[str]:
     return lines
 
 
-def import_(store: Store, progress: admin.Progress, sources: list[str], dest: str,
+def import_(archive: OpenArchive, progress: admin.Progress, sources: list[str], dest: str,
             mount_dev: Optional[int] = None) -> admin.Result:
     """Import SRC trees into DEST (a path from the archive's root)."""
     started = time.monotonic()
-    with import_namespace(store) as ns:
-        importer = Importer.into(store, ns, progress, mount_dev)
+    with recovery.names(archive) as ns:
+        importer = Importer.into(archive, ns, progress, mount_dev)
         counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(dest))
     seconds = time.monotonic() - started
     stopped = progress.stopping
@@ -434,60 +436,3 @@ def import_(store: Store, progress: admin.Progress, sources: list[str], dest: st
     result.figures = {k: v for k, v in vars(counts).items()}
     result.figures.update(seconds=round(seconds, 3), stopped=stopped, imported=counts.imported)
     return result
-
-
-@contextlib.contextmanager
-def import_namespace(store: Store) -> Iterator[Namespace]:
-    """The namespace an import makes its names in: the mount's, or (an unmounted
-    archive) one opened for the import, recovered first if a mount or an import
-    died, and closed after it (synced, checkpointed if the JOURNAL is past
-    its bound, marked clean)."""
-    if getattr(store, "read_only", False):
-        raise WebfsError("the archive is mounted read-only")
-    ns = getattr(store, "namespace", None)
-    if ns is not None:
-        yield ns
-        return
-    ns, journal = _open_namespace(store)
-    try:
-        yield ns
-    finally:
-        _close_namespace(store, ns, journal)
-
-
-def _open_namespace(store: Store):
-    """The namespace and journal of an unmounted archive, recovered first if a
-    mount or an import died; marked unclean while names are being made."""
-    from .manifest import Journal
-    journal = Journal(store.archive)
-    ns = Namespace(store, journal.record)
-    journal.namespace = ns
-    store.journal = journal
-    ns.ensure_root(os.getuid(), os.getgid())
-    if store.catalog.get_meta("clean") == "0":
-        from .daemon import recover_after_crash     # (pyfuse3 and trio: only when needed)
-        log.warning("the archive was not unmounted cleanly; recovering")
-        for line in recover_after_crash(store, ns):
-            log.info("recovery: %s", line)
-    store.catalog.set_meta("clean", "0")
-    store.commit()
-    return ns, journal
-
-
-def _close_namespace(store: Store, ns: Namespace, journal) -> None:
-    with store.catalog.lock:
-        store.commit()
-        # A checkpoint rewrites the whole MANIFEST: only when the JOURNAL is
-        # past its bound, on the wrong disks or without a MANIFEST under it
-        # (the rule a mount follows), so
-        # an import costs what it imports, not what the archive already holds
-        # (it was a third of a small import's CPU). The JOURNAL the commits
-        # appended is flushed with the rest by store.sync below.
-        if journal.wants_checkpoint():
-            journal.checkpoint(ns)
-        store.trim_intents()
-    store.sync()
-    store.catalog.set_meta("clean", "1")
-    store.commit()
-    store.journal = None
-    journal.close()

@@ -123,6 +123,11 @@ class Store:
             vol.backend.close(consistent_copy)      # an S3 disk copies its meta/ to the bucket
         self.archive.unlock()
 
+    def use_journal(self, journal) -> None:
+        """Append each commit's changes to ``journal`` (a ``manifest.Journal``;
+        None: stop), as the namespace of a mount or an import is opened."""
+        self.journal = journal
+
     def commit(self) -> None:
         """Make the catalog's changes durable and append them to the JOURNAL; if
         the commit fails (a full catalog disk), undo them on the disks too, so the

@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from .archive import archive_place
-from .assembly import open_archive
+from .assembly import OpenArchive, open_archive
 from .backends import is_url
 from .errors import FsError, WebfsError
 from .namespace import ROOT_INODE
-from .store import Store
 
 
 KEEP_DIR = b"@warc"                  # at the top of a collection: webfs's own names
@@ -290,16 +289,16 @@ class DiskTree:
     store of a mount's daemon, from inside the daemon (export-warc of a
     collection in a mount runs there)."""
 
-    def __init__(self, disk: str, path: str, store: Optional[Store] = None):
+    def __init__(self, disk: str, path: str, opened: Optional[OpenArchive] = None):
         """The collection at ``path`` of the archive of ``disk``, opened here and
-        closed by ``close``; or of ``store`` (left open), with its namespace."""
+        closed by ``close``; or of ``opened`` (left open), with its namespace."""
         from .namespace import Namespace
         self.name = path
-        self.owns_store = store is None
+        self.owns_store = opened is None
         # Reading only (versions, url, replay), as status and get: no lock, no S3 lease.
-        self.store = open_archive(disk, lock=False) if store is None else store
+        self.store = open_archive(disk, lock=False) if opened is None else opened.store
         try:
-            self.ns = getattr(self.store, "namespace", None) or Namespace(self.store)
+            self.ns = (opened and opened.namespace) or Namespace(self.store)
             self.readers = 4 * len(self.store.archive.volumes)      # short reads, overlapped
             ino = ROOT_INODE
             for part in [p for p in os.fsencode(path).split(b"/") if p]:

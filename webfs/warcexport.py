@@ -20,7 +20,7 @@ from .admin import human
 from .errors import FsError, WebfsError
 from .files import create_new, publish
 from .importsource import show_path
-from .store import Store
+from .assembly import OpenArchive
 from .warc import (HEADS_SUFFIX, INDEX_SUFFIX, KEEP_DIR, DiskTree, IndexLine, Where, parse_index,
                    sources_in_import_order)
 from .warcread import arc_fields
@@ -320,12 +320,12 @@ class OutFiles:
         return found
 
 
-def export_warc(store: Store, progress: admin.Progress, collection: str, out: str, split: Optional[int] = None,
+def export_warc(archive: OpenArchive, progress: admin.Progress, collection: str, out: str, split: Optional[int] = None,
                 duplicates: str = "revisit", order: str = "source", force: bool = False) -> admin.Result:
     """The export-warc operation: the collection at ``collection`` (its path in
     the archive) written as WARC into ``out``, read from the store's catalog
     and blocks; inside a mount's daemon, or on an unmounted archive."""
-    tree = DiskTree("", collection, store=store)
+    tree = DiskTree("", collection, opened=archive)
     try:
         return export_tree(tree, out, split, duplicates, progress, order, force)
     finally:

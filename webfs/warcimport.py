@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Iterator, Optional
 
-from . import admin, urlpath
+from . import admin, recovery, urlpath
 from .admin import human
 from .errors import FsError, WebfsError
 from .importsource import Item, Source, show_path
-from .ingest import Importer, import_namespace
+from .assembly import OpenArchive
+from .ingest import Importer
 from .signature import signature
-from .store import Piece, Store
+from .store import Piece
 from .warc import (CAPTURE_TYPES, HEADS_SUFFIX, HTTP_XATTRS, INDEX_HEADER, INDEX_SUFFIX, KEEP_DIR, XATTR_FIELDS,
                    decode_entity)
 from .warcapart import Preparing, read_records_apart
@@ -513,7 +514,7 @@ def warc_summary(wc: WarcCounts, c, seconds: float, stopped: bool) -> list[str]:
     return lines
 
 
-def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest: str,
+def import_warc(archive: OpenArchive, progress: admin.Progress, sources: list[str], dest: str,
                 collection: Optional[str] = None, mount_dev: Optional[int] = None) -> admin.Result:
     """Import web archive files into the collection DEST/NAME."""
     if collection is None:
@@ -523,8 +524,8 @@ def import_warc(store: Store, progress: admin.Progress, sources: list[str], dest
         raise WebfsError(f"{collection!r}: a collection is one name, without '/' or '@'")
     started = time.monotonic()
     target = os.path.join(dest, collection)
-    with import_namespace(store) as ns:
-        importer = Importer.into(store, ns, progress, mount_dev, workers=PREPARE_WORKERS,
+    with recovery.names(archive) as ns:
+        importer = Importer.into(archive, ns, progress, mount_dev, workers=PREPARE_WORKERS,
                                  source=functools.partial(WarcSource, collection=os.fsencode(collection)))
         counts = importer.run([os.fsencode(s) for s in sources], os.fsencode(target))
     seconds = time.monotonic() - started

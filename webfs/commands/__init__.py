@@ -4,5 +4,5 @@
 (``rebuild_catalog``), change its disks (``rebalance``) and move hot groups
 off a busy disk (``cooling``). ``moves`` is the one way a block changes
 disk; ``report`` holds what the checking commands share. The core runs
-them (the daemon's background cooling, ``webfs.operations``) but builds on
+them (the daemon's background cooling, ``webfs.admincommands``) but builds on
 none of them."""

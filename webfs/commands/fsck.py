@@ -56,7 +56,10 @@ log = logging.getLogger(__name__)
 class ReadOnlyStore(Store):
     """A Store over a private copy of the catalog, for a check that writes nothing."""
 
-    copy_dir = ""
+    def __init__(self, archive, catalog: Catalog, copy_dir: str, catalog_file: str, **kwargs):
+        super().__init__(archive, catalog, **kwargs)
+        self.copy_dir = copy_dir            # the private copy's directory, removed at close
+        self.catalog_file = catalog_file    # the archive's catalog the copy was taken of
 
     def close(self) -> None:
         try:
@@ -87,10 +90,7 @@ def open_readonly(disk: str, holder: str = "webfs fsck") -> Store:
             shutil.copyfile(intents, os.path.join(copy_dir, os.path.basename(INTENT_FILE)))
         catalog = Catalog(copy)
         parity = Parity(archive, catalog, recover=False)
-        store = ReadOnlyStore(archive, catalog, protection=parity)
-        store.copy_dir = copy_dir
-        store.catalog_file = original
-        return store
+        return ReadOnlyStore(archive, catalog, copy_dir, original, protection=parity)
     except BaseException:
         archive.unlock()
         if copy_dir:
