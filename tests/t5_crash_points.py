@@ -6,6 +6,7 @@ alone is in t1_journal."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import subprocess
 from pathlib import Path
@@ -132,8 +133,14 @@ def test_recovery_at_mount_is_summed_up_in_one_or_two_lines(tmp_path, monkeypatc
     monkeypatch.delenv(testkill.ENV)
     try:
         pid = m.pid()
-        for i in range(60):             # many small files: many open stripes
-            (m.mnt / f"p{i}").write_bytes(os.urandom(2000 + 500 * (i % 9)))
+        pages = [os.urandom(2000 + 500 * (i % 9)) for i in range(60)]
+        for i, page in enumerate(pages):    # many small files: many open stripes ...
+            try:
+                (m.mnt / f"p{i}").write_bytes(page)
+            except OSError as exc:      # ... until the flush, a second after the first: on
+                if exc.errno != errno.ENOTCONN:     # a busy machine, before the 60th file
+                    raise
+                break
         after_kill(m, pid)              # when the write-behind flush comes
         proc = webfs("mount", m.disks[0], m.mnt)
         err = proc.stderr.decode().strip().splitlines()
@@ -141,7 +148,7 @@ def test_recovery_at_mount_is_summed_up_in_one_or_two_lines(tmp_path, monkeypatc
         assert "details in" in err[-1] and "webfs.log" in err[-1], err
         assert "stripe(s)" in err[-1], err
         log = (m.disks[0] / "meta" / "webfs.log").read_text()
-        assert log.count("recovery: stripe") >= 2, log[-3000:]
+        assert log.count("recovery: stripe") >= 1, log[-3000:]
     finally:
         m.umount()
     fsck_clean(m)

@@ -198,17 +198,20 @@ class MountTree:
             yield AT_CWD, path
             return
         *dirs, name = path.split(b"/")
-        fd, step = AT_CWD, []
-        try:
+        fd, step, size = AT_CWD, [], 0      # size: len(b"/".join(step)), kept as it grows (a
+        try:                                # 2,000-segment path joined at each step took seconds)
             for part in dirs + [None]:
-                if part is not None and len(b"/".join(step + [part])) < PATH_ROOM:
+                grown = size + len(part) + (1 if step else 0) if part is not None else PATH_ROOM
+                if grown < PATH_ROOM:
                     step.append(part)
+                    size = grown
                     continue
                 where = b"/".join(step) or b"/"
                 new = os.open(where, os.O_RDONLY | os.O_DIRECTORY, dir_fd=None if fd == AT_CWD else fd)
                 if fd != AT_CWD:
                     os.close(fd)
                 fd, step = new, [part] if part is not None else []
+                size = len(part) if part is not None else 0
             yield fd, name
         finally:
             if fd != AT_CWD:
