@@ -762,3 +762,30 @@ def test_a_gzip_bomb_in_a_header_is_reported_in_bounded_memory(tmp_path):
         assert t.read(urlpath.capture_path("http://example.com/after", "20240101120000").encode()) == b"good page"
     finally:
         t.close()
+
+
+def test_replay_indexes_the_same_lines_without_reading_captures(tmp_path):
+    """Replay's indexer reads zeros for the captures of records that name their
+    payload digest: the lines are those of a full read (pywb takes the digest
+    from the header), and a record without the digest, or with an empty one,
+    is still read (pywb computes its digest)."""
+    from webfs import replay
+    disks = make_archive(tmp_path, 3)
+    src = tmp_path / "a.warc"
+    src.write_bytes(_one(b"http://example.com/named", b"named body", digest=_digest(b"named body"))
+                    + _one(b"http://example.com/none", b"no digest")
+                    + _one(b"http://example.com/empty", b"empty digest").replace(
+                        b"Content-Length:", b"WARC-Payload-Digest: \r\nContent-Length:", 1))
+    imp(disks[0], src, check=True)
+    t = tree(disks[0], "/c")
+    try:
+        [(name, vf)] = replay.virtual_files(t).items()
+        assert len(vf.digested) == 1
+        lean = replay.index_one(name, vf)
+        full = io.BytesIO()
+        from pywb.indexer.cdxindexer import write_cdx_index
+        write_cdx_index(full, io.BytesIO(vf.read(0, vf.size)), name, append_post=True, cdxj=True, sort=True)
+        assert b"".join(lean) == full.getvalue() and len(lean) == 3
+        assert _digest(b"no digest")[5:] in full.getvalue() and _digest(b"empty digest")[5:] in full.getvalue()
+    finally:
+        t.close()

@@ -154,3 +154,23 @@ def test_real_webfs_recover_restores_owners_xattrs_and_hard_links(tools, restric
     proc = recover(tools, restricted_bin, tmp_path, *disks, tmp_path / "out2")
     assert b"3 xattrs not restored: setfattr" in proc.stderr, proc.stderr
     assert os.stat(tmp_path / "out2" / "second name").st_ino == os.stat(tmp_path / "out2" / "d" / "page.html").st_ino
+
+
+@needs_mount
+def test_real_webfs_recover_a_2000_segment_url(tools, restricted_bin, tmp_path):
+    """A capture 2,000 directories deep (a 2,000-segment URL): webfs-recover
+    rebuilds the rest of the archive, reports the deep capture lost and exits 1
+    (it stopped at sh's limit of 1,000 nested calls, exit 2, nothing finished)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from t2_warc import _one
+    deep_url = b"http://example.com/" + b"a/" * 2000 + b"end"
+    src = tmp_path / "deep.warc"
+    src.write_bytes(_one(deep_url, b"deep body") + _one(b"http://example.com/", b"home"))
+    disks = [tmp_path / f"disk{i}" for i in range(3)]
+    run("mkfs", *disks)
+    run("import-warc", "--collection", "c", src, f"{disks[0]}:/")
+    out = tmp_path / "out"
+    proc = recover(tools, restricted_bin, tmp_path, *disks, out, expect=1)
+    assert (out / "c" / "http" / "example.com" / "@20240101120000").read_bytes() == b"home"
+    assert b"more than 900 directories deep" in (out / ".webfs-recover.report").read_bytes(), proc.stderr[-500:]
+    subprocess.run(["rm", "-rf", str(out)], check=True)       # shutil.rmtree recurses once per level

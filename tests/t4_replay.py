@@ -255,24 +255,24 @@ def test_a_revisit_whose_original_is_in_another_collection_replays(tmp_path):
             p.wait(timeout=30)
 
 
-def test_replay_of_a_6000_byte_and_a_2000_segment_url(tmp_path):
-    """Both replay as plain pywb serves them: the capture's status and body."""
+def test_a_long_and_a_deep_url_replay(tmp_path):
+    """A 6,000-byte URL and a 2,000-segment URL (their capture paths past PATH_MAX)
+    served by replay with their bodies, as any other."""
     from t2_warc import _one
     long_url = b"http://example.com/long?" + b"q" * 6000
     deep_url = b"http://example.com/" + b"a/" * 2000 + b"end"
     src = tmp_path / "long.warc"
-    src.write_bytes(_one(long_url, b"long body") + _one(deep_url, b"deep body"))
-    m = Mounted(tmp_path, disks=3)
+    src.write_bytes(_one(long_url, b"long body") + _one(deep_url, b"deep body") + _one(b"http://example.com/", b"home"))
+    m = Mounted(tmp_path, disks=3, mount=False)
     procs = []
     try:
-        webfs("import-warc", src, m.mnt)
-        pw = tmp_path / "pw"
-        port = replay_with_wayback(str(m.mnt / "long"), pw, procs)
-        for url, body in ((long_url, b"long body"), (deep_url, b"deep body")):
-            status, got, _ = get(port, f"/long/20240101120000id_/{url.decode()}")
-            assert (status, got) == (200, body), (url[:40], status, got[:200])
+        disk = f"{m.disks[0]}:/"
+        webfs("import-warc", "--collection", "c", src, disk)
+        port = replay_with_wayback(disk, tmp_path / "pw", procs)
+        for url, body in ((long_url, b"long body"), (deep_url, b"deep body"), (b"http://example.com/", b"home")):
+            status, got, _ = get(port, "/c/20240101120000id_/" + url.decode())
+            assert (status, got) == (200, body), url[:40]
     finally:
         for p in procs:
             p.terminate()
             p.wait(timeout=30)
-        m.umount()

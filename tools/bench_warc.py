@@ -35,10 +35,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def write_warc(crawl, out):
     """Every file of a crawl directory as a response record (URL http://PATH);
-    returns how many records were written."""
+    returns how many records were written and every 50th URL."""
     from warcio.statusandheaders import StatusAndHeaders
     from warcio.warcwriter import WARCWriter
-    n = 0
+    n, urls = 0, []
     with open(out, "wb") as f:
         w = WARCWriter(f, gzip=True)
         for d, dirs, files in os.walk(crawl):
@@ -50,12 +50,15 @@ def write_warc(crawl, out):
                 ctype = "text/html" if name.endswith((".html", ".htm")) else "application/octet-stream"
                 http = StatusAndHeaders("200 OK", [("Content-Type", ctype), ("Content-Length", str(len(body)))],
                                         protocol="HTTP/1.1")
-                rec = w.create_warc_record("http://" + os.path.relpath(path, crawl), "response",
+                url = "http://" + os.path.relpath(path, crawl)
+                if n % 50 == 0:
+                    urls.append(url)
+                rec = w.create_warc_record(url, "response",
                                            payload=io.BytesIO(body), http_headers=http,
                                            warc_headers_dict={"WARC-Date": "2024-01-01T12:00:00Z"})
                 w.write_record(rec)
                 n += 1
-    return n
+    return n, urls
 
 
 def replay_start(webfs_cmd, collection, pywb_dir, timeout):
@@ -79,6 +82,66 @@ def replay_start(webfs_cmd, collection, pywb_dir, timeout):
         proc.wait()
 
 
+def _get_ms(port, path, deadline):
+    """Milliseconds of one GET on 127.0.0.1 (body read), waiting up to the deadline
+    for the server to answer at all."""
+    import http.client
+    while True:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            t0 = time.perf_counter()
+            conn.request("GET", path)
+            r = conn.getresponse()
+            r.read()
+            if r.status != 200:
+                raise BenchError("GET %s: %d" % (path[:80], r.status))
+            return (time.perf_counter() - t0) * 1000
+        except OSError:
+            if time.monotonic() > deadline:
+                raise BenchError("no answer on port %d" % port) from None
+            time.sleep(0.2)
+        finally:
+            conn.close()
+
+
+def replay_latency(webfs_cmd, collection, src, work, urls, timeout):
+    """Median ms of a capture (id_ replay) through webfs replay + wayback and through
+    plain pywb (wb-manager add of the same WARC + wayback), the requests interleaved."""
+    procs = []
+
+    def port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    try:
+        pw, ref = os.path.join(work, "pywb-latency"), os.path.join(work, "pywb-plain")
+        rep = subprocess.Popen(shlex.split(webfs_cmd) + ["replay", "--port", str(port()), collection, pw],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        procs.append(rep)
+        for line in rep.stdout:
+            if line.startswith(b"now run"):
+                break
+        os.makedirs(ref)
+        for argv in (["wb-manager", "init", "c"], ["wb-manager", "add", "c", src]):
+            subprocess.run(argv, cwd=ref, check=True, capture_output=True, timeout=timeout)
+        ports = {}
+        for name, where in (("webfs", pw), ("pywb", ref)):
+            ports[name] = port()
+            procs.append(subprocess.Popen(["wayback", "-b", "127.0.0.1", "-p", str(ports[name])], cwd=where,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        coll = os.path.basename(collection.rstrip("/"))
+        times = {"webfs": [], "pywb": []}
+        deadline = time.monotonic() + timeout
+        for url in urls:
+            for name, c in (("webfs", coll), ("pywb", "c")):
+                times[name].append(_get_ms(ports[name], "/%s/20240101120000id_/%s" % (c, url), deadline))
+        return median(times["webfs"]), median(times["pywb"])
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
+
+
 def warc_section(ctx):
     if not any(t.name == "webfs" for t in ctx.targets):
         log("warc: skipped (webfs is not among the targets)")
@@ -96,7 +159,7 @@ def warc_section(ctx):
              "--pages", str(o.warc_captures), "--crawls", "1", corpus],
             timeout=o.timeout)
         t0 = time.perf_counter()
-        records = write_warc(os.path.join(corpus, "crawl-001"), src)
+        records, urls = write_warc(os.path.join(corpus, "crawl-001"), src)
         if records < o.warc_captures:
             raise BenchError("the WARC has %d records, fewer than %d" % (records, o.warc_captures))
         info.update(records=records, bytes=os.path.getsize(src), write_seconds=time.perf_counter() - t0)
@@ -136,16 +199,21 @@ def warc_section(ctx):
             pywb_dir = os.path.join(work, "pywb-%d" % rep)
             r["replay_first"] = replay_start(o.webfs_cmd, os.path.join(web.path, "c"), pywb_dir, o.timeout)
             r["replay"] = replay_start(o.webfs_cmd, os.path.join(web.path, "c"), pywb_dir, o.timeout)
+            r["replay_ms"], r["pywb_ms"] = replay_latency(o.webfs_cmd, os.path.join(web.path, "c"), src,
+                                                          os.path.join(work, "latency-%d" % rep), urls, o.timeout)
             web.umount()            # removed with the others at the end
             runs.append(r)
             log("warc: cdxj-indexer %.2f s, import-warc %.2f s (%.2fx); tar %.2f s, export-warc %.2f s "
-                "(%.2fx); replay starts in %.2f s (%.2f s the first time)", r["cdxj"], r["import"],
-                r["cdxj"] / r["import"], r["tar"], r["export"], r["tar"] / r["export"], r["replay"],
-                r["replay_first"])
+                "(%.2fx); replay starts in %.2f s (%.2f s the first time); a capture in %.1f ms, "
+                "plain pywb %.1f ms (%.2fx)", r["cdxj"], r["import"], r["cdxj"] / r["import"], r["tar"],
+                r["export"], r["tar"] / r["export"], r["replay"], r["replay_first"], r["replay_ms"],
+                r["pywb_ms"], r["replay_ms"] / r["pywb_ms"])
         med = info["median"] = {k: median([x.get(k) for x in runs])
-                                for k in ("cdxj", "import", "tar", "export", "replay", "replay_first")}
+                                for k in ("cdxj", "import", "tar", "export", "replay", "replay_first",
+                                                          "replay_ms", "pywb_ms")}
         info["import_vs_cdxj"] = med["cdxj"] / med["import"]
         info["export_vs_tar"] = med["tar"] / med["export"]
+        info["replay_vs_pywb"] = med["replay_ms"] / med["pywb_ms"]
     except (BenchError, OSError, ValueError) as e:
         info["error"] = str(e)[-1000:]
         section_fail(ctx, "warc", "webfs", e)
@@ -157,5 +225,5 @@ def warc_section(ctx):
 
 SECTIONS = {
     "warc": (warc_section, "a WARC of 10,000 captures: import-warc vs cdxj-indexer, export-warc vs tar, "
-                           "replay start-up"),
+                           "replay start-up, replay latency vs plain pywb"),
 }

@@ -66,11 +66,14 @@ class VirtualFile:
         the collection's ``originals`` is shown as the response it stands for."""
         self.starts: list[int] = []
         self.parts: list[list] = []       # per record: ("h", start, n), ("f", path, n), ("b", bytes, n)
+        self.digested: set[bytes] = set()   # capture files whose record names its payload digest
         pos = 0
         for ln in self.lines:
             p = ln.ho + ln.wl + ln.hl
             parts = self._revisit_as_response(ln, originals) if ln.rtype == "revisit" else None
             if parts is None and ln.where == "file":
+                if _field(self.heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest"):
+                    self.digested.add(ln.capture)
                 try:
                     n = self.tree.size(ln.capture)
                 except (OSError, WebfsError):
@@ -107,19 +110,22 @@ class VirtualFile:
         return [("b", response, len(response)), ("h", ln.ho + ln.wl, ln.hl), ("f", ln.capture, n),
                 ("b", SEPARATOR, len(SEPARATOR))]
 
-    def _part(self, part) -> bytes:
+    def _part(self, part, lean: bool = False) -> bytes:
         kind, where, n = part
         if kind == "h":
             return self.heads[where:where + n]
         if kind == "b":
             return where
+        if lean and where in self.digested:
+            return bytes(n)     # the indexer takes the digest from the header: the bytes are not read
         with self.lock:
             if self._cache[0] != where:
                 self._cache = (where, self.tree.read(where))
             return self._cache[1][:n]
 
-    def read(self, start: int, end: int) -> bytes:
-        """Bytes [start, end) of the virtual file."""
+    def read(self, start: int, end: int, lean: bool = False) -> bytes:
+        """Bytes [start, end) of the virtual file (``lean``: for the indexer, the
+        capture files of records that name their payload digest as zeros)."""
         out = []
         i = max(bisect.bisect_right(self.starts, start) - 1, 0)
         while i < len(self.starts) and self.starts[i] < end:
@@ -127,7 +133,7 @@ class VirtualFile:
             for part in self.parts[i]:
                 a, b = pos, pos + part[2]
                 if b > start and a < end:
-                    data = self._part(part)
+                    data = self._part(part, lean)
                     out.append(data[max(start - a, 0):min(end, b) - a])
                 pos = b
             i += 1
@@ -135,8 +141,8 @@ class VirtualFile:
 
 
 class _Raw(io.RawIOBase):
-    def __init__(self, vf: VirtualFile):
-        self.vf, self.pos = vf, 0
+    def __init__(self, vf: VirtualFile, lean: bool = False):
+        self.vf, self.pos, self.lean = vf, 0, lean
 
     def readable(self) -> bool:
         return True
@@ -152,7 +158,7 @@ class _Raw(io.RawIOBase):
         return self.pos
 
     def readinto(self, b) -> int:
-        data = self.vf.read(self.pos, min(self.pos + len(b), self.vf.size))
+        data = self.vf.read(self.pos, min(self.pos + len(b), self.vf.size), self.lean)
         b[:len(data)] = data
         self.pos += len(data)
         return len(data)
@@ -276,7 +282,7 @@ def index_one(name: str, vf) -> list[bytes]:
     replay finds and orders captures as a pywb collection of the same files."""
     from pywb.indexer.cdxindexer import write_cdx_index
     out = io.BytesIO()
-    write_cdx_index(out, io.BufferedReader(_Raw(vf), 1 << 16), name, append_post=True, cdxj=True, sort=True)
+    write_cdx_index(out, io.BufferedReader(_Raw(vf, lean=True), 1 << 16), name, append_post=True, cdxj=True, sort=True)
     return [line + b"\n" for line in out.getvalue().splitlines() if line]
 
 
