@@ -17,7 +17,7 @@ all: deps
 help:
 	@echo 'make demo        a 4-disk archive under ./demo, a sample crawl copied in, and the pywb sample crawls under ./demo-warc'
 	@echo 'make test        the whole test suite, tiers t1-t5 (README, Tests, says how long)'
-	@echo 'make test-fast   tiers t1-t3 only: no FUSE mount'
+	@echo 'make test-fast   tiers t1-t3 only: no FUSE mount, fewer generated examples (webfs-internals(7), TESTS, says how long)'
 	@echo 'make test-long   the soaks (pytest -m soak) with WEBFS_LONG_TESTS=1: longer runs, more operations'
 	@echo 'make bench       tools/bench against a plain directory, bindfs, mergerfs, JuiceFS and tools/memfs'
 	@echo 'make bench-full  the same on 10 GB crawls (hours)'
@@ -57,9 +57,10 @@ PYTEST := $(BIN)/pytest -q -ra -n 2 --dist loadfile $(PYTEST_ARGS)
 test: deps
 	$(PYTEST) tests
 
-# t1-t3: nothing mounted.
+# t1-t3: nothing mounted; generated (hypothesis) tests run a quarter of their
+# examples (WEBFS_FAST_TESTS=1; make test runs them all). Its time: webfs-internals(7), TESTS.
 test-fast: deps
-	$(PYTEST) tests/t[1-3]_*.py
+	WEBFS_FAST_TESTS=1 $(PYTEST) tests/t[1-3]_*.py
 
 # The soaks (marked soak) at their long settings: WEBFS_LONG_TESTS=1 makes them
 # run minutes instead of seconds, do more operations and remounts, and enables

@@ -20,9 +20,17 @@ from webfs.mkfs import mkfs
 # No per-example deadline: on a shared, loaded machine (CI, several test runs
 # at once) an example that takes 20 ms alone takes more than hypothesis's
 # 200 ms default; what a test bounds is its result, not the machine's speed.
-settings.register_profile("webfs", deadline=None, max_examples=100,
+# `make test-fast` sets WEBFS_FAST_TESTS: generated tests run a quarter of
+# their examples (make test runs them all); see examples().
+FAST = os.environ.get("WEBFS_FAST_TESTS", "") not in ("", "0")
+settings.register_profile("webfs", deadline=None, max_examples=25 if FAST else 100,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("webfs")
+
+
+def examples(count: int) -> int:
+    """A generated test's example count: all of it, or a quarter under make test-fast."""
+    return max(count // 4, 10) if FAST else count
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent

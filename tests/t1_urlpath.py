@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from conftest import examples
 from webfs import urlpath as up
 
 NAME_MAX = 255
@@ -79,7 +80,7 @@ def dirs_of(path: str) -> set[str]:
 
 # ---------------------------------------------------------------- properties
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(urls, st.integers(1, 99999))
 def test_names_are_valid_and_the_round_trip_is_exact(url, n):
     stem = up.url_to_path(url)
@@ -91,7 +92,7 @@ def test_names_are_valid_and_the_round_trip_is_exact(url, n):
     assert up.split_capture_path(cap) == (url, up.stamp("2024-02-29T23:59:59.123456789Z", n))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.binary(max_size=120))
 def test_bytes_come_back_exactly(raw):
     url = "http://example.com/" + from_bytes(raw)
@@ -100,7 +101,7 @@ def test_bytes_come_back_exactly(raw):
     assert up.path_to_url(path).encode("utf-8", SE) == b"http://example.com/" + raw
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.lists(urls, min_size=2, max_size=25, unique=True))
 def test_no_two_urls_share_a_path_and_no_file_is_a_directory(batch):
     stems = [up.url_to_path(u) for u in batch]
@@ -126,7 +127,7 @@ stamps = st.sampled_from(["", "20240101120000", "20240101120000.5", "20240101120
                           "20240101120000~1", "2024", "x", "@"])
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(path_names, st.sampled_from(["", "a", "^", "^2E", "^40", "é", "^FF"]), stamps)
 def test_every_accepted_path_names_exactly_one_url(names, leaf, stamp):
     path = "/".join(names + [leaf + "@" + stamp])

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from conftest import make_archive, webfs
+from conftest import examples, make_archive, webfs
 from webfs.figures import archive_figures
 from webfs.assembly import open_archive
 from webfs import admin
@@ -717,7 +717,7 @@ class ParityModel(RuleBasedStateMachine):
 
 
 TestParityModel = ParityModel.TestCase
-TestParityModel.settings = settings(max_examples=50, stateful_step_count=30, deadline=None,
+TestParityModel.settings = settings(max_examples=examples(50), stateful_step_count=30, deadline=None,
                                     suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -18,7 +18,7 @@ from webfs.signature import signature
 from webfs.assembly import open_archive
 from webfs.store import Piece
 
-from conftest import make_archive, strip_digests, tmpfs_disks
+from conftest import examples, make_archive, strip_digests, tmpfs_disks
 
 
 def weak_signature(data: bytes) -> str:
@@ -98,7 +98,7 @@ class StoreModel(RuleBasedStateMachine):
 
 
 TestStoreModel = StoreModel.TestCase
-TestStoreModel.settings = settings(max_examples=60, stateful_step_count=25, deadline=None,
+TestStoreModel.settings = settings(max_examples=examples(60), stateful_step_count=25, deadline=None,
                                    suppress_health_check=[HealthCheck.too_slow])
 
 
