@@ -205,11 +205,9 @@ class Catalog:
         # NORMAL: a commit survives a killed process (it is in the OS's hands);
         # fsync of the WAL happens at checkpoints and at 'webfs sync'.
         self.db.execute("PRAGMA synchronous=NORMAL")
-        # The page cache was the daemon's largest memory that grew with the
-        # archive (it filled towards 64 MiB as the catalog grew, ~0.6 KB per
-        # file). 8 MiB still left RSS 1.3x higher at 34,000 files than at
-        # 10,000; 2 MiB (SQLite's default) left it ~1.2x, with no change in
-        # the cp -r rate measured: pages beyond it come from the OS's cache.
+        # A small page cache: it was the daemon's memory that grew with the
+        # archive, and pages beyond it come from the OS's cache (measured:
+        # webfs-internals(7), "Memory that does not grow with the archive").
         self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         # The WAL is cut back to this after a checkpoint that left it longer.
         self.db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")

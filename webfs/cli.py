@@ -526,9 +526,9 @@ def _parse_key(text: str) -> ContentKey:
 
 
 # The collector's youngest generation is collected every GC_THRESHOLD[0]
-# allocations, not 700: an import or a mount keeps many objects alive, and the
-# default made a tenth of import-warc's CPU go to finding no cycles (9.2 s ->
-# 8.0 s for 20,000 records). Cycles are still collected, a little later.
+# allocations, not 700: an import or a mount keeps many objects alive, and
+# looking for cycles among them at the default pace costs CPU and finds none.
+# Cycles are still collected, a little later.
 GC_THRESHOLD = (50_000, 20, 20)
 
 

@@ -89,10 +89,9 @@ def estimate(times: tuple[float, ...] | list[float], k: int, now: float,
     if n < 2:
         return 0.0
     # n reads span n-1 interarrival times. The paper's k/(t_n - t_{n-k+1})
-    # counts k; that is 5 % high for a full window but 2x for a group read
-    # twice, which made cool disks with many rarely read groups look hot
-    # (the benchmark saw a 1.91x skew reported as 1.57x). (n-1)/span rates
-    # every group alike, whatever its count.
+    # counts k: a little high for a full window but double for a group read
+    # twice, which made cool disks with many rarely read groups look hot.
+    # (n-1)/span rates every group alike, whatever its count.
     observed = (n - 1) / max(times[-1] - times[0], _TINY)
     aged = (list(times) + [now])[-k:]
     pseudo = (len(aged) - 1) / max(now - aged[0], _TINY)

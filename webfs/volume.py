@@ -61,7 +61,7 @@ class Volume:
         self.uuid = uuid
         self.depth = depth
         # Free space as last asked, counted down by what has_room let through since
-        # (a statfs per new block was a tenth of a small-page import's syscalls).
+        # (a statfs per new block is many syscalls for an import of small pages).
         self._room_lock = lockorder.lock("disk room")
         self._free_left = 0
         self._free_until = 0.0

@@ -44,9 +44,9 @@ log = logging.getLogger(__name__)
 # compression, and signing and digest checks where the reading process did
 # not); the walking thread stores them. Records are in memory, so unlike a
 # tree's files no thread waits on a disk, and a parse thread or storing
-# threads of their own only passed the interpreter lock around (20,000
-# small-page records: a store thread spent 4.3 s of CPU on what takes 2.5 s
-# alone): parsing went to another process instead.
+# threads of their own only passed the interpreter lock around (a store
+# thread spent nearly twice the CPU of one alone): parsing went to another
+# process instead.
 PREPARE_WORKERS = 2
 
 # The figures of a WARC import. Shaped like ingest.Counts (a list of int
