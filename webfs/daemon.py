@@ -379,6 +379,8 @@ class Daemon:
                 raise
             finally:
                 try:
+                    if self.index_keeper is not None:
+                        self.index_keeper.close()   # the catalog's last connection then removes its WAL
                     self.store.close()
                 finally:
                     self._write_report(problems)

@@ -53,6 +53,9 @@ def search(store, progress: Progress, query_text: str, limit: int = 100, offset:
            output: str = "paths", prefix: str = "/") -> Result:
     """Print the files that answer a query (webfs.query), paged."""
     try:
+        # A mount commits name changes in the background: the index's pass
+        # reads the catalog, so what was renamed or removed must be in it.
+        store.commit()
         indexer.catch_up(store)
     except (OSError, sqlite3.Error) as exc:     # a read-only disk: search what the index holds
         log.warning("the index was not brought up to date (%s)", exc)

@@ -673,9 +673,13 @@ class Store:
                          offset=refs_offset_of(row.sig, row.size, row.stored, row.codec))
             return True
         except (OSError, CorruptBlock) as exc:
-            if isinstance(exc, OSError) and not vol.backend.known_present():
-                self.missed.refs(row.disk, row.id)      # written when its endpoint answers again
-                return False
+            if isinstance(exc, OSError):
+                # Remembered whether or not the disk is known to be away yet (the
+                # first failed request may come before its endpoint is marked
+                # down): written again if it returns (``catch_up``).
+                self.missed.refs(row.disk, row.id)
+                if not vol.backend.known_present():
+                    return False
             # The catalog is the truth; fsck and scrub mend the header.
             log.warning("cannot update Refs in block %s on disk %d: %s", row.block_name, row.disk, exc)
             return False
