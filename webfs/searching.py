@@ -49,13 +49,17 @@ def answers(store, text: str, limit: int, offset: int = 0) -> list[dict]:
         index.close()
 
 
+def commit_names(store) -> None:
+    """A mount commits name changes in the background; an index pass reads the
+    catalog, so what was renamed or removed must be in it first."""
+    store.commit()
+
+
 def search(store, progress: Progress, query_text: str, limit: int = 100, offset: int = 0,
            output: str = "paths", prefix: str = "/") -> Result:
     """Print the files that answer a query (webfs.query), paged."""
     try:
-        # A mount commits name changes in the background: the index's pass
-        # reads the catalog, so what was renamed or removed must be in it.
-        store.commit()
+        commit_names(store)
         indexer.catch_up(store)
     except (OSError, sqlite3.Error) as exc:     # a read-only disk: search what the index holds
         log.warning("the index was not brought up to date (%s)", exc)
@@ -79,6 +83,7 @@ def search(store, progress: Progress, query_text: str, limit: int = 100, offset:
 
 def reindex(store, progress: Progress, index_dir: Optional[str] = None) -> Result:
     """Make the query index again from the catalog and the blocks."""
+    commit_names(store)
     counts = indexer.rebuild(store, progress, index_dir)
     result = Result(figures=counts)
     result.say(f"indexed {counts['indexed']} files, {counts['documents']} distinct documents, "
