@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 import re
 
+from typing import Optional
+
 from .base import Backend
+from .options import BackendOptions
 
 
 def is_url(location: str) -> bool:
@@ -27,13 +30,14 @@ def normalize(location: str) -> str:
     return os.path.abspath(location)
 
 
-def open_backend(location: str, delay: float = 0.0) -> Backend:
+def open_backend(location: str, delay: float = 0.0, options: Optional[BackendOptions] = None) -> Backend:
     """The backend for a disk location: a local directory, or a disk URL
-    (``s3://HOST:PORT/BUCKET[/PREFIX]``, ``s3+http://...``)."""
+    (``s3://HOST:PORT/BUCKET[/PREFIX]``, ``s3+http://...``) opened with
+    ``options`` (None: the defaults)."""
     if is_url(location):
         from .s3 import open_s3
-        return open_s3(location)
+        return open_s3(location, options)
     from .local import LocalBackend
     return LocalBackend(os.path.abspath(location), delay=delay)
 
-__all__ = ["Backend", "is_url", "normalize", "open_backend"]
+__all__ = ["Backend", "BackendOptions", "is_url", "normalize", "open_backend"]

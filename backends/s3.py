@@ -4,7 +4,8 @@ object store (SeaweedFS, Ceph RGW, Garage, AWS S3), named by a disk URL::
     s3://HOST:PORT/BUCKET[/PREFIX]        (HTTPS)
     s3+http://HOST:PORT/BUCKET[/PREFIX]   (plain HTTP)
 
-This module owns the disk URL, the backend's settings, and ``S3Backend``:
+This module owns the disk URL and ``S3Backend`` (its settings, a
+``BackendOptions``, come from ``options``):
 which side of the disk a path is on, and opening, syncing and making a disk.
 Its parts, each a module: the requests (``s3client``), the endpoint's health
 and hedged reads (``s3endpoint``), recently read objects (``objectcache``),
@@ -56,6 +57,7 @@ from ..locks import SYSTEM_CLOCK, Clock
 from .base import LEASE, Backend
 from .local import LocalBackend
 from .objectcache import ObjectCache
+from .options import BackendOptions, process_options
 from .s3client import ObjectClient
 from .s3endpoint import HEDGE_SECONDS, PRESENT_SECONDS
 from .s3mirror import MetaMirror
@@ -67,19 +69,10 @@ log = logging.getLogger(__name__)
 SCHEMES = {"s3": "https", "s3+http": "http"}
 LOCAL_PREFIX = "meta/"                  # lives in the state directory
 IDENTITY = ("WEBFS-DISK", "webfs.conf")  # in the bucket, mirrored in the state directory
-DEFAULT_REQUESTS = 16                   # requests at once to one disk
-DEFAULT_CACHE = 64 << 20                # bytes of recently read objects kept
-DEFAULT_STAGING = 256 << 20             # bytes staged for upload before writers wait
 STAGING = "staging"                     # in the state directory: objects written, not yet PUT
 STAGED = ("blocks/", "parity/")         # the objects written behind
 ARCHIVE_LOCK = "meta/lock"              # the archive's flock file (webfs.archive.LOCK_FILE)
 ROOM = 1 << 60                          # an object store has no fixed size: "free space" it reports
-
-# Settings: from mount options (``configure``) or the environment, for every command.
-ENV = {"s3_credentials": "WEBFS_S3_CREDENTIALS", "state_dir": "WEBFS_STATE_DIR",
-       "block_cache": "WEBFS_BLOCK_CACHE", "s3_requests": "WEBFS_S3_REQUESTS",
-       "s3_staging": "WEBFS_S3_STAGING"}
-
 
 class DiskURLError(ValueError):
     """A disk URL that cannot name an S3 disk (the message says why)."""
@@ -133,35 +126,15 @@ class DiskURL:
         return f"{self.scheme}://{self.host}:{self.port}/{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
 
 
-def configure(settings: dict[str, str]) -> None:
-    """Apply backend mount options (for this process and the daemon it forks)."""
-    for key, value in settings.items():
-        if key in ("block_cache", "s3_requests", "s3_staging") and not (
-                value.isdigit() and (int(value) > 0 or key != "s3_requests")):
-            raise ValueError(f"{key} takes a whole number{' above 0' if key == 's3_requests' else ''}, not {value!r}")
-        if key in ("s3_credentials", "state_dir"):
-            value = os.path.abspath(value)
-        os.environ[ENV[key]] = value
-
-
-def _setting(key: str, default):
-    value = os.environ.get(ENV[key])
-    if value is None or value == "":
-        return default
-    return int(value) if isinstance(default, int) else value
-
-
-def state_dir(url: DiskURL) -> str:
+def state_dir(url: DiskURL, options: BackendOptions) -> str:
     """The local directory that holds this disk's ``meta/`` side."""
-    base = _setting("state_dir", None) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "webfs")
-    return os.path.join(base, "s3", f"{url.host}_{url.port}", url.bucket,
+    return os.path.join(options.state_base(), "s3", f"{url.host}_{url.port}", url.bucket,
                         urllib.parse.quote(url.prefix, safe="") or "_")
 
 
-def _credentials(url: DiskURL) -> dict[str, str]:
+def _credentials(url: DiskURL, options: BackendOptions) -> dict[str, str]:
     """Keys from the s3_credentials file, if one is named: section [HOST:PORT], else [default]."""
-    path = _setting("s3_credentials", None)
+    path = options.s3_credentials
     if not path:
         return {}
     cp = configparser.ConfigParser(interpolation=None)
@@ -189,22 +162,18 @@ class S3Backend(Backend):
     domain: str = ""
     bounded = False
 
-    def __init__(self, url: DiskURL, clock: Clock = SYSTEM_CLOCK):
-        # No credentials must not mean a probe of the EC2 instance metadata
-        # address (a second's wait, and traffic off this machine) unless asked for.
-        os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    def __init__(self, url: DiskURL, options: BackendOptions, clock: Clock = SYSTEM_CLOCK):
         self.url = url
+        self.options = options
         self.location = str(url)
         self.domain = url.domain
-        self.root = state_dir(url)
+        self.root = state_dir(url, options)
         self.local = LocalBackend(self.root)
-        requests = _setting("s3_requests", DEFAULT_REQUESTS)
-        self.client = ObjectClient(
-                    url, _credentials(url), requests,
-                    region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-                    clock=clock)
+        requests = options.s3_requests
+        self.client = ObjectClient(url, _credentials(url, options), requests, options.region,
+                                   ec2_metadata=options.ec2_metadata, clock=clock)
         self.endpoint = self.client.endpoint
-        self.cache = ObjectCache(_setting("block_cache", DEFAULT_CACHE))
+        self.cache = ObjectCache(options.block_cache)
         self.mirror = MetaMirror(self.local, self.client)
         self.fetched = False                        # identity and meta/ brought from the bucket
         self.made = False                           # a new disk (create()): ours is the only side
@@ -213,7 +182,7 @@ class S3Backend(Backend):
         self.lease = None
         # Half the requests at most for uploads: reads keep the other half.
         self.staging = Staging(os.path.join(self.root, STAGING), self._put, max(1, requests // 2),
-                               _setting("s3_staging", DEFAULT_STAGING), self.location, clock)
+                               options.s3_staging, self.location, clock)
 
     def __repr__(self) -> str:
         return f"S3Backend({self.location!r})"
@@ -478,17 +447,19 @@ _OPEN: dict[str, S3Backend] = {}
 _OPEN_LOCK = lockorder.lock("s3 open")
 
 
-def open_s3(location: str, fetch: bool = True, wait: Optional[float] = None) -> S3Backend:
+def open_s3(location: str, options: Optional[BackendOptions] = None, fetch: bool = True,
+            wait: Optional[float] = None) -> S3Backend:
     """The backend of a disk URL, one per URL in a process (its client, cache
     and endpoint's health are shared: a second open of a disk whose endpoint
-    just failed fails at once); ``fetch`` brings its identity and meta/ the
-    first time, each request answered within ``wait`` seconds (``fetch``)."""
+    just failed fails at once), made with ``options`` (None: the defaults) the
+    first time; ``fetch`` brings its identity and meta/ the first time, each
+    request answered within ``wait`` seconds (``fetch``)."""
     url = DiskURL.parse(location)
     key = str(url)
     with _OPEN_LOCK:
         backend = _OPEN.get(key)
         if backend is None:
-            backend = _OPEN[key] = S3Backend(url)
+            backend = _OPEN[key] = S3Backend(url, options or process_options())
         if fetch and not backend.fetched:
             backend.fetch(wait)
             backend.fetched = True

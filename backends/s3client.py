@@ -34,8 +34,10 @@ class ObjectClient:
     from the s3_credentials file (else botocore's chain), at most ``requests``
     at once, each first asking its ``endpoint``'s health (timed by ``clock``)."""
 
-    def __init__(self, url, keys: dict[str, str], requests: int, region: str, clock: Clock = SYSTEM_CLOCK):
+    def __init__(self, url, keys: dict[str, str], requests: int, region: str, ec2_metadata: bool = False,
+                 clock: Clock = SYSTEM_CLOCK):
         self.url = url
+        self._ec2_metadata = ec2_metadata
         self.location = str(url)
         self._keys = keys
         self._region = region
@@ -58,10 +60,9 @@ class ObjectClient:
                             "secret_access_key": self._keys["aws_secret_access_key"],
                             **({"token": self._keys["aws_session_token"]} if "aws_session_token" in self._keys else {})}
                 else:
-                    import boto3
                     from obstore.auth.boto3 import Boto3CredentialProvider
                     try:
-                        keys = {"credential_provider": Boto3CredentialProvider(boto3.session.Session())}
+                        keys = {"credential_provider": Boto3CredentialProvider(self._session())}
                     except ValueError:
                         raise NoCredentials() from None
                 self._objects = S3Store(
@@ -84,19 +85,29 @@ class ObjectClient:
         bucket (the normal one, and a probe with a short timeout and no retry)."""
         with self._clients_lock:
             if self._buckets is None:
-                import boto3
                 from botocore.config import Config as BotoConfig
-                session = boto3.session.Session()
+                session = self._session()
 
                 def client(read_timeout: float, attempts: int):
                     return session.client(
-                        "s3", endpoint_url=self.url.endpoint, region_name=session.region_name or "us-east-1",
+                        "s3", endpoint_url=self.url.endpoint, region_name=self._region,
                         config=BotoConfig(connect_timeout=CONNECT_TIMEOUT, read_timeout=read_timeout,
                                           retries={"total_max_attempts": attempts, "mode": "standard"},
                                           s3={"addressing_style": "path"}),
                         **self._keys)
                 self._buckets = (client(READ_TIMEOUT, ATTEMPTS), client(CONNECT_TIMEOUT, 1))
             return self._buckets
+
+    def _session(self):
+        """A boto3 session whose credential chain asks the EC2 instance metadata
+        address only when ``ec2_metadata``: else no credentials would mean a
+        second's wait and a request off this machine."""
+        import boto3
+        import botocore.session
+        core = botocore.session.Session()
+        if not self._ec2_metadata:
+            core.get_component("credential_provider").remove("iam-role")
+        return boto3.session.Session(botocore_session=core)
 
     # -- one request ---------------------------------------------------------
 

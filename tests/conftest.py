@@ -178,6 +178,14 @@ def tmpfs_disks(root: Path, count: int, size: str):
             subprocess.run(["umount", "-l", str(d)], check=False)
 
 
+def state_of(url: str) -> str:
+    """An S3 disk's state directory, where the webfs commands a test runs find
+    it (their environment is this process's, which ``weeds`` sets)."""
+    from webfs.backends.options import BackendOptions
+    from webfs.backends.s3 import DiskURL, state_dir
+    return state_dir(DiskURL.parse(url), BackendOptions.from_env(os.environ))
+
+
 @pytest.fixture(scope="session")
 def weeds(tmp_path_factory):
     """Three SeaweedFS servers (three failure domains) for the whole session,

@@ -29,17 +29,7 @@ from typing import Iterator
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = (("webfs", "webfs"), ("backends", "webfs.backends"))
 
-KNOWN: dict[str, str] = {
-    "environment read in webfs.backends.s3:144": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
-    "environment read in webfs.backends.s3:148": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
-    "environment read in webfs.backends.s3:157": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
-    "environment read in webfs.backends.s3:195": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
-    "environment read in webfs.backends.s3:204": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
-    "environment read in webfs.control:29": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
-    "environment read in webfs.locks:168": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
-    "environment read in webfs.mountstart:38": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
-    "environment read in webfs.locks:177": "S3 options and the lease take-over still travel by os.environ (issue 27 item 2)",
-}
+KNOWN: dict[str, str] = {}
 
 # The modules that own the catalog's tables and so may write SQL: the catalog,
 # the namespace, and the parity package (its stripes table); and the query
@@ -65,10 +55,10 @@ LAYERS = (
 # The only modules that read the environment (os.environ, os.getenv): the
 # CLI, at the edge, and the test hooks, each with what it reads.
 ENV_READERS = {
-    "webfs.cli": "the user's settings: S3 (WEBFS_S3_*, AWS_*), TMPDIR, XDG_CACHE_HOME, lease take-over",
-    "webfs.testkill": "WEBFS_TEST_KILL_AT, the kill points of the crash tests",
-    "webfs.lockorder": "WEBFS_LOCK_ORDER, lock order checked under test",
-    "webfs.daemon": "WEBFS_TRACEMALLOC, a memory trace for the soak tests",
+    "webfs.cli": "the user's settings: S3 disks and leases (webfs.backends.options), WEBFS_INDEX",
+    "webfs.testkill": "WEBFS_TEST_KILL_AT: a test hook, read by the daemon itself to die at a named point",
+    "webfs.lockorder": "WEBFS_LOCK_ORDER: a test hook, read as the module loads, before any lock exists",
+    "webfs.daemon": "WEBFS_TRACEMALLOC: a debug hook of the soak tests, the daemon's own memory trace",
 }
 
 
@@ -230,15 +220,19 @@ def store_context(known: dict[str, Module]) -> list[str]:
     return found
 
 
+ENV_NAMES = ("environ", "environb", "getenv", "getenvb", "putenv", "unsetenv")
+
+
 def environment_reads(known: dict[str, Module]) -> list[str]:
-    """``os.environ`` and ``os.getenv`` outside ``ENV_READERS``."""
+    """``os.environ``, ``os.getenv`` (reading) and ``os.putenv`` (writing)
+    outside ``ENV_READERS``, imported by name or not."""
     found = []
     for name, m in known.items():
         if name in ENV_READERS:
             continue
         for node in ast.walk(m.tree):
-            if (isinstance(node, ast.Attribute) and node.attr in ("environ", "environb", "getenv")) or \
-                    (isinstance(node, ast.Name) and node.id in ("environ", "getenv")):
+            if (isinstance(node, ast.Attribute) and node.attr in ENV_NAMES) or \
+                    (isinstance(node, ast.Name) and node.id in ENV_NAMES):
                 found.append(f"environment read in {name}:{node.lineno}")
     return found
 
@@ -332,6 +326,26 @@ def test_the_check_sees_hidden_context(tmp_path, monkeypatch):
                           "layer webfs.ingest imports webfs.daemon",
                           "store attribute set in webfs.daemon:2: store.namespace",
                           "store probed in webfs.ingest:3: getattr(store, 'namespace', None)"]
+
+
+def test_the_check_sees_every_way_to_the_environment(tmp_path, monkeypatch):
+    """The checker itself: the environment read with getenv or a bare
+    ``environ``, or written (an option handed to a forked daemon), anywhere
+    but the CLI and the test hooks, is caught; an ``env`` mapping passed in is not."""
+    pkg = tmp_path / "webfs"
+    (pkg / "backends").mkdir(parents=True)
+    for f in ("__init__.py", "backends/__init__.py"):
+        (pkg / f).write_text("")
+    (pkg / "locks.py").write_text("import os\nRENEW = os.getenv('R')\n")
+    (pkg / "mountstart.py").write_text("import os\ndef take():\n    os.environ['T'] = '1'\n")
+    (pkg / "control.py").write_text("from os import environ\nTMP = environ.get('TMPDIR')\n")
+    (pkg / "backends" / "options.py").write_text("def parse(env):\n    return env.get('K')\n")
+    (pkg / "testkill.py").write_text("import os\nAT = os.environ.get('A')\n")
+    (pkg / "cli.py").write_text("import os\nfrom .backends import options\nKEY = options.parse(os.environ)\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
+    assert findings() == ["environment read in webfs.control:2",
+                          "environment read in webfs.locks:2",
+                          "environment read in webfs.mountstart:3"]
 
 
 def test_every_module_is_in_the_code_map():

@@ -56,7 +56,7 @@ class Bucket:
 
 def other_holder(bucket: Bucket, clock: Clock = SYSTEM_CLOCK, renewed_ago: float = 0.0) -> bytes:
     """Another machine's lease, renewed that many seconds ago."""
-    them = BucketLease(Bucket(), "webfs mount on /mnt/elsewhere", clock)
+    them = BucketLease(Bucket(), "webfs mount on /mnt/elsewhere", clock=clock)
     them.backend.root = "/elsewhere/state"
     return them._text(clock.time() - renewed_ago).replace(b"Machine: ", b"Machine: other-")
 
@@ -94,11 +94,10 @@ def test_an_endpoint_that_fails_refuses_in_one_line():
         BucketLease(bucket, "webfs put").take()
 
 
-def test_a_failed_renewal_is_logged_and_the_next_one_renews(monkeypatch, caplog):
-    monkeypatch.setenv("WEBFS_LEASE_RENEW", "60")
+def test_a_failed_renewal_is_logged_and_the_next_one_renews(caplog):
     clock = Clock(start=START)
     bucket = Bucket()
-    lease = BucketLease(bucket, "webfs mount on /mnt/here", clock)
+    lease = BucketLease(bucket, "webfs mount on /mnt/here", renew=60, clock=clock)
     lease.take()
     try:
         first = bucket.objects[LEASE_PATH]
@@ -117,30 +116,30 @@ def test_a_failed_renewal_is_logged_and_the_next_one_renews(monkeypatch, caplog)
     assert LEASE_PATH not in bucket.objects and bucket.lease is None
 
 
-def test_a_lease_goes_stale_after_five_missed_renewals(monkeypatch):
+def test_a_lease_goes_stale_after_five_missed_renewals():
     """Another machine's lease, renewed every 60 s, is in use for 300 s after
     its last renewal and stale (taken over when asked) after that."""
-    monkeypatch.setenv("WEBFS_TAKE_LEASE", "1")
     clock = Clock(start=START)
     bucket = Bucket()
     bucket.objects[LEASE_PATH] = other_holder(bucket, clock)
     clock.advance(300)
     with pytest.raises(ArchiveBusy, match="renewed 300 s ago; unmount it there"):
-        BucketLease(bucket, "webfs put", clock).take()
+        BucketLease(bucket, "webfs put", take_over=True, clock=clock).take()
     clock.advance(1)
-    lease = BucketLease(bucket, "webfs put", clock)
+    with pytest.raises(ArchiveBusy, match="stale: that machine stopped"):
+        BucketLease(bucket, "webfs put", clock=clock).take()     # stale, but not asked to take it
+    lease = BucketLease(bucket, "webfs put", take_over=True, clock=clock)
     lease.take()
     assert b"Mount: " + lease.mount_id.encode() in bucket.objects[LEASE_PATH]
     lease.release()
 
 
-def test_a_stale_lease_with_an_unreadable_age_is_never_taken(monkeypatch):
-    monkeypatch.setenv("WEBFS_TAKE_LEASE", "1")
+def test_a_stale_lease_with_an_unreadable_age_is_never_taken():
     bucket = Bucket()
     bucket.objects[LEASE_PATH] = other_holder(bucket).replace(b"Renewed: ", b"Renewed: x")
     with pytest.raises(ArchiveBusy, match="its lease is unreadable"):
-        BucketLease(bucket, "webfs put").take()
+        BucketLease(bucket, "webfs put", take_over=True).take()
     bucket.objects[LEASE_PATH] = other_holder(bucket, renewed_ago=400)
-    lease = BucketLease(bucket, "webfs put")
+    lease = BucketLease(bucket, "webfs put", take_over=True)
     lease.take()                        # stale (5 x 60 s) and asked: taken
     lease.release()

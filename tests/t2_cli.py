@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import webfs
+from conftest import BIN, webfs
 
 
 def test_help_everywhere():
@@ -23,6 +23,21 @@ def test_wrong_arguments_are_usage_errors(tmp_path):
     assert webfs("mkfs", "--depth", "9", tmp_path / "d", check=False).returncode == 2
     proc = webfs("mkfs", "--group-size", "7", tmp_path / "a", tmp_path / "b", check=False)
     assert proc.returncode == 1 and b"group-size" in proc.stderr
+
+
+def test_a_bad_setting_in_the_environment_is_one_line_and_touches_nothing(tmp_path):
+    """The command line reads the S3 settings at its start: a value that is not
+    one stops the command with a line naming the variable (exit 1), before
+    any disk is made; mount.webfs says the same as a mount failure (32)."""
+    env = dict(os.environ, WEBFS_S3_REQUESTS="many")
+    proc = webfs("mkfs", tmp_path / "d0", env=env, check=False)
+    assert proc.returncode == 1 and not (tmp_path / "d0").exists()
+    assert proc.stderr.decode() == "webfs: WEBFS_S3_REQUESTS takes a whole number above 0, not 'many'\n"
+    (tmp_path / "mnt").mkdir()
+    proc = subprocess.run([str(BIN / "mount.webfs"), str(tmp_path / "d0"), str(tmp_path / "mnt")],
+                          env=dict(os.environ, WEBFS_LEASE_RENEW="soon"), capture_output=True)
+    assert proc.returncode == 32
+    assert proc.stderr.decode() == "mount.webfs: WEBFS_LEASE_RENEW='soon': not a number of seconds\n"
 
 
 def test_mkfs_writes_identity_and_config_on_every_disk(tmp_path):

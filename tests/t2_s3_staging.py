@@ -13,6 +13,7 @@ import threading
 import pytest
 from conftest import eventually
 
+from webfs.backends.options import BackendOptions
 from webfs.backends.s3 import ARCHIVE_LOCK, STAGING, DiskURL, S3Backend, forget_open, open_s3
 from webfs.backends.s3endpoint import DOWN_SECONDS
 from webfs.backends.staging import RETRY_SECONDS, UPLOAD_AFTER, Staging
@@ -23,33 +24,33 @@ NAME = "blocks/aa/bb/cccc"
 
 
 @pytest.fixture
-def staged(tmp_path, monkeypatch):
+def staged(tmp_path):
     """A state directory with one object left staged by a killed daemon."""
-    monkeypatch.setenv("WEBFS_STATE_DIR", str(tmp_path / "state"))
+    options = BackendOptions(state_dir=str(tmp_path / "state"))
     forget_open()
-    root = open_s3(URL, fetch=False).root
+    root = open_s3(URL, options, fetch=False).root
     path = os.path.join(root, STAGING, NAME)
     os.makedirs(os.path.dirname(path))
     with open(path, "wb") as f:
         f.write(b"a block nobody uploaded")
     os.makedirs(os.path.join(root, "meta"), exist_ok=True)
-    yield root, path
-    open_s3(URL, fetch=False).staging.close()       # its uploaders stop retrying
+    yield root, path, options
+    open_s3(URL, options, fetch=False).staging.close()       # its uploaders stop retrying
     forget_open()
 
 
 def test_an_open_uploads_what_is_staged_first_and_keeps_it_if_that_fails(staged):
-    root, path = staged
+    root, path, options = staged
     forget_open()
     with pytest.raises(OSError, match="wait in .* to be uploaded"):
-        open_s3(URL)                        # the replay's upload is refused
+        open_s3(URL, options)                        # the replay's upload is refused
     assert os.path.exists(path)             # kept for the next open
 
 
 def test_an_open_leaves_the_staging_area_of_a_mount_alone(staged):
     """Another process holds the archive's lock (a mount, uploading its own
     staged objects and maybe writing them again): no replay here."""
-    root, path = staged
+    root, path, options = staged
     lock = os.path.join(root, ARCHIVE_LOCK)
     holder = subprocess.Popen([sys.executable, "-c", (
         "import fcntl, os, sys, time\n"
@@ -61,9 +62,9 @@ def test_an_open_leaves_the_staging_area_of_a_mount_alone(staged):
         assert holder.stdout.readline() == b"locked\n"
         forget_open()
         with pytest.raises(OSError) as failed:
-            open_s3(URL)                    # then fails on the identity files, endpoint down
+            open_s3(URL, options)                    # then fails on the identity files, endpoint down
         assert "to be uploaded" not in str(failed.value)
-        assert open_s3(URL, fetch=False).staging.pending == 0
+        assert open_s3(URL, options, fetch=False).staging.pending == 0
         assert os.path.exists(path)
     finally:
         holder.kill()
@@ -104,15 +105,14 @@ def test_an_upload_waits_its_time_puts_the_last_bytes_once_and_retries_after_a_f
 
 
 def test_a_refusing_endpoint_is_down_at_once_and_probed_again_by_the_disks_clock(tmp_path, monkeypatch):
-    """S3Backend(url, clock) times its endpoint by that clock: a block read
+    """S3Backend(url, options, clock) times its endpoint by that clock: a block read
     that is refused (a hedged read, waited for by the clock) marks the
     endpoint down; the next request fails at once without asking; a probe
     starts only when DOWN_SECONDS have passed by the clock, in the background."""
-    monkeypatch.setenv("WEBFS_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     clock = Clock(start=0.0)
-    disk = S3Backend(DiskURL.parse(URL), clock)
+    disk = S3Backend(DiskURL.parse(URL), BackendOptions(state_dir=str(tmp_path / "state")), clock)
     try:
         with pytest.raises(OSError) as refused:
             disk.read(NAME)

@@ -14,10 +14,10 @@ import shutil
 import stat
 import time
 
-from conftest import REPO, eventually, sh, unmount, webfs
+from conftest import REPO, eventually, sh, state_of, unmount, webfs
 from t2_warc import write_warc
 from t4_s3_mount import bucket_on_each, kill_daemon, mounted_site, reads_back_clean, status
-from webfs.backends.s3 import DiskURL, state_dir
+from webfs.backends.s3 import DiskURL
 
 LEASE = "meta/MOUNTED"
 FAST_RENEWAL = "1"          # seconds: renewals to watch (stale after 5 s: only while watched)
@@ -144,7 +144,7 @@ def test_rebuild_catalog_after_losing_it_everywhere(weeds, tmp_path, corpus):
     unmount(mnt)
     # Every state directory and every bucket's copy of the catalog: gone.
     for w, d in zip(weeds, disks):
-        shutil.rmtree(state_dir(DiskURL.parse(d)))
+        shutil.rmtree(state_of(d))
         for key in ("meta/catalog.db", "meta/COPY"):
             w.client().delete_object(Bucket=DiskURL.parse(d).bucket, Key=key)
     proc = webfs("mount", disks[0], mnt, check=False)
@@ -157,7 +157,7 @@ def test_rebuild_catalog_after_losing_it_everywhere(weeds, tmp_path, corpus):
 def test_import_into_an_unmounted_s3_archive(weeds, tmp_path, corpus):
     disks = bucket_on_each(weeds, "import")
     webfs("mkfs", *disks)
-    states = [state_dir(DiskURL.parse(d)) for d in disks]
+    states = [state_of(d) for d in disks]
     assert [stat.S_IMODE(os.stat(s).st_mode) for s in states] == [0o700] * len(disks)
     src = sorted((corpus / "crawl-001").iterdir())[1]
     webfs("import", src, f"{disks[1]}:/crawls")

@@ -14,8 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
-from conftest import REPO, eventually, sh, unmount, webfs
-from webfs.backends.s3 import DiskURL, state_dir
+from conftest import REPO, eventually, sh, state_of, unmount, webfs
 
 
 def bucket(tag: str) -> str:
@@ -87,7 +86,7 @@ def test_a_dead_server_loses_nothing_and_writes_go_on(weeds, tmp_path, corpus):
     finally:
         unmount(mnt)
     # No stripe has two members (blocks or parity) in one domain.
-    catalog = os.path.join(state_dir(DiskURL.parse(disks[0])), "meta", "catalog.db")
+    catalog = os.path.join(state_of(disks[0]), "meta", "catalog.db")
     db = sqlite3.connect(catalog)
     masks = [m for (m,) in db.execute("SELECT disks FROM stripes")]
     db.close()
@@ -229,7 +228,7 @@ def test_a_server_that_comes_back_is_taken_back_without_a_remount(weeds, tmp_pat
         said = proc.stdout.decode() + proc.stderr.decode()
         assert proc.returncode == 0 and " 0 problem(s)" in said, said
         sh(f"diff -r '{src}' '{mnt}/again'")
-        log = (Path(state_dir(DiskURL.parse(disks[0]))) / "meta" / "webfs.log").read_text()
+        log = (Path(state_of(disks[0])) / "meta" / "webfs.log").read_text()
         assert "disk 1 is back" in log and "Refs header(s) written from the catalog" in log
     finally:
         proc = webfs("umount", mnt, check=False)

@@ -11,9 +11,9 @@ import os
 import signal
 import time
 
-from conftest import sh, unmount, webfs
+from conftest import sh, state_of, unmount, webfs
 from t4_s3_mount import bucket_on_each, kill_daemon, mounted_site, reads_back_clean, status
-from webfs.backends.s3 import STAGING, DiskURL, state_dir
+from webfs.backends.s3 import STAGING
 
 
 STATUS_WITHIN = 12.0        # seconds: webfs status with a server hung asks it 5 s at most
@@ -23,7 +23,7 @@ def staged(disks) -> list[str]:
     """Files waiting in the disks' staging directories."""
     found = []
     for url in disks:
-        top = os.path.join(state_dir(DiskURL.parse(url)), STAGING)
+        top = os.path.join(state_of(url), STAGING)
         for dirpath, _, names in os.walk(top):
             found += [os.path.join(dirpath, n) for n in names]
     return found

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import FORMAT_VERSION, lockorder
-from .backends import is_url, normalize, open_backend
+from .backends import BackendOptions, is_url, normalize, open_backend
+from .backends.options import process_options
 from .errors import ArchiveBusy, ArchiveError, ConfigError
 from .locks import BucketLease
 from .signature import DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
@@ -290,28 +291,30 @@ def _copy_advice(where: str) -> str:
             "or write it again as webfs-format(5) describes")
 
 
-def local_side(location: str, wait: Optional[float] = None) -> str:
+def local_side(location: str, wait: Optional[float] = None,
+               options: Optional[BackendOptions] = None) -> str:
     """The directory that holds a disk's identity files: the disk's own, or an
     S3 disk's state directory (filled from its bucket: ArchiveError, naming
     the disk, when the bucket cannot be reached or read, or does not answer
-    within ``wait`` seconds if given)."""
+    within ``wait`` seconds if given; opened with ``options``)."""
     if not is_url(location):
         return location
     try:
         if wait is not None:
             from .backends.s3 import open_s3
-            return open_s3(location, wait=wait).root
-        return open_backend(location).root
+            return open_s3(location, options, wait=wait).root
+        return open_backend(location, options=options).root
     except ValueError as exc:
         raise ArchiveError(str(exc)) from None
     except OSError as exc:
         raise ArchiveError(f"{normalize(location)}: {exc.strerror or exc}") from None
 
 
-def read_disk_id(root: str, wait: Optional[float] = None) -> dict[str, str]:
-    """The Key: value lines of a disk's WEBFS-DISK file (``wait``: see ``local_side``)."""
+def read_disk_id(root: str, wait: Optional[float] = None,
+                 options: Optional[BackendOptions] = None) -> dict[str, str]:
+    """The Key: value lines of a disk's WEBFS-DISK file (``wait``, ``options``: see ``local_side``)."""
     shown = root
-    root = local_side(root, wait)
+    root = local_side(root, wait, options)
     path = os.path.join(root, DISK_ID_FILE)
     try:
         with open(path, "rb") as f:
@@ -358,8 +361,9 @@ class Archive:
     """The disks of one archive, opened from any one of them."""
 
     def __init__(self, conf: Config, volumes: dict[int, Volume], missing: dict[int, str],
-                 opened_from: str):
+                 opened_from: str, options: Optional[BackendOptions] = None):
         self.conf = conf
+        self.backend_options = options or process_options()     # every disk it opens, and the leases
         self.volumes = volumes
         self.missing = missing
         self.lost: dict[int, Volume] = {}   # went away while in use, may come back (``regain``)
@@ -371,21 +375,22 @@ class Archive:
 
     @classmethod
     def open(cls, path: str, delays: Optional[dict[int, float]] = None,
-             wait: Optional[float] = None) -> "Archive":
+             wait: Optional[float] = None, options: Optional[BackendOptions] = None) -> "Archive":
         """The archive a disk belongs to, its disks found and opened (an S3 disk
-        that does not answer within ``wait`` seconds, if given, is missing)."""
+        that does not answer within ``wait`` seconds, if given, is missing;
+        S3 disks with ``options``, None: the defaults)."""
         try:
             root = normalize(path)
         except ValueError as exc:
             raise ArchiveError(str(exc)) from None
-        conf = _read_conf(root, wait)
+        conf = _read_conf(root, wait, options)
         # A disk that was away while the archive changed has an older webfs.conf:
         # the newest one among the disks found is the archive's.
         for d in conf.disks:
-            found = _find_disk(conf, d, root, wait)
+            found = _find_disk(conf, d, root, wait, options)
             if found is not None and found != root:
                 try:
-                    other = _read_conf(found, wait)
+                    other = _read_conf(found, wait, options)
                 except ArchiveError as exc:
                     log.warning("%s; using %s", exc, os.path.join(root, CONF_FILE))
                     continue
@@ -394,7 +399,7 @@ class Archive:
         delays = delays or {}
         volumes, missing = {}, {}
         for d in conf.disks:
-            found = _find_disk(conf, d, root, wait)
+            found = _find_disk(conf, d, root, wait, options)
             if found is None:
                 missing[d.index] = disk_id_advice(d.path) or f"not found at {d.path} nor beside {root}"
                 # Without the catalog's disk the caller stops and says why; else a warning.
@@ -402,9 +407,9 @@ class Archive:
                     "disk %d (%s) is missing: %s", d.index, d.uuid, missing[d.index])
                 continue
             d.path = found
-            volumes[d.index] = Volume(open_backend(found, delays.get(d.index, 0.0)),
+            volumes[d.index] = Volume(open_backend(found, delays.get(d.index, 0.0), options),
                                       d.index, d.uuid, conf.depth)
-        return cls(conf, volumes, missing, root)
+        return cls(conf, volumes, missing, root, options)
 
     # -- configuration --------------------------------------------------------
 
@@ -454,7 +459,7 @@ class Archive:
             for fd in taken if write else ():
                 _say_holder(fd, holder)
             for vol in self.volumes.values() if write else ():
-                leases += _lease(vol, holder)
+                leases += _lease(vol, holder, self.backend_options)
         except BaseException:
             for lease in leases:
                 lease.release()
@@ -469,12 +474,12 @@ class Archive:
         """Bring a new disk into the open archive (``webfs add-disk``): its
         volume, and the archive lock on it if the archive is locked. The
         caller writes the configuration (``save_config``)."""
-        vol = Volume(open_backend(disk.path), disk.index, disk.uuid, self.conf.depth)
+        vol = Volume(open_backend(disk.path, options=self.backend_options), disk.index, disk.uuid, self.conf.depth)
         if self._lock_fds:
             fd = _flock(vol.root)
             _say_holder(fd, self._holder)
             self._lock_fds.append(fd)
-            self._leases += _lease(vol, self._holder)
+            self._leases += _lease(vol, self._holder, self.backend_options)
         # Replace the lists whole: readers in other threads iterate them.
         self.conf.disks = sorted([*self.conf.disks, disk], key=lambda d: d.index)
         self.volumes = {**self.volumes, disk.index: vol}
@@ -562,11 +567,11 @@ def _flock(root: str, write: bool = True) -> Optional[int]:
     return fd
 
 
-def _lease(vol: Volume, holder: str) -> list[BucketLease]:
+def _lease(vol: Volume, holder: str, options: BackendOptions) -> list[BucketLease]:
     """The lease taken on an S3 disk ([] for a directory, which flock alone guards)."""
     if not is_url(vol.backend.location):
         return []
-    lease = BucketLease(vol.backend, holder)
+    lease = BucketLease(vol.backend, holder, renew=options.lease_renew, take_over=options.take_lease)
     lease.take()
     return [lease]
 
@@ -576,9 +581,9 @@ def _say_holder(fd: int, holder: str) -> None:
     os.pwrite(fd, f"{holder}, pid {os.getpid()}\n".encode(), 0)
 
 
-def _read_conf(root: str, wait: Optional[float] = None) -> Config:
-    ident = read_disk_id(root, wait)
-    root = local_side(root, wait)
+def _read_conf(root: str, wait: Optional[float] = None, options: Optional[BackendOptions] = None) -> Config:
+    ident = read_disk_id(root, wait, options)
+    root = local_side(root, wait, options)
     try:
         with open(os.path.join(root, CONF_FILE), "rb") as f:
             conf = Config.from_ini(f.read().decode("utf-8", "replace"), os.path.join(root, CONF_FILE))
@@ -589,7 +594,8 @@ def _read_conf(root: str, wait: Optional[float] = None) -> Config:
     return conf
 
 
-def _find_disk(conf: Config, disk: DiskInfo, given: str, wait: Optional[float] = None) -> Optional[str]:
+def _find_disk(conf: Config, disk: DiskInfo, given: str, wait: Optional[float] = None,
+               options: Optional[BackendOptions] = None) -> Optional[str]:
     """Where a disk of the archive is now: its recorded path, or a sibling of the given disk."""
     candidates = [given, disk.path]
     parent = os.path.dirname(given)
@@ -602,7 +608,7 @@ def _find_disk(conf: Config, disk: DiskInfo, given: str, wait: Optional[float] =
         if not cand or not (is_url(cand) or os.path.isdir(cand)):
             continue
         try:
-            ident = read_disk_id(cand, wait)
+            ident = read_disk_id(cand, wait, options)
         except ArchiveError as exc:
             if is_url(cand):
                 log.warning("%s", exc)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from . import signature as sigmod
 from .archive import Archive
+from .backends import BackendOptions
 from .mkfs import open_to_others
 from .catalog import Catalog, catalog_path, check_catalog_file
 from .errors import ArchiveError
@@ -57,13 +58,15 @@ class OpenArchive:
 
 def open_archive(path: str, holder: str = "webfs", lock: bool = True,
                  delays: Optional[dict[int, float]] = None, private: bool = False,
-                 wait: Optional[float] = None, **kwargs) -> Store:
+                 wait: Optional[float] = None, options: Optional[BackendOptions] = None, **kwargs) -> Store:
     """Open the archive that a disk belongs to, lock it and open its catalog.
     ``delays`` gives disks a simulated service time per I/O (benchmarks);
     ``wait`` bounds how long an S3 disk may take to answer at open (status);
     ``private`` refuses disks others can read (``open_to_others``), as a mount
-    does; the other arguments go to ``Store`` (``protection`` replaces parity)."""
-    archive = Archive.open(path, delays=delays, wait=wait)
+    does; ``options``, the command line's settings of S3 disks and leases
+    (kept as ``archive.backend_options``: None, the defaults); the other
+    arguments go to ``Store`` (``protection`` replaces parity)."""
+    archive = Archive.open(path, delays=delays, wait=wait, options=options)
     if private:
         for vol in archive.volumes.values():
             why = open_to_others(vol.root)

@@ -19,9 +19,10 @@ from . import control
 from .admin import human
 from .cli_query import COMMANDS as QUERY_COMMANDS
 from .cli_warc import COMMANDS as WARC_COMMANDS
-from .commandline import DiskPath, disk_location, import_target, open_store, progress_bar, run_admin_command
+from .commandline import (DiskPath, disk_location, import_target, open_store, options_given, progress_bar,
+                          run_admin_command)
 from .errors import WebfsError
-from .locks import TAKE_ENV
+from .backends import options as backend_options
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 
 # The store, the admin commands and the daemon are loaded by the commands that
@@ -42,7 +43,8 @@ def _setup_logging(verbose: int) -> None:
 @click.option("--take-lease", is_flag=True,
               help="Take over the lease of an S3 disk that another machine's mount left and no "
                    "longer renews (that machine died); a lease still renewed is never taken.")
-def main(verbose: int, take_lease: bool) -> None:
+@click.pass_context
+def main(ctx: click.Context, verbose: int, take_lease: bool) -> None:
     """webfs: a filesystem for web archives.
 
     Every distinct document is stored once, as a block file at a path
@@ -50,8 +52,9 @@ def main(verbose: int, take_lease: bool) -> None:
     names the archive. See webfs(1) and webfs-format(5).
     """
     _setup_logging(verbose)
-    if take_lease:
-        os.environ[TAKE_ENV] = "1"      # read where the lease is taken, in this process or its daemon
+    options = environment_options()
+    ctx.obj = options.taking_lease() if take_lease else options
+    backend_options.install(ctx.obj)
 
 
 # The commands of web archives (webfs.cli_warc) and of query access (webfs.cli_query).
@@ -79,7 +82,8 @@ def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
     mode 0700: its blocks and catalog show every file, whatever its mode."""
     from .mkfs import mkfs as make_archive
     conf = make_archive(list(disks), depth=depth, group_size=group_size, label=label,
-                        codec=codec, level=level, store_mode=store_mode, force=force)
+                        codec=codec, level=level, store_mode=store_mode, force=force,
+                        options=options_given())
     click.echo(f"made archive {conf.uuid} on {len(conf.disks)} disk(s), depth {conf.depth}, "
                f"parity group size {conf.group_size}")
     click.echo("each disk's root is mode 0700 (an S3 disk's: its local state directory): its blocks "
@@ -105,7 +109,7 @@ def status(as_json, target):
         from .figures import archive_figures
         # Never the client's timeouts (20 s and more) for a hung server: asked
         # as long as a mount's presence check waits, it is missing.
-        store = open_archive(target, lock=False, wait=PRESENT_SECONDS)
+        store = open_archive(target, lock=False, wait=PRESENT_SECONDS, options=options_given())
         try:
             st = archive_figures(store)
         finally:
@@ -195,7 +199,8 @@ def fsck(repair, rebuild, force, disk):
             from .commands.rebuild_catalog import RebuildRefused, rebuild_step
             try:
                 with progress_bar(None, "reading headers") as bar:
-                    status = rebuild_step(disk, repair, force, click.echo, skipped, progress=bar.update)
+                    status = rebuild_step(disk, repair, force, click.echo, skipped, progress=bar.update,
+                                          options=options_given())
             except RebuildRefused as exc:
                 click.echo(f"webfs fsck: {exc}", err=True)
                 sys.exit(EXIT_FAILED)
@@ -203,7 +208,7 @@ def fsck(repair, rebuild, force, disk):
                 for where, what in skipped:
                     click.echo(f"{where}: {what}")
                 sys.exit(status)
-        store = open_store(disk, "fsck") if repair else fsckmod.open_readonly(disk)
+        store = open_store(disk, "fsck") if repair else fsckmod.open_readonly(disk, options=options_given())
         try:
             with progress_bar(None, "checking") as bar:
                 report = fsckmod.check(store, repair=repair, progress=bar.update)
@@ -218,7 +223,7 @@ def fsck(repair, rebuild, force, disk):
         from .archive import Archive
         from .catalog import CATALOG_FILE, catalog_path
         try:
-            archive = Archive.open(disk)
+            archive = Archive.open(disk, options=options_given())
             where = catalog_path(archive.volumes[archive.conf.catalog].root)
         except (WebfsError, KeyError, OSError):
             where = f"{CATALOG_FILE} of the archive of {disk}"
@@ -336,7 +341,7 @@ def get(disk, key):
     """Write the document with contentkey KEY to standard output."""
     ck = _parse_key(key)
     from .assembly import open_archive
-    store = open_archive(disk, lock=False)
+    store = open_archive(disk, lock=False, options=options_given())
     try:
         data = store.retrieve(ck)
     finally:
@@ -377,7 +382,8 @@ def mount(options, foreground, disk, mountpoint):
     from . import mountstart
     from .admincommands import ADMIN_COMMANDS
     from .mountoptions import MountOptions
-    mountstart.mount(disk, mountpoint, MountOptions.parse(options), ADMIN_COMMANDS, foreground=foreground)
+    mountstart.mount(disk, mountpoint, MountOptions.parse(options), ADMIN_COMMANDS, options_given(),
+                     foreground=foreground)
 
 
 @main.command()
@@ -511,8 +517,10 @@ def mount_helper() -> None:
     from .mountoptions import MountOptions
     try:
         opts = MountOptions.parse(options)
+        given = environment_options()
+        backend_options.install(given)
         if not fake:
-            mountstart.mount(positional[0], positional[1], opts, ADMIN_COMMANDS)
+            mountstart.mount(positional[0], positional[1], opts, ADMIN_COMMANDS, given)
     except WebfsError as exc:
         click.echo(f"mount.webfs: {exc}", err=True)
         sys.exit(32)                     # mount(8): mount failure
@@ -538,6 +546,16 @@ def read_environment() -> None:
     if os.environ.get("WEBFS_INDEX", "1") == "0":
         from . import indexer
         indexer.turn_off()
+
+
+def environment_options() -> backend_options.BackendOptions:
+    """The settings of S3 disks and leases in the environment (WEBFS_S3_*,
+    WEBFS_STATE_DIR, XDG_CACHE_HOME, AWS_REGION, WEBFS_LEASE_RENEW...), read
+    here and nowhere below; a value that is not one is an error, not a default."""
+    try:
+        return backend_options.BackendOptions.from_env(os.environ)
+    except ValueError as exc:
+        raise WebfsError(str(exc)) from None
 
 
 def run() -> None:

@@ -12,7 +12,7 @@ import click
 
 from . import control
 from .backends import is_url
-from .commandline import DiskPath, run_admin_command
+from .commandline import DiskPath, options_given, run_admin_command
 from .errors import WebfsError
 
 # The archive a command works on: a disk or a mount point.
@@ -123,5 +123,5 @@ def _open_for_reading(target: str):
     if control.is_mountpoint(target):
         disks = control.call(target, "status", {}).figures["disks"]
         disk = next(d["path"] for d in disks if d["state"] == "present")
-        return open_archive(disk, lock=False), os.path.abspath(target)
-    return open_archive(target, lock=False), "/"
+        return open_archive(disk, lock=False, options=options_given()), os.path.abspath(target)
+    return open_archive(target, lock=False, options=options_given()), "/"

@@ -16,7 +16,8 @@ import click
 
 from . import control
 from .archive import archive_place
-from .backends import is_url, normalize
+from .backends import BackendOptions, is_url, normalize
+from .backends.options import process_options
 from .errors import WebfsError
 
 if TYPE_CHECKING:
@@ -49,11 +50,19 @@ def progress_bar(total: Optional[int], desc: str, unit: str = "blk"):
                 file=sys.stderr, leave=False)
 
 
+def options_given() -> BackendOptions:
+    """The settings of S3 disks and leases the command line read at its start
+    (``cli.main``: the environment and --take-lease)."""
+    ctx = click.get_current_context(silent=True)
+    given = ctx.find_root().obj if ctx is not None else None
+    return given if isinstance(given, BackendOptions) else process_options()
+
+
 def open_store(disk: str, holder: str) -> Store:
     # An import removes replaced blocks and flushes parity in the background
     # worker, as a mount does; the other commands expect each commit settled.
     from .assembly import open_archive
-    return open_archive(disk, holder=f"webfs {holder}", background=holder == "import")
+    return open_archive(disk, holder=f"webfs {holder}", background=holder == "import", options=options_given())
 
 
 def run_admin_command(target: str, name: str, as_json: bool = False, unit: str = "blk", **options) -> None:

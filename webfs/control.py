@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import re
+import tempfile
 import time
 from typing import Optional
 
@@ -25,8 +26,12 @@ CONTROL_XATTR = "user.webfs.control"
 
 
 def control_socket_path(archive_uuid: str) -> str:
+    """Where a mount's control socket is: /run/webfs for root, else
+    ``webfs-UID`` in the temporary directory (the standard library's
+    ``tempfile.gettempdir``: TMPDIR, else /tmp, as every command's temporary
+    files; the daemon and the commands that call it see one environment)."""
     base = RUN_DIR if os.access("/run", os.W_OK) else os.path.join(
-        os.environ.get("TMPDIR", "/tmp"), f"webfs-{os.getuid()}")
+        tempfile.gettempdir(), f"webfs-{os.getuid()}")
     return os.path.join(base, f"{archive_uuid}.sock")
 
 

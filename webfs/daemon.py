@@ -34,6 +34,7 @@ from .manifest import manifest_chunks
 from .mountoptions import MountOptions
 from .namespace import Namespace
 from .assembly import KernelHooks, OpenArchive, open_archive
+from .backends import BackendOptions
 from .files import write_file
 from .control import CONTROL_XATTR, control_socket_path, report_path
 from .store import Store
@@ -47,8 +48,10 @@ class Daemon:
     """One mounted archive."""
 
     def __init__(self, disk: str, mountpoint: str, opts: MountOptions,
-                 admin_commands: dict[str, admin.AdminCommand]):
+                 admin_commands: dict[str, admin.AdminCommand],
+                 backend_options: Optional[BackendOptions] = None):
         self.disk = disk
+        self.backend_options = backend_options      # S3 disks and their leases (webfs.backends.options)
         self.admin_commands = admin_commands    # what the control socket runs, by name
         self.mountpoint = os.path.abspath(mountpoint)
         self.opts = opts
@@ -67,7 +70,7 @@ class Daemon:
         testkill.arm()
         store = open_archive(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync,
                            delays=self.opts.disk_delay, heat_k=self.opts.heat_k, background=True,
-                           private=True)
+                           private=True, options=self.backend_options)
         self.store = store
         log_path = _log_to_disk(store)
         if lockorder.checked() is not None:

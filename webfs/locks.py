@@ -17,7 +17,8 @@ machines: for an S3 disk, whoever writes (a mount, a command that changes
 the archive) first creates a *lease*, the object ``meta/MOUNTED`` in the
 bucket (host, pid, a random mount id, start, last renewal), with a
 conditional PUT (``If-None-Match: *``), and reads it back. The holder renews
-it every ``renew`` seconds (60; ``WEBFS_LEASE_RENEW``) and removes it when
+it every ``renew`` seconds (60; ``WEBFS_LEASE_RENEW``, read by the command
+line and passed in, as whether to take over is) and removes it when
 it closes. A lease held by anyone else refuses the writer with one line
 naming the disk, the holder and the lease's age. A lease not renewed for
 ``STALE_RENEWALS`` of its holder's renewal periods (a machine that died) is
@@ -40,15 +41,14 @@ from contextlib import ExitStack, contextmanager
 from typing import Iterator, Optional
 
 from .backends.base import LEASE as LEASE_PATH
+from .backends.options import DEFAULT_LEASE_RENEW, MIN_LEASE_RENEW
 from .errors import ArchiveBusy
 from .lockorder import keyed_lock
 
 log = logging.getLogger(__name__)
 
 LEASE_MAGIC = "WEBFS-LEASE 1"
-RENEW_ENV = "WEBFS_LEASE_RENEW"         # seconds between renewals (tests make it short)
-TAKE_ENV = "WEBFS_TAKE_LEASE"           # "1": a stale lease may be taken over
-DEFAULT_RENEW = 60.0
+DEFAULT_RENEW = DEFAULT_LEASE_RENEW
 STALE_RENEWALS = 5                      # renewals missed before a lease counts as stale
 
 
@@ -164,19 +164,6 @@ def machine_id() -> str:
         return socket.gethostname()
 
 
-def _renew_seconds() -> float:
-    text = os.environ.get(RENEW_ENV, "")
-    try:
-        seconds = float(text) if text else DEFAULT_RENEW
-    except ValueError:
-        raise ArchiveBusy(f"{RENEW_ENV}={text!r}: not a number of seconds") from None
-    return max(seconds, 0.1)
-
-
-def take_over_asked() -> bool:
-    return os.environ.get(TAKE_ENV, "") not in ("", "0")
-
-
 def _parse(text: str) -> dict[str, str]:
     fields = {}
     for line in text.splitlines()[1:]:
@@ -199,15 +186,18 @@ def _stamp(seconds: float) -> str:
 
 class BucketLease:
     """The lease of one S3 disk (a backend with ``write_if_absent``), taken
-    with ``take``, renewed by a thread of its own, let go with ``release``;
-    its stamps, ages and renewals go by ``clock``."""
+    with ``take``, renewed every ``renew`` seconds by a thread of its own, let
+    go with ``release``; a stale lease of another machine is taken over only
+    with ``take_over``; its stamps, ages and renewals go by ``clock``."""
 
-    def __init__(self, backend, holder: str, clock: Clock = SYSTEM_CLOCK):
+    def __init__(self, backend, holder: str, renew: float = DEFAULT_RENEW, take_over: bool = False,
+                 clock: Clock = SYSTEM_CLOCK):
         self.backend = backend
         self.holder = holder
         self.clock = clock
         self.mount_id = uuid.uuid4().hex
-        self.renew = _renew_seconds()
+        self.renew = max(renew, MIN_LEASE_RENEW)
+        self.take_over = take_over
         self.started = clock.time()
         self.lost = False
         self._wake = threading.Condition()      # notified by release
@@ -269,7 +259,7 @@ class BucketLease:
             age = self._age(other)
             if age is None or age <= self._stale_after(other):
                 raise ArchiveBusy(self._refusal(other))
-            if not take_over_asked():
+            if not self.take_over:
                 raise ArchiveBusy(self._refusal(other, stale=True))
             log.warning("%s: taking over the stale lease of %s on %s, not renewed for %.0f s",
                         self.backend.location, other.get("Holder", "?"), other.get("Host", "?"), age)

@@ -13,7 +13,7 @@ from typing import Optional
 
 from . import FORMAT_VERSION
 from .archive import DEFAULT_LEVEL, DEFAULT_MAX_BLOCK, Config, DiskInfo, local_side
-from .backends import is_url, normalize, open_backend
+from .backends import BackendOptions, is_url, normalize, open_backend
 from .block import utc_timestamp
 from .errors import ArchiveError
 from .signature import DEFAULT_DEPTH
@@ -28,8 +28,9 @@ def disk_id_text(conf: Config, disk: DiskInfo) -> str:
 def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int] = None,
          label: str = "", codec: str = "gzip", level: int = DEFAULT_LEVEL,
          store_mode: str = "compare", max_block: int = DEFAULT_MAX_BLOCK,
-         force: bool = False) -> Config:
-    """Make a new archive on empty directories (created if absent).
+         force: bool = False, options: Optional[BackendOptions] = None) -> Config:
+    """Make a new archive on empty directories (created if absent), S3 disks
+    with ``options`` (None: the defaults).
 
     One disk gets group size 2 unless told otherwise: no parity while it is
     alone, parity as soon as ``webfs add-disk`` gives it a second disk."""
@@ -51,7 +52,7 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
                   disks=[DiskInfo(i, uuidmod.uuid4().hex, 1.0, root, default_domain(root))
                          for i, root in enumerate(roots)])
     conf.validate("mkfs")
-    check_new_remote(roots)
+    check_new_remote(roots, options)
     for root in roots:
         if is_url(root):
             continue
@@ -65,20 +66,20 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
     for root in roots:
         if force and not is_url(root):
             _clear_webfs_files(root)
-        make_disk_root(root)
+        make_disk_root(root, options)
     for d in conf.disks:
-        be = open_backend(d.path)
+        be = open_backend(d.path, options=options)
         be.write_atomic(DISK_ID_FILE, disk_id_text(conf, d).encode(), fsync=True)
         be.write_atomic(CONF_FILE, conf.to_ini().encode(), fsync=True)
     from .catalog import ARCHIVE_META, Catalog, catalog_path, consistent_copy
-    cat = Catalog(catalog_path(local_side(conf.disks[conf.catalog].path)))
+    cat = Catalog(catalog_path(local_side(conf.disks[conf.catalog].path, options=options)))
     cat.set_meta("max_block", str(conf.max_block))   # pieces are found by offset // max_block
     cat.set_meta(ARCHIVE_META, conf.uuid)            # fsck tells a foreign catalog by it
     cat.commit()
     cat.close()
     for d in conf.disks:
         if is_url(d.path):
-            open_backend(d.path).sync(consistent_copy)      # its meta/ (the new catalog) to the bucket
+            open_backend(d.path, options=options).sync(consistent_copy)      # its meta/ (the new catalog) to the bucket
     return conf
 
 
@@ -90,35 +91,35 @@ def default_domain(location: str) -> str:
     return DiskURL.parse(location).domain
 
 
-def check_new_remote(locations: list[str]) -> None:
+def check_new_remote(locations: list[str], options: Optional[BackendOptions] = None) -> None:
     """Every S3 disk to be made must be reachable with our credentials and
     empty: else ArchiveError naming it, before anything is written anywhere."""
     from .backends.s3 import open_s3
     for location in locations:
         if is_url(location):
-            why = open_s3(location, fetch=False).check_new()
+            why = open_s3(location, options, fetch=False).check_new()
             if why is not None:
                 raise ArchiveError(f"{location}: {why}; refusing to make a disk there")
 
 
-def not_empty(location: str) -> bool:
+def not_empty(location: str, options: Optional[BackendOptions] = None) -> bool:
     """Does this directory, or bucket (prefix), hold anything? (ArchiveError if
     the bucket cannot be asked.)"""
     if not is_url(location):
         return os.path.isdir(location) and bool(os.listdir(location))
     from .backends.s3 import open_s3
-    why = open_s3(location, fetch=False).check_new()
+    why = open_s3(location, options, fetch=False).check_new()
     if why is not None and not why.startswith(("not empty", "holds a webfs disk")):
         raise ArchiveError(f"{location}: {why}")
     return why is not None
 
 
-def make_disk_root(location: str) -> None:
+def make_disk_root(location: str, options: Optional[BackendOptions] = None) -> None:
     """Make the place a new disk's files go: its directory and meta/, or its
     bucket (if absent) and a fresh state directory; either private (``make_private``)."""
     if is_url(location):
         from .backends.s3 import open_s3
-        open_s3(location, fetch=False).create()         # its state directory is made 0700
+        open_s3(location, options, fetch=False).create()         # its state directory is made 0700
     else:
         os.makedirs(os.path.join(location, META), exist_ok=True)
         make_private(location)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .backends.s3 import ENV as S3_OPTIONS
+from .backends.options import ENV as S3_OPTIONS
 from .errors import ArchiveError
 from .heat import DEFAULT_K
 from .manifest import JOURNAL_LIMIT

@@ -14,35 +14,36 @@ import pyfuse3
 import trio
 
 from . import admin
-from .backends.s3 import configure as configure_s3
+from .backends.options import BackendOptions
 from .control import check_not_gone
 from .daemon import Daemon
 from .errors import ArchiveError, WebfsError
-from .locks import TAKE_ENV
 from .mountoptions import MountOptions
 
 log = logging.getLogger(__name__)
 
 
 def mount(disk: str, mountpoint: str, opts: MountOptions, admin_commands: dict[str, admin.AdminCommand],
-          foreground: bool = False) -> None:
+          backend_options: BackendOptions, foreground: bool = False) -> None:
     """Mount an archive; returns when unmounted (foreground) or once mounted
     (background). ``admin_commands`` (``webfs.admincommands.ADMIN_COMMANDS``, given by the
-    command line, which knows every command) are what its control socket runs."""
+    command line, which knows every command) are what its control socket runs;
+    ``backend_options``, what the command line read of S3 disks and leases,
+    with the mount's ``-o`` options on top (its daemon gets them as an argument)."""
     mnt = os.path.abspath(mountpoint)
     try:
-        configure_s3(opts.backend)
+        backend_options = backend_options.with_settings(opts.backend)
     except ValueError as exc:
         raise ArchiveError(str(exc)) from None
     if opts.take_lease:
-        os.environ[TAKE_ENV] = "1"
+        backend_options = backend_options.taking_lease()
     if not os.path.isdir(mnt):
         check_not_gone(mnt)
         raise ArchiveError(f"{mountpoint}: mount point is not a directory")
     if os.path.ismount(mnt):
         raise ArchiveError(f"{mountpoint}: something is already mounted there")
     if foreground:
-        _run(disk, mnt, opts, admin_commands, lambda: None)
+        _run(disk, mnt, opts, admin_commands, backend_options, lambda: None)
         return
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -67,7 +68,7 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, admin_commands: dict[s
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
-        _run(disk, mnt, opts, admin_commands, ready)
+        _run(disk, mnt, opts, admin_commands, backend_options, ready)
     except BaseException as exc:     # tell the parent, whatever it was
         status = 1
         # After ready() nobody reads the pipe and stderr is /dev/null: the log
@@ -129,9 +130,9 @@ def set_read_ahead(real_mnt: str, kb: int) -> None:
 
 
 def _run(disk: str, mnt: str, opts: MountOptions, admin_commands: dict[str, admin.AdminCommand],
-         ready) -> None:
+         backend_options: BackendOptions, ready) -> None:
     _return_big_buffers_to_the_system()
-    daemon = Daemon(disk, mnt, opts, admin_commands)
+    daemon = Daemon(disk, mnt, opts, admin_commands, backend_options)
     daemon.open()
     real_mnt = os.path.realpath(mnt)
     try:

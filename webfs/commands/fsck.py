@@ -42,6 +42,7 @@ from typing import Callable, Iterator, Optional
 from .. import codecs
 from ..backends.local import TMP_SUFFIX
 from ..archive import Archive
+from ..backends import BackendOptions
 from ..catalog import ARCHIVE_META, BlockRow, Catalog, catalog_path, check_catalog_file
 from ..errors import ArchiveError, CatalogUnreadable, CorruptBlock, WebfsError
 from ..namespace import NamespaceRows
@@ -70,10 +71,11 @@ class ReadOnlyStore(Store):
             shutil.rmtree(self.copy_dir, ignore_errors=True)
 
 
-def open_readonly(disk: str, holder: str = "webfs fsck") -> Store:
-    """Open the archive of ``disk`` for a check that writes nothing to any disk."""
+def open_readonly(disk: str, holder: str = "webfs fsck", options: Optional[BackendOptions] = None) -> Store:
+    """Open the archive of ``disk`` for a check that writes nothing to any disk
+    (S3 disks with ``options``)."""
     from ..parity import INTENT_FILE, Parity
-    archive = Archive.open(disk)
+    archive = Archive.open(disk, options=options)
     archive.lock(holder, write=False)
     copy_dir = ""
     try:

@@ -150,14 +150,15 @@ def add_disk(store: Store, progress: Progress, path: str, weight: float = 1.0) -
                                            == os.path.realpath(path)):
             raise ArchiveError(f"{path} is disk {d.index} of this archive already")
     if is_url(path):
-        check_new_remote([path])
+        check_new_remote([path], archive.backend_options)
     else:
         _check_new_disk(path, archive.conf.uuid)
     with MOVER:
-        make_disk_root(path)
+        make_disk_root(path, archive.backend_options)
         info = DiskInfo(max(archive.disk_indexes + [-1]) + 1, uuidmod.uuid4().hex, weight, path,
                         default_domain(path))
-        open_backend(path).write_atomic(DISK_ID_FILE, disk_id_text(archive.conf, info).encode(), fsync=True)
+        open_backend(path, options=archive.backend_options).write_atomic(
+            DISK_ID_FILE, disk_id_text(archive.conf, info).encode(), fsync=True)
         archive.attach(info)
         archive.save_config()
     res = Result([f"added disk {info.index} at {path} (weight {weight:g}, {private_note(path)}); "

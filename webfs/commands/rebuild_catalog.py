@@ -37,6 +37,7 @@ from typing import Callable, Optional
 
 from .. import signature as sigmod
 from ..archive import Archive
+from ..backends import BackendOptions
 from ..catalog import ARCHIVE_META, BlockRow, Catalog, catalog_path
 from ..errors import ArchiveError, CorruptBlock, CorruptParity
 from ..namespace import ROOT_INODE, NamespaceRows
@@ -385,11 +386,12 @@ class RebuildRefused(Exception):
 
 
 def rebuild_step(disk: str, repair: bool, force: bool, say: Callable[[str], None],
-                 problems: list[Problem], progress=None) -> Optional[int]:
+                 problems: list[Problem], progress=None, options: Optional[BackendOptions] = None) -> Optional[int]:
     """Run the rebuild (``repair``) or its read-only preview. Returns the exit
     status when fsck ends here (the preview), None when the new catalog is in
-    place and fsck goes on to check it. Unusable records go to ``problems``."""
-    archive = Archive.open(disk)
+    place and fsck goes on to check it. Unusable records go to ``problems``;
+    S3 disks are opened with ``options``."""
+    archive = Archive.open(disk, options=options)
     # Read-only first: a refused --repair writes nothing either (not even the lock's holder).
     archive.lock("webfs fsck --rebuild-catalog", write=False)
     scratch = tempfile.mkdtemp(prefix="webfs-rebuild-")

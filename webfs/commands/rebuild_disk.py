@@ -57,9 +57,10 @@ def replacement(store: Store, index: int, to: str) -> Volume:
             raise ArchiveError(f"disk {index} is present at {present.root}; 'webfs rebuild' "
                                "replaces a missing disk")
         return present
-    if not_empty(to):
+    options = archive.backend_options
+    if not_empty(to, options):
         try:
-            ident = read_disk_id(to)
+            ident = read_disk_id(to, options=options)
         except ArchiveError:
             ident = {}
         if ident.get("Archive") != archive.conf.uuid or ident.get("Disk") != info.uuid:
@@ -68,8 +69,8 @@ def replacement(store: Store, index: int, to: str) -> Volume:
         if not is_url(to):
             make_private(to)
     else:
-        make_disk_root(to)
-    backend = open_backend(to)
+        make_disk_root(to, options)
+    backend = open_backend(to, options=options)
     backend.write_atomic(REBUILD_MARKER, f"rebuild of disk {index} started {utc_timestamp()}; "
                          f"run 'webfs rebuild --disk {index} --to {to}' again to finish it\n".encode())
     backend.write_atomic(DISK_ID_FILE, disk_id_text(archive.conf, info).encode(), fsync=True)
