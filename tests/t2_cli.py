@@ -28,12 +28,16 @@ def test_wrong_arguments_are_usage_errors(tmp_path):
 def test_a_bad_setting_in_the_environment_is_one_line_and_touches_nothing(tmp_path):
     """The command line reads the S3 settings at its start: a value that is not
     one stops the command with a line naming the variable (exit 1), before
-    any disk is made; mount.webfs says the same as a mount failure (32)."""
+    any disk is made; a bad -o setting of a mount likewise, before it mounts;
+    mount.webfs says the same as a mount failure (32)."""
     env = dict(os.environ, WEBFS_S3_REQUESTS="many")
     proc = webfs("mkfs", tmp_path / "d0", env=env, check=False)
     assert proc.returncode == 1 and not (tmp_path / "d0").exists()
     assert proc.stderr.decode() == "webfs: WEBFS_S3_REQUESTS takes a whole number above 0, not 'many'\n"
     (tmp_path / "mnt").mkdir()
+    proc = webfs("mount", "-o", "s3_requests=0", tmp_path, tmp_path / "mnt", check=False)
+    assert proc.returncode == 1 and not os.path.ismount(tmp_path / "mnt")
+    assert proc.stderr.decode() == "webfs: s3_requests takes a whole number above 0, not '0'\n"
     proc = subprocess.run([str(BIN / "mount.webfs"), str(tmp_path / "d0"), str(tmp_path / "mnt")],
                           env=dict(os.environ, WEBFS_LEASE_RENEW="soon"), capture_output=True)
     assert proc.returncode == 32

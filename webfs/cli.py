@@ -17,12 +17,12 @@ import click
 from . import __version__, archive as archmod
 from . import control
 from .admin import human
+from .backends import options as backend_options
 from .cli_query import COMMANDS as QUERY_COMMANDS
 from .cli_warc import COMMANDS as WARC_COMMANDS
 from .commandline import (DiskPath, disk_location, import_target, open_store, options_given, progress_bar,
                           run_admin_command)
 from .errors import WebfsError
-from .backends import options as backend_options
 from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
 
 # The store, the admin commands and the daemon are loaded by the commands that
