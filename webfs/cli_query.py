@@ -67,7 +67,7 @@ def reindex(index_dir, as_json, target):
 # The options that choose a subset of the pages, and go on with a stopped
 # stream: webfs stream's and export-warc's.
 SUBSET_OPTIONS = (
-    click.option("--host", default=None, help="Only pages of HOST and its subdomains."),
+    click.option("--host", default=None, metavar="HOST", help="Only pages of HOST and its subdomains."),
     click.option("--since", default=None, metavar="DATE",
                  help="Only pages captured on or after DATE (2014, 20140301...)."),
     click.option("--until", default=None, metavar="DATE", help="Only pages captured on or before DATE."),

@@ -98,21 +98,29 @@ def pages(store, pos: Position) -> Iterator[tuple[str, int, Position]]:
     cat = indexer.open_catalog_reader(store)
     try:
         paths = indexer.Paths(cat)
-        after = (pos.grp, pos.ino)
-        while True:
-            rows = cat.files_in_group_order(pos.top_ino, after, PAGE)
-            if not rows:
-                return
-            for grp, ino in rows:
-                after = (grp, ino)
-                if chosen is not None and ino not in chosen:
-                    continue
-                path = paths(ino)
-                if path is None or "/" not in path or path.split("/")[1] == indexer.KEEP_DIR:
-                    continue            # not a page (webfs.indexer)
-                yield path, ino, pos.at(grp, ino)
+        for grp, ino in _files_in_order(cat, pos, chosen):
+            path = paths(ino)
+            if path is None or "/" not in path or path.split("/")[1] == indexer.KEEP_DIR:
+                continue            # not a page (webfs.indexer)
+            yield path, ino, pos.at(grp, ino)
     finally:
         cat.close()
+
+
+def _files_in_order(cat, pos: Position, chosen: Optional[set[int]]) -> Iterator[tuple[str, int]]:
+    """(group, inode) of the files of the snapshot after ``pos``, in the stream's
+    order: of a subset's files only (found by inode, not by walking the
+    archive's), or of every file, a ``PAGE`` at a time."""
+    after = (pos.grp, pos.ino)
+    if chosen is not None:
+        yield from sorted(r for r in cat.groups_of_files(sorted(chosen), pos.top_ino) if r > after)
+        return
+    while True:
+        rows = cat.files_in_group_order(pos.top_ino, after, PAGE)
+        if not rows:
+            return
+        yield from rows
+        after = rows[-1]
 
 
 def start(store, subset: str) -> Position:
