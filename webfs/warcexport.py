@@ -455,7 +455,7 @@ def stream_start(tree: DiskTree, subset: str, out: str, split: Optional[int], du
     options, the records without a capture file written (none yet), the files
     begun and the size of the last (none)."""
     pos = stream.start(tree.store, subset)
-    pos.place = {"collection": tree.name, "out": os.path.basename(out), "split": split,
+    pos.place = {"collection": _named(tree), "out": os.path.basename(out), "split": split,
                  "duplicates": duplicates, "heads": 0, "files": 0, "size": 0}
     return pos
 
@@ -472,9 +472,9 @@ def export_stream(tree: DiskTree, out: str, pos: Position, force: bool = False,
     if not tree.is_dir(KEEP_DIR):
         raise WebfsError(f"{tree.name}: not a collection made by import-warc (it has no {KEEP_DIR.decode()}/)")
     place = pos.place
-    if place["collection"] != tree.name or place["out"] != os.path.basename(out):
+    if place["collection"] != _named(tree) or place["out"] != os.path.basename(out):
         raise WebfsError(f"the token is of an export of {place['collection']} into {place['out']}, not of "
-                         f"{tree.name} into {os.path.basename(out)}")
+                         f"{_named(tree)} into {os.path.basename(out)}")
     files = OutFiles(out, place["split"], force)
     if place["files"]:
         files.reopen(place["files"], place["size"])
@@ -498,6 +498,11 @@ def export_stream(tree: DiskTree, out: str, pos: Position, force: bool = False,
     return _summary(figures)
 
 
+def _named(tree: DiskTree) -> str:
+    """The collection's path from the archive's root, as a token keeps it."""
+    return os.path.normpath("/" + tree.name.strip("/"))
+
+
 def _stream_records(tree: DiskTree, pos: Position, gz: bool) -> Iterator[tuple[tuple, Position]]:
     """(gzip member as ``_members`` gives it, the position after it) of each record
     the export stream at ``pos`` has still to send."""
@@ -518,8 +523,10 @@ def _stream_records(tree: DiskTree, pos: Position, gz: bool) -> Iterator[tuple[t
             rec = captures.get(path)
             if rec is None:
                 continue            # not a capture of this collection
+            where = None                # a record kept whole in the heads (a revisit...)
             rows = tree.ns.contents(ino) if rec[2].where == "file" else []
-            where = Where((stream.disk_of(rows), rows[0].sig if rows else ""), rows) if rec[2].where == "file" else None
+            if rec[2].where == "file":
+                where = Where((stream.disk_of(rows), rows[0].sig if rows else ""), rows)
             work = functools.partial(_members, tree, [(*rec, where)], place["duplicates"], gz)
             yield stream.disk_of(rows), work, after.at(after.grp, after.ino, dict(place))
 
