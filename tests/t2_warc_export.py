@@ -1,14 +1,19 @@
 """webfs export-warc on unmounted archives (DISK:/NAME): the order of the disks,
 and the failures that must leave no short file (an unwritable or full OUT, a
-capture that cannot be read, a stopped export). Through a mount: t4_warc_export;
+capture that cannot be read, a stopped export); an export over a subset, and
+one killed and resumed (--resume), with its failures. Through a mount:
+t4_warc_export, t4_stream (a subset export killed ten times beside cool);
 the daemon killed mid-export: t5_warc."""
 from __future__ import annotations
 
+import os
+import random
 import subprocess
+import zlib
 
 import pytest
 
-from conftest import REPO, make_archive, webfs
+from conftest import BIN, REPO, make_archive, webfs
 from t2_warc import imp, records_of, tree, write_warc
 from webfs import admin, urlpath, warcexport
 from webfs.assembly import OpenArchive, open_archive
@@ -160,3 +165,136 @@ def test_export_keeps_the_import_order_and_writes_plain_warc_for_dot_warc(tmp_pa
     webfs("export-warc", "--split", "1K", f"{disks[0]}:/c", tmp_path / "part.warc")
     parts = sorted(tmp_path.glob("part-*.warc"))
     assert len(parts) > 1 and all(p.read_bytes().startswith(b"WARC/1") for p in parts)
+
+
+# ---------------------------------------------------------------- over a subset, resumed
+
+def run_until(args, kill_after, out=subprocess.DEVNULL, command="stream") -> tuple[str, int] | None:
+    """Run webfs stream (or export-warc as a stream); have it SIGKILL itself
+    right after its ``kill_after``-th token (the kill point stream-after-token;
+    None: run to the end). The last (token, bytes) it printed, None if it
+    finished."""
+    env = dict(os.environ, WEBFS_TEST_KILL_AT=f"stream-after-token:{kill_after}") if kill_after else None
+    proc = subprocess.run([str(BIN / "webfs"), command, *map(str, args)], stdout=out, stderr=subprocess.PIPE,
+                          env=env)
+    said = proc.stderr.splitlines()
+    tokens = [line.split()[1:] for line in said if line.startswith(b"resume ")]
+    if kill_after is None or len(tokens) < kill_after:
+        assert proc.returncode == 0, b"\n".join(said[-3:])
+        return None
+    assert proc.returncode == -9 and len(tokens) == kill_after, said[-3:]
+    return tokens[-1][0].decode(), int(tokens[-1][1])
+
+
+def gzip_members(data: bytes) -> list[bytes]:
+    """A file of gzip members, member by member."""
+    out = []
+    while data:
+        d = zlib.decompressobj(31)
+        d.decompress(data)
+        assert d.eof, "a gzip member cut short"
+        end = len(data) - len(d.unused_data)
+        out.append(data[:end])
+        data = data[end:]
+    return out
+
+
+
+def _two_crawls(tmp_path, disks: int = 3):
+    """A collection of two WARCs, a month apart, of four hosts (one record of each
+    other type too); the disks, and each WARC's records by id."""
+    d = make_archive(tmp_path, disks)
+    jan = write_warc(tmp_path / "jan.warc.gz", [(f"http://site{i % 4}.org/p{i}", b"<title>jan %d</title>" % i
+                                                 + (b" zebra" if i == 7 else b"")) for i in range(40)],
+                     every_type=True)
+    feb = write_warc(tmp_path / "feb.warc.gz", [(f"http://site{i % 4}.org/p{i}", b"<title>feb %d</title>" % i)
+                                                for i in range(40)], date="2024-02-01T12:00:00Z", start=500)
+    imp(d[0], jan, check=True)
+    imp(d[0], feb, check=True)
+    return d, {r["id"]: r for src in (jan, feb) for r in records_of(src)}
+
+
+def test_a_subset_export_has_the_records_of_the_captures_chosen(tmp_path):
+    disks, by_id = _two_crawls(tmp_path)
+    for options, chosen in [(["--host", "site2.org"], lambda r: "//site2.org/" in r["uri"]),
+                            (["--since", "202402"], lambda r: r["date"].startswith("2024-02")),
+                            (["--until", "20240131", "--host", "site3.org"],
+                             lambda r: r["date"].startswith("2024-01") and "//site3.org/" in r["uri"]),
+                            (["--query", "zebra"], lambda r: r["uri"] == "http://site3.org/p7" and "-01-" in r["date"])]:
+        out = tmp_path / "out.warc.gz"
+        proc = webfs("export-warc", *options, f"{disks[0]}:/c", out)
+        got = records_of(out)
+        want = [r for r in by_id.values() if r["type"] in ("response", "resource", "revisit") and r["uri"]
+                and chosen(r)]
+        assert sorted(r["id"] for r in got) == sorted(r["id"] for r in want) and got, options
+        assert all(r == by_id[r["id"]] for r in got)
+        assert proc.stderr.count(b"resume ") == len(got)
+        out.unlink()
+
+
+def test_a_resumable_export_killed_again_and_again_is_the_whole_export(tmp_path):
+    """Killed (SIGKILL after a token) among the records without a capture file
+    and among the captures, across --split files: the files, finished, hold the
+    members of an uninterrupted export, each once."""
+    disks, _ = _two_crawls(tmp_path)
+    webfs("export-warc", "--resumable", "--split", "4K", f"{disks[0]}:/c", tmp_path / "whole.warc.gz")
+    whole = sorted(sum((gzip_members(p.read_bytes()) for p in tmp_path.glob("whole-*.warc.gz")), []))
+    token, rng = None, random.Random(26)
+    for kill_after in [1, 3, 40, 2, 17, 25, 1, None]:   # 84 records without a capture file, 82 with
+        args = ["--resume", token[0]] if token else ["--resumable", "--split", "4K"]
+        token = run_until(args + [f"{disks[0]}:/c", tmp_path / "out.warc.gz"], kill_after, command="export-warc")
+        if token:                   # what the killed run wrote past its last token is cut off again
+            last = sorted(tmp_path.glob("out-*.warc.gz.part"))[-1]
+            with open(last, "ab") as f:
+                f.write(bytes(rng.randrange(256) for _ in range(100)))
+    parts = sorted(tmp_path.glob("out-*.warc.gz"))
+    got = sorted(sum((gzip_members(p.read_bytes()) for p in parts), []))
+    assert len(parts) > 3 and not list(tmp_path.glob("*.part"))
+    assert len(got) == len(whole) == (1 + 80 + 4) + (1 + 80) and got == whole
+
+
+def test_what_resume_refuses(tmp_path):
+    disks, _ = _two_crawls(tmp_path, 2)
+    coll, out = f"{disks[0]}:/c", tmp_path / "out.warc.gz"
+    token, size = run_until(["--host", "site1.org", coll, out], 3, command="export-warc")
+    stream_token = run_until([disks[0]], 1)[0]
+    for args, said in [(["--resume", stream_token, coll, out], "a token of webfs stream, not of export-warc"),
+                       (["--resume", token, coll, tmp_path / "other.warc.gz"],
+                        "the token is of an export of /c into out.warc.gz, not of /c into other.warc.gz"),
+                       (["--resume", "bm90IGEgdG9rZW4", coll, out], "not a token printed by export-warc")]:
+        assert said in _one_error_line(webfs("export-warc", *args, check=False))
+    proc = webfs("stream", "--resume", token, disks[0], check=False)
+    assert "a token of export-warc, not of webfs stream" in _one_error_line(proc)
+    for args in (["--resume", token, "--host", "x.org"], ["--order", "source", "--host", "x.org"]):
+        assert webfs("export-warc", *args, coll, out, check=False).returncode == 2
+    part = tmp_path / "out.warc.gz.part"
+    part.write_bytes(part.read_bytes()[:100])
+    proc = webfs("export-warc", "--resume", token, coll, out, check=False)
+    assert f"out.warc.gz.part: 100 bytes, fewer than the {size} the token says were written" in \
+        _one_error_line(proc)
+    part.unlink()
+    proc = webfs("export-warc", "--resume", token, coll, out, check=False)
+    assert "out.warc.gz.part: not there (or not a file)" in _one_error_line(proc)
+    assert not out.exists()
+
+
+def test_a_subset_export_that_fails_keeps_its_part_to_resume(tmp_path):
+    """OUT's disk full: the export says so in one line and keeps OUT.part; with
+    room again, --resume finishes it as an export that never failed."""
+    disks, _ = _two_crawls(tmp_path, 2)
+    coll = f"{disks[0]}:/c"
+    webfs("export-warc", "--since", "2024", coll, tmp_path / "whole.warc.gz")
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(small)], check=True)
+    try:
+        proc = webfs("export-warc", "--since", "2024", coll, small / "out.warc.gz", check=False)
+        line = _one_error_line(proc, warnings=sum(ln.startswith(b"resume ") for ln in proc.stderr.splitlines()))
+        assert "cannot write: No space left on device; kept" in line and "out.warc.gz.part" in line
+        token = proc.stderr.decode().splitlines()[-2].split()[1]
+        subprocess.run(["mount", "-o", "remount,size=1m", str(small)], check=True)
+        webfs("export-warc", "--resume", token, coll, small / "out.warc.gz")
+        assert sorted(gzip_members((small / "out.warc.gz").read_bytes())) == \
+            sorted(gzip_members((tmp_path / "whole.warc.gz").read_bytes()))
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)

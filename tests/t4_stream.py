@@ -1,6 +1,7 @@
-"""webfs stream through a real mount: killed at random points and resumed, the
-concatenated output holds every page of the snapshot exactly once, while
-cp -r adds pages and webfs cool moves groups beside it."""
+"""webfs stream and export-warc over a subset through a real mount: killed at
+random points and resumed, the concatenated output holds every page (every
+capture's record) of the snapshot exactly once, while cp -r and import-warc
+add pages and webfs cool moves groups beside it."""
 from __future__ import annotations
 
 import io
@@ -13,6 +14,8 @@ import tarfile
 import pytest
 
 from conftest import BIN, Mounted, webfs
+from t2_warc import records_of, write_warc
+from t2_warc_export import gzip_members, run_until
 
 
 def make_crawl(root, name: str, n: int):
@@ -23,28 +26,10 @@ def make_crawl(root, name: str, n: int):
     return root / name
 
 
-def run_until(args, kill_after, out) -> tuple[str, int] | None:
-    """Run webfs stream; SIGKILL it after ``kill_after`` pages (None: to the end).
-    The last (token, bytes) it printed, None if it finished."""
-    proc = subprocess.Popen([str(BIN / "webfs"), "stream", *map(str, args)], stdout=out,
-                            stderr=subprocess.PIPE)
-    last, seen = None, 0
-    for line in proc.stderr:
-        if line.startswith(b"resume "):
-            _, token, written = line.split()
-            last, seen = (token.decode(), int(written)), seen + 1
-            if kill_after is not None and seen >= kill_after:
-                proc.kill()
-                break
-    proc.wait()
-    return last if kill_after is not None and seen >= kill_after else None
-
-
-def busy_beside(m, later, log):
+def busy_beside(m, later, log, old="old/http/site[0-2].example"):
     """cp -r of a new crawl into the mount, and reads then webfs cool, five times."""
-    old = m.mnt / "old" / "http"
     return subprocess.Popen(
-        f"cp -r '{later}' '{m.mnt}/' && for i in 1 2 3 4 5; do cat '{old}'/site[0-2].example/* >/dev/null; "
+        f"cp -r '{later}' '{m.mnt}/' && for i in 1 2 3 4 5; do cat '{m.mnt}'/{old}/* >/dev/null; "
         f"'{BIN}/webfs' cool --delta 0 '{m.mnt}' >>'{log}' 2>&1; done", shell=True)
 
 
@@ -96,3 +81,47 @@ def test_a_token_that_is_not_one(tmp_path):
     proc = webfs("stream", "--resume", "bm90IGEgdG9rZW4", m.disks[0], check=False)
     assert proc.returncode == 1 and b"not a token printed by webfs stream" in proc.stderr
     assert webfs("stream", "--query", "date:x", m.disks[0], check=False).returncode == 2
+
+
+def test_a_killed_subset_export_resumes_with_every_record_once(tmp_path):
+    """export-warc --host, killed ten times at random records (SIGKILL after a
+    token) and resumed, while import-warc adds captures of the same host to the
+    collection, cp -r adds pages and webfs cool moves groups: the finished OUT
+    holds the records of the host's captures at the start, each once, each the
+    very gzip member an uninterrupted export writes."""
+    pages = [(f"http://site{i % 4}.org/p{i}.html", b"<html><title>p %d</title>%s</html>" % (i, os.urandom(300).hex().encode()))
+             for i in range(240)]
+    later_pages = [(f"http://site1.org/new{i}.html", b"<html>new %d</html>" % i) for i in range(60)]
+    src = write_warc(tmp_path / "a.warc.gz", pages)
+    later = write_warc(tmp_path / "b.warc.gz", later_pages, date="2024-02-01T12:00:00Z", start=1000)
+    m = Mounted(tmp_path, disks=3, mount=False)
+    webfs("import-warc", "--collection", "c", src, f"{m.disks[0]}:/")
+    m.mount()
+    crawl, log = make_crawl(tmp_path / "src", "plain", 200), tmp_path / "cool.log"
+    whole = tmp_path / "whole.warc.gz"
+    webfs("export-warc", "--host", "site1.org", m.mnt / "c", whole)
+    out, token, beside, rng = tmp_path / "out.warc.gz", None, None, random.Random(2604)
+    try:
+        for run in range(11):
+            args = (["--resume", token[0]] if token else ["--host", "site1.org"]) + [m.mnt / "c", out]
+            token = run_until(args, rng.randint(1, 8) if run < 10 else None, command="export-warc")
+            if beside is None:          # the export has started: what is added now is not in it
+                webfs("import-warc", "--collection", "c", later, m.mnt)
+                beside = busy_beside(m, crawl, log, "c/http/site[0-3].org")
+            if token is None:
+                break
+            assert (tmp_path / "out.warc.gz.part").stat().st_size >= token[1]
+        assert run == 10 and not (tmp_path / "out.warc.gz.part").exists()
+        assert beside.wait() == 0
+        assert sum(int(n) for n in re.findall(r"(\d+) group\(s\) moved", log.read_text())) > 0, log.read_text()
+        got, want = gzip_members(out.read_bytes()), gzip_members(whole.read_bytes())
+        assert len(got) == len(set(got)) == 60                  # the host's 60 captures, each once
+        assert sorted(got) == sorted(want)                      # byte-identical per record
+        by_id = {r["id"]: r for r in records_of(src)}
+        for r in records_of(out):
+            assert r == by_id[r["id"]] and "site1.org" in r["uri"]
+        assert webfs("versions", "http://site1.org/new3.html", m.mnt).returncode == 0   # imported meanwhile
+    finally:
+        if beside is not None:
+            beside.wait()
+        m.umount()

@@ -582,6 +582,18 @@ class Catalog:
             "AND i.id <= ? AND (coalesce(b.grp, ''), i.id) > (?, ?) "
             "ORDER BY coalesce(b.grp, ''), i.id LIMIT ?", (top_ino, after[0], after[1], most))
 
+    def groups_of_files(self, inos: list[int], top_ino: int) -> list[tuple[str, int]]:
+        """(placement group of the first block, inode) of those of ``inos`` that
+        are regular files numbered up to ``top_ino`` (a subset's, webfs.stream)."""
+        out: list[tuple[str, int]] = []
+        for i in range(0, len(inos), 500):
+            part = inos[i:i + 500]
+            out += self.query(
+                "SELECT coalesce(b.grp, ''), i.id FROM inodes i LEFT JOIN contents c ON c.inode = i.id "
+                f"AND c.piece = 0 LEFT JOIN blocks b ON b.id = c.block WHERE (i.mode & {0o170000}) = {0o100000} "
+                f"AND i.nlink > 0 AND i.id <= ? AND i.id IN ({','.join('?' * len(part))})", (top_ino, *part))
+        return [tuple(r) for r in out]
+
     def top_inode(self) -> int:
         return self.scalar("SELECT max(id) FROM inodes") or 0
 

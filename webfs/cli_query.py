@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from . import control
+from . import control, testkill
 from .backends import is_url
 from .commandline import DiskPath, options_given, run_admin_command
 from .errors import WebfsError
@@ -22,6 +22,8 @@ TARGET = click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exist
 def check_query(ctx, param, value):
     """A QUERY that does not parse is a usage error (exit 2)."""
     from .query import BadQuery, compile_query
+    if value is None:
+        return value
     try:
         compile_query(value)
     except BadQuery as exc:
@@ -62,16 +64,50 @@ def reindex(index_dir, as_json, target):
                   index_dir=os.path.abspath(index_dir) if index_dir else None)
 
 
+# The options that choose a subset of the pages, and go on with a stopped
+# stream: webfs stream's and export-warc's.
+SUBSET_OPTIONS = (
+    click.option("--host", default=None, metavar="HOST", help="Only pages of HOST and its subdomains."),
+    click.option("--since", default=None, metavar="DATE",
+                 help="Only pages captured on or after DATE (2014, 20140301...)."),
+    click.option("--until", default=None, metavar="DATE", help="Only pages captured on or before DATE."),
+    click.option("--query", "query_text", default=None, metavar="QUERY", help="Only pages that answer QUERY."),
+    click.option("--resume", default=None, metavar="TOKEN",
+                 help="Go on after the page (or record) a token was printed for, the subset the token's."),
+)
+
+
+def subset_options(command):
+    for option in reversed(SUBSET_OPTIONS):
+        command = option(command)
+    return command
+
+
+def subset_of(host, collection, since, until, query_text, resume) -> str:
+    """The subset asked for as one query (webfs.stream.subset_query); a QUERY that
+    does not parse, or a subset beside --resume, is a usage error (exit 2)."""
+    from .stream import subset_query
+    subset = subset_query(host, collection, since, until, query_text)
+    if subset and resume:
+        raise click.UsageError("--resume goes on with the subset of its token: give no other")
+    if subset:
+        check_query(None, None, subset)
+    return subset
+
+
+def print_token(token: str, written: int) -> None:
+    """The line 'resume TOKEN BYTES' on stderr, after a page or record is written."""
+    sys.stderr.write(f"resume {token} {written}\n")
+    sys.stderr.flush()
+    testkill.point("stream-after-token")
+
+
 @click.command()
-@click.option("--host", default=None, help="Only pages of HOST and its subdomains.")
+@subset_options
 @click.option("--collection", default=None, metavar="NAME", help="Only pages of the collection NAME.")
-@click.option("--since", default=None, metavar="DATE", help="Only pages captured on or after DATE (2014, 20140301...).")
-@click.option("--until", default=None, metavar="DATE", help="Only pages captured on or before DATE.")
-@click.option("--query", "query_text", default=None, metavar="QUERY", help="Only pages that answer QUERY.")
 @click.option("--tar", "as_tar", is_flag=True, help="Write the pages as a tar archive instead of their paths.")
-@click.option("--resume", default=None, metavar="TOKEN", help="Go on after the page a token was printed for.")
 @TARGET
-def stream(host, collection, since, until, query_text, as_tar, resume, target):
+def stream(host, since, until, query_text, resume, collection, as_tar, target):
     """Print the path of every page of TARGET (or of a subset), or write
     the pages as a tar archive (--tar), in the signature tree's order, each
     exactly once: pages added after the stream started are not sent,
@@ -79,16 +115,14 @@ def stream(host, collection, since, until, query_text, as_tar, resume, target):
     After each page, a line 'resume TOKEN BYTES' on stderr: 'webfs stream
     --resume TOKEN' sends the pages after it, and BYTES is how much of
     this run's output they follow."""
-    from .stream import Position, start, subset_query
-    store, prefix = _open_for_reading(target)
+    from .assembly import open_archive
+    from .stream import Position, start
+    subset = subset_of(host, collection, since, until, query_text, resume)
+    testkill.arm()
+    disk, prefix = disk_of(target)
+    store = open_archive(disk, lock=False, options=options_given())
     try:
-        if resume:
-            pos = Position.from_token(resume)
-        else:
-            try:
-                pos = start(store, subset_query(host, collection, since, until, query_text))
-            except WebfsError as exc:
-                raise click.BadParameter(str(exc)) from None
+        pos = Position.from_token(resume) if resume else start(store, subset)
         _send(store, pos, prefix, as_tar)
     finally:
         store.close()
@@ -110,18 +144,16 @@ def _send(store, pos, prefix: str, as_tar: bool) -> None:
         out.write(chunk)
         out.flush()
         written += len(chunk)
-        sys.stderr.write(f"resume {after.token()} {written}\n")
-        sys.stderr.flush()
+        print_token(after.token(), written)
     if as_tar:
         out.write(TAR_END)
         out.flush()
 
 
-def _open_for_reading(target: str):
-    """(the archive of a disk or mount point opened for reading, the prefix of its paths)."""
-    from .assembly import open_archive
+def disk_of(target: str) -> tuple[str, str]:
+    """(a disk of the archive of a disk or mount point, to open it for reading, the
+    prefix of its paths)."""
     if control.is_mountpoint(target):
         disks = control.call(target, "status", {}).figures["disks"]
-        disk = next(d["path"] for d in disks if d["state"] == "present")
-        return open_archive(disk, lock=False, options=options_given()), os.path.abspath(target)
-    return open_archive(target, lock=False, options=options_given()), "/"
+        return next(d["path"] for d in disks if d["state"] == "present"), os.path.abspath(target)
+    return target, "/"

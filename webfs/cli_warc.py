@@ -12,9 +12,10 @@ import sys
 
 import click
 
-from . import control
+from . import control, testkill
 from .archive import archive_place
 from .backends import is_url
+from .cli_query import disk_of, print_token, subset_of, subset_options
 from .commandline import (DiskPath, import_target, mount_of, print_result, progress_bar,
                           run_admin_command)
 from .errors import WebfsError
@@ -47,15 +48,19 @@ def import_warc(collection, as_json, sources, dest):
               help="Start a new file (OUT-00001.warc.gz, ...) after SIZE bytes (e.g. 1G).")
 @click.option("--duplicates", type=click.Choice(["revisit", "full"]), default="revisit", show_default=True,
               help="Write revisits as revisit records, or as full response records with their payload.")
-@click.option("--order", type=click.Choice(["source", "disk"]), default="source", show_default=True,
-              help="Records in the order of their source files, or captures disk by disk in turn, "
-                   "each disk's in the order of its signature tree.")
+@click.option("--order", type=click.Choice(["source", "disk"]), default=None,
+              help="Records in the order of their source files (the default), or captures disk by disk in "
+                   "turn, each disk's in the order of its signature tree (a subset's, always).")
+@subset_options
+@click.option("--resumable", is_flag=True,
+              help="Write the whole collection as a stream that --resume can go on with (as a subset is).")
 @click.option("--force", is_flag=True,
               help="Replace an OUT (or OUT.part) already there; without it, such a name is refused.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("collection", metavar="COLLECTION")
 @click.argument("out", metavar="OUT.warc.gz")
-def export_warc(split, duplicates, order, force, as_json, collection, out):
+def export_warc(split, duplicates, order, host, since, until, query_text, resume, resumable, force, as_json,
+                collection, out):
     """Write COLLECTION (a directory in a mount, or DISK:/NAME) as WARC,
     one gzip member per record: each record byte-identical to the one
     imported where the kept bytes allow, otherwise a valid WARC/1.1 record
@@ -66,8 +71,16 @@ def export_warc(split, duplicates, order, force, as_json, collection, out):
     renamed when complete; an export that fails leaves no OUT.part and an
     OUT already there as it was. An OUT or OUT.part already there is refused
     unless --force (which replaces the name, never a symlink's target).
+
+    With --host, --since, --until or --query, only the records of the
+    captures chosen, as webfs stream sends its pages: read from the disks
+    one reader per disk, each capture of the archive as it was at the start
+    exactly once. Such an export (or one --resumable) prints 'resume TOKEN
+    BYTES' on stderr after each record and keeps its OUT.part when stopped,
+    failed or killed: --resume TOKEN cuts OUT.part back to BYTES and goes on.
     """
     from . import warc, warcexport
+    subset = subset_of(host, None, since, until, query_text, resume)
     size = None
     if split:
         m = re.fullmatch(r"([0-9]+)([KMGT]?)i?B?", split.upper())
@@ -75,7 +88,11 @@ def export_warc(split, duplicates, order, force, as_json, collection, out):
             raise WebfsError(f"--split {split}: not a size (e.g. 500M, 1G)")
         size = int(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " ")
     out = os.path.abspath(out)
-    options = dict(out=out, split=size, duplicates=duplicates, order=order, force=force)
+    if subset or resume or resumable:
+        if order == "source":
+            raise click.UsageError("a subset or resumable export is written in disk order; not --order source")
+        _export_stream(collection, out, subset, resume, force, as_json, split=size, duplicates=duplicates)
+    options = dict(out=out, split=size, duplicates=duplicates, order=order or "source", force=force)
     place = archive_place(collection)
     if place is not None:
         target, inside = place
@@ -108,6 +125,31 @@ def export_warc(split, duplicates, order, force, as_json, collection, out):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name)
         raise WebfsError(f"{exc}; removed the incomplete {', '.join(left)}" if left else str(exc)) from None
+
+
+def _export_stream(collection: str, out: str, subset: str, resume, force: bool, as_json: bool, **options) -> None:
+    """export-warc as a restartable stream (webfs.warcexport.export_stream), read
+    from the archive's disks by this process, as webfs stream is."""
+    from . import warcexport
+    from .stream import Position
+    from .warc import DiskTree
+    place = archive_place(collection)
+    if place is None:
+        found = mount_of(collection) if os.path.isdir(collection) else None
+        if found is None:
+            control.check_not_gone(collection)
+            raise WebfsError(f"{collection}: not in a webfs mount, and not DISK:/NAME of an archive "
+                             "(a subset export reads the archive's catalog)")
+        place = disk_of(found[0])[0], found[1]
+    pos = Position.from_token(resume, "export-warc") if resume else None
+    testkill.arm()
+    tree = DiskTree(*place)
+    try:
+        pos = pos or warcexport.stream_start(tree, subset, out, options["split"], options["duplicates"])
+        result = warcexport.export_stream(tree, out, pos, force, print_token)
+    finally:
+        tree.close()
+    print_result(result, as_json)
 
 
 @click.command()

@@ -1,5 +1,5 @@
 """A test-only kill switch: the daemon kills itself at a named point (and
-import-warc's reading process, at its one point).
+import-warc's reading process, and the stream commands, at their one point).
 
 Like SnapRAID's ``--test-kill-after-sync``: tests set ``WEBFS_TEST_KILL_AT``
 to one of ``POINTS`` (optionally ``POINT:N``, the N-th time it is reached;
@@ -29,6 +29,7 @@ POINTS = {
     "checkpoint-after-manifest": "the new MANIFEST is on the first disk; its JOURNAL not yet cut",
     "checkpoint-after-journal": "MANIFEST and JOURNAL are replaced on the first disk; not on the others",
     "export-after-member": "export-warc wrote a record's gzip member into its OUT.part file",
+    "stream-after-token": "webfs stream, or export-warc as a stream, printed a resume token",
     "warc-reader-after-batch": "import-warc's reading process sent a batch of records",
 }
 

@@ -314,6 +314,10 @@ class DiskTree:
             self.close()
             raise
 
+    def inode(self, rel: bytes) -> int:
+        """The inode number of a path of the collection (FsError if none)."""
+        return self._ino(rel)
+
     def _ino(self, rel: bytes) -> int:
         ino = self.top
         for part in [p for p in rel.split(b"/") if p]:

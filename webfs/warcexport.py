@@ -2,11 +2,15 @@
 record from what webfs.warc says it keeps (the kept header blocks, the
 capture files' bytes), each record as a gzip member (the source's very
 member when its recipe makes it again), into files that take their names
-only once the last record is written.
+only once the last record is written. The whole collection in its sources'
+order or disk by disk (``export_tree``); or a subset of its captures, or
+all of it, as a restartable stream (``export_stream``, after webfs.stream).
 """
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import os
 import re
 import stat
@@ -15,7 +19,7 @@ import time
 import zlib
 from typing import Iterator, Optional
 
-from . import admin
+from . import admin, stream
 from .admin import human
 from .errors import FsError, WebfsError
 from .files import create_new, publish
@@ -24,6 +28,7 @@ from .assembly import OpenArchive
 from .warc import (HEADS_SUFFIX, INDEX_SUFFIX, KEEP_DIR, DiskTree, IndexLine, Where, parse_index,
                    sources_in_import_order)
 from .warcread import arc_fields
+from .stream import Position
 
 
 GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"   # what zlib writes for a level-6 member
@@ -227,9 +232,10 @@ class OutFiles:
         except OSError as exc:
             raise self._failed(exc) from None
 
-    def check(self, name: str) -> None:
+    def check(self, name: str, part_too: bool = True) -> None:
         """Refuse a name the export may not take, or its .part (before anything is written)."""
-        self._refuse_part(name)
+        if part_too:
+            self._refuse_part(name)
         try:
             st = os.lstat(name)
         except FileNotFoundError:
@@ -273,6 +279,55 @@ class OutFiles:
                     fh.close()
                 raise self._failed(exc) from None
             fh.close()
+
+    def reopen(self, count: int, size: int) -> None:
+        """Go on with an export stopped after ``size`` bytes of its ``count``-th
+        file: its .part files are there, the last one cut back to ``size`` (what
+        was written after the last token is written again)."""
+        self.names = [self.name(n) for n in range(1, count + 1)]
+        for name in self.names:
+            self.check(name, part_too=False)
+            if not os.path.isfile(name + PART_SUFFIX) or os.path.islink(name + PART_SUFFIX):
+                raise WebfsError(f"{name}{PART_SUFFIX}: not there (or not a file); the export cannot go on "
+                                 "without it: start it again")
+        for n in itertools.count(count + 1):     # begun by the stopped run after its last token
+            later = self.name(n) + PART_SUFFIX
+            if self.split is None or not os.path.isfile(later) or os.path.islink(later):
+                break
+            os.unlink(later)
+        if not count:
+            return
+        last = self.names[-1] + PART_SUFFIX
+        try:
+            fd = os.open(last, os.O_WRONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise self._failed(exc, self.names[-1]) from None
+        have = os.fstat(fd).st_size
+        if have < size:
+            os.close(fd)
+            raise WebfsError(f"{last}: {have} bytes, fewer than the {size} the token says were written: "
+                             "not the file that export wrote")
+        os.ftruncate(fd, size)
+        os.lseek(fd, size, os.SEEK_SET)
+        self.fh = open(fd, "wb", buffering=1 << 20)
+
+    def written(self) -> tuple[int, int]:
+        """(files begun, bytes of the last) with every byte handed to the system."""
+        if self.fh is None:
+            return len(self.names), 0
+        try:
+            self.fh.flush()
+        except OSError as exc:
+            raise self._failed(exc) from None
+        return len(self.names), self.fh.tell()
+
+    def keep(self) -> list[str]:
+        """Stop, leaving the .part files for a resumed export; their names."""
+        fh, self.fh = self.fh, None
+        if fh is not None:
+            with contextlib.suppress(OSError):
+                fh.close()
+        return [name + PART_SUFFIX for name in self.names if os.path.lexists(name + PART_SUFFIX)]
 
     def _failed(self, exc: OSError, name: Optional[str] = None) -> WebfsError:
         name = name or self.name(max(1, len(self.names)))
@@ -349,10 +404,7 @@ def export_tree(tree, out: str, split: Optional[int] = None, duplicates: str = "
         for member, identical, same_member, size in collection_members(tree, duplicates, order, files.gz):
             files.write(member)
             testkill.point("export-after-member")
-            figures["records"] += 1
-            figures["identical"] += identical
-            figures["gzip_identical"] += same_member
-            figures["bytes"] += size
+            _count(figures, identical, same_member, size)
             if progress.stopping:
                 raise WebfsError(f"stopped before the end; {out} not written")
             if time.monotonic() - last >= PROGRESS_EVERY:      # not a socket write per record
@@ -363,11 +415,22 @@ def export_tree(tree, out: str, split: Optional[int] = None, duplicates: str = "
         files.discard()
         raise
     progress.advance(figures["records"] - told)
+    return _summary(figures)
+
+
+def _summary(figures: dict) -> admin.Result:
     share = figures["identical"] / figures["records"] if figures["records"] else 1.0
     return admin.Result([f"exported {figures['records']} records ({human(figures['bytes'])}) into "
                          f"{len(figures['files'])} file(s); {figures['identical']} ({share:.0%}) byte-identical "
                          f"to the records imported, {figures['gzip_identical']} of them in the very gzip "
                          "member of the source"], 0, figures)
+
+
+def _count(figures: dict, identical: bool, same_member: bool, size: int) -> None:
+    figures["records"] += 1
+    figures["identical"] += identical
+    figures["gzip_identical"] += same_member
+    figures["bytes"] += size
 
 
 def _gzip_member(data: bytes, recipe: bytes) -> tuple[bytes, bool]:
@@ -382,3 +445,90 @@ def _gzip_member(data: bytes, recipe: bytes) -> tuple[bytes, bool]:
     c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
     member = head + c.compress(data) + c.flush() + struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF)
     return member, crc is not None and zlib.crc32(member) == crc
+
+
+# ---------------------------------------------------------------- a restartable stream of records (webfs.stream)
+
+def stream_start(tree: DiskTree, subset: str, out: str, split: Optional[int], duplicates: str) -> Position:
+    """A new export stream's position: the stream's snapshot of the archive
+    (webfs.stream.start), and its own place: the collection, the export's
+    options, the records without a capture file written (none yet), the files
+    begun and the size of the last (none)."""
+    pos = stream.start(tree.store, subset)
+    pos.place = {"collection": _named(tree), "out": os.path.basename(out), "split": split,
+                 "duplicates": duplicates, "heads": 0, "files": 0, "size": 0}
+    return pos
+
+
+def export_stream(tree: DiskTree, out: str, pos: Position, force: bool = False,
+                  on_token=None) -> admin.Result:
+    """Write, into ``out``, the records the export stream at ``pos`` has still to
+    send: for the whole collection (no subset) first its records without a
+    capture file (warcinfo, request, metadata...), in source order; then the
+    records of the captures the stream sends (a subset's, or all), in its
+    order, read by one thread per disk. After each record ``on_token(token,
+    bytes of the last file)``. Stopped or failed, the .part files stay, to be
+    gone on with by ``--resume``; a new name is taken as in ``export_tree``."""
+    if not tree.is_dir(KEEP_DIR):
+        raise WebfsError(f"{tree.name}: not a collection made by import-warc (it has no {KEEP_DIR.decode()}/)")
+    place = pos.place
+    if place["collection"] != _named(tree) or place["out"] != os.path.basename(out):
+        raise WebfsError(f"the token is of an export of {place['collection']} into {place['out']}, not of "
+                         f"{_named(tree)} into {os.path.basename(out)}")
+    files = OutFiles(out, place["split"], force)
+    if place["files"]:
+        files.reopen(place["files"], place["size"])
+    else:
+        files.check(files.name(1))
+    figures = {"records": 0, "identical": 0, "gzip_identical": 0, "bytes": 0, "files": []}
+    try:
+        for (member, identical, same_member, size), after in _stream_records(tree, pos, files.gz):
+            files.write(member)
+            _count(figures, identical, same_member, size)
+            after.place["files"], after.place["size"] = files.written()
+            if on_token is not None:
+                on_token(after.token(), after.place["size"])
+        figures["files"] = files.finish()
+    except BaseException as exc:
+        kept = files.keep()
+        if isinstance(exc, WebfsError) and kept:
+            raise WebfsError(f"{exc}; kept {', '.join(kept)}: give --resume the last token printed "
+                             "to go on") from None
+        raise
+    return _summary(figures)
+
+
+def _named(tree: DiskTree) -> str:
+    """The collection's path from the archive's root, as a token keeps it."""
+    return os.path.normpath("/" + tree.name.strip("/"))
+
+
+def _stream_records(tree: DiskTree, pos: Position, gz: bool) -> Iterator[tuple[tuple, Position]]:
+    """(gzip member as ``_members`` gives it, the position after it) of each record
+    the export stream at ``pos`` has still to send."""
+    place = pos.place
+    sources = [(src, *_kept(tree, src)) for src in sources_in_import_order(tree)
+               if tree.inode(KEEP_DIR + b"/" + src + INDEX_SUFFIX) <= pos.top_ino]
+    if not pos.subset and not pos.grp and not pos.ino:
+        alone = [(src, heads, ln, None) for src, heads, lines in sources for ln in lines if ln.capture == b"-"]
+        for n, rec in enumerate(alone[place["heads"]:], place["heads"] + 1):
+            yield _members(tree, [rec], place["duplicates"], gz)[0], pos.at("", 0, dict(place, heads=n))
+        place = dict(place, heads=len(alone))
+    top = tree.name.strip("/")
+    captures = {(top + "/" if top else "") + os.fsdecode(ln.capture): (src, heads, ln)
+                for src, heads, lines in sources for ln in lines if ln.capture != b"-"}
+
+    def jobs():
+        for path, ino, after in stream.pages(tree.store, pos):
+            rec = captures.get(path)
+            if rec is None:
+                continue            # not a capture of this collection
+            where = None                # a record kept whole in the heads (a revisit...)
+            rows = tree.ns.contents(ino) if rec[2].where == "file" else []
+            if rec[2].where == "file":
+                where = Where((stream.disk_of(rows), rows[0].sig if rows else ""), rows)
+            work = functools.partial(_members, tree, [(*rec, where)], place["duplicates"], gz)
+            yield stream.disk_of(rows), work, after.at(after.grp, after.ino, dict(place))
+
+    for members, after in stream.read_in_order(jobs(), len(tree.store.archive.volumes)):
+        yield members[0], after
