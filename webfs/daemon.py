@@ -29,7 +29,7 @@ import trio
 from . import admin, indexer, outages, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
-from .fs import Operations
+from .fs import Operations, changes_answered
 from .manifest import manifest_chunks
 from .mountoptions import MountOptions
 from .namespace import Namespace
@@ -41,6 +41,7 @@ from . import lockorder
 
 log = logging.getLogger(__name__)
 
+INDEX_BUSY_INTERVAL = 30.0        # seconds a mount being written may leave its index behind
 
 
 class Daemon:
@@ -274,7 +275,7 @@ class Daemon:
             if self.opts.cool_interval > 0 and not self.opts.read_only:
                 nursery.start_soon(self.run_every, self.opts.cool_interval, self.cool, "background cooling")
             if self.index_keeper is not None:
-                nursery.start_soon(self.run_every, indexer.KEEP_INTERVAL, self.index_keeper.step, "indexing")
+                nursery.start_soon(self._index_when_quiet)
             ready()
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
@@ -324,12 +325,32 @@ class Daemon:
         with its traceback."""
         while True:
             await trio.sleep(seconds)
-            try:
-                await trio.to_thread.run_sync(fn)
-            except WebfsError as exc:
-                log.warning("%s failed: %s; it runs again in %g s", what, exc, seconds)
-            except Exception:
-                log.exception("%s failed; it runs again in %g s", what, seconds)
+            await self._run_once(fn, what, seconds)
+
+    async def _run_once(self, fn, what: str, seconds: float) -> None:
+        try:
+            await trio.to_thread.run_sync(fn)
+        except WebfsError as exc:
+            log.warning("%s failed: %s; it runs again in %g s", what, exc, seconds)
+        except Exception:
+            log.exception("%s failed; it runs again in %g s", what, seconds)
+
+    async def _index_when_quiet(self) -> None:
+        """The index keeper's passes: every ``KEEP_INTERVAL`` while nothing
+        writes to the mount, at most every ``INDEX_BUSY_INTERVAL`` while
+        something does. A pass parses every new page on the CPU a copy into
+        the mount needs, and compares the whole catalog with the index; one
+        after the copy does the same parsing once. ``webfs search`` catches
+        up by itself, so its answers never wait for this."""
+        seen, last = changes_answered(), trio.current_time()
+        while True:
+            await trio.sleep(indexer.KEEP_INTERVAL)
+            changes = changes_answered()
+            busy, seen = changes != seen, changes
+            if busy and trio.current_time() - last < INDEX_BUSY_INTERVAL:
+                continue
+            last = trio.current_time()
+            await self._run_once(self.index_keeper.step, "indexing", indexer.KEEP_INTERVAL)
 
     def close(self) -> None:
         """Write everything out; what could not be (files whose changes were

@@ -62,6 +62,16 @@ def count_request(name: str) -> None:
     REQUESTS[name] = REQUESTS.get(name, 0) + 1
 
 
+# The requests that change what the mount holds (names, contents, attributes).
+CHANGES = ("create", "write", "setattr", "mkdir", "mknod", "symlink", "link", "rename",
+           "unlink", "rmdir", "setxattr", "removexattr")
+
+
+def changes_answered() -> int:
+    """How many requests that change the mount were answered since it started."""
+    return sum(REQUESTS.get(name, 0) for name in CHANGES)
+
+
 def _brief(args) -> str:
     """A request's arguments for the log: no megabyte of written data."""
     return ", ".join(r if len(r) <= 80 else r[:77] + "..." for r in map(repr, args))
