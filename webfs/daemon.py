@@ -29,7 +29,7 @@ import trio
 from . import admin, indexer, outages, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
-from .fs import Operations, changes_answered
+from .fs import Operations, work_answered
 from .manifest import manifest_chunks
 from .mountoptions import MountOptions
 from .namespace import Namespace
@@ -41,7 +41,7 @@ from . import lockorder
 
 log = logging.getLogger(__name__)
 
-INDEX_BUSY_INTERVAL = 30.0        # seconds a mount being written may leave its index behind
+INDEX_BUSY_INTERVAL = 30.0        # seconds a mount at work may leave its index behind
 
 
 class Daemon:
@@ -336,17 +336,18 @@ class Daemon:
             log.exception("%s failed; it runs again in %g s", what, seconds)
 
     async def _index_when_quiet(self) -> None:
-        """The index keeper's passes: every ``KEEP_INTERVAL`` while nothing
-        writes to the mount, at most every ``INDEX_BUSY_INTERVAL`` while
-        something does. A pass parses every new page on the CPU a copy into
-        the mount needs, and compares the whole catalog with the index; one
-        after the copy does the same parsing once. ``webfs search`` catches
-        up by itself, so its answers never wait for this."""
-        seen, last = changes_answered(), trio.current_time()
+        """The index keeper's passes: every ``KEEP_INTERVAL`` in which no
+        program read or wrote the mount's files (``fs.WORK``), at most every
+        ``INDEX_BUSY_INTERVAL`` while they do. A pass parses every new page on
+        the CPU a copy into the mount (or a reader after it) needs, and
+        compares the whole catalog with the index; one in a quiet moment does
+        the same parsing once. ``webfs search`` catches up by itself, so its
+        answers never wait for this."""
+        seen, last = work_answered(), trio.current_time()
         while True:
             await trio.sleep(indexer.KEEP_INTERVAL)
-            changes = changes_answered()
-            busy, seen = changes != seen, changes
+            work = work_answered()
+            busy, seen = work != seen, work
             if busy and trio.current_time() - last < INDEX_BUSY_INTERVAL:
                 continue
             last = trio.current_time()

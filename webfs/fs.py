@@ -62,14 +62,16 @@ def count_request(name: str) -> None:
     REQUESTS[name] = REQUESTS.get(name, 0) + 1
 
 
-# The requests that change what the mount holds (names, contents, attributes).
-CHANGES = ("create", "write", "setattr", "mkdir", "mknod", "symlink", "link", "rename",
-           "unlink", "rmdir", "setxattr", "removexattr")
+# The requests of a program at work on the mount's files: reading them
+# (open, read) or changing names, contents and attributes. A listing or a
+# stat alone (a poll of .webfs/search, ls) is not work.
+WORK = ("open", "read", "create", "write", "setattr", "mkdir", "mknod", "symlink", "link",
+        "rename", "unlink", "rmdir", "setxattr", "removexattr")
 
 
-def changes_answered() -> int:
-    """How many requests that change the mount were answered since it started."""
-    return sum(REQUESTS.get(name, 0) for name in CHANGES)
+def work_answered() -> int:
+    """How many requests of ``WORK`` were answered since the mount started."""
+    return sum(REQUESTS.get(name, 0) for name in WORK)
 
 
 def _brief(args) -> str:
