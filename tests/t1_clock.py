@@ -3,7 +3,8 @@ whoever waits on it; the parity written behind (webfs.parity.writebehind) is
 due by it, and an S3 endpoint's down periods and hedged reads
 (webfs.backends.s3endpoint) are timed by it. (The lease's renewals by it: t1_lease; staged uploads:
 t2_s3_staging; a disk's free-space count: t2_store.) The mount's periodic
-tasks go by trio's clock: a MockClock moved by hand."""
+tasks go by trio's clock: a MockClock moved by hand, the index keeper's
+passes too (none while the mount's files are read or written, up to a bound)."""
 from __future__ import annotations
 
 import threading
@@ -118,6 +119,55 @@ def test_a_periodic_task_runs_each_period_by_trios_clock_and_again_after_a_failu
     trio.run(main, clock=clock)
     assert runs == [60.0, 120.0]
     assert "the test's task failed: disk 2 is missing (made by the test); it runs again in 60 s" in caplog.text
+
+
+def test_the_index_keeper_waits_while_the_mount_is_written_at_most_its_busy_interval(monkeypatch):
+    """Daemon._index_when_quiet: a keeper pass every KEEP_INTERVAL in which no
+    file of the mount was read or written; while writes or reads keep coming,
+    none until INDEX_BUSY_INTERVAL has passed since the last; the first quiet
+    period after them runs one again. Listings and stats alone (a poll of
+    .webfs/search) do not hold it back."""
+    from webfs import fs, indexer
+    clock = MockClock()
+    d = daemon.Daemon("/nonexistent/disk", "/nonexistent/mnt", MountOptions(), admin_commands={})
+    passes: list[float] = []
+    step = indexer.KEEP_INTERVAL
+
+    class Keeper:
+        def step(self):
+            passes.append(clock.current_time())
+
+    d.index_keeper = Keeper()
+    monkeypatch.setattr(fs, "REQUESTS", {})
+
+    async def tick(writes: int = 0, request: str = "write"):
+        """A period of the keeper, with this many requests answered in it."""
+        fs.REQUESTS[request] = fs.REQUESTS.get(request, 0) + writes
+        clock.jump(step)
+        await wait_all_tasks_blocked()
+        await wait_all_threads_completed()
+        await wait_all_tasks_blocked()
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(d._index_when_quiet)
+            await wait_all_tasks_blocked()
+            await tick()
+            await tick()
+            assert passes == [step, 2 * step]
+            busy_ticks = int(daemon.INDEX_BUSY_INTERVAL / step)
+            for _ in range(busy_ticks - 1):
+                await tick(writes=3)
+            assert passes == [step, 2 * step], "a pass ran while the mount was being written"
+            await tick(writes=3)
+            bound = 2 * step + daemon.INDEX_BUSY_INTERVAL
+            assert passes == [step, 2 * step, bound]
+            await tick(writes=1, request="read")
+            assert passes == [step, 2 * step, bound], "a pass ran while the mount was being read"
+            await tick(writes=50, request="readdir")
+            assert passes == [step, 2 * step, bound, bound + 2 * step]
+            nursery.cancel_scope.cancel()
+    trio.run(main, clock=clock)
 
 
 def probes_running() -> bool:

@@ -29,7 +29,7 @@ import trio
 from . import admin, indexer, outages, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
-from .fs import Operations
+from .fs import Operations, work_answered
 from .manifest import manifest_chunks
 from .mountoptions import MountOptions
 from .namespace import Namespace
@@ -42,6 +42,7 @@ from . import lockorder
 
 log = logging.getLogger(__name__)
 
+INDEX_BUSY_INTERVAL = 30.0        # seconds a mount at work may leave its index behind
 
 
 class Daemon:
@@ -277,7 +278,7 @@ class Daemon:
             if self.opts.cool_interval > 0 and not self.opts.read_only:
                 nursery.start_soon(self.run_every, self.opts.cool_interval, self.cool, "background cooling")
             if self.index_keeper is not None:
-                nursery.start_soon(self.run_every, indexer.KEEP_INTERVAL, self.index_keeper.step, "indexing")
+                nursery.start_soon(self._index_when_quiet)
             ready()
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
@@ -327,12 +328,33 @@ class Daemon:
         with its traceback."""
         while True:
             await trio.sleep(seconds)
-            try:
-                await trio.to_thread.run_sync(fn)
-            except WebfsError as exc:
-                log.warning("%s failed: %s; it runs again in %g s", what, exc, seconds)
-            except Exception:
-                log.exception("%s failed; it runs again in %g s", what, seconds)
+            await self._run_once(fn, what, seconds)
+
+    async def _run_once(self, fn, what: str, seconds: float) -> None:
+        try:
+            await trio.to_thread.run_sync(fn)
+        except WebfsError as exc:
+            log.warning("%s failed: %s; it runs again in %g s", what, exc, seconds)
+        except Exception:
+            log.exception("%s failed; it runs again in %g s", what, seconds)
+
+    async def _index_when_quiet(self) -> None:
+        """The index keeper's passes: every ``KEEP_INTERVAL`` in which no
+        program read or wrote the mount's files (``fs.WORK``), at most every
+        ``INDEX_BUSY_INTERVAL`` while they do. A pass parses every new page on
+        the CPU a copy into the mount (or a reader after it) needs, and
+        compares the whole catalog with the index; one in a quiet moment does
+        the same parsing once. ``webfs search`` catches up by itself, so its
+        answers never wait for this."""
+        seen, last = work_answered(), trio.current_time()
+        while True:
+            await trio.sleep(indexer.KEEP_INTERVAL)
+            work = work_answered()
+            busy, seen = work != seen, work
+            if busy and trio.current_time() - last < INDEX_BUSY_INTERVAL:
+                continue
+            last = trio.current_time()
+            await self._run_once(self.index_keeper.step, "indexing", indexer.KEEP_INTERVAL)
 
     def close(self) -> None:
         """Write everything out; what could not be (files whose changes were

@@ -62,6 +62,18 @@ def count_request(name: str) -> None:
     REQUESTS[name] = REQUESTS.get(name, 0) + 1
 
 
+# The requests of a program at work on the mount's files: reading them
+# (open, read) or changing names, contents and attributes. A listing or a
+# stat alone (a poll of .webfs/search, ls) is not work.
+WORK = ("open", "read", "create", "write", "setattr", "mkdir", "mknod", "symlink", "link",
+        "rename", "unlink", "rmdir", "setxattr", "removexattr")
+
+
+def work_answered() -> int:
+    """How many requests of ``WORK`` were answered since the mount started."""
+    return sum(REQUESTS.get(name, 0) for name in WORK)
+
+
 def _brief(args) -> str:
     """A request's arguments for the log: no megabyte of written data."""
     return ", ".join(r if len(r) <= 80 else r[:77] + "..." for r in map(repr, args))
