@@ -93,3 +93,34 @@ def test_a_schema_2_archive_mounts_migrated_with_everything_kept(tmp_path, old_c
         assert not (m.mnt / "src" / "site" / "copy.html").exists()
     finally:
         m.umount()
+
+
+def test_a_reader_leaves_the_catalog_of_an_older_mount_alone(tmp_path, old_code):
+    """webfs status of a disk that an older webfs has mounted: the catalog is
+    not rewritten under the running daemon; one line says why, and the old
+    mount goes on."""
+    disks = [tmp_path / f"disk{i}" for i in range(3)]
+    old_webfs(old_code, "mkfs", *disks)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    old_webfs(old_code, "mount", disks[0], mnt)
+    try:
+        (mnt / "a.html").write_text("<html>a</html>")
+        proc = webfs("status", disks[0], check=False)
+        err = proc.stderr.decode()
+        assert proc.returncode != 0 and "unmount it, then run this again" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert catalog_facts(disks[0])[0] == "2"
+        (mnt / "b.html").write_text("<html>b</html>")
+    finally:
+        old_webfs(old_code, "umount", mnt)
+    assert webfs("status", disks[0], check=False).returncode == 0     # free now: migrated
+    assert catalog_facts(disks[0])[0] == "3"
+    m = Mounted.__new__(Mounted)
+    m.root, m.disks, m.mnt, m.options = tmp_path, disks, mnt, ""
+    m.mount()
+    try:
+        assert sorted(p.name for p in mnt.iterdir()) == ["a.html", "b.html"]
+        assert (mnt / "b.html").read_text() == "<html>b</html>"
+    finally:
+        m.umount()
