@@ -349,8 +349,12 @@ class Catalog:
         return found
 
     def block(self, sig: str, overflow: int = 0) -> Optional[BlockRow]:
+        try:
+            stored = key(sig)
+        except ValueError:
+            return None         # not hex (a name typed under .webfs/blocks): no block has it
         rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig=? AND overflow=?",
-                          (key(sig), overflow))
+                          (stored, overflow))
         return BlockRow.of(rows[0]) if rows else None
 
     def group_prefix_exists(self, prefix: str) -> bool:
