@@ -176,7 +176,7 @@ def test_fsck_checks_the_digests_of_headers_and_catalog(tmp_path, disks):
     right = hashlib.sha256(doc0).hexdigest().encode()
     p.write_bytes(p.read_bytes().replace(b"Digest: sha256:" + right, b"Digest: sha256:" + b"0" * 64))
     db = sqlite3.connect(disks[0] / "meta" / "catalog.db")
-    db.execute("UPDATE blocks SET sha256=? WHERE sig=?", (b"\x01" * 32, keys[1].split("@")[0]))
+    db.execute("UPDATE blocks SET sha256=? WHERE sig=?", (b"\x01" * 32, bytes.fromhex(keys[1].split("@")[0])))
     db.commit()
     db.close()
     out = webfs("fsck", disks[0], check=False).stdout.decode()

@@ -515,8 +515,8 @@ def test_a_new_stripes_parity_file_cut_short_by_a_crash_is_mended_at_the_next_op
     stripe_id = store.protection.stripe_ids()[0]
     parity_disk = store.protection.stripe(stripe_id).parity_disk
     if not committed:       # as if the catalog never learnt of the stripe
-        store.catalog.execute("UPDATE blocks SET stripe=NULL WHERE stripe=?", (stripe_id,))
-        store.catalog.execute("DELETE FROM stripes WHERE id=?", (stripe_id,))
+        store.catalog.execute("UPDATE blocks SET stripe=NULL WHERE stripe=?", (bytes.fromhex(stripe_id),))
+        store.catalog.execute("DELETE FROM stripes WHERE id=?", (bytes.fromhex(stripe_id),))
         store.commit()
     store.close()
     path = parity_file(disks, stripe_id, parity_disk)

@@ -235,7 +235,7 @@ def test_blocks_without_a_digest_are_compared_byte_for_byte_and_then_given_one(t
     store.close()
     strip_digests(disks)
     store = open_archive(str(disks[0]), signature_fn=forger(good, evil))
-    assert store.catalog.get_meta("schema") == "2"
+    assert store.catalog.get_meta("schema") == "3"
     assert store.catalog.block_by_id(old.id).sha256 is None
     reads = counting_reads(store)
     b = store.store(evil)

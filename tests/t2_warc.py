@@ -624,8 +624,8 @@ def test_the_reading_process_gives_the_records_prepared(tmp_path):
     cat = tmp_path / "catalog.db"
     db = sqlite3.connect(cat)
     db.execute("PRAGMA journal_mode=WAL")
-    db.execute("CREATE TABLE blocks (sig TEXT)")
-    db.execute("INSERT INTO blocks VALUES (?)", (signature(b"stored before"),))
+    db.execute("CREATE TABLE blocks (sig BLOB)")         # 16 bytes, as the catalog keeps it
+    db.execute("INSERT INTO blocks VALUES (?)", (bytes.fromhex(signature(b"stored before")),))
     db.commit()
     twice = tmp_path / "b.warc.gz"
     twice.write_bytes(b"".join(_gz(_one(b"http://example.com/%d" % i, body))

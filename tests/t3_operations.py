@@ -142,6 +142,10 @@ def test_names_directories_and_the_control_tree(ops, store):
             assert stat.S_ISDIR(node.st_mode)
         block = await ops.lookup(node.st_ino, sig[chars:].encode(), CTX)
         assert block.st_size == len(b"<html>a</html>")
+        for name in (b"not-hex", sig[chars:-1].encode(), b"0" * len(sig[chars:])):   # no such block
+            with pytest.raises(pyfuse3.FUSEError) as info:
+                await ops.lookup(node.st_ino, name, CTX)
+            assert info.value.errno == errno.ENOENT
         info = await ops.open(block.st_ino, os.O_RDONLY, CTX)
         assert await ops.read(info.fh, 0, 100) == b"<html>a</html>"
         with pytest.raises(pyfuse3.FUSEError) as info:

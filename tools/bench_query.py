@@ -31,7 +31,7 @@ def covered_bytes(disk):
     db = sqlite3.connect("file:%s?mode=ro" % os.path.join(meta, "catalog.db"), uri=True)
     try:
         db.execute("ATTACH ? AS ix", ("file:%s?mode=ro" % os.path.join(meta, "index.db"),))
-        stored = db.execute("SELECT coalesce(sum(b.stored), 0) FROM blocks b JOIN ix.docs d ON d.sig = b.sig "
+        stored = db.execute("SELECT coalesce(sum(b.stored), 0) FROM blocks b JOIN ix.docs d ON d.sig = lower(hex(b.sig)) "
                             "WHERE d.kind IN ('html', 'text')").fetchone()[0]
     finally:
         db.close()

@@ -16,6 +16,8 @@ import sys
 
 from bench_lib import git_describe, loadavg, write_json
 
+META_AIM = 400      # bytes of meta/ per file at rest after a long ingest of small pages (issue 25)
+
 SECTION_TITLES = {
     "ingest": "Ingest",
     "space": "Space",
@@ -264,13 +266,13 @@ def goals(result):
     else:
         out.append(("daemon RSS after 100,000 files ≤ 1.2× RSS after 10,000", "not measured", None))
     if scl.get("meta_per_file_at_rest") is not None:
-        out.append(("`meta/` per file at rest (all disks) ≤ 700 B, after %s files"
-                    % "{:,}".format(scl["files"]),
+        out.append(("`meta/` per file at rest (all disks) ≤ %d B, after %s files"
+                    % (META_AIM, "{:,}".format(scl["files"])),
                     "%.0f B (peak during the ingest %.0f B)" % (scl["meta_per_file_at_rest"],
                                                             scl.get("meta_per_file_peak") or 0),
-                    scl["meta_per_file_at_rest"] <= 700))
+                    scl["meta_per_file_at_rest"] <= META_AIM))
     else:
-        out.append(("`meta/` per file at rest ≤ 700 B", "not measured", None))
+        out.append(("`meta/` per file at rest ≤ %d B" % META_AIM, "not measured", None))
     if scl.get("rate_end_vs_start"):
         # The issue's figure: the rate of the last slice against the first's,
         # every slice started after `sync`. The same slices into a plain

@@ -20,7 +20,8 @@ from .archive import Archive
 from .backends import BackendOptions
 from .mkfs import open_to_others
 from .catalog import Catalog, catalog_path, check_catalog_file
-from .errors import ArchiveError
+from .catalogmigration import needs_migration
+from .errors import ArchiveBusy, ArchiveError
 from .parity import Parity
 from .store import Store
 
@@ -56,6 +57,23 @@ class OpenArchive:
     after_import: Optional[Callable[[], None]] = None
 
 
+def _open_catalog(archive: Archive, path: str, holder: str, locked: bool) -> Catalog:
+    """The catalog, rewritten first if an older webfs wrote it: only under the
+    archive's lock, which a reader takes for that (an older webfs's mount
+    may have the file open, and would go on writing the old one)."""
+    if locked or not needs_migration(path):
+        return Catalog(path)
+    try:
+        archive.lock(holder)
+    except ArchiveBusy as exc:
+        raise ArchiveBusy(f"{exc}; its catalog is an older webfs's, which this version rewrites in its own "
+                          "schema only with the archive's lock: unmount it, then run this again") from None
+    try:
+        return Catalog(path)
+    finally:
+        archive.unlock()
+
+
 def open_archive(path: str, holder: str = "webfs", lock: bool = True,
                  delays: Optional[dict[int, float]] = None, private: bool = False,
                  wait: Optional[float] = None, options: Optional[BackendOptions] = None, **kwargs) -> Store:
@@ -83,7 +101,7 @@ def open_archive(path: str, holder: str = "webfs", lock: bool = True,
                 f"disk {archive.conf.catalog}, which holds the catalog, is missing or has lost it; "
                 f"'webfs fsck --rebuild-catalog --repair {path}' rebuilds it from the other disks")
         check_catalog_file(catalog_path(primary.root))
-        catalog = Catalog(catalog_path(primary.root))
+        catalog = _open_catalog(archive, catalog_path(primary.root), holder, locked=lock)
         _check_max_block(archive, catalog, write=lock)
         if "protection" not in kwargs:
             kwargs["protection"] = Parity(archive, catalog, kwargs.get("signature_fn", sigmod.signature),

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from .block import HEADER_SIZE
+from .catalogmigration import migrate_file
 from .errors import CatalogUnreadable, NoSpace
 from .signature import block_name
 from . import lockorder
 
-SCHEMA_VERSION = 2             # 2: blocks.sha256 (the content digest)
+SCHEMA_VERSION = 3             # 2: blocks.sha256 (the content digest); 3: signatures and stripe ids as 16 bytes
 CATALOG_FILE = "meta/catalog.db"
 ARCHIVE_META = "archive"        # meta key: the uuid of the archive the catalog indexes (absent before)
 CACHE_KIB = 2048                # SQLite page cache of one connection, KiB
@@ -38,7 +39,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS blocks (
     id       INTEGER PRIMARY KEY,
-    sig      TEXT NOT NULL,
+    sig      BLOB NOT NULL,                -- 16 bytes (32 hex digits elsewhere: see key/hex_of)
     overflow INTEGER NOT NULL DEFAULT 0,
     disk     INTEGER NOT NULL,
     size     INTEGER NOT NULL,
@@ -49,11 +50,12 @@ CREATE TABLE IF NOT EXISTS blocks (
     created  TEXT NOT NULL,
     name     TEXT NOT NULL DEFAULT '',     -- percent-encoded name hint, as in the header
     grp      TEXT NOT NULL,
-    stripe   TEXT,                         -- parity stripe id, NULL while unprotected
+    stripe   BLOB,                         -- parity stripe id (16 bytes), NULL while unprotected
     sha256   BLOB,                         -- the document's SHA-256; NULL: written before schema 2
     UNIQUE (sig, overflow));
+-- No index on blocks.disk, groups.disk or contents.block: only admin passes over
+-- most of a table ask by them (query plans: webfs-internals(7)).
 CREATE INDEX IF NOT EXISTS blocks_grp ON blocks (grp);
-CREATE INDEX IF NOT EXISTS blocks_disk ON blocks (disk);
 CREATE INDEX IF NOT EXISTS blocks_stripe ON blocks (stripe);
 CREATE TABLE IF NOT EXISTS groups (
     grp      TEXT PRIMARY KEY,
@@ -61,9 +63,8 @@ CREATE TABLE IF NOT EXISTS groups (
     home     INTEGER,                      -- rendezvous home when placed (NULL: disk); cooling moves away from it
     heat     REAL NOT NULL DEFAULT 0,      -- reads per second when last written (webfs.heat)
     accesses TEXT NOT NULL DEFAULT '');    -- times of the last k accesses, for the heat estimate
-CREATE INDEX IF NOT EXISTS groups_disk ON groups (disk);
 CREATE TABLE IF NOT EXISTS stripes (
-    id          TEXT PRIMARY KEY,
+    id          BLOB PRIMARY KEY,              -- 16 bytes
     parity_disk INTEGER NOT NULL,
     size_class  INTEGER NOT NULL,
     length      INTEGER NOT NULL DEFAULT 0,
@@ -114,7 +115,6 @@ CREATE TABLE IF NOT EXISTS contents (
     piece INTEGER NOT NULL,
     block INTEGER NOT NULL,
     PRIMARY KEY (inode, piece));
-CREATE INDEX IF NOT EXISTS contents_block ON contents (block);
 CREATE TABLE IF NOT EXISTS symlinks (inode INTEGER PRIMARY KEY, target BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS xattrs (
     inode INTEGER NOT NULL,
@@ -122,6 +122,24 @@ CREATE TABLE IF NOT EXISTS xattrs (
     value BLOB NOT NULL,
     PRIMARY KEY (inode, name));
 """
+
+def key(hex_id: Optional[str]) -> Optional[bytes]:
+    """A signature or stripe id (32 hex digits) as the catalog stores it: 16
+    bytes. The rest of webfs keeps the hex text; this module and the SQL
+    beside it convert at the catalog's edge."""
+    return None if hex_id is None else bytes.fromhex(hex_id)
+
+
+def hex_of(stored: Optional[bytes]) -> Optional[str]:
+    """A signature or stripe id as stored (16 bytes) in webfs's hex text (as
+    it is already when read from a catalog of schema 1 or 2 not migrated:
+    one that 'fsck --rebuild-catalog' compares with the one it made)."""
+    return stored.hex() if type(stored) is bytes else stored
+
+
+def keys(hex_ids) -> list[bytes]:
+    return [bytes.fromhex(h) for h in hex_ids]
+
 
 BLOCK_COLUMNS = "id, sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe, sha256"
 
@@ -142,6 +160,11 @@ class BlockRow:
     grp: str
     stripe: Optional[str]
     sha256: Optional[bytes] = None      # the content digest (None: a block older than digests)
+
+    @staticmethod
+    def of(r) -> "BlockRow":
+        """The row of a SELECT of BLOCK_COLUMNS (its ids as stored: 16 bytes)."""
+        return BlockRow(r[0], hex_of(r[1]), *r[2:12], hex_of(r[12]), r[13])
 
     @property
     def block_name(self) -> str:
@@ -173,7 +196,7 @@ class SignatureLookup:
             self.db = None
 
     def having(self, sigs: list[str]) -> set[str]:
-        return {sig for sig, in self._ask("SELECT sig FROM blocks WHERE sig IN ({})", sigs)}
+        return {sig.hex() for sig, in self._ask("SELECT sig FROM blocks WHERE sig IN ({})", keys(sigs))}
 
     def group_disks(self, groups: list[str]) -> dict[str, int]:
         """group -> the disk it is mapped to, of the groups that are."""
@@ -195,6 +218,7 @@ class Catalog:
     def __init__(self, path: str):
         self.path = path
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        migrate_file(path, SCHEMA, SCHEMA_VERSION)
         self.db = sqlite3.connect(path, check_same_thread=False, timeout=30)
         self.lock = lockorder.rlock("catalog")
         self._groups: dict[str, Optional[int]] = {}     # group -> disk (None: not mapped), as read
@@ -216,17 +240,9 @@ class Catalog:
             self._migrate()
 
     def _migrate(self) -> None:
-        """Bring a catalog of an older schema up to this one, in one transaction.
-        Only ever adds: a catalog migrated here still opens in older versions,
-        which name the columns they read."""
-        schema = self.get_meta("schema")
-        if schema == str(SCHEMA_VERSION):
-            return
-        columns = {r[1] for r in self.db.execute("PRAGMA table_info(blocks)")}
-        if "sha256" not in columns:
-            # Schema 1's blocks have no digest: compare mode reads those back.
-            self.execute("ALTER TABLE blocks ADD COLUMN sha256 BLOB")
-        if schema is None or int(schema) < SCHEMA_VERSION:
+        """Record the schema of a new catalog (an older one was rewritten in
+        this schema before it was opened: webfs.catalogmigration)."""
+        if self.get_meta("schema") is None:
             self.set_meta("schema", str(SCHEMA_VERSION))
         self.commit()
 
@@ -324,17 +340,22 @@ class Catalog:
     def blocks_with_sigs(self, sigs: list[str]) -> dict[str, list[BlockRow]]:
         """The blocks of each of these signatures that has any."""
         found: dict[str, list[BlockRow]] = {}
-        for r in self.query_in(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig IN ({{}})", sigs):
-            found.setdefault(r[1], []).append(BlockRow(*r))
+        for r in self.query_in(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig IN ({{}})", keys(sigs)):
+            row = BlockRow.of(r)
+            found.setdefault(row.sig, []).append(row)
         for rows in found.values():
             if len(rows) > 1:           # (here, not ORDER BY: a sort of every row found)
                 rows.sort(key=lambda r: r.overflow)
         return found
 
     def block(self, sig: str, overflow: int = 0) -> Optional[BlockRow]:
+        try:
+            stored = key(sig)
+        except ValueError:
+            return None         # not hex (a name typed under .webfs/blocks): no block has it
         rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig=? AND overflow=?",
-                          (sig, overflow))
-        return BlockRow(*rows[0]) if rows else None
+                          (stored, overflow))
+        return BlockRow.of(rows[0]) if rows else None
 
     def group_prefix_exists(self, prefix: str) -> bool:
         """Whether any block's placement group starts with these hex digits."""
@@ -349,7 +370,7 @@ class Catalog:
 
     def blocks_in_group(self, grp: str) -> list[tuple[str, int]]:
         """(signature, overflow) of every block of one placement group, in order."""
-        return [tuple(r) for r in self.query(
+        return [(sig.hex(), overflow) for sig, overflow in self.query(
             "SELECT sig, overflow FROM blocks WHERE grp=? ORDER BY sig, overflow", (grp,))]
 
     def _where(self, grp: Optional[str], disk: Optional[int], unprotected: bool) -> tuple[str, tuple]:
@@ -384,12 +405,12 @@ class Catalog:
 
     def group_samples(self, grp: str, most: int = 5) -> list[tuple[str, str]]:
         """(signature, Name: hint) of a group's first blocks, to show what it holds."""
-        return [tuple(r) for r in self.query(
+        return [(sig.hex(), name) for sig, name in self.query(
             "SELECT sig, name FROM blocks WHERE grp=? ORDER BY id LIMIT ?", (grp, most))]
 
     def block_by_id(self, block_id: int) -> Optional[BlockRow]:
         rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id=?", (block_id,))
-        return BlockRow(*rows[0]) if rows else None
+        return BlockRow.of(rows[0]) if rows else None
 
     def blocks(self, where: str = "", args=()) -> Iterator[BlockRow]:
         """Every block (matching a WHERE clause), read in chunks so memory stays flat."""
@@ -401,7 +422,7 @@ class Catalog:
             if not rows:
                 return
             for r in rows:
-                yield BlockRow(*r)
+                yield BlockRow.of(r)
             last = rows[-1][0]
 
     def insert_block(self, sig: str, overflow: int, disk: int, size: int, stored: int,
@@ -412,7 +433,7 @@ class Catalog:
         cur = self.execute(
             "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp,"
             " stripe, sha256) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe, sha256))
+            (key(sig), overflow, disk, size, stored, codec, refs, pins, created, name, grp, key(stripe), sha256))
         return BlockRow(cur.lastrowid, sig, overflow, disk, size, stored, codec, refs, pins,
                         created, name, grp, stripe, sha256)
 
@@ -422,7 +443,7 @@ class Catalog:
         fsck found wrong. The row is matched by its signature too: an id can
         be given to a new block once its own is gone."""
         self.execute("UPDATE blocks SET sha256=? WHERE id=? AND sig=? AND overflow=?"
-                     + ("" if replace else " AND sha256 IS NULL"), (sha256, row.id, row.sig, row.overflow))
+                     + ("" if replace else " AND sha256 IS NULL"), (sha256, row.id, key(row.sig), row.overflow))
 
     def set_refs(self, block_id: int, refs: int, pins: int) -> None:
         self.execute("UPDATE blocks SET refs=?, pins=? WHERE id=?", (refs, pins, block_id))
@@ -433,7 +454,7 @@ class Catalog:
 
     def blocks_by_ids(self, ids: list[int]) -> list[BlockRow]:
         """The rows of those of these blocks that exist."""
-        return [BlockRow(*r) for r in self.query_in(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id IN ({{}})", ids)]
+        return [BlockRow.of(r) for r in self.query_in(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id IN ({{}})", ids)]
 
     def set_block_disk(self, block_id: int, disk: int) -> None:
         self.execute("UPDATE blocks SET disk=? WHERE id=?", (disk, block_id))
@@ -456,7 +477,7 @@ class Catalog:
 
     def block_refs(self) -> dict[tuple[str, int], tuple[int, int]]:
         """(signature, overflow) -> (references, pins) of every block row."""
-        return {(sig, overflow): (refs, pins)
+        return {(hex_of(sig), overflow): (refs, pins)
                 for sig, overflow, refs, pins in self.query("SELECT sig, overflow, refs, pins FROM blocks")}
 
     def namespace_refs(self) -> dict[int, int]:
@@ -569,8 +590,9 @@ class Catalog:
 
     def first_pieces(self, ino: int, most: int = 2) -> list[tuple[int, str, int]]:
         """(block id, signature, overflow) of a file's first pieces."""
-        return self.query("SELECT b.id, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
-                          "WHERE c.inode=? ORDER BY c.piece LIMIT ?", (ino, most))
+        return [(i, sig.hex(), overflow) for i, sig, overflow in self.query(
+            "SELECT b.id, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
+            "WHERE c.inode=? ORDER BY c.piece LIMIT ?", (ino, most))]
 
     def files_in_group_order(self, top_ino: int, after: tuple[str, int], most: int) -> list[tuple[str, int]]:
         """(placement group of the first block, inode) of the regular files

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ..catalog import BLOCK_COLUMNS, BlockRow, Catalog
+from ..catalog import BLOCK_COLUMNS, BlockRow, Catalog, hex_of
 from ..errors import FsError
 
 ROOT_INODE = 1
@@ -185,7 +185,7 @@ class NamespaceRows:
         for ino, sig, overflow in self.cat.query(
                 "SELECT c.inode, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
                 "ORDER BY c.inode, c.piece"):
-            content.setdefault(ino, []).append((sig, overflow))
+            content.setdefault(ino, []).append((hex_of(sig), overflow))
         for ino, target in self.cat.query("SELECT inode, target FROM symlinks"):
             content[ino] = [bytes(target)]
         xattrs: dict[int, list] = {}

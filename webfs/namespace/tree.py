@@ -157,7 +157,7 @@ class Namespace(NamespaceRows):
                 "ORDER BY d.rowid LIMIT ?", (parent, offset, limit))
             out = []
             for r in rows:
-                row = BlockRow(*r[3:])
+                row = BlockRow.of(r[3:])
                 if r[2] == row.size:            # the first piece is the whole file
                     self.memo.keep_pieces(r[1], parent, r[0], [row])
                 out.append((r[0], row))
@@ -190,7 +190,7 @@ class Namespace(NamespaceRows):
         return path
 
     def contents(self, ino: int) -> list[BlockRow]:
-        return [BlockRow(*r) for r in self.cat.query(
+        return [BlockRow.of(r) for r in self.cat.query(
             f"SELECT {BLOCK_COLUMNS_OF_B} FROM contents c JOIN blocks b ON b.id = c.block "
             "WHERE c.inode=? ORDER BY c.piece", (ino,))]
 
@@ -219,14 +219,14 @@ class Namespace(NamespaceRows):
         an inode without blocks is absent."""
         found: dict[int, list[BlockRow]] = {}
         for r in self._pieces_of(inodes, BLOCK_COLUMNS_OF_B):
-            found.setdefault(r[0], []).append(BlockRow(*r[1:]))
+            found.setdefault(r[0], []).append(BlockRow.of(r[1:]))
         return found
 
     def block_names(self, inodes: list[int]) -> dict[int, str]:
         """inode -> its blocks as a MANIFEST lists them ('sig[~n],...'), for many files at once."""
         names: dict[int, list[str]] = {}
         for ino, sig, overflow in self._pieces_of(inodes, "b.sig, b.overflow"):
-            names.setdefault(ino, []).append(block_name(sig, overflow))
+            names.setdefault(ino, []).append(block_name(sig.hex(), overflow))
         return {ino: ",".join(v) for ino, v in names.items()}
 
     def readlink(self, ino: int) -> bytes:

@@ -26,7 +26,7 @@ from typing import NamedTuple, Optional
 from .. import signature as sigmod
 from ..archive import Archive
 from ..block import HEADER_SIZE
-from ..catalog import BLOCK_COLUMNS, BlockRow, Catalog
+from ..catalog import BLOCK_COLUMNS, BlockRow, Catalog, hex_of, key
 from ..placement import domain_mask
 
 STRIPE_COLUMNS = "id, parity_disk, size_class, length, state, members, disks"
@@ -72,7 +72,7 @@ def add_stripes(catalog: Catalog, stripes: list[Stripe]) -> None:
     rebuilt from parity headers); one already there is replaced."""
     for s in stripes:
         catalog.execute(f"INSERT OR REPLACE INTO stripes ({STRIPE_COLUMNS}) VALUES (?,?,?,?,?,?,?)",
-                        astuple(s))
+                        (key(s.id), *astuple(s)[1:]))
 
 
 class Placement(NamedTuple):
@@ -105,33 +105,33 @@ class StripeLayout:
         return min(self.archive.conf.group_size, len(self.archive.conf.disks)) - 1
 
     def stripe(self, stripe_id: str) -> Optional[Stripe]:
-        rows = self.catalog.query(f"SELECT {STRIPE_COLUMNS} FROM stripes WHERE id=?", (stripe_id,))
-        return Stripe(*rows[0]) if rows else None
+        rows = self.catalog.query(f"SELECT {STRIPE_COLUMNS} FROM stripes WHERE id=?", (key(stripe_id),))
+        return Stripe(stripe_id, *rows[0][1:]) if rows else None
 
     def members(self, stripe_id: str) -> list[BlockRow]:
-        return [BlockRow(*r) for r in self.catalog.query(
-            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE stripe=? ORDER BY id", (stripe_id,))]
+        return [BlockRow.of(r) for r in self.catalog.query(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE stripe=? ORDER BY id", (key(stripe_id),))]
 
     def stripe_ids(self, where: str = "", args=()) -> list[str]:
-        return [r[0] for r in self.catalog.query(
+        return [hex_of(r[0]) for r in self.catalog.query(
             f"SELECT id FROM stripes {'WHERE ' + where if where else ''} ORDER BY id", args)]
 
     def parity_disks(self) -> dict[str, int]:
-        return dict(self.catalog.query("SELECT id, parity_disk FROM stripes"))
+        return {hex_of(i): disk for i, disk in self.catalog.query("SELECT id, parity_disk FROM stripes")}
 
     def mark_dirty(self, stripe_id: str) -> None:
         """Its parity may disagree with the catalog: reconciled at the next open or repair."""
-        self.catalog.execute("UPDATE stripes SET state='dirty' WHERE id=?", (stripe_id,))
+        self.catalog.execute("UPDATE stripes SET state='dirty' WHERE id=?", (key(stripe_id),))
 
     def agreed(self, stripe_id: str, parity_disk: int, rows: list[BlockRow]) -> None:
         """Its parity file now lists exactly these members."""
         self.catalog.execute(
             "UPDATE stripes SET state='ok', length=?, members=?, disks=? WHERE id=?",
-            (max(r.stored for r in rows), len(rows), disk_mask(parity_disk, rows), stripe_id))
+            (max(r.stored for r in rows), len(rows), disk_mask(parity_disk, rows), key(stripe_id)))
 
     def dropped(self, stripe: Stripe) -> None:
         """A stripe with no member left goes (its parity file is removed by the caller)."""
-        self.catalog.execute("DELETE FROM stripes WHERE id=?", (stripe.id,))
+        self.catalog.execute("DELETE FROM stripes WHERE id=?", (key(stripe.id),))
         self.counters(stripe.size_class)[1][stripe.parity_disk] -= 1
         self.parity_bytes[stripe.parity_disk] -= stripe.length
 
@@ -187,7 +187,7 @@ class StripeLayout:
         for stripe_id, parity_disk, disks, members, cls, length in self.catalog.query_in(
                 "SELECT id, parity_disk, disks, members, size_class, length FROM stripes "
                 "WHERE size_class IN ({}) AND members<? AND state='ok'", classes, (width,)):
-            open_[cls][stripe_id] = [parity_disk, disks, members, cls, length]
+            open_[cls][stripe_id.hex()] = [parity_disk, disks, members, cls, length]
         joined: dict[str, list] = {}        # existing stripes: [members, disks, length] added
         started: dict[str, list] = {}       # new stripes, as open_ has them
         placed: list[Optional[Placement]] = []
@@ -197,14 +197,14 @@ class StripeLayout:
                 row.stripe = placed[-1].stripe_id
         self.catalog.executemany(
             "UPDATE stripes SET members=members+?, disks=disks|?, length=MAX(length, ?) WHERE id=?",
-            [(*added, stripe_id) for stripe_id, added in joined.items()])
+            [(*added, key(stripe_id)) for stripe_id, added in joined.items()])
         self.catalog.executemany(
             "INSERT INTO stripes (id, parity_disk, size_class, length, members, disks) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            [(stripe_id, p, cls, length, members, disks)
+            [(key(stripe_id), p, cls, length, members, disks)
              for stripe_id, (p, disks, members, cls, length) in started.items()])
         self.catalog.executemany("UPDATE blocks SET stripe=? WHERE id=?",
-                                 [(r.stripe, r.id) for r, p in zip(rows, placed) if p is not None])
+                                 [(key(r.stripe), r.id) for r, p in zip(rows, placed) if p is not None])
         return placed
 
     def new_stripe_id(self) -> str:

@@ -61,5 +61,5 @@ def lost_blocks(catalog: Catalog, missing: list[int], most: int = 20) -> dict:
     unguarded = catalog.scalar(
         f"SELECT COUNT(*) FROM blocks b JOIN stripes s ON s.id = b.stripe "
         f"WHERE s.parity_disk IN ({marks}) AND b.disk NOT IN ({marks})", (*missing, *missing))
-    return {"names": [f"{ContentKey(s, o, d)}" for s, o, d in rows[:most]], "count": len(rows),
+    return {"names": [f"{ContentKey(s.hex(), o, d)}" for s, o, d in rows[:most]], "count": len(rows),
             "degraded": on_missing - len(rows), "unguarded": unguarded}
