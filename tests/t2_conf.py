@@ -171,7 +171,7 @@ def test_an_empty_catalog_db_is_not_taken_for_an_empty_archive(tmp_path):
 
 
 def test_catalog_check_is_one_function_fsck_can_call(tmp_path):
-    from webfs.catalog import CatalogUnreadable, check_catalog_file
+    from webfs.catalogfile import CatalogUnreadable, check_catalog_file
     disks = make_archive(tmp_path)
     db = disks[0] / "meta" / "catalog.db"
     check_catalog_file(str(db))

@@ -30,6 +30,9 @@ def old_code(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("webfs-schema2")
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
         tar.extractall(out)
+    # As installed (setup.cfg's package_dir): found inside the old package,
+    # so the editable install's mapping never hands it today's backends.
+    (out / "backends").rename(out / "webfs" / "backends")
     return out
 
 

@@ -19,7 +19,8 @@ from . import signature as sigmod
 from .archive import Archive
 from .backends import BackendOptions
 from .mkfs import open_to_others
-from .catalog import Catalog, catalog_path, check_catalog_file
+from .catalog import Catalog, catalog_path
+from .catalogfile import check_catalog_file
 from .catalogmigration import needs_migration
 from .errors import ArchiveBusy, ArchiveError
 from .parity import Parity

@@ -16,14 +16,13 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import tempfile
 import urllib.parse
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from .block import HEADER_SIZE
 from .catalogmigration import migrate_file
-from .errors import CatalogUnreadable, NoSpace
+from .errors import NoSpace
 from .signature import block_name
 from . import lockorder
 
@@ -598,11 +597,8 @@ class Catalog:
         """(placement group of the first block, inode) of the regular files
         numbered up to ``top_ino``, in that order, past ``after``: an order that
         moving a group to another disk does not change (webfs.stream)."""
-        return self.query(
-            "SELECT coalesce(b.grp, ''), i.id FROM inodes i LEFT JOIN contents c ON c.inode = i.id AND c.piece = 0 "
-            f"LEFT JOIN blocks b ON b.id = c.block WHERE (i.mode & {0o170000}) = {0o100000} AND i.nlink > 0 "
-            "AND i.id <= ? AND (coalesce(b.grp, ''), i.id) > (?, ?) "
-            "ORDER BY coalesce(b.grp, ''), i.id LIMIT ?", (top_ino, after[0], after[1], most))
+        return self.query(_STREAM_FILES + "AND (coalesce(b.grp, ''), i.id) > (?, ?) "
+                          "ORDER BY coalesce(b.grp, ''), i.id LIMIT ?", (top_ino, after[0], after[1], most))
 
     def groups_of_files(self, inos: list[int], top_ino: int) -> list[tuple[str, int]]:
         """(placement group of the first block, inode) of those of ``inos`` that
@@ -610,10 +606,7 @@ class Catalog:
         out: list[tuple[str, int]] = []
         for i in range(0, len(inos), 500):
             part = inos[i:i + 500]
-            out += self.query(
-                "SELECT coalesce(b.grp, ''), i.id FROM inodes i LEFT JOIN contents c ON c.inode = i.id "
-                f"AND c.piece = 0 LEFT JOIN blocks b ON b.id = c.block WHERE (i.mode & {0o170000}) = {0o100000} "
-                f"AND i.nlink > 0 AND i.id <= ? AND i.id IN ({','.join('?' * len(part))})", (top_ino, *part))
+            out += self.query(_STREAM_FILES + f"AND i.id IN ({','.join('?' * len(part))})", (top_ino, *part))
         return [tuple(r) for r in out]
 
     def top_inode(self) -> int:
@@ -622,6 +615,13 @@ class Catalog:
     def data_version(self) -> int:
         """Moves when another connection commits (SQLite's PRAGMA data_version)."""
         return self.scalar("PRAGMA data_version")
+
+
+# The regular files numbered up to a stream's top inode, with the placement
+# group of their first block (webfs.stream's order).
+_STREAM_FILES = ("SELECT coalesce(b.grp, ''), i.id FROM inodes i LEFT JOIN contents c ON c.inode = i.id "
+                 f"AND c.piece = 0 LEFT JOIN blocks b ON b.id = c.block WHERE (i.mode & {0o170000}) = {0o100000} "
+                 "AND i.nlink > 0 AND i.id <= ? ")
 
 
 class _FullIsNospace:
@@ -643,62 +643,3 @@ _full_is_nospace = _FullIsNospace()
 
 def catalog_path(disk_root: str) -> str:
     return os.path.join(disk_root, CATALOG_FILE)
-
-
-def consistent_copy(path: str) -> bytes:
-    """The catalog file at ``path`` as one consistent database, taken with
-    SQLite's backup API while writers may go on (S3QL's model): the copy an
-    S3 disk keeps in its bucket (``webfs.backends.s3mirror``)."""
-    fd, tmp = tempfile.mkstemp(prefix=".catalog-copy.", dir=os.path.dirname(path))
-    os.close(fd)
-    try:
-        src = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
-        dst = sqlite3.connect(tmp)
-        try:
-            src.backup(dst)
-        finally:
-            dst.close()
-            src.close()
-        with open(tmp, "rb") as f:
-            return f.read()
-    finally:
-        os.unlink(tmp)
-
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-def check_catalog_file(path: str) -> None:
-    """Raise CatalogUnreadable, one line naming the file and the next step, unless
-    ``path`` is an SQLite database with webfs's tables. Reads only (the file, and
-    SQLite's read-only open); every command and the mount call it before using
-    the catalog, and fsck may call it before anything else."""
-    disk = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
-    except FileNotFoundError:
-        raise CatalogUnreadable(_catalog_advice(path, disk, "missing")) from None
-    except OSError as exc:
-        raise CatalogUnreadable(f"{path}: cannot read the catalog: {exc.strerror}") from None
-    if not head:
-        raise CatalogUnreadable(_catalog_advice(path, disk, "empty: 0 bytes"))
-    if head != SQLITE_MAGIC:
-        raise CatalogUnreadable(_catalog_advice(path, disk, "not an SQLite database: overwritten or damaged"))
-    try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if not {"meta", "blocks", "inodes", "dentries"} <= names:
-                raise CatalogUnreadable(_catalog_advice(path, disk, "an SQLite database without webfs's tables"))
-            db.execute("SELECT value FROM meta WHERE key='schema'").fetchall()
-        finally:
-            db.close()
-    except sqlite3.DatabaseError as exc:
-        raise CatalogUnreadable(_catalog_advice(path, disk, f"damaged: {exc}")) from None
-
-
-def _catalog_advice(path: str, disk: str, why: str) -> str:
-    return (f"{path}: the catalog is {why}; put back a copy if you have one, else move it aside "
-            f"and run 'webfs fsck --rebuild-catalog --repair {disk}' (names, sizes, modes, mtimes, owners, "
-            "xattrs and hard links come back from the records on the disks)")

@@ -71,7 +71,8 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
         be = open_backend(d.path, options=options)
         be.write_atomic(DISK_ID_FILE, disk_id_text(conf, d).encode(), fsync=True)
         be.write_atomic(CONF_FILE, conf.to_ini().encode(), fsync=True)
-    from .catalog import ARCHIVE_META, Catalog, catalog_path, consistent_copy
+    from .catalog import ARCHIVE_META, Catalog, catalog_path
+    from .catalogfile import consistent_copy
     cat = Catalog(catalog_path(local_side(conf.disks[conf.catalog].path, options=options)))
     cat.set_meta("max_block", str(conf.max_block))   # pieces are found by offset // max_block
     cat.set_meta(ARCHIVE_META, conf.uuid)            # fsck tells a foreign catalog by it

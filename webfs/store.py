@@ -38,7 +38,8 @@ from . import codecs, testkill
 from . import signature as sigmod
 from .archive import STORE_MODES, Archive
 from .block import HEADER_SIZE, BlockHeader, percent_encode, refs_offset_of, utc_timestamp
-from .catalog import BlockRow, Catalog, consistent_copy
+from .catalog import BlockRow, Catalog
+from .catalogfile import consistent_copy
 from .errors import (CorruptBlock, DataLost, NoSpace, NoSuchBlock,
                      WebfsError)
 from .background import Background

@@ -43,7 +43,8 @@ from .. import codecs
 from ..backends.local import TMP_SUFFIX
 from ..archive import Archive
 from ..backends import BackendOptions
-from ..catalog import ARCHIVE_META, BlockRow, Catalog, catalog_path, check_catalog_file
+from ..catalog import ARCHIVE_META, BlockRow, Catalog, catalog_path
+from ..catalogfile import check_catalog_file
 from ..errors import ArchiveError, CatalogUnreadable, CorruptBlock, WebfsError
 from ..namespace import NamespaceRows
 from ..signature import content_digest
