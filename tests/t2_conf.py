@@ -118,7 +118,7 @@ def test_garbage_webfs_conf_gives_one_printable_line(tmp_path):
     proc = webfs("status", disks[0], check=False)
     line = _one_line_error(proc, str(conf))
     assert line.isprintable(), repr(line)
-    assert len(line) < 400
+    assert len(line.replace(str(tmp_path), "")) < 250     # none of the 3,000 bytes; the paths vary (TMPDIR)
     assert "another disk" in line          # the next step: the other disks hold copies
 
 

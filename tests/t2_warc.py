@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zlib
@@ -336,11 +337,22 @@ HOSTILE["no-length"] = (b"WARC/1.0\r\nWARC-Type: response\r\n\r\nabc\r\n\r\n" + 
 HOSTILE["gz-garbage-between"] = (_gz(GOOD) + b"GARBAGE\n" * 10 + _gz(_one(b"http://example.com/after")), "offset")
 
 
-@pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_hostile_input(tmp_path, case):
-    disks = make_archive(tmp_path, 3)
-    keep = write_warc(tmp_path / "keep.warc.gz", [("http://example.com/kept", b"kept before")])
+@pytest.fixture(scope="session")
+def kept_before(tmp_path_factory) -> list[Path]:
+    """A 3-disk archive holding one collection, before, imported once: each
+    hostile case imports into its own copy (cp -a of the disks)."""
+    root = tmp_path_factory.mktemp("kept-before")
+    disks = make_archive(root, 3)
+    keep = write_warc(root / "keep.warc.gz", [("http://example.com/kept", b"kept before")])
     imp(disks[0], keep, collection="before", check=True)
+    return disks
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_input(tmp_path, case, kept_before):
+    disks = [tmp_path / d.name for d in kept_before]
+    for pristine, copy in zip(kept_before, disks):
+        shutil.copytree(pristine, copy, symlinks=True)
     data, says = HOSTILE[case]
     src = tmp_path / f"{case}.warc"
     src.write_bytes(data)
