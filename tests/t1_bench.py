@@ -174,6 +174,7 @@ def test_warc_aims_at_the_boundary():
     assert row(t, start)[1:] == ["1.00 s (0.50 s with its CDXJ kept from a start before)", "**not met**"]
     assert row(t, latency)[1:] == ["1.20× (1.2 vs 1.0 ms)", "met"]
     assert row(t, indexer)[1:] == ["0.50× (5,000 vs 10,000 records/s)", "met"]
+    assert all(len(line) < 200 for line in t), max(t, key=len)
     t = bench_report.goals_table(warc_result(replay_first=0.99, replay_ms=1.21, pywb_ms=1.0, cdxj=1.0,
                                              **{"import": 2.01}))
     assert row(t, start)[2] == "met"
@@ -204,6 +205,7 @@ def test_query_aims_at_the_boundary():
     assert row(t, QUERY_ROWS["index"])[1:] == ["0.50× (500 B vs 1.0 KB)", "met"]
     assert row(t, QUERY_ROWS["import"])[1:] == ["0.70× (1.00 vs 0.70 s)", "met"]
     assert row(t, QUERY_ROWS["stream"])[1:] == ["90.0× (900 vs 10.0 pages/s)", "–"]
+    assert all(len(line) < 200 for line in t), max(t, key=len)
     t = query_table(grep=9.9, index_bytes=501, import_plain=0.69)
     for key in ("search", "index", "import"):
         assert row(t, QUERY_ROWS[key])[2] == "**not met**", key
