@@ -16,8 +16,6 @@ import sys
 
 from bench_lib import git_describe, loadavg, write_json
 
-META_AIM = 400      # bytes of meta/ per file at rest after a long ingest of small pages (issue 25)
-
 SECTION_TITLES = {
     "ingest": "Ingest",
     "space": "Space",
@@ -185,37 +183,65 @@ def machine_line(m):
         "" if m.get("drop_caches") else " (not root: caches not dropped)", load)
 
 
+AIM_ISSUES = "issues 10, 12, 13, 22, 24, 25, 26"
+
+
 def goals(result):
-    """Where the subject stands against the aims of the table of issues 10, 12 and 13: [(aim,
-    figure, met: True, False or None when there is no figure or no pass
-    mark)], one row per aim and corpus, in the table's order.  Only when the
-    subject is webfs."""
+    """Where the subject stands against the aims of issues 10, 12 and 13 and of
+    the open issues 22, 24, 25 and 26: [(aim, figure, met: True, False or None
+    when there is no figure or no pass mark)], one row per aim and corpus, in
+    the table's order (the current aim where a later issue raised an older
+    one).  Only when the subject is webfs."""
     if result["subject"] != "webfs":
         return []
-    rows = {r["key"]: r for r in result["summary"]}
     extra = result.get("extra") or {}
+    return (datapath_aims({r["key"]: r for r in result["summary"]})
+            + resolved_aims(extra) + import_aims(extra.get("import") or {})
+            + warc_aims(extra.get("warc") or {}) + query_aims(extra.get("query") or {})
+            + s3_aims(extra.get("s3") or {}))
+
+
+MAIN, SMALL = "bench corpus", "small pages"
+PEER_NAMES = {"bindfs": "bindfs", "memfs": "tools/memfs (the in-memory ceiling)", "juicefs": "JuiceFS"}
+
+
+def datapath_aims(rows):
+    """Issue 22's aims through the mount: against bindfs, the in-memory
+    ceiling (tools/memfs) and JuiceFS, each from the ratio of files/s the
+    summary holds for the figure (the subject's over the peer's)."""
     out = []
 
-    def ratio(key, peer="bindfs"):
+    def ratio(key, peer):
         r = rows.get(key)
         return r["ratios"].get(peer) if r else None
 
-    def vs_bindfs(label, keys, floor):
+    def versus(label, keys, peer, floor, strict=False):
+        name = PEER_NAMES[peer]
         for key, corpus in keys:
-            x = ratio(key)
-            out.append(("%s vs bindfs ≥ %.1f× (%s)" % (label, floor, corpus),
-                        "%.2f×" % x if x is not None else "not measured",
-                        x >= floor if x is not None else None))
+            x = ratio(key, peer)
+            aim = ("ahead of %s" % name) if strict else ("vs %s ≥ %s×" % (name, ("%.2f" % floor).rstrip("0")))
+            out.append(("%s %s (%s)" % (label, aim, corpus), "%.2f×" % x if x is not None else "not measured",
+                        (x > floor if strict else x >= floor) if x is not None else None))
 
-    main, small = "bench corpus", "small pages"
-    vs_bindfs("`cp -r` crawl 1 into the mount", [("ingest.cp.1", main), ("small.cp", small)], 0.7)
-    vs_bindfs("`rsync -a` crawl 1", [("ingest.rsync.1", main)], 0.7)
-    vs_bindfs("cold `cat` of everything", [("read.cat.cold", main), ("small.cat.cold", small)], 0.8)
-    vs_bindfs("cold `grep -r` of everything", [("read.grep.cold", main),
-                                               ("small.grep.cold", small)], 0.8)
-    vs_bindfs("Zipf page reads, cold", [("zipf.cold", main)], 0.7)
-    out.append(("one 460 MB text file: `cp` in ≥ 1.0×, cold `cat` ≥ 0.8× bindfs",
-                "not measured by tools/bench", None))
+    cp = [("ingest.cp.1", MAIN), ("small.cp", SMALL)]
+    versus("`cp -r` crawl 1 into the mount", cp, "bindfs", 0.6)
+    versus("`cp -r` crawl 1 into the mount", cp, "memfs", 0.85)
+    versus("`cp -r` crawl 1 into the mount", cp, "juicefs", 1.5)
+    versus("`rsync -a` crawl 1", [("ingest.rsync.1", MAIN)], "bindfs", 0.6)
+    versus("cold `cat` of everything", [("read.cat.cold", MAIN), ("small.cat.cold", SMALL)], "bindfs", 0.8)
+    versus("cold `grep -r` of everything", [("read.grep.cold", MAIN), ("small.grep.cold", SMALL)], "bindfs", 0.8)
+    versus("Zipf page reads, cold,", [("zipf.cold", MAIN)], "bindfs", 0.7)
+    hogs = [("load.cp", SMALL + ", 2 CPU hogs beside")]
+    versus("`cp -r` crawl 1 into the mount", hogs, "bindfs", 0.4)
+    versus("`cp -r` crawl 1 into the mount", hogs, "juicefs", 1.0, strict=True)
+    return out
+
+
+def resolved_aims(extra):
+    """The aims of resolved issues whose figures tools/bench still produces
+    (readers, rebuild, cooling, memory, ingest rate), with issue 25's
+    `meta/` size."""
+    out = []
     rd = extra.get("readers") or {}
     runs = rd.get("runs") or []
     if runs:
@@ -255,7 +281,12 @@ def goals(result):
                                             _num(sc["after"]["mean_ms"])), x >= 3 if aim else None))
     if not hot:
         out.append(("disk cooling, hot set: mean response before/after ≥ 3×", "not measured", None))
-    scl = extra.get("scale") or {}
+    return out + scale_aims(extra.get("scale") or {})
+
+
+def scale_aims(scl):
+    """The scale section's aims: RSS, `meta/` per file (issue 25: ≤ 400 B), ingest rate."""
+    out = []
     at = scl.get("at") or {}
     if at.get("10") and at.get("100") and at["10"].get("rss") and at["100"].get("rss"):
         x = at["100"]["rss"] / at["10"]["rss"]
@@ -266,13 +297,13 @@ def goals(result):
     else:
         out.append(("daemon RSS after 100,000 files ≤ 1.2× RSS after 10,000", "not measured", None))
     if scl.get("meta_per_file_at_rest") is not None:
-        out.append(("`meta/` per file at rest (all disks) ≤ %d B, after %s files"
-                    % (META_AIM, "{:,}".format(scl["files"])),
+        out.append(("`meta/` per file at rest (all disks) ≤ 400 B, after %s files"
+                    % "{:,}".format(scl["files"]),
                     "%.0f B (peak during the ingest %.0f B)" % (scl["meta_per_file_at_rest"],
                                                             scl.get("meta_per_file_peak") or 0),
-                    scl["meta_per_file_at_rest"] <= META_AIM))
+                    scl["meta_per_file_at_rest"] <= 400))
     else:
-        out.append(("`meta/` per file at rest ≤ %d B" % META_AIM, "not measured", None))
+        out.append(("`meta/` per file at rest ≤ 400 B", "not measured", None))
     if scl.get("rate_end_vs_start"):
         # The issue's figure: the rate of the last slice against the first's,
         # every slice started after `sync`. The same slices into a plain
@@ -290,8 +321,13 @@ def goals(result):
     else:
         out.append(("ingest rate at the end of a 100,000-file copy within 15 % of its start",
                     "not measured", None))
-    imp = extra.get("import") or {}
-    for tag, corpus in (("main", main), ("small.", small)):
+    return out
+
+
+def import_aims(imp):
+    """`webfs import` against `cp -r` to a plain directory, and crawl 2 against crawl 1 (issue 22: ≥ 3×)."""
+    out = []
+    for tag, corpus in (("main", MAIN), ("small.", SMALL)):
         med = (imp.get("median") or {}).get(tag) or {}
         files = (imp.get("files") or {}).get(tag) or []
         if med.get("cp_plain_1") and med.get("import_1"):
@@ -301,11 +337,18 @@ def goals(result):
         elif tag == "main":
             out.append(("`webfs import` vs `cp -r` into a plain directory ≥ 1.0×", "not measured",
                         None))
+        label = "crawl 2 vs crawl 1 through `webfs import` ≥ 3× faster (%s)" % corpus
         if med.get("import_1") and med.get("import_2") and len(files) > 1:
             x = (files[1] / med["import_2"]) / (files[0] / med["import_1"])
-            out.append(("crawl 2 vs crawl 1 through `webfs import` ≥ 3× faster (%s)" % corpus,
-                        "%.2f×" % x, x >= 3.0))
-    wa = extra.get("warc") or {}
+            out.append((label, "%.2f×" % x, x >= 3.0))
+        else:
+            out.append((label, "not measured", None))
+    return out
+
+
+def warc_aims(wa):
+    """The warc section: import-warc and replay (issue 24), export-warc (issue 12)."""
+    out = []
     med = wa.get("median") or {}
     if med.get("cdxj") and med.get("import"):
         x = med["cdxj"] / med["import"]
@@ -321,17 +364,44 @@ def goals(result):
                                                   _num(wa["records"] / med["tar"])), x >= 1.0))
     else:
         out.append(("`webfs export-warc` pages/s vs `tar -cf -` through the mount ≥ 1.0×", "not measured", None))
-    if med.get("replay"):
+    if med.get("replay_first"):
         out.append(("`webfs replay` start-up, first after import-warc, < 1 s (%s captures)"
-                    % "{:,}".format(wa["records"]), "%.2f s (%.2f s with its CDXJ kept from a start before)" % (
-                        med["replay_first"], med["replay"]), med["replay_first"] < 1.0))
+                    % "{:,}".format(wa["records"]), "%.2f s (%s with its CDXJ kept from a start before)" % (
+                        med["replay_first"], "%.2f s" % med["replay"] if med.get("replay") else "?"),
+                    med["replay_first"] < 1.0))
     else:
         out.append(("`webfs replay` start-up < 1 s", "not measured", None))
+    label = "`webfs replay` + wayback latency of a capture vs plain pywb, median, ≤ 1.2×"
     if med.get("replay_ms") and med.get("pywb_ms"):
         x = med["replay_ms"] / med["pywb_ms"]
-        out.append(("`webfs replay` + wayback latency of a capture vs plain pywb, median, ≤ 1.2×",
-                    "%.2f× (%.1f vs %.1f ms)" % (x, med["replay_ms"], med["pywb_ms"]), x <= 1.2))
-    return out + s3_aims(extra.get("s3") or {})
+        out.append((label, "%.2f× (%.1f vs %.1f ms)" % (x, med["replay_ms"], med["pywb_ms"]), x <= 1.2))
+    else:
+        out.append((label, "not measured", None))
+    return out
+
+
+def query_aims(q):
+    """Issue 26's aims from the query section's medians (tools/bench_query.py)."""
+    med = q.get("median") or {}
+    pages = " (%s small pages)" % "{:,}".format(q["pages"]) if q.get("pages") else ""
+
+    def row(label, num, den, aim, fmt):
+        a, b = med.get(num), med.get(den)
+        if not (a and b):
+            return (label, "not measured", None)
+        x = a / b
+        return (label, "%.*f× (%s)" % (0 if x >= 100 else 1 if x >= 10 else 2, x, fmt(a, b)), aim(x) if aim else None)
+
+    return [
+        row("`webfs search` of a rare word vs `grep -rl` over the mount, cold, ≥ 100× faster" + pages,
+            "grep", "search", lambda x: x >= 100, lambda a, b: "%.3f vs %.2f s" % (b, a)),
+        row("index size vs the compressed text it covers ≤ 0.5×", "index_bytes", "covered_bytes",
+            lambda x: x <= 0.5, lambda a, b: "%s vs %s" % (_bytes(a), _bytes(b))),
+        row("`webfs import` with indexing vs without ≥ 0.7×", "import_plain", "import_index",
+            lambda x: x >= 0.7, lambda a, b: "%.2f vs %.2f s" % (b, a)),
+        row("subset stream pages/s vs random reads, cold (no aim; WebBase 75–180×)", "stream_pages_s",
+            "random_pages_s", None, lambda a, b: "%s vs %s pages/s" % (_num(a), _num(b))),
+    ]
 
 
 def s3_aims(s3):
@@ -390,7 +460,7 @@ def goals_table(result):
     out = ["Run of %s (%s), load average %s at the start and %s at the end:" % (
         result["started"].replace("T", " ").replace("Z", " UTC"), result.get("git") or "?",
         *(("%.2f" % x[0]) if x else "?" for x in la)), "",
-        "| aim (issues 10, 12, 13) | figure | met |", "|---|--:|:-:|"]
+        "| aim (%s) | figure | met |" % AIM_ISSUES, "|---|--:|:-:|"]
     for aim, measured, met in g:
         out.append("| %s | %s | %s |" % (aim, measured,
                                          "–" if met is None else ("met" if met else "**not met**")))
