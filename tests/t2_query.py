@@ -112,6 +112,26 @@ def test_a_damaged_index_is_made_again(archive):
     assert proc.stdout.decode().split() == want and b"made again from the archive" in proc.stderr
 
 
+def test_phrases_are_checked_against_the_pages(archive):
+    # The index keeps no word positions: a phrase is read again from the page's block.
+    assert search(archive, '"unchanged between crawls"', "--count") == ["2"]
+    assert search(archive, '"between unchanged crawls"', "--count") == ["0"]
+    assert search(archive, 'title:"database group"', "--urls") == ["http://example.com/"]
+    assert search(archive, 'title:"group database"') == []
+    assert search(archive, "zebra-café", "--urls") == ["http://example.com/"]    # one term, two words in order
+
+
+def test_an_index_of_another_version_is_made_again(archive):
+    want = search(archive, "perennial")
+    db = sqlite3.connect(archive / "meta" / "index.db")
+    db.execute("UPDATE meta SET value = '1' WHERE key = 'version'")
+    db.execute("DROP TABLE urls")                   # what version 1 had is not read
+    db.commit()
+    db.close()
+    proc = webfs("search", "perennial", archive)
+    assert proc.stdout.decode().split() == want and b"index version 1" in proc.stderr
+
+
 def stream(disk, *opts):
     proc = webfs("stream", *opts, disk)
     return proc.stdout.decode().splitlines(), proc.stderr.decode().splitlines()
