@@ -6,7 +6,7 @@ thousand crawls is indexed once), its words and title in a contentless FTS5
 table (``docs_text``: the words are found there, the text itself stays in
 the blocks; which column a word is in, not where: a phrase is checked
 against its document, webfs.query), its resolved out-links (``links`` of
-numbered ``urls``, found by a hash of the URL, from which in-link counts per
+numbered ``urls``, each a hash of its URL, from which in-link counts per
 URL are counted); and one row per file (``files``, keyed by inode): the
 document it holds, its URL, host, collection, capture date, MIME type, HTTP
 status, size, and the catalog's ctime it was indexed at (``stamp``: the
@@ -36,14 +36,12 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS docs (
     id    INTEGER PRIMARY KEY,
     sig   TEXT NOT NULL UNIQUE,          -- the block's signature (first piece)
-    kind  TEXT NOT NULL,                 -- html, text or other (webfs.extract)
-    title TEXT NOT NULL DEFAULT '');
+    kind  TEXT NOT NULL);                -- html, text or other (webfs.extract)
 CREATE VIRTUAL TABLE IF NOT EXISTS docs_text USING fts5(
     title, body, content='', detail=column, tokenize='unicode61 remove_diacritics 2');
--- Out-links by number: a URL is written once however many pages link to it,
--- and found by a hash of it (an index of numbers, not of the URLs a second time).
-CREATE TABLE IF NOT EXISTS urls (id INTEGER PRIMARY KEY, hash INTEGER NOT NULL, url TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS urls_hash ON urls (hash);
+-- Out-links by number: a URL is kept once however many pages link to it, as
+-- a 64-bit hash of it (url_hash), not its text: links-to and inlinks ask by URL.
+CREATE TABLE IF NOT EXISTS urls (id INTEGER PRIMARY KEY, hash INTEGER NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS links (url INTEGER NOT NULL, doc INTEGER NOT NULL, PRIMARY KEY (url, doc)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS files (
     ino        INTEGER PRIMARY KEY,
@@ -58,7 +56,8 @@ CREATE TABLE IF NOT EXISTS files (
     status     INTEGER,
     size       INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS files_doc ON files (doc);
-CREATE INDEX IF NOT EXISTS files_host ON files (host);
+-- No index on host: host: matches subdomains (LIKE '%.host'), a scan in any case.
+DROP INDEX IF EXISTS files_host;
 """
 
 
@@ -77,8 +76,11 @@ def index_dir(catalog_file: str, recorded: Optional[str]) -> str:
 
 
 def url_hash(url: str) -> int:
-    """The 48-bit number a URL is found by in ``urls``."""
-    return int.from_bytes(hashlib.blake2b(url.encode("utf-8", "surrogateescape"), digest_size=6).digest(), "big")
+    """The number a URL is kept as in ``urls``: 64 bits of its BLAKE2b, so that
+    two URLs of an archive share one by a chance of about 3 in 10,000 at
+    10^8 distinct URLs (their in-links would then count together)."""
+    return int.from_bytes(hashlib.blake2b(url.encode("utf-8", "surrogateescape"), digest_size=8).digest(),
+                          "big", signed=True)
 
 
 # Whether a phrase (as webfs.query writes it) is in a document (by its id), in order.
@@ -174,16 +176,15 @@ class Index:
 
     def add_doc(self, sig: str, kind: str, title: str, text: str, links: list[str]) -> int:
         """Index a document once (its signature names it); its id."""
-        cur = self.db.execute("INSERT INTO docs (sig, kind, title) VALUES (?, ?, ?)", (sig, kind, title))
+        cur = self.db.execute("INSERT INTO docs (sig, kind) VALUES (?, ?)", (sig, kind))
         doc = cur.lastrowid
         if title or text:
             self.db.execute("INSERT INTO docs_text (rowid, title, body) VALUES (?, ?, ?)", (doc, title, text))
         if links:
-            rows = [(url_hash(u), u) for u in links]
-            self.db.executemany("INSERT INTO urls (hash, url) SELECT ?1, ?2 WHERE NOT EXISTS "
-                                "(SELECT 1 FROM urls WHERE hash = ?1 AND url = ?2)", rows)
-            self.db.executemany("INSERT OR IGNORE INTO links SELECT id, ?1 FROM urls WHERE hash = ?2 AND url = ?3",
-                                [(doc, h, u) for h, u in rows])
+            hashes = [url_hash(u) for u in links]
+            self.db.executemany("INSERT OR IGNORE INTO urls (hash) VALUES (?)", [(h,) for h in hashes])
+            self.db.execute(f"INSERT OR IGNORE INTO links SELECT id, ? FROM urls WHERE hash IN "
+                            f"({','.join('?' * len(hashes))})", (doc, *hashes))
         return doc
 
     def put_file(self, ino: int, stamp: int, doc: Optional[int], facts: dict) -> None:

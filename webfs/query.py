@@ -75,8 +75,7 @@ def compile_query(text: str) -> Compiled:
         inlinks = _INLINKS.fullmatch(m.group(0))
         if inlinks:
             out.where.append("(SELECT count(*) FROM links l JOIN urls u ON u.id = l.url WHERE "
-                             "u.hash = url_hash(coalesce(f.key, f.url)) AND u.url = coalesce(f.key, f.url)) "
-                             f"{inlinks.group(1)} ?")
+                             f"u.hash = url_hash(coalesce(f.key, f.url))) {inlinks.group(1)} ?")
             out.params.append(int(inlinks.group(2)))
         elif name is None or name == "title":
             _words(out, name, value)
@@ -144,8 +143,8 @@ def _field(out: Compiled, name: str, value: str, term: str) -> None:
     elif name == "links-to":
         key = link_key(value if "://" in value else "http://" + value)
         out.where.append("f.doc IN (SELECT l.doc FROM links l JOIN urls u ON u.id = l.url "
-                         "WHERE u.hash = ? AND u.url = ?)")
-        out.params += [url_hash(key), key]
+                         "WHERE u.hash = ?)")
+        out.params.append(url_hash(key))
     elif name == "mime":
         mime = value.lower().rstrip("/*")
         out.where.append("(f.mime = ? OR substr(f.mime, 1, ?) = ?)")
