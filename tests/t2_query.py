@@ -132,6 +132,20 @@ def test_an_index_of_another_version_is_made_again(archive):
     assert proc.stdout.decode().split() == want and b"index version 1" in proc.stderr
 
 
+def test_an_import_whose_index_cannot_be_written_still_imports(archive, tmp_path):
+    blocked = tmp_path / "idx"
+    webfs("reindex", "--index-dir", blocked, archive)
+    for f in blocked.iterdir():
+        f.unlink()
+    blocked.rmdir()
+    blocked.write_bytes(b"")            # a file where the index's directory was: every pass fails
+    proc = webfs("import", crawl(tmp_path / "src3", "crawl-2017", "20170301000000", {}), f"{archive}:/")
+    assert b"'webfs reindex' rebuilds it" in proc.stderr
+    blocked.unlink()
+    assert search(archive, "perennial collection:crawl-2017") == [
+        "/crawl-2017/http/example.com/same.html@20170301000000"]
+
+
 def stream(disk, *opts):
     proc = webfs("stream", *opts, disk)
     return proc.stdout.decode().splitlines(), proc.stderr.decode().splitlines()
