@@ -39,9 +39,15 @@ def test_link_keys():
     assert link_key("https://example.com:8443/") == "https://example.com:8443/"
 
 
+TEXTS = {}
+
+
 @pytest.fixture
 def index(tmp_path):
-    ix = Index(str(tmp_path))
+    ix = Index(str(tmp_path), phrases=query.phrase_check(TEXTS.get))
+    for i, (title, text) in enumerate((("Stanford group", "zebra quagga"), ("Other", "zebra stanford"),
+                                       ("", "plain words only")), 1):
+        TEXTS[i] = (title, text)
     docs = [ix.add_doc("s1", "html", "Stanford group", "zebra quagga", ["http://www-db.stanford.edu/"]),
             ix.add_doc("s2", "html", "Other", "zebra stanford", ["http://a.example.org/"]),
             ix.add_doc("s3", "text", "", "plain words only", [])]
@@ -67,6 +73,9 @@ def test_each_kind_of_term(index):
     assert found(index, "stanford")[:2] in ([4, 1], [1, 4])  # a title match ranks first
     assert found(index, "title:stanford") == [4, 1]
     assert found(index, '"zebra quagga"') == [4, 1] and found(index, '"quagga zebra"') == []
+    assert found(index, 'title:"stanford group"') == [4, 1] and found(index, 'title:"group stanford"') == []
+    assert found(index, '"stanford group zebra"') == []       # a phrase does not run from the title into the text
+    assert query.count(index.db, '"quagga zebra"') == 0 and query.count(index.db, '"zebra quagga"') == 2
     assert sorted(found(index, "host:example.org")) == [1, 2, 4]
     assert found(index, "host:a.example.org") == [2]
     assert found(index, "url:www.example.org/") == [4, 1]

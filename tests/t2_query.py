@@ -112,6 +112,40 @@ def test_a_damaged_index_is_made_again(archive):
     assert proc.stdout.decode().split() == want and b"made again from the archive" in proc.stderr
 
 
+def test_phrases_are_checked_against_the_pages(archive):
+    # The index keeps no word positions: a phrase is read again from the page's block.
+    assert search(archive, '"unchanged between crawls"', "--count") == ["2"]
+    assert search(archive, '"between unchanged crawls"', "--count") == ["0"]
+    assert search(archive, 'title:"database group"', "--urls") == ["http://example.com/"]
+    assert search(archive, 'title:"group database"') == []
+    assert search(archive, "zebra-café", "--urls") == ["http://example.com/"]    # one term, two words in order
+
+
+def test_an_index_of_another_version_is_made_again(archive):
+    want = search(archive, "perennial")
+    db = sqlite3.connect(archive / "meta" / "index.db")
+    db.execute("UPDATE meta SET value = '1' WHERE key = 'version'")
+    db.execute("DROP TABLE urls")                   # what version 1 had is not read
+    db.commit()
+    db.close()
+    proc = webfs("search", "perennial", archive)
+    assert proc.stdout.decode().split() == want and b"index version 1" in proc.stderr
+
+
+def test_an_import_whose_index_cannot_be_written_still_imports(archive, tmp_path):
+    blocked = tmp_path / "idx"
+    webfs("reindex", "--index-dir", blocked, archive)
+    for f in blocked.iterdir():
+        f.unlink()
+    blocked.rmdir()
+    blocked.write_bytes(b"")            # a file where the index's directory was: every pass fails
+    proc = webfs("import", crawl(tmp_path / "src3", "crawl-2017", "20170301000000", {}), f"{archive}:/")
+    assert b"'webfs reindex' rebuilds it" in proc.stderr
+    blocked.unlink()
+    assert search(archive, "perennial collection:crawl-2017") == [
+        "/crawl-2017/http/example.com/same.html@20170301000000"]
+
+
 def stream(disk, *opts):
     proc = webfs("stream", *opts, disk)
     return proc.stdout.decode().splitlines(), proc.stderr.decode().splitlines()

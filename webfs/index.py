@@ -4,8 +4,10 @@ This module owns the index's file and tables. One row per distinct document
 (``docs``, keyed by block signature: a page stored once and present in a
 thousand crawls is indexed once), its words and title in a contentless FTS5
 table (``docs_text``: the words are found there, the text itself stays in
-the blocks), its resolved out-links (``links`` of numbered ``urls``, from
-which in-link counts per URL are counted); and one row per file (``files``, keyed by inode): the
+the blocks; which column a word is in, not where: a phrase is checked
+against its document, webfs.query), its resolved out-links (``links`` of
+numbered ``urls``, each a hash of its URL, from which in-link counts per
+URL are counted); and one row per file (``files``, keyed by inode): the
 document it holds, its URL, host, collection, capture date, MIME type, HTTP
 status, size, and the catalog's ctime it was indexed at (``stamp``: the
 indexer's test for "changed since").
@@ -17,15 +19,16 @@ recorded in the catalog (meta key ``index_dir``). Losing it loses nothing:
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sqlite3
-from typing import Optional
+from typing import Callable, Optional
 
 log = logging.getLogger(__name__)
 
 INDEX_FILE = "index.db"
-INDEX_VERSION = "1"
+INDEX_VERSION = "2"             # another version is made again, not read (derived data)
 INDEX_DIR_META = "index_dir"            # catalog meta key: where the index lives, if not beside the catalog
 
 SCHEMA = """
@@ -33,12 +36,12 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS docs (
     id    INTEGER PRIMARY KEY,
     sig   TEXT NOT NULL UNIQUE,          -- the block's signature (first piece)
-    kind  TEXT NOT NULL,                 -- html, text or other (webfs.extract)
-    title TEXT NOT NULL DEFAULT '');
+    kind  TEXT NOT NULL);                -- html, text or other (webfs.extract)
 CREATE VIRTUAL TABLE IF NOT EXISTS docs_text USING fts5(
-    title, body, content='', tokenize='unicode61 remove_diacritics 2');
--- Out-links by number: a URL is written once however many pages link to it.
-CREATE TABLE IF NOT EXISTS urls (id INTEGER PRIMARY KEY, url TEXT NOT NULL UNIQUE);
+    title, body, content='', detail=column, tokenize='unicode61 remove_diacritics 2');
+-- Out-links by number: a URL is kept once however many pages link to it, as
+-- a 64-bit hash of it (url_hash), not its text: links-to and inlinks ask by URL.
+CREATE TABLE IF NOT EXISTS urls (id INTEGER PRIMARY KEY, hash INTEGER NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS links (url INTEGER NOT NULL, doc INTEGER NOT NULL, PRIMARY KEY (url, doc)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS files (
     ino        INTEGER PRIMARY KEY,
@@ -53,7 +56,8 @@ CREATE TABLE IF NOT EXISTS files (
     status     INTEGER,
     size       INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS files_doc ON files (doc);
-CREATE INDEX IF NOT EXISTS files_host ON files (host);
+-- No index on host: host: matches subdomains (LIKE '%.host'), a scan in any case.
+DROP INDEX IF EXISTS files_host;
 """
 
 
@@ -71,33 +75,80 @@ def index_dir(catalog_file: str, recorded: Optional[str]) -> str:
     return recorded or os.path.dirname(catalog_file)
 
 
-class Index:
-    """One connection to an index database (one thread at a time)."""
+def url_hash(url: str) -> int:
+    """The number a URL is kept as in ``urls``: 64 bits of its BLAKE2b, so that
+    two URLs of an archive share one by a chance of about 3 in 10,000 at
+    10^8 distinct URLs (their in-links would then count together)."""
+    return int.from_bytes(hashlib.blake2b(url.encode("utf-8", "surrogateescape"), digest_size=8).digest(),
+                          "big", signed=True)
 
-    def __init__(self, directory: str, read_only: bool = False):
+
+# Whether a phrase (as webfs.query writes it) is in a document (by its id), in order.
+PhraseCheck = Callable[[int, str], bool]
+
+
+class Index:
+    """One connection to an index database (one thread at a time). ``phrases``:
+    how a phrase is checked against its document's words in order (SQL
+    ``phrase_holds``); without it, a phrase matches the documents that hold
+    all of its words."""
+
+    def __init__(self, directory: str, read_only: bool = False, phrases: Optional[PhraseCheck] = None):
         self.path = os.path.join(directory, INDEX_FILE)
         if read_only:
             if not os.path.exists(self.path):
                 raise FileNotFoundError(self.path)
             self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            if self._version() != INDEX_VERSION:        # an older index: the next pass makes it again
+                self.db.close()
+                raise FileNotFoundError(self.path)
         else:
             os.makedirs(directory, exist_ok=True)
             try:
                 self._open()
             except sqlite3.DatabaseError as exc:
-                # Derived data: a damaged index is made again, not repaired.
+                # Derived data: a damaged index, or one of another version, is made again, not repaired.
                 log.warning("%s: %s; made again from the archive", self.path, exc)
                 self.db.close()
                 remove(directory)
                 self._open()
+        self.phrases = phrases
+        self._verdicts: dict[tuple[int, str], bool] = {}
+        self.db.create_function("url_hash", 1, url_hash, deterministic=True)
+        self.db.create_function("phrase_holds", 2, self._phrase_holds)
+
+    def _version(self) -> Optional[str]:
+        try:
+            return self.get_meta("version")
+        except sqlite3.OperationalError:            # no meta table: a new file
+            return None
 
     def _open(self) -> None:
         self.db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+        version = self._version()
+        if version not in (None, INDEX_VERSION):
+            raise sqlite3.DatabaseError(f"index version {version}, this webfs writes {INDEX_VERSION}")
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")      # derived data: a lost tail is caught up again
         self.db.executescript(SCHEMA)
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('version', ?)", (INDEX_VERSION,))
         self.db.commit()
+
+    def _phrase_holds(self, doc: Optional[int], spec: str) -> bool:
+        """SQL phrase_holds(doc, spec): the phrase (webfs.query) is in the document, in order."""
+        if self.phrases is None or doc is None:
+            return doc is not None
+        verdict = self._verdicts.get((doc, spec))
+        if verdict is None:
+            verdict = self.phrases(doc, spec)
+            if len(self._verdicts) > 65536:
+                self._verdicts.clear()
+            self._verdicts[(doc, spec)] = verdict
+        return verdict
+
+    def doc_key(self, doc: int) -> Optional[tuple[str, str]]:
+        """(signature key, kind) of a document by its id."""
+        return self.db.execute("SELECT sig, kind FROM docs WHERE id=?", (doc,)).fetchone()
 
     def close(self) -> None:
         self.db.close()
@@ -125,14 +176,15 @@ class Index:
 
     def add_doc(self, sig: str, kind: str, title: str, text: str, links: list[str]) -> int:
         """Index a document once (its signature names it); its id."""
-        cur = self.db.execute("INSERT INTO docs (sig, kind, title) VALUES (?, ?, ?)", (sig, kind, title))
+        cur = self.db.execute("INSERT INTO docs (sig, kind) VALUES (?, ?)", (sig, kind))
         doc = cur.lastrowid
         if title or text:
             self.db.execute("INSERT INTO docs_text (rowid, title, body) VALUES (?, ?, ?)", (doc, title, text))
         if links:
-            self.db.executemany("INSERT OR IGNORE INTO urls (url) VALUES (?)", [(u,) for u in links])
-            self.db.execute(f"INSERT OR IGNORE INTO links SELECT id, ? FROM urls WHERE url IN "
-                            f"({','.join('?' * len(links))})", (doc, *links))
+            hashes = [url_hash(u) for u in links]
+            self.db.executemany("INSERT OR IGNORE INTO urls (hash) VALUES (?)", [(h,) for h in hashes])
+            self.db.execute(f"INSERT OR IGNORE INTO links SELECT id, ? FROM urls WHERE hash IN "
+                            f"({','.join('?' * len(hashes))})", (doc, *hashes))
         return doc
 
     def put_file(self, ino: int, stamp: int, doc: Optional[int], facts: dict) -> None:

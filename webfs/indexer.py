@@ -24,7 +24,7 @@ import sqlite3
 import threading
 from typing import Optional
 
-from . import lockorder, urlpath
+from . import lockorder, query, urlpath
 from .catalog import Catalog
 from .errors import WebfsError
 from .extract import extract, host_of, link_key
@@ -48,6 +48,32 @@ def location(store) -> str:
 
 def open_catalog_reader(store) -> Catalog:
     return Catalog.reader(store.catalog.path)
+
+
+def open_for_queries(store) -> Index:
+    """The archive's index, read-only, checking phrases against the documents'
+    blocks; FileNotFoundError while there is none (a first pass makes it)."""
+    index = Index(location(store), read_only=True)
+    index.phrases = query.phrase_check(lambda doc: document_texts(store, index, doc))
+    return index
+
+
+def document_texts(store, index: Index, doc: int) -> Optional[tuple[str, str]]:
+    """(title, text) of an indexed document, read and parsed again from its block;
+    None if it is gone or unreadable (its phrase then does not match)."""
+    row = index.doc_key(doc)
+    if row is None:
+        return None
+    sig, _, overflow = row[0].partition("~")
+    block = store.catalog.block(sig, int(overflow or 0))
+    if block is None:
+        return None
+    try:
+        got = extract(store.read(block), SNIFFED.get(row[1], ""))
+    except WebfsError as exc:
+        log.warning("index: block %s not read to check a phrase (%s)", row[0], exc)
+        return None
+    return got.title, got.text
 
 
 class Paths:
@@ -285,14 +311,52 @@ class Keeper:
                      counts["indexed"], counts["documents"], counts["dropped"])
 
 
+ALONGSIDE_INTERVAL = 0.5       # seconds between an unmounted import's looks at its own commits
+
+
+class Alongside:
+    """Indexing beside an import on the disks: a thread that runs a pass each
+    time the import commits a batch, so that when the import ends only its
+    last batches are left to index (the pass reads and parses while the
+    import waits on its disks)."""
+
+    def __init__(self, store):
+        self.keeper = Keeper(store)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="index alongside", daemon=True)
+
+    def __enter__(self) -> "Alongside":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+        self.keeper.close()
+
+    def _run(self) -> None:
+        while not self.done.wait(ALONGSIDE_INTERVAL):
+            try:
+                self.keeper.step()
+            except (OSError, sqlite3.Error, WebfsError) as exc:
+                # The pass after the import tries again, and says so if it fails too.
+                log.debug("index pass beside the import: %s", exc)
+
+
 def indexed(command):
-    """An import (an admin command) that indexes what it made when it finishes."""
+    """An import (an admin command) that indexes what it made: on the disks,
+    beside it as it commits, and the rest when it finishes; in a mount, in
+    the keeper's background pass, which the import does not wait for."""
     def run(archive, progress, **options):
-        result = command(archive, progress, **options)
         if archive.after_import is not None:
-            archive.after_import()          # a mount's keeper: the import must not wait for it
-        else:
-            after_import(archive.store)
+            result = command(archive, progress, **options)
+            archive.after_import()
+            return result
+        if not enabled():
+            return command(archive, progress, **options)
+        with Alongside(archive.store):
+            result = command(archive, progress, **options)
+        after_import(archive.store)
         return result
     run.__doc__ = command.__doc__
     return run

@@ -14,22 +14,28 @@ hold:
     date:2014..2015  date:20140301  date:..2015  its capture date, inclusive
     collection:NAME           it is in that collection
 
-With words, answers are ranked by BM25 (a title match weighs 10 times a
-text match); without, newest capture first.
+With words, answers whose title holds one of them come first, then newest
+capture first (the index keeps no word counts, which BM25 would need). The index keeps which column a
+word is in, not where (webfs.index): a phrase, or a term the tokenizer cuts
+in several words (``foo-bar``), matches the documents that hold all of its
+words, and then is checked in order against each one's text (``phrase_holds``).
 """
 from __future__ import annotations
 
+import json
 import re
+import unicodedata
 from dataclasses import dataclass, field
 
 from .errors import WebfsError
 from .extract import link_key
+from .index import url_hash
 
 FIELDS = ("title", "url", "host", "links-to", "mime", "date", "collection")
-TITLE_WEIGHT = 10.0
 _TERM = re.compile(r'(?:(?P<field>[a-z-]+):)?(?:"(?P<phrase>[^"]*)"?|(?P<word>\S*))')
 _INLINKS = re.compile(r"inlinks(>=|<=|>|<|=)(\d+)")
 _DATE = re.compile(r"(\d{4,14})?(\.\.)?(\d{4,14})?")
+_TOKEN = re.compile(r"[^\W_]+")        # FTS5's unicode61: letters and digits, the rest separates
 
 
 class BadQuery(WebfsError):
@@ -41,6 +47,12 @@ class Compiled:
     match: list[str] = field(default_factory=list)      # FTS5 terms, ANDed
     where: list[str] = field(default_factory=list)
     params: list = field(default_factory=list)
+    phrases: list[str] = field(default_factory=list)    # checked against the document (phrase_in)
+    words: list[str] = field(default_factory=list)      # every word looked for, for the ranking
+
+    def in_title(self) -> str:
+        """An FTS5 match of the documents whose title holds one of the words."""
+        return "title : (" + " OR ".join(_quoted(w) for w in self.words) + ")"
 
     def fts(self) -> str:
         return " AND ".join(self.match)
@@ -62,17 +74,58 @@ def compile_query(text: str) -> Compiled:
             value, name = m.group(0), None          # "foo:bar" is words
         inlinks = _INLINKS.fullmatch(m.group(0))
         if inlinks:
-            out.where.append("(SELECT count(*) FROM links l JOIN urls u ON u.id = l.url "
-                             f"WHERE u.url = coalesce(f.key, f.url)) {inlinks.group(1)} ?")
+            out.where.append("(SELECT count(*) FROM links l JOIN urls u ON u.id = l.url WHERE "
+                             f"u.hash = url_hash(coalesce(f.key, f.url))) {inlinks.group(1)} ?")
             out.params.append(int(inlinks.group(2)))
         elif name is None or name == "title":
-            if re.search(r"\w", value):
-                out.match.append(("title : " if name else "") + _quoted(value))
+            _words(out, name, value)
         else:
             _field(out, name, value, m.group(0))
     if not out.match and not out.where:
         raise BadQuery(f"query {text!r} has no term to look for (see QUERIES in webfs(1))")
+    out.where += ["phrase_holds(f.doc, ?)"] * len(out.phrases)     # last: each one reads a document
+    out.params += out.phrases
     return out
+
+
+def tokens(text: str) -> list[str]:
+    """Words as the index's tokenizer makes them: diacritics folded, lowercase."""
+    folded = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    return _TOKEN.findall(folded.lower())
+
+
+def _words(out: Compiled, name, value: str) -> None:
+    """Words or a phrase, in the title (``title:``) or anywhere."""
+    words = tokens(value)
+    if not words:
+        return
+    out.words += words
+    column = "title : " if name else ""
+    if len(words) == 1:
+        out.match.append(column + _quoted(value))
+        return
+    out.match.append(column + "(" + " AND ".join(_quoted(w) for w in words) + ")")
+    out.phrases.append(json.dumps([name, words]))
+
+
+def phrase_check(texts):
+    """A phrase check for webfs.index from ``texts``: a document's id -> its
+    (title, text), None if it cannot be read (then its phrases do not match)."""
+    def holds(doc: int, spec: str) -> bool:
+        got = texts(doc)
+        return got is not None and phrase_in(json.loads(spec), *got)
+    return holds
+
+
+def phrase_in(spec: list, title: str, body: str) -> bool:
+    """Whether a phrase (``[column or None, words]``, from _words) is in a document's text."""
+    column, words = spec
+    return any(_in_order(words, tokens(text)) for text in ([title] if column else [title, body]))
+
+
+def _in_order(words: list[str], found: list[str]) -> bool:
+    n = len(words)
+    return any(found[i:i + n] == words for i, w in enumerate(found) if w == words[0])
 
 
 def _field(out: Compiled, name: str, value: str, term: str) -> None:
@@ -88,8 +141,10 @@ def _field(out: Compiled, name: str, value: str, term: str) -> None:
         out.where.append("(f.host = ? OR f.host LIKE ? ESCAPE '\\')")
         out.params += [host, "%." + host.replace("%", "\\%").replace("_", "\\_")]
     elif name == "links-to":
-        out.where.append("f.doc IN (SELECT l.doc FROM links l JOIN urls u ON u.id = l.url WHERE u.url = ?)")
-        out.params.append(link_key(value if "://" in value else "http://" + value))
+        key = link_key(value if "://" in value else "http://" + value)
+        out.where.append("f.doc IN (SELECT l.doc FROM links l JOIN urls u ON u.id = l.url "
+                         "WHERE u.hash = ?)")
+        out.params.append(url_hash(key))
     elif name == "mime":
         mime = value.lower().rstrip("/*")
         out.where.append("(f.mime = ? OR substr(f.mime, 1, ?) = ?)")
@@ -120,8 +175,9 @@ def run(db, text: str, limit: int, offset: int = 0) -> list[tuple]:
     if q.match:
         sql = (f"SELECT {cols} FROM docs_text JOIN files f ON f.doc = docs_text.rowid "
                f"WHERE docs_text MATCH ? AND {where} "
-               f"ORDER BY bm25(docs_text, {TITLE_WEIGHT}, 1.0), f.date DESC, f.ino LIMIT ? OFFSET ?")
-        params = [q.fts()] + q.params
+               "ORDER BY docs_text.rowid IN (SELECT rowid FROM docs_text WHERE docs_text MATCH ?) DESC, "
+               "f.date DESC, f.ino LIMIT ? OFFSET ?")
+        params = [q.fts()] + q.params + [q.in_title()]
     else:
         sql = f"SELECT {cols} FROM files f WHERE {where} ORDER BY f.date DESC, f.ino LIMIT ? OFFSET ?"
         params = q.params

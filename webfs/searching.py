@@ -15,7 +15,6 @@ from typing import Optional
 
 from . import indexer, query
 from .admin import Progress, Result
-from .index import Index
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +25,7 @@ def answers(store, text: str, limit: int, offset: int = 0) -> list[dict]:
     """The answers to a query, best first: path (from the archive's root), url, date, mime, size;
     none while there is no index yet (a mount's first pass makes it)."""
     try:
-        index = Index(indexer.location(store), read_only=True)
+        index = indexer.open_for_queries(store)
     except FileNotFoundError:
         return []
     cat = indexer.open_catalog_reader(store)
@@ -65,7 +64,7 @@ def search(store, progress: Progress, query_text: str, limit: int = 100, offset:
         log.warning("the index was not brought up to date (%s)", exc)
     result = Result()
     if output == "count":
-        index = Index(indexer.location(store), read_only=True)
+        index = indexer.open_for_queries(store)
         try:
             result.say(str(query.count(index.db, query_text)))
         finally:
