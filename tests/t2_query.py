@@ -119,6 +119,9 @@ def test_phrases_are_checked_against_the_pages(archive):
     assert search(archive, 'title:"database group"', "--urls") == ["http://example.com/"]
     assert search(archive, 'title:"group database"') == []
     assert search(archive, "zebra-café", "--urls") == ["http://example.com/"]    # one term, two words in order
+    # A stream over a query checks its phrases as search does.
+    assert len(stream(archive, "--query", '"unchanged between crawls"')[0]) == 2
+    assert stream(archive, "--query", '"between unchanged crawls"')[0] == []
 
 
 def test_an_index_of_another_version_is_made_again(archive):

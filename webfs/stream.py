@@ -35,7 +35,6 @@ from typing import Any, Callable, Iterator, Optional
 
 from . import indexer, query
 from .errors import WebfsError
-from .index import Index
 
 PAGE = 1000                     # files asked of the catalog at a time
 READ_AHEAD = 16                 # pages read ahead per disk
@@ -90,7 +89,7 @@ def pages(store, pos: Position) -> Iterator[tuple[str, int, Position]]:
     """(path from the archive's root, inode, the position after it) of each page still to send."""
     chosen = None
     if pos.subset:
-        index = Index(indexer.location(store), read_only=True)
+        index = indexer.open_for_queries(store)        # phrases checked, as webfs search does
         try:
             chosen = query.matching(index.db, pos.subset)
         finally:
