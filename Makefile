@@ -41,7 +41,11 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench]'
 	touch $@
 
+# An editable install leaves the modules uncompiled, and where
+# PYTHONDONTWRITEBYTECODE is set (CI, containers) every command compiled
+# them again at start: compiled here, and again whenever a source is newer.
 deps: apt $(STAMP)
+	@$(BIN)/python -m compileall -q webfs backends
 
 # The tests come in tiers, by file name (as S3QL's): t1_* pure units (no disks,
 # no mounts), t2_* store, catalog, namespace and commands on temporary
