@@ -187,7 +187,7 @@ def warc_section(ctx):
             r["import"] = dt
             coll = shlex.quote(os.path.join(web.path, "c"))
             for key, line in (("tar", "tar -cf - -C %s . | wc -c" % coll),
-                              ("export", "%s export-warc --order disk %s %s" % (
+                              ("export", "%s export-warc --force --order disk %s %s" % (
                                   cmd, coll, shlex.quote(os.path.join(work, "out.warc.gz"))))):
                 web.remount_cold()
                 dt, out, rc, err, _ = timed(line, timeout=o.timeout)
