@@ -139,10 +139,10 @@ def current(coll: str, files: dict, pywb_dir: str) -> tuple[str, str]:
         if lines is None:
             lines = kept_lines(vf.tree, vf, key)
             from_import += lines is not None
-        if lines is None:       # not kept, or stale (a capture deleted, a revisit's original elsewhere)
-            lines = index_one(name, vf)
-            write_file(path, KEY_PREFIX + key + b"\n" + b"".join(lines))
-            fresh += 1
+            if lines is None:       # not kept, or stale (a capture deleted, a revisit's original elsewhere)
+                lines = index_one(name, vf)
+                fresh += 1
+            write_file(path, KEY_PREFIX + key + b"\n" + b"".join(lines))   # the next start reads it here
         per_file.append(lines)
     for stale in set(os.listdir(cache)) - {n + ".cdxj" for n in files}:
         os.unlink(os.path.join(cache, stale))          # a source no longer kept
@@ -158,7 +158,7 @@ def current(coll: str, files: dict, pywb_dir: str) -> tuple[str, str]:
     count = merged.count(b"\n")
     return index, (f"CDXJ index of {coll}: {index} ({count} lines; "
                    f"{fresh} of {len(files)} source file(s) indexed now, {from_import} as import-warc indexed them, "
-                   f"the rest kept here)")
+                   f"the rest kept in PYWBDIR)")
 
 
 # ---------------------------------------------------------------- serving
