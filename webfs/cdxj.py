@@ -17,6 +17,7 @@ import contextlib
 import io
 import logging
 import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from . import lockorder, warc
@@ -51,12 +52,28 @@ class VirtualFile:
         return {_field(self.heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest") for ln in self.lines
                 if ln.rtype in ("response", "resource")}
 
+    def _sizes(self) -> dict[bytes, Optional[int]]:
+        """Each capture file's size (None: gone). Through a mount each is a round
+        trip to the daemon: READERS at once, as export-warc reads."""
+        captures = list({ln.capture for ln in self.lines if ln.capture != b"-"})
+
+        def size(capture: bytes) -> Optional[int]:
+            try:
+                return self.tree.size(capture)
+            except (OSError, WebfsError):
+                return None
+        if not isinstance(self.tree, warc.MountTree):
+            return {c: size(c) for c in captures}
+        with ThreadPoolExecutor(warc.READERS) as pool:
+            return dict(zip(captures, pool.map(size, captures)))
+
     def lay_out(self, originals: set[bytes]) -> None:
         """Each record's parts and start; a revisit whose original is not among
         the collection's ``originals`` is shown as the response it stands for."""
         self.starts: list[int] = []
         self.parts: list[list] = []       # per record: ("h", start, n), ("f", path, n), ("b", bytes, n)
         self.digested: set[bytes] = set()   # capture files whose record names its payload digest
+        self.sizes = self._sizes()
         pos = 0
         for ln in self.lines:
             p = ln.ho + ln.wl + ln.hl
@@ -64,9 +81,8 @@ class VirtualFile:
             if parts is None and ln.where == "file":
                 if _field(self.heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest"):
                     self.digested.add(ln.capture)
-                try:
-                    n = self.tree.size(ln.capture)
-                except (OSError, WebfsError):
+                n = self.sizes.get(ln.capture)
+                if n is None:
                     continue        # deleted since the import: its record is not shown
                 parts = [("h", ln.ho, ln.wl + ln.hl), ("f", ln.capture, n), ("h", p, ln.tl)]
             elif parts is None:
@@ -90,12 +106,9 @@ class VirtualFile:
         if (ln.capture == b"-" or not head.startswith(b"WARC/") or _field(head, b"warc-payload-digest") in originals
                 or not re.match(rb"HTTP/\S+ 2\d\d", http) or any(warc.http_codings(http))):
             return None     # no capture file, its original is here, no 2xx header, or an encoded entity
-        try:
-            n = self.tree.size(ln.capture)
-        except (OSError, WebfsError):
-            return None
+        n = self.sizes.get(ln.capture)
         if not n:
-            return None                   # unresolved: the file is empty
+            return None                   # gone, or unresolved: the file is empty
         response = _response_head(head, ln.hl + n)
         return [("b", response, len(response)), ("h", ln.ho + ln.wl, ln.hl), ("f", ln.capture, n),
                 ("b", SEPARATOR, len(SEPARATOR))]
