@@ -33,6 +33,17 @@ def test_gzip_of_two_members_and_deflate_either_way():
     assert warc.decode_entity(http("Content-Encoding: deflate"), raw.compress(DOC) + raw.flush()) == (DOC, None)
 
 
+def test_zstd_frames_decoded_and_a_cut_one_refused():
+    import zstandard
+    frame = zstandard.ZstdCompressor().compress(DOC)
+    assert warc.decode_entity(http("Content-Encoding: zstd"), frame + frame) == (DOC + DOC, None)
+    doc, why = warc.decode_entity(http("Content-Encoding: zstd"), frame[:-4])
+    assert doc is None and "cut short" in why
+    bomb = zstandard.ZstdCompressor().compress(bytes(warc.DECODED_MAX + 1))
+    doc, why = warc.decode_entity(http("Content-Encoding: zstd"), bomb)
+    assert doc is None and "MiB decoded" in why
+
+
 def test_codings_undone_in_reverse_order():
     body = gzip.compress(zlib.compress(DOC))
     assert warc.decode_entity(http("Content-Encoding: deflate, gzip"), body) == (DOC, None)
@@ -41,7 +52,9 @@ def test_codings_undone_in_reverse_order():
 def test_what_does_not_decode_says_why():
     doc, why = warc.decode_entity(http("Content-Encoding: gzip"), gzip.compress(DOC)[:30])
     assert doc is None and "does not decode" in why and "cut short" in why
-    assert warc.decode_entity(http("Content-Encoding: zstd"), b"x") == (None, "content coding zstd unknown")
+    assert warc.decode_entity(http("Content-Encoding: x-zip"), b"x") == (None, "content coding x-zip unknown")
+    doc, why = warc.decode_entity(http("Content-Encoding: zstd"), b"x")
+    assert doc is None and why.startswith("zstd does not decode")
     assert warc.decode_entity(http("Transfer-Encoding: gzip, chunked"), b"0\r\n\r\n")[1] == \
         "transfer coding gzip unknown"
     doc, why = warc.decode_entity(http("Transfer-Encoding: chunked"), b"5\r\nabc")

@@ -25,7 +25,7 @@ def test_import_into_a_mount(tmp_path):
         assert os.getxattr(home, "user.warc.target-uri") == b"http://example.com/"
         assert os.getxattr(home, "user.http.status") == b"200"
         assert (coll / "http/example.com/a/b.html@20240101120000").read_bytes() == b"<html>b</html>"
-        assert sorted(os.listdir(coll / "@warc")) == ["crawl.warc.gz.heads", "crawl.warc.gz.index"]
+        assert sorted(os.listdir(coll / "@warc")) == ["crawl.warc.gz.cdxj", "crawl.warc.gz.heads", "crawl.warc.gz.index"]
         out = tmp_path / "out.warc.gz"
         res = webfs("export-warc", "--split", "1K", coll, out)
         assert b"(100%) byte-identical" in res.stdout

@@ -39,6 +39,8 @@ try:
     ENCODED.append(("br.html", [("Content-Encoding", "br")], brotli.compress(PAGE)))
 except ImportError:
     pass
+import zstandard  # noqa: E402  (an install dependency)
+ENCODED.append(("zstd.html", [("Content-Encoding", "zstd")], zstandard.ZstdCompressor().compress(PAGE)))
 BROKEN = [("broken.html", [("Content-Encoding", "gzip")], GZIPPED[:20] + b"not gzip at all"),
           ("odd.html", [("Content-Encoding", "x-unheard-of")], b"whatever")]
 

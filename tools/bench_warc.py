@@ -14,8 +14,8 @@ warc      a WARC of at least --warc-captures response records (10,000 by
           removal is a minute old: see bench_lib.settle_deletions.
           Figure warc.replay: `webfs replay` of the imported collection,
           seconds from the command's start to its "now run" line (the
-          server listening), a second start (its CDXJ kept from the first)
-          against 1 s; the first start, which indexes, is shown beside.
+          server listening): the first start after the import (its CDXJ
+          lines made by import-warc) against 1 s; a second start beside.
 """
 
 import io
@@ -187,7 +187,7 @@ def warc_section(ctx):
             r["import"] = dt
             coll = shlex.quote(os.path.join(web.path, "c"))
             for key, line in (("tar", "tar -cf - -C %s . | wc -c" % coll),
-                              ("export", "%s export-warc --order disk %s %s" % (
+                              ("export", "%s export-warc --force --order disk %s %s" % (
                                   cmd, coll, shlex.quote(os.path.join(work, "out.warc.gz"))))):
                 web.remount_cold()
                 dt, out, rc, err, _ = timed(line, timeout=o.timeout)

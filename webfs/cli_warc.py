@@ -246,7 +246,8 @@ def replay(port, host, target, pywb_dir):
     """Let pywb replay TARGET without copying it: one collection (a directory
     in a mount, or DISK:/NAME), or every collection of an archive (its mount
     point, or DISK:/). Write each collection's sorted CDXJ index (kept in
-    PYWBDIR/webfs-cdxj/ and made again only for what changed) and a pywb
+    PYWBDIR/webfs-cdxj/, taken from what import-warc kept, made again only for
+    what changed) and a pywb
     config.yaml in PYWBDIR, and serve the records as virtual WARC files on
     HOST:PORT until interrupted. Run 'wayback' in PYWBDIR to browse them."""
     from . import replay as replaymod

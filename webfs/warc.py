@@ -99,7 +99,27 @@ def _unbrotli(data: bytes) -> bytes:
     return brotli.decompress(data)
 
 
-CONTENT_DECODERS = {b"gzip": _gunzip, b"x-gzip": _gunzip, b"deflate": _inflate, b"br": _unbrotli}
+def _unzstd(data: bytes) -> bytes:
+    import zstandard         # an install dependency; a copy without it keeps zstd pages as recorded
+    out, size = [], 0
+    with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
+        while piece := reader.read(1 << 20):        # bounded: a bomb stops at DECODED_MAX
+            size += len(piece)
+            if size > DECODED_MAX:
+                raise ValueError(f"larger than {DECODED_MAX >> 20} MiB decoded")
+            out.append(piece)
+    rest = data                 # the reader ends quietly at a cut frame: every frame must end
+    while rest:
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        frame.decompress(rest)
+        if not frame.eof:
+            raise ValueError("cut short")
+        rest = frame.unused_data
+    return b"".join(out)
+
+
+CONTENT_DECODERS = {b"gzip": _gunzip, b"x-gzip": _gunzip, b"deflate": _inflate, b"br": _unbrotli,
+                    b"zstd": _unzstd}
 
 
 CHUNK_SIZE_LINE = re.compile(rb"[0-9A-Fa-f]+[ \t]*(;[^\r\n]*)?\r?\n")
@@ -155,8 +175,8 @@ def decode_entity(http: bytes, entity) -> tuple[Optional[bytes], Optional[str]]:
             if decoder is None:
                 return None, f"content coding {coding.decode('ascii', 'replace')} unknown"
             data = decoder(data)
-    except ImportError:
-        return None, "br: the brotli package is not installed"
+    except ImportError as exc:
+        return None, f"{b', '.join(content).decode('ascii', 'replace')}: the {exc.name} package is not installed"
     except Exception as exc:        # zlib.error, brotli.error, ValueError: damaged data
         return None, f"{b', '.join(transfer + content).decode('ascii', 'replace')} does not decode ({exc})"
     return (data, None) if data is not entity else (None, None)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Iterator, Optional
 
-from . import admin, recovery, urlpath
+from . import admin, cdxj, recovery, urlpath
 from .admin import human
 from .errors import FsError, WebfsError
 from .importsource import Item, Source, show_path
@@ -195,6 +195,8 @@ class WarcSource(Source):
                               [[d.index, d.uuid, d.weight, d.index in volumes,
                                 volumes[d.index].local_blocks if d.index in volumes else None]
                                for d in conf.disks])
+        sizes: dict[bytes, int] = {}        # the capture files of the records shown from them,
+        payloads: dict[bytes, bytes] = {}   # and those the CDXJ indexer reads (no payload digest)
         for rec in read_records_apart(os.fsdecode(src), preparing):
             if isinstance(rec, Problem):
                 self._report(f"{show_path(src)}: offset {rec.offset}: {rec.text}")
@@ -224,6 +226,10 @@ class WarcSource(Source):
             if where == b"heads":
                 for piece in payload_pieces(rec.payload, READ_CHUNK):
                     heads.write(piece)
+            else:
+                sizes[capture] = len(rec.payload)
+                if not rec.fields.get(b"warc-payload-digest", b"").strip() and isinstance(rec.payload, bytes):
+                    payloads[capture] = rec.payload
             heads.write(rec.tail)
             index.append(b"\t".join([
                 str(rec.offset).encode(), str(rec.length).encode(), rec.gzip or (b"gz" if rec.gz else b"-"),
@@ -237,7 +243,10 @@ class WarcSource(Source):
         idx = b"".join(index)
         hd = heads.getvalue()
         ident = name + b"\t" + hashlib.sha1(idx).hexdigest().encode()
-        for suffix, data in ((INDEX_SUFFIX, idx), (HEADS_SUFFIX, hd)):
+        lines = cdxj.at_import(name, idx, hd, sizes, payloads)
+        for suffix, data in ((INDEX_SUFFIX, idx), (HEADS_SUFFIX, hd), (cdxj.CDXJ_SUFFIX, lines)):
+            if data is None:
+                continue
             path = self._kept_name(keep + b"/" + name + suffix, ident)
             if path is None:
                 continue

@@ -1,0 +1,283 @@
+"""The CDXJ lines of a collection's source files, as pywb indexes them.
+
+This module owns the *virtual WARC file* of one source file kept in
+``@warc/`` (a plain WARC or ARC whose records are rebuilt from ``F.heads``
+and the capture files: the bytes ``export-warc`` writes, before gzip, with a
+record separator added where a record ends without one), and its CDXJ lines:
+made by pywb's own indexer with ``wb-manager add``'s options, under a key of
+what they depend on. ``import-warc`` makes them from the records in memory
+and keeps them as ``@warc/F.cdxj`` (derived data: replay uses them only while
+their key is the one it computes, and indexes the source again otherwise).
+``webfs.replay`` serves the virtual files and merges the lines.
+"""
+from __future__ import annotations
+
+import bisect
+import contextlib
+import io
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
+
+from . import lockorder, warc
+from .errors import WebfsError
+from .signature import signature
+
+log = logging.getLogger(__name__)
+
+CDXJ_SUFFIX = b".cdxj"
+
+# Added after a WARC record whose tail holds no line end (a gzip member may end
+# right after the block): a reader of a plain WARC takes the first line after
+# a record for its separator, whatever it is, and would eat the next record's.
+# (ARC readers find the next record by its URL line; their records are left.)
+SEPARATOR = b"\r\n\r\n"
+
+
+class VirtualFile:
+    """One source file's records as one plain file, read by byte ranges."""
+
+    def __init__(self, tree, src: bytes):
+        """A source's kept files read; its layout is ``lay_out``'s."""
+        self.tree, self.src = tree, src
+        self.heads = tree.read(warc.KEEP_DIR + b"/" + src + warc.HEADS_SUFFIX)
+        self.index_bytes = tree.read(warc.KEEP_DIR + b"/" + src + warc.INDEX_SUFFIX)
+        self.lines = list(warc.parse_index(self.index_bytes))
+        self._cache: tuple[bytes, bytes] = (b"", b"")
+        self.lock = lockorder.lock("replay record")
+
+    def digests(self) -> set[bytes]:
+        """The payload digests of the source's responses and resources (originals)."""
+        return {_field(self.heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest") for ln in self.lines
+                if ln.rtype in ("response", "resource")}
+
+    def _sizes(self) -> dict[bytes, Optional[int]]:
+        """Each capture file's size (None: gone). Through a mount each is a round
+        trip to the daemon: READERS at once, as export-warc reads."""
+        captures = list({ln.capture for ln in self.lines if ln.capture != b"-"})
+
+        def size(capture: bytes) -> Optional[int]:
+            try:
+                return self.tree.size(capture)
+            except (OSError, WebfsError):
+                return None
+        if not isinstance(self.tree, warc.MountTree):
+            return {c: size(c) for c in captures}
+        with ThreadPoolExecutor(warc.READERS) as pool:
+            return dict(zip(captures, pool.map(size, captures)))
+
+    def lay_out(self, originals: set[bytes]) -> None:
+        """Each record's parts and start; a revisit whose original is not among
+        the collection's ``originals`` is shown as the response it stands for."""
+        self.starts: list[int] = []
+        self.parts: list[list] = []       # per record: ("h", start, n), ("f", path, n), ("b", bytes, n)
+        self.digested: set[bytes] = set()   # capture files whose record names its payload digest
+        self.sizes = self._sizes()
+        pos = 0
+        for ln in self.lines:
+            p = ln.ho + ln.wl + ln.hl
+            parts = self._revisit_as_response(ln, originals) if ln.rtype == "revisit" else None
+            if parts is None and ln.where == "file":
+                if _field(self.heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest"):
+                    self.digested.add(ln.capture)
+                n = self.sizes.get(ln.capture)
+                if n is None:
+                    continue        # deleted since the import: its record is not shown
+                parts = [("h", ln.ho, ln.wl + ln.hl), ("f", ln.capture, n), ("h", p, ln.tl)]
+            elif parts is None:
+                parts = [("h", ln.ho, ln.wl + ln.hl + ln.pl + ln.tl)]
+            end = parts[-1][1] + parts[-1][2] if parts[-1][0] == "h" else 0    # the tail's end, in the heads
+            is_warc = self.heads[ln.ho:ln.ho + 5] == b"WARC/"
+            if is_warc and parts[-1][0] == "h" and (not ln.tl or self.heads[end - 1:end] != b"\n"):
+                parts.append(("b", SEPARATOR, len(SEPARATOR)))
+            self.starts.append(pos)
+            self.parts.append(parts)
+            pos += sum(x[2] for x in parts)
+        self.size = pos
+
+    def _revisit_as_response(self, ln, originals: set[bytes]) -> Optional[list]:
+        """A revisit's parts as a response record (its WARC header made a
+        response's, its HTTP header, the capture file: the original's payload)
+        when its original is in another collection, where pywb cannot look; None
+        to show it as recorded."""
+        head = self.heads[ln.ho:ln.ho + ln.wl]
+        http = self.heads[ln.ho + ln.wl:ln.ho + ln.wl + ln.hl]
+        if (ln.capture == b"-" or not head.startswith(b"WARC/") or _field(head, b"warc-payload-digest") in originals
+                or not re.match(rb"HTTP/\S+ 2\d\d", http) or any(warc.http_codings(http))):
+            return None     # no capture file, its original is here, no 2xx header, or an encoded entity
+        n = self.sizes.get(ln.capture)
+        if not n:
+            return None                   # gone, or unresolved: the file is empty
+        response = _response_head(head, ln.hl + n)
+        return [("b", response, len(response)), ("h", ln.ho + ln.wl, ln.hl), ("f", ln.capture, n),
+                ("b", SEPARATOR, len(SEPARATOR))]
+
+    def _part(self, part, lean: bool = False) -> bytes:
+        kind, where, n = part
+        if kind == "h":
+            return self.heads[where:where + n]
+        if kind == "b":
+            return where
+        if lean and where in self.digested:
+            return bytes(n)     # the indexer takes the digest from the header: the bytes are not read
+        with self.lock:
+            if self._cache[0] != where:
+                self._cache = (where, self.tree.read(where))
+            return self._cache[1][:n]
+
+    def read(self, start: int, end: int, lean: bool = False) -> bytes:
+        """Bytes [start, end) of the virtual file (``lean``: for the indexer, the
+        capture files of records that name their payload digest as zeros)."""
+        out = []
+        i = max(bisect.bisect_right(self.starts, start) - 1, 0)
+        while i < len(self.starts) and self.starts[i] < end:
+            pos = self.starts[i]
+            for part in self.parts[i]:
+                a, b = pos, pos + part[2]
+                if b > start and a < end:
+                    data = self._part(part, lean)
+                    out.append(data[max(start - a, 0):min(end, b) - a])
+                pos = b
+            i += 1
+        return b"".join(out)
+
+
+class _Raw(io.RawIOBase):
+    def __init__(self, vf: VirtualFile, lean: bool = False):
+        self.vf, self.pos, self.lean = vf, 0, lean
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, off: int, whence: int = 0) -> int:
+        self.pos = off if whence == 0 else self.pos + off if whence == 1 else self.vf.size + off
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, b) -> int:
+        data = self.vf.read(self.pos, min(self.pos + len(b), self.vf.size), self.lean)
+        b[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+
+def _field(head: bytes, name: bytes) -> bytes:
+    """A WARC header's value (name lowercase), b"" when absent."""
+    for line in head.split(b"\n")[1:]:
+        k, sep, v = line.partition(b":")
+        if sep and k.strip().lower() == name:
+            return v.strip()
+    return b""
+
+
+# What a revisit's WARC header loses as a response's: its type, length and references.
+REVISIT_ONLY = (b"warc-type", b"content-length", b"warc-refers-to", b"warc-refers-to-target-uri",
+                b"warc-refers-to-date", b"warc-profile", b"warc-block-digest", b"warc-truncated")
+
+
+def _response_head(head: bytes, length: int) -> bytes:
+    """A revisit's WARC header block as a response record's of this block length."""
+    lines = [x.rstrip(b"\r") for x in head.split(b"\n") if x.strip(b"\r")]
+    kept = [x for x in lines[1:] if x.partition(b":")[0].strip().lower() not in REVISIT_ONLY]
+    return b"\r\n".join([lines[0], b"WARC-Type: response"] + kept + [b"Content-Length: %d" % length]) + b"\r\n\r\n"
+
+
+
+KEY_PREFIX = b"#webfs-replay-key "
+
+
+def key_of(name: str, vf) -> bytes:
+    """What a virtual file's CDXJ lines depend on: its name (the lines' filename
+    field) and the hashes of its kept files and of its layout (every part's
+    size, which fixes every offset)."""
+    layout = repr([(kind, n) for parts in vf.parts for kind, _, n in parts]).encode()
+    return "-".join((signature(vf.index_bytes), signature(vf.heads), signature(layout))).encode() \
+        + b" " + name.encode("utf-8", "surrogateescape")
+
+
+def index_one(name: str, vf) -> list[bytes]:
+    """The CDXJ lines of one virtual file, sorted: pywb's own indexer, with the
+    options ``wb-manager add`` gives it (POST bodies appended to the key), so
+    replay finds and orders captures as a pywb collection of the same files."""
+    from pywb.indexer.cdxindexer import write_cdx_index
+    out = io.BytesIO()
+    write_cdx_index(out, io.BufferedReader(_Raw(vf, lean=True), 1 << 16), name, append_post=True, cdxj=True, sort=True)
+    return [line + b"\n" for line in out.getvalue().splitlines() if line]
+
+
+
+
+def virtual_name(src: bytes) -> str:
+    """The name of a source's virtual file (before ``~N`` is added for a clash):
+    without ``.gz``, and ending ``.warc`` or ``.arc``."""
+    base = re.sub(r"\.gz$", "", src.decode("utf-8", "surrogateescape"))
+    return base if base.endswith((".warc", ".arc")) else base + ".warc"
+
+
+def kept_lines(tree, vf: "VirtualFile", key: bytes) -> Optional[list[bytes]]:
+    """The lines import-warc kept for a virtual file if they are under ``key``, else None."""
+    try:
+        data = tree.read(warc.KEEP_DIR + b"/" + vf.src + CDXJ_SUFFIX)
+    except (OSError, WebfsError):
+        return None
+    first, _, rest = data.partition(b"\n")
+    if first != KEY_PREFIX + key:
+        return None
+    return rest.splitlines(keepends=True)
+
+
+class _Memory:
+    """A source's kept files and captures held in memory, read as a tree is."""
+
+    def __init__(self, files: dict[bytes, bytes], sizes: dict[bytes, int]):
+        self.files, self.sizes = files, sizes
+
+    def read(self, rel: bytes) -> bytes:
+        try:
+            return self.files[rel]
+        except KeyError:
+            raise OSError(f"{rel!r}: not held") from None
+
+    def size(self, rel: bytes) -> int:
+        try:
+            return self.sizes[rel]
+        except KeyError:
+            raise OSError(f"{rel!r}: not held") from None
+
+
+def at_import(src: bytes, index: bytes, heads: bytes, sizes: dict[bytes, int],
+              payloads: dict[bytes, bytes]) -> Optional[bytes]:
+    """The ``@warc/F.cdxj`` of a source being imported: its key line and its
+    CDXJ lines, laid out as replay lays it out in a collection that holds every
+    revisit's original (the usual case; otherwise replay's key differs and it
+    indexes the source itself). ``sizes``: the capture files' sizes;
+    ``payloads``: the captures whose record names no payload digest (the
+    indexer reads those). None if pywb is not installed."""
+    try:
+        import pywb.indexer.cdxindexer  # noqa: F401
+    except ImportError:
+        return None
+    stem = warc.KEEP_DIR + b"/" + src
+    vf = VirtualFile(_Memory({stem + warc.HEADS_SUFFIX: heads, stem + warc.INDEX_SUFFIX: index, **payloads},
+                             sizes), src)
+    revisits = {_field(heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest")
+                for ln in vf.lines if ln.rtype == "revisit"}
+    vf.lay_out(vf.digests() | revisits)
+    if vf.digested | set(payloads) != {ln.capture for ln in vf.lines if ln.where == "file"}:
+        return None     # a capture neither named by its digest nor held: replay reads it
+    name = virtual_name(src)
+    try:
+        # warcio's warnings about a damaged record go to stderr: import-warc has said its own
+        with contextlib.redirect_stderr(io.StringIO()):
+            lines = index_one(name, vf)
+    except Exception as exc:     # a record pywb cannot read: replay indexes the source itself, and says
+        log.debug("%r: not indexed at import (%s: %s)", src, type(exc).__name__, exc)
+        return None
+    return KEY_PREFIX + key_of(name, vf) + b"\n" + b"".join(lines)
