@@ -32,6 +32,13 @@ def examples(count: int) -> int:
     """A generated test's example count: all of it, or a quarter under make test-fast."""
     return max(count // 4, 10) if FAST else count
 
+
+def cases(items) -> list:
+    """A list of hand-picked cases (sample files, geometries, bad values): all
+    of it, or every other one under make test-fast, as examples() does for
+    generated ones."""
+    return list(items)[::2] if FAST else list(items)
+
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
 

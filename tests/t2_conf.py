@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_archive, webfs
+from conftest import cases, make_archive, webfs
 
 from webfs import archive as archmod
 from webfs.mkfs import mkfs
@@ -59,7 +59,7 @@ BAD_VALUES = [
 ]
 
 
-@pytest.mark.parametrize("key,value", BAD_VALUES)
+@pytest.mark.parametrize("key,value", cases(BAD_VALUES))
 def test_a_bad_value_in_webfs_conf_is_refused_naming_file_key_value_and_range(tmp_path, key, value):
     disks = make_archive(tmp_path)
     _set(disks, key, value)

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from conftest import examples, make_archive, webfs
+from conftest import cases, examples, make_archive, webfs
 from webfs.figures import archive_figures
 from webfs.assembly import open_archive
 from webfs import admin
@@ -181,7 +181,7 @@ def test_xor_and_size_classes():
 
 # -- losing a disk, rebuilding it ----------------------------------------------
 
-@pytest.mark.parametrize("c, g", [(4, 4), (5, 3), (6, 6), (7, 4), (8, 4), (8, 8)])
+@pytest.mark.parametrize("c, g", cases([(4, 4), (5, 3), (6, 6), (7, 4), (8, 4), (8, 8)]))
 def test_a_lost_disk_reads_through_parity_and_rebuilds_byte_identical(tmp_path, c, g):
     disks = make_archive(tmp_path / "a", disks=c, group_size=g)
     store = open_store(disks)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, make_archive, tmpfs_disks, webfs
+from conftest import BIN, cases, make_archive, tmpfs_disks, webfs
 from webfs import urlpath, warc, warcapart, warcread
 
 warcio = pytest.importorskip("warcio")
@@ -248,7 +248,7 @@ def test_url_at_dates_as_written(tmp_path):
 def test_pywb_samples_round_trip(tmp_path, capsys):
     disks = make_archive(tmp_path, 3)
     total = same = same_gz = 0
-    for i, src in enumerate(SAMPLES):
+    for i, src in enumerate(cases(SAMPLES)):
         name = os.path.basename(src)
         proc, fig = imp(disks[0], src, collection=f"s{i}")
         if "bad" in name:
@@ -827,7 +827,7 @@ def test_import_keeps_the_cdxj_pywb_makes(tmp_path):
     gen.write_bytes(_one(b"http://example.com/named", b"named", digest=_digest(b"named"))
                     + _one(b"http://example.com/none", b"no digest") + post
                     + _one(b"http://example.com/form", b"answer", digest=_digest(b"answer")))
-    sources = [str(gen)] + [s for s in SAMPLES if "bad" not in os.path.basename(s)]
+    sources = [str(gen)] + cases(s for s in SAMPLES if "bad" not in os.path.basename(s))
     (tmp_path / "pywb").mkdir()
     checked = 0
     for i, src in enumerate(sources):
