@@ -4,6 +4,7 @@ webfs reindex makes the index again from the archive alone."""
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -35,12 +36,22 @@ def search(disk, query, *opts):
     return webfs("search", *opts, query, disk).stdout.decode().split("\n")[:-1]
 
 
-@pytest.fixture
-def archive(tmp_path):
-    disks = make_archive(tmp_path / "a", 2)
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> list[Path]:
+    """Two crawls imported once (and indexed at import); each test gets a copy."""
+    root = tmp_path_factory.mktemp("query")
+    disks = make_archive(root / "a", 2)
     for name, stamp in (("crawl-2014", "20140301000000"), ("crawl-2015", "20150301000000")):
-        webfs("import", crawl(tmp_path / "src", name, stamp, {}), f"{disks[0]}:/")
-    return disks[0]
+        webfs("import", crawl(root / "src", name, stamp, {}), f"{disks[0]}:/")
+    return disks
+
+
+@pytest.fixture
+def archive(tmp_path, imported):
+    copies = [tmp_path / "a" / d.name for d in imported]
+    for pristine, copy in zip(imported, copies):
+        shutil.copytree(pristine, copy, symlinks=True)
+    return copies[0]
 
 
 def test_known_answers_after_import(archive):
