@@ -597,7 +597,7 @@ def test_fsck_removes_orphan_parity_files(tmp_path):
 
 # -- layout ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("c, g", [(8, 4), (7, 3), (6, 6)])
+@pytest.mark.parametrize("c, g", cases([(8, 4), (7, 3), (6, 6)]))
 def test_every_pair_of_disks_shares_about_the_same_number_of_stripes(tmp_path, c, g):
     disks = make_archive(tmp_path / "a", disks=c, group_size=g)
     store = open_store(disks)
