@@ -47,9 +47,13 @@ class VirtualFile:
         self._cache: tuple[bytes, bytes] = (b"", b"")
         self.lock = lockorder.lock("replay record")
 
+    def payload_digest(self, ln) -> bytes:
+        """A record's WARC-Payload-Digest, b"" when it names none."""
+        return _field(self.heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest")
+
     def digests(self) -> set[bytes]:
         """The payload digests of the source's responses and resources (originals)."""
-        return {_field(self.heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest") for ln in self.lines
+        return {self.payload_digest(ln) for ln in self.lines
                 if ln.rtype in ("response", "resource")}
 
     def _sizes(self) -> dict[bytes, Optional[int]]:
@@ -79,7 +83,7 @@ class VirtualFile:
             p = ln.ho + ln.wl + ln.hl
             parts = self._revisit_as_response(ln, originals) if ln.rtype == "revisit" else None
             if parts is None and ln.where == "file":
-                if _field(self.heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest"):
+                if self.payload_digest(ln):
                     self.digested.add(ln.capture)
                 n = self.sizes.get(ln.capture)
                 if n is None:
@@ -267,8 +271,7 @@ def at_import(src: bytes, index: bytes, heads: bytes, sizes: dict[bytes, int],
     stem = warc.KEEP_DIR + b"/" + src
     vf = VirtualFile(_Memory({stem + warc.HEADS_SUFFIX: heads, stem + warc.INDEX_SUFFIX: index, **payloads},
                              sizes), src)
-    revisits = {_field(heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest")
-                for ln in vf.lines if ln.rtype == "revisit"}
+    revisits = {vf.payload_digest(ln) for ln in vf.lines if ln.rtype == "revisit"}
     vf.lay_out(vf.digests() | revisits)
     if vf.digested | set(payloads) != {ln.capture for ln in vf.lines if ln.where == "file"}:
         return None     # a capture neither named by its digest nor held: replay reads it
