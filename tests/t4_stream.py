@@ -26,10 +26,18 @@ def make_crawl(root, name: str, n: int):
     return root / name
 
 
-def busy_beside(m, later, log, old="old/http/site[0-2].example"):
-    """cp -r of a new crawl into the mount, and reads then webfs cool, five times."""
+def busy_beside(m, later, log, old="old"):
+    """cp -r of a new crawl into the mount, then five times: reads of the
+    files under ``old`` that live on disk 1, and webfs cool. Only one disk's
+    files are read so that disk is hot and cooling has something to move
+    (reads of every file heat every disk alike, and cool rightly says
+    "balanced")."""
+    hot = m.root / "hot-files"
+    hot.write_text("".join(f"{p}\n" for p in sorted((m.mnt / old).rglob("*@*"))
+                           if b"1" in os.getxattr(p, "user.webfs.disk").split(b",")))
+    assert hot.stat().st_size > 0
     return subprocess.Popen(
-        f"cp -r '{later}' '{m.mnt}/' && for i in 1 2 3 4 5; do cat '{m.mnt}'/{old}/* >/dev/null; "
+        f"cp -r '{later}' '{m.mnt}/' && for i in 1 2 3 4 5; do xargs -d '\\n' cat <'{hot}' >/dev/null; "
         f"'{BIN}/webfs' cool --delta 0 '{m.mnt}' >>'{log}' 2>&1; done", shell=True)
 
 
@@ -107,7 +115,7 @@ def test_a_killed_subset_export_resumes_with_every_record_once(tmp_path):
             token = run_until(args, rng.randint(1, 8) if run < 10 else None, command="export-warc")
             if beside is None:          # the export has started: what is added now is not in it
                 webfs("import-warc", "--collection", "c", later, m.mnt)
-                beside = busy_beside(m, crawl, log, "c/http/site[0-3].org")
+                beside = busy_beside(m, crawl, log, "c")
             if token is None:
                 break
             assert (tmp_path / "out.warc.gz.part").stat().st_size >= token[1]
