@@ -218,3 +218,20 @@ def test_query_aims_not_measured_when_the_section_did_not_run():
     t = query_table(stream_pages_s=None, search=None)
     assert row(t, QUERY_ROWS["stream"])[1:] == ["not measured", "–"]
     assert row(t, QUERY_ROWS["search"])[1:] == ["not measured", "–"]
+
+
+def catscale_table(small_warm, big_warm):
+    r = tiny_result()
+    rates = lambda warm: {op: {"cold": warm, "warm": warm} for op in ("lookup", "sig", "insert", "listing")}  # noqa: E731
+    r["extra"]["catscale"] = {"runs": [
+        {"engine": "sqlite", "files": 1000000, "generate_s": 40.0, "bytes": 4.4e8, "rates": rates(small_warm)},
+        {"engine": "sqlite", "files": 10000000, "generate_s": 900.0, "bytes": 4.4e9, "rates": rates(big_warm)}]}
+    return bench_report.goals_table(r)
+
+
+def test_catscale_aim_is_within_one_and_a_half_times():
+    label = "catalog lookup by path, ops/s at 10 M files within 1.5× of 1 M (sqlite, warm)"
+    assert row(catscale_table(1500.0, 1000.0), label)[1:] == ["1.50× (1,500 vs 1,000)", "met"]
+    assert row(catscale_table(1510.0, 1000.0), label)[2] == "**not met**"
+    assert row(bench_report.goals_table(tiny_result()), label)[1:] == ["not measured", "–"]
+    assert all(len(line) < 200 for line in catscale_table(1500.0, 1000.0))

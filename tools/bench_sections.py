@@ -209,6 +209,7 @@ def daemon(ctx):
                 ctx.record(t, key, m["rep"], value=m["daemon_cpu"])
 
 
+import bench_catscale  # noqa: E402
 import bench_datapath  # noqa: E402
 import bench_query  # noqa: E402
 import bench_warc  # noqa: E402
@@ -227,4 +228,5 @@ SECTIONS = {
     **bench_s3.SECTIONS,
     **bench_warc.SECTIONS,
     **bench_query.SECTIONS,
+    **bench_catscale.SECTIONS,
 }
