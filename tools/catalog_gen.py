@@ -264,12 +264,11 @@ def _load_docs(db, layout: Layout) -> None:
         f"CASE WHEN k % {DUPLICATE_EVERY} = {DUPLICATE_EVERY - 2} AND k + 1 < {layout.files} THEN 2 ELSE 1 END "
         "FROM (SELECT *, lower(hex(substr(sig, 1, 2))) AS grp FROM (SELECT k, parent, k + 1 AS id, "
         f"gen_sig(k + 1) AS sig, 1000 + (k + 1) * 7919 % 60000 AS size FROM f "
-        f"WHERE k % {DUPLICATE_EVERY} != {DUPLICATE_EVERY - 1})) JOIN gen.homes h USING (grp) ORDER BY id")
+        f"WHERE k % {DUPLICATE_EVERY} != {DUPLICATE_EVERY - 1})) JOIN gen.homes h USING (grp)")
     db.execute("CREATE TABLE gen.ranked (id INTEGER PRIMARY KEY, q INTEGER, parity INTEGER)")
     db.execute(
         f"INSERT INTO gen.ranked SELECT id, r / {WIDTH}, (disk + 1 + r % {WIDTH}) % {DISKS} FROM "
-        "(SELECT id, disk, row_number() OVER (PARTITION BY disk, cls ORDER BY id) - 1 AS r FROM gen.docs) "
-        "ORDER BY id")
+        "(SELECT id, disk, row_number() OVER (PARTITION BY disk, cls ORDER BY id) - 1 AS r FROM gen.docs)")
 
 
 def _load_blocks(db, layout: Layout) -> None:
