@@ -3,7 +3,8 @@ through the API the mount uses, with every answer checked against the
 generator's layout (tools/catalog_gen.py):
 
 lookup    a random existing path walked from the root, a name at a time
-          (``Namespace.find``, as the kernel's lookups do)
+          (``Namespace.find``, as the kernel's lookups do), every name
+          asked of the catalog (the memo of names emptied before each path)
 sig       a random existing signature (``Catalog.blocks_with_sigs``, the
           store's duplicate check)
 insert    a new file in a random existing directory: ``Namespace.create``,
@@ -102,6 +103,9 @@ def measure(open_catalog: Callable[[], Catalog], layout: Layout, seed: int = 1, 
 
     def lookups(ns, cat, rnd):
         for k, path in zip(work.files, work.paths):
+            # Every name of every path from the catalog: with the memo kept, a
+            # smaller tree would answer more of its upper directories from memory.
+            cat.memo.clear()
             if walk(ns, path) != layout.file_ino(k):
                 raise WrongAnswer(f"{path!r} is not inode {layout.file_ino(k)}")
 
