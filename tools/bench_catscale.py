@@ -40,8 +40,7 @@ def run_size(workdir: str, files: int, seed: int, log) -> dict:
     finally:
         cat.close()
     made = time.perf_counter() - t
-    # On the disk before the clock starts: the write-back of a fresh file
-    # otherwise slows the first commits and reads timed (93 against 800 inserts/s).
+    # On the disk before the clock starts: no write-back of the new file under it.
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
