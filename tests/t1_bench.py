@@ -235,3 +235,14 @@ def test_catscale_aim_is_within_one_and_a_half_times():
     assert row(catscale_table(1510.0, 1000.0), label)[2] == "**not met**"
     assert row(bench_report.goals_table(tiny_result()), label)[1:] == ["not measured", "–"]
     assert all(len(line) < 200 for line in catscale_table(1500.0, 1000.0))
+
+
+def test_catscale_aim_shows_the_cpu_ratio_beside():
+    r = tiny_result()
+    rates = lambda warm, cpu: {op: {"cold": warm, "warm": warm, "warm_cpu": cpu}  # noqa: E731
+                               for op in ("lookup", "sig", "insert", "listing")}
+    r["extra"]["catscale"] = {"runs": [{"engine": "sqlite", "files": 1000000, "rates": rates(2000.0, 2200.0)},
+                                       {"engine": "sqlite", "files": 10000000, "rates": rates(1000.0, 2000.0)}]}
+    label = "catalog insert of a file, ops/s at 10 M files within 1.5× of 1 M (sqlite, warm)"
+    assert row(bench_report.goals_table(r), label)[1:] == [
+        "2.00× (2,000 vs 1,000; per CPU second 1.10×)", "**not met**"]

@@ -77,12 +77,17 @@ def catscale_section(ctx):
 
 
 def ratios(runs: list[dict]) -> dict[str, tuple]:
-    """op -> (warm rate at the smallest size, at the largest, smallest / largest), per engine's runs."""
+    """op -> (warm rate at the smallest size, at the largest, smallest / largest,
+    the same ratio of the rates per CPU second or None), of one engine's runs."""
     if len(runs) < 2 or any("rates" not in r for r in runs):
         return {}
-    small, big = runs[0], runs[-1]
-    return {op: (small["rates"][op]["warm"], big["rates"][op]["warm"],
-                 small["rates"][op]["warm"] / big["rates"][op]["warm"]) for op in OPS}
+    small, big = runs[0]["rates"], runs[-1]["rates"]
+    out = {}
+    for op in OPS:
+        cpu = small[op].get("warm_cpu"), big[op].get("warm_cpu")
+        out[op] = (small[op]["warm"], big[op]["warm"], small[op]["warm"] / big[op]["warm"],
+                   cpu[0] / cpu[1] if all(cpu) else None)
+    return out
 
 
 def _count(n: int) -> str:
@@ -101,8 +106,9 @@ def catscale_aims(cs: dict) -> list[tuple]:
         for op in OPS:
             label = "catalog %s, ops/s %s (%s, warm)" % (LABELS[op], sizes, engine)
             if op in found:
-                a, b, x = found[op]
-                out.append((label, "%.2f× (%s vs %s)" % (x, _num(a), _num(b)), x <= AIM))
+                a, b, x, cpu = found[op]
+                out.append((label, "%.2f× (%s vs %s%s)" % (
+                    x, _num(a), _num(b), "; per CPU second %.2f×" % cpu if cpu else ""), x <= AIM))
             else:
                 out.append((label, "not measured", None))
     return out
