@@ -6,10 +6,11 @@ is made, closed, and each operation (tools/catscale_ops.py: lookup by path,
 by signature, insert of a file, listing of a 10,000-entry directory) timed
 on a catalog opened afresh for it (cold: SQLite's page cache and webfs's
 memory of names empty, the OS's cache as the generation left it), then
-again with webfs's memory of names emptied (warm), as operations per
-second. The aim: the rate at the largest size within 1.5x of the rate at
-the smallest, per operation (warm). The report's functions need only the
-standard library (tools/bench_report.py imports them).
+five more rounds with webfs's memory of names emptied, the fastest kept
+(warm), as operations per second (and per CPU second of the process).
+The aim: the warm rate at the largest size within 1.5x of the rate at the
+smallest, per operation. The report's functions need only the standard
+library (tools/bench_report.py imports them).
 """
 from __future__ import annotations
 
@@ -123,8 +124,9 @@ def render_catscale(result) -> list[str]:
     runs = cs.get("runs") or []
     if not runs:
         return ["Failed: %s" % cs["error"][:300], ""] if cs.get("error") else []
-    out = ["Catalogs made by `tools/catalog_gen.py`, each operation on the catalog opened afresh "
-           "(cold), then again (warm); operations per second:", "",
+    out = ["Catalogs made by `tools/catalog_gen.py`; each operation on the catalog opened afresh "
+           "(cold), then the fastest of five more rounds (warm); operations per second "
+           "(`tools/catscale_ops.py`):", "",
            "| engine | files | made in | size | " + " | ".join(LABELS[op] + " cold / warm" for op in OPS) + " |",
            "|--|--:|--:|--:|" + "--:|" * len(OPS)]
     for r in runs:
