@@ -120,6 +120,8 @@ def test_the_operations_answer_right_and_their_plans_use_indexes(made, tmp_path)
     assert set(rates) == {"lookup", "sig", "insert", "listing"}
     assert all(r["cold"] > 0 and r["warm"] > 0 for r in rates.values())
     assert rows(path, "SELECT count(*) FROM dentries WHERE CAST(name AS TEXT) LIKE 'new-%'") == [(10 * (1 + WARM_ROUNDS),)]
+    measure(lambda: Catalog(path), layout, seed=3, count=20, inserts=1)      # again: new names, no EEXIST
+    assert rows(path, "SELECT count(*) FROM dentries WHERE CAST(name AS TEXT) LIKE 'new-%'") == [(11 * (1 + WARM_ROUNDS),)]
     cat = Catalog(path)
     try:
         found = plans(cat, layout)

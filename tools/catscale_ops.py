@@ -83,7 +83,7 @@ class Work:
         self.paths = [layout.path(k) for k in self.files]
         self.sigs = [rnd.randrange(layout.files) for _ in range(count)]
         leaves = layout.leaf_dirs() or [layout.listing_ino]
-        tag = rnd.getrandbits(32)
+        tag = time.time_ns() & 0xffffffff          # new names even on a catalog timed before
         self.new = [(rnd.choice(leaves), b"new-%08x-%05d.html" % (tag, i),
                      xxhash.xxh3_128_hexdigest(b"new/%d/%d/%d" % (seed, tag, i)), 1000 + i)
                     for i in range(inserts)]
