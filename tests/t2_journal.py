@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 
 from conftest import REPO, make_archive, webfs
+from records_helpers import manifest_file
 from webfs.archive import Archive
 from webfs.assembly import open_archive
 from webfs.commands.records import read_namespace
@@ -41,9 +42,9 @@ def test_an_import_into_a_disk_appends_to_the_journal_and_leaves_the_manifest(tm
         (src / "d" / "page.html").write_bytes(body)
         webfs("import", src, f"{disks[0]}:/")
         if name == "a":
-            before = {d: (d / "meta" / "MANIFEST").read_bytes()
-                      for d in disks if (d / "meta" / "MANIFEST").exists()}
-    assert before and all((d / "meta" / "MANIFEST").read_bytes() == m for d, m in before.items())
+            before = {d: manifest_file(d / "meta").read_bytes()
+                      for d in disks if manifest_file(d / "meta")}
+    assert before and all(manifest_file(d / "meta").read_bytes() == m for d, m in before.items())
     assert any(b"/b/d/page.html" in (d / "meta" / "JOURNAL").read_bytes() for d in before)
     entries, _ = read_namespace(Archive.open(str(disks[0])))
     assert {b"/a/d/page.html", b"/b/d/page.html"} <= set(entries), sorted(entries)

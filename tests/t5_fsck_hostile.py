@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Mounted, eventually, sh, unmount, wait_dead, webfs
+from records_helpers import append_manifest, manifest_file, read_manifest
 
 HOSTILE_JOURNAL = [
     b"+\t-\t0\t100644\t1.000000000\t/.",
@@ -57,14 +58,22 @@ def _append(path: Path, lines) -> int:
     return old.count(b"\n") + 1
 
 
+def _append_to_manifest(meta: Path, lines) -> int:
+    """Lines appended to the MANIFEST of meta/ (a gzip member more on a gzip'd one):
+    the number of the first."""
+    first = read_manifest(meta).count(b"\n") + 1
+    append_manifest(meta, b"".join(l + b"\n" for l in lines))
+    return first
+
+
 def test_rebuild_catalog_skips_hostile_records_and_keeps_the_rest(tmp_path):
     m = _archive_with_a_tree(tmp_path)
     for d in m.disks:
         for p in (d / "meta").glob("catalog.db*"):
             p.unlink()
-        if not (d / "meta" / "MANIFEST").exists():
+        if not manifest_file(d / "meta"):
             continue            # not a record disk (meta/RECORDS names the two)
-        mfirst = _append(d / "meta" / "MANIFEST", HOSTILE_MANIFEST)
+        mfirst = _append_to_manifest(d / "meta", HOSTILE_MANIFEST)
         jfirst = _append(d / "meta" / "JOURNAL", HOSTILE_JOURNAL)
     proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
     out = proc.stdout.decode(errors="replace")
@@ -73,7 +82,7 @@ def test_rebuild_catalog_skips_hostile_records_and_keeps_the_rest(tmp_path):
     for n in range(jfirst, jfirst + len(HOSTILE_JOURNAL)):
         assert f"meta/JOURNAL line {n}: " in out, (n, out)
     for n in range(mfirst, mfirst + len(HOSTILE_MANIFEST)):
-        assert f"meta/MANIFEST line {n}: " in out, (n, out)
+        assert f"meta/MANIFEST.gz line {n}: " in out, (n, out)
     webfs("mount", m.disks[0], m.mnt)
     try:
         assert sorted(os.listdir(m.mnt)) == ["a", "d", "s"]
@@ -273,13 +282,13 @@ def test_rebuild_catalog_skips_numbers_past_sqlite_and_leaves_no_rebuild_file(tm
     for d in m.disks:
         for p in (d / "meta").glob("catalog.db*"):
             p.unlink()
-        if (d / "meta" / "MANIFEST").exists():
-            first = _append(d / "meta" / "MANIFEST", hostile)
+        if manifest_file(d / "meta"):
+            first = _append_to_manifest(d / "meta", hostile)
     proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
     out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
     assert "Traceback" not in out and proc.returncode == 4, out
     for n in (first, first + 1):
-        assert f"meta/MANIFEST line {n}: " in out, out
+        assert f"meta/MANIFEST.gz line {n}: " in out, out
     assert not list((m.disks[0] / "meta").glob("catalog.db.rebuild*"))
     webfs("mount", m.disks[0], m.mnt)
     try:
