@@ -295,3 +295,27 @@ def test_rebuild_catalog_skips_numbers_past_sqlite_and_leaves_no_rebuild_file(tm
         assert sorted(os.listdir(m.mnt)) == ["a", "d", "s"]
     finally:
         unmount(m.mnt)
+
+
+def test_rebuild_catalog_reads_a_damaged_gzipped_manifest_up_to_the_damage(tmp_path):
+    """A MANIFEST.gz whose stream breaks after its records: one problem line
+    naming the file, every name before the damage kept, nothing raised."""
+    m = _archive_with_a_tree(tmp_path)
+    for d in m.disks:
+        for p in (d / "meta").glob("catalog.db*"):
+            p.unlink()
+        if manifest_file(d / "meta"):
+            assert manifest_file(d / "meta").name == "MANIFEST.gz"
+            append_manifest(d / "meta", b"")
+            with open(manifest_file(d / "meta"), "ab") as f:
+                f.write(b"\x1f\x8b\x08\x00 a member cut by a bad sector")
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
+    out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
+    assert "Traceback" not in out and proc.returncode == 4, out
+    assert "meta/MANIFEST.gz: not a whole gzip stream (" in out, out
+    webfs("mount", m.disks[0], m.mnt)
+    try:
+        assert sorted(os.listdir(m.mnt)) == ["a", "d", "s"]
+        assert (m.mnt / "d" / "f").read_bytes() == b"file d/f\n" * 50
+    finally:
+        unmount(m.mnt)
