@@ -151,7 +151,8 @@ def read_head(path: str, n: int = 64) -> bytes:
 def manifest_on(root: str) -> Optional[tuple[str, int]]:
     """(the MANIFEST of the disk at ``root``, its checkpoint number, 0 when
     unnumbered): of the gzip'd and the plain form, the one with the higher
-    number (both are there only after a crash inside a checkpoint), or None."""
+    number (both are there only after a crash inside a checkpoint; on a tie
+    the plain one), or None."""
     found = []
     for form in MANIFEST_FORMS:
         try:
@@ -160,7 +161,9 @@ def manifest_on(root: str) -> Optional[tuple[str, int]]:
             pass
     if not found:
         return None
-    n, form = max(found, key=lambda f: f[0])
+    # A tie is a gzip'd one whose head does not decompress beside a plain one
+    # written before numbering: the plain one can be read.
+    n, form = max(found, key=lambda f: (f[0], f[1] == MANIFEST))
     return form, n
 
 
