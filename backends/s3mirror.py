@@ -21,7 +21,7 @@ from .s3client import ObjectClient
 
 log = logging.getLogger(__name__)
 
-PUBLISHED = ("meta/MANIFEST", "meta/JOURNAL", "meta/RECORDS")
+PUBLISHED = ("meta/MANIFEST.gz", "meta/MANIFEST", "meta/JOURNAL", "meta/RECORDS")   # MANIFEST: plain, written before
 CATALOG = "meta/catalog.db"
 COPY = "meta/COPY"                      # the number of the last copy of meta/ to the bucket
 

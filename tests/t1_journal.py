@@ -18,3 +18,23 @@ def test_journal_after_checkpoint_rules():
     # Old disks (no numbers) and journals without the marker: replay everything.
     assert journal_after_checkpoint(b"-\t0\t40755\t1.0\t/\n", old) == old
     assert journal_after_checkpoint(man, b"<>\t/a\t/b\n") == b"<>\t/a\t/b\n"
+
+
+def test_gunzip_tolerant_reads_what_zcat_reads():
+    import gzip
+    from webfs.manifest import gunzip_tolerant
+    lines = b"".join(b"-\t0\t100644\t1.000000000\t/f%d\n" % i for i in range(2000))
+    packed = gzip.compress(lines)
+    assert gunzip_tolerant(packed) == (lines, None)
+    # Members one after another (a hostile or hand-made append): all of them, as zcat.
+    assert gunzip_tolerant(packed + gzip.compress(b"x\n")) == (lines + b"x\n", None)
+    # Cut short: the lines before the cut, and what was wrong.
+    got, why = gunzip_tolerant(packed[:len(packed) // 2])
+    assert why == "the gzip stream is cut short" and got and lines.startswith(got)
+    # Damaged in the middle, or not gzip at all: said, never raised.
+    bad = bytearray(packed)
+    bad[len(bad) // 2] ^= 0xff
+    got, why = gunzip_tolerant(bytes(bad))
+    assert why and lines.startswith(got[:len(got) // 2])
+    assert gunzip_tolerant(b"plain text\n")[1].startswith("not a whole gzip stream")
+    assert gunzip_tolerant(b"") == (b"", None)

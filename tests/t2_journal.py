@@ -3,13 +3,16 @@ does not swallow the next one appended; an import into an unmounted archive
 appends to it without rewriting the MANIFEST."""
 from __future__ import annotations
 
+import gzip
 import subprocess
 
 from conftest import REPO, make_archive, webfs
+from records_helpers import manifest_file
 from webfs.archive import Archive
 from webfs.assembly import open_archive
 from webfs.commands.records import read_namespace
-from webfs.manifest import Journal, record_disks
+from webfs.manifest import (MANIFEST, MANIFEST_GZ, Journal, checkpoint_line, manifest_on, plain_size,
+                            record_disks)
 
 
 def test_a_journal_line_cut_short_by_a_crash_does_not_swallow_the_next(tmp_path):
@@ -41,9 +44,9 @@ def test_an_import_into_a_disk_appends_to_the_journal_and_leaves_the_manifest(tm
         (src / "d" / "page.html").write_bytes(body)
         webfs("import", src, f"{disks[0]}:/")
         if name == "a":
-            before = {d: (d / "meta" / "MANIFEST").read_bytes()
-                      for d in disks if (d / "meta" / "MANIFEST").exists()}
-    assert before and all((d / "meta" / "MANIFEST").read_bytes() == m for d, m in before.items())
+            before = {d: manifest_file(d / "meta").read_bytes()
+                      for d in disks if manifest_file(d / "meta")}
+    assert before and all(manifest_file(d / "meta").read_bytes() == m for d, m in before.items())
     assert any(b"/b/d/page.html" in (d / "meta" / "JOURNAL").read_bytes() for d in before)
     entries, _ = read_namespace(Archive.open(str(disks[0])))
     assert {b"/a/d/page.html", b"/b/d/page.html"} <= set(entries), sorted(entries)
@@ -53,3 +56,23 @@ def test_an_import_into_a_disk_appends_to_the_journal_and_leaves_the_manifest(tm
     assert proc.returncode == 0, proc.stderr.decode()
     assert (out / "a" / "d" / "page.html").read_bytes() == b"first " * 100
     assert (out / "b" / "d" / "page.html").read_bytes() == b"second " * 100
+
+
+def test_the_manifest_of_a_disk_is_the_form_with_the_higher_checkpoint(tmp_path):
+    """meta/MANIFEST.gz and a plain meta/MANIFEST side by side (a crash inside
+    the first checkpoint of this version): the higher number is the disk's;
+    a plain one written before numbering counts 0; a gzip'd one whose head
+    does not decompress counts 0 too (the plain one wins the tie), and never raises."""
+    (tmp_path / "meta").mkdir()
+    assert manifest_on(str(tmp_path)) is None
+    lines = b"-\t0\t40755\t1.000000000\t/\n"
+    (tmp_path / MANIFEST).write_bytes(lines)
+    assert manifest_on(str(tmp_path)) == (MANIFEST, 0)
+    (tmp_path / MANIFEST_GZ).write_bytes(gzip.compress(checkpoint_line(5) + lines))
+    assert manifest_on(str(tmp_path)) == (MANIFEST_GZ, 5)
+    assert plain_size(str(tmp_path), MANIFEST_GZ) == len(checkpoint_line(5) + lines)
+    (tmp_path / MANIFEST).write_bytes(checkpoint_line(6) + lines)    # an older webfs wrote after
+    assert manifest_on(str(tmp_path)) == (MANIFEST, 6)
+    (tmp_path / MANIFEST_GZ).write_bytes(b"\x1f\x8b\x08\x00 not deflate at all")
+    (tmp_path / MANIFEST).write_bytes(lines)
+    assert manifest_on(str(tmp_path)) == (MANIFEST, 0)

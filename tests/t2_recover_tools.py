@@ -743,6 +743,71 @@ def test_stale_manifest_on_one_disk_is_not_used(built, tools, restricted_bin, tm
     assert len(tree(tmp_path / "o2")) < len(tree(out))
 
 
+def gzip_manifests(disks: list[Path]) -> bytes:
+    """Each disk's plain MANIFEST (as webfs wrote it before) turned into the
+    meta/MANIFEST.gz webfs writes now, its mtime kept; the plain lines of the first."""
+    first = None
+    for d in disks:
+        meta = d / "meta"
+        plain = (meta / "MANIFEST").read_bytes()
+        first = plain if first is None else first
+        st = (meta / "MANIFEST").stat()
+        (meta / "MANIFEST.gz").write_bytes(gzip.compress(plain))
+        os.utime(meta / "MANIFEST.gz", ns=(st.st_atime_ns, st.st_mtime_ns))
+        (meta / "MANIFEST").unlink()
+    return first
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_recover_gzipped_manifests(built, tools, restricted_bin, tmp_path, shell):
+    """MANIFEST.gz, as webfs writes it now: zcat gives the plain records, and
+    the exact tree comes back (the plain MANIFEST of disks written before:
+    test_recover_everything)."""
+    plain = gzip_manifests(built.disks)
+    zcat = subprocess.run(["zcat", built.disks[0] / "meta" / "MANIFEST.gz"], capture_output=True,
+                          check=True)
+    assert zcat.stdout == plain and plain.startswith(b"-\t") and b"\t/crawl-2024/" in plain
+    for d in built.disks:
+        (d / "meta" / "catalog.db").unlink()
+    sh = [shutil.which(shell)] + (["--posix"] if shell == "bash" else [])
+    out = tmp_path / "out"
+    proc = recover(tools, restricted_bin, tmp_path, *built.disks, out, shell=sh)
+    assert_same_tree(built.orig, out)
+    assert b"/meta/MANIFEST.gz (the newest of the disks)" in proc.stderr
+    proc = recover(tools, restricted_bin, tmp_path, "--meta", built.disks[2] / "meta", *built.disks,
+                   tmp_path / "o2")
+    assert_same_tree(built.orig, tmp_path / "o2")
+    assert b"MANIFEST.gz (--meta)" in proc.stderr
+
+
+def test_recover_takes_the_newer_of_both_forms(built, tools, restricted_bin, tmp_path):
+    """A crash inside a checkpoint can leave the new MANIFEST.gz beside the old
+    plain MANIFEST: the one written last is used, on every disk."""
+    gzip_manifests(built.disks)
+    past = time.time() - 86400
+    for d in built.disks:
+        (d / "meta" / "MANIFEST").write_bytes(b"-\t0\t100644\t1.000000000\t/stale-only\n")
+        os.utime(d / "meta" / "MANIFEST", (past, past))
+    out = tmp_path / "out"
+    recover(tools, restricted_bin, tmp_path, *built.disks, out)
+    assert_same_tree(built.orig, out)
+
+
+def test_recover_a_damaged_gzipped_manifest(built, tools, restricted_bin, tmp_path):
+    """A MANIFEST.gz cut short: one warning, the names before the cut rebuilt."""
+    gzip_manifests(built.disks)
+    for d in built.disks:
+        data = (d / "meta" / "MANIFEST.gz").read_bytes()
+        (d / "meta" / "MANIFEST.gz").write_bytes(data[:len(data) // 2])
+    out = tmp_path / "out"
+    proc = subprocess.run([str(tools / "webfs-recover"), *map(str, built.disks), str(out)],
+                          capture_output=True, env={"PATH": str(restricted_bin), "TMPDIR": str(tmp_path)},
+                          timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert b"warn\t\tMANIFEST.gz is damaged (" in proc.stderr, proc.stderr
+    assert (out / "crawl-2024").is_dir()
+
+
 def test_partial_journal_line_is_ignored(built, tools, restricted_bin, tmp_path):
     for d in built.disks:
         with open(d / "meta" / "JOURNAL", "ab") as f:

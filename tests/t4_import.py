@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from conftest import BIN, Mounted, eventually, sh, strip_digests, unmount, webfs
+from records_helpers import read_manifest
 from webfs import admin
 from webfs.admincommands import ADMIN_COMMANDS
 from webfs.assembly import OpenArchive
@@ -284,7 +285,7 @@ def test_import_into_an_unmounted_archive_then_mount(tmp_path, corpus):
     finally:
         m.umount()
     # The plain-text records know every name too (recovery without the catalog).
-    manifest = (m.disks[1] / "meta" / "MANIFEST").read_bytes()     # the record disk beside the catalog's
+    manifest = read_manifest(m.disks[1] / "meta")     # the record disk beside the catalog's
     assert manifest.count(b"\t/crawls/crawl-001/") == sum(1 for _ in src.rglob("*"))
 
 

@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 
 from conftest import Mounted, sh, webfs
+from records_helpers import manifest_file, read_manifest, write_manifest
 
 
 def _checksums(disks) -> dict:
@@ -42,11 +43,13 @@ def _archive_with_owners_xattrs_and_links(tmp_path) -> Mounted:
 def _strip_attribute_lines(m: Mounted) -> None:
     """Make the records as webfs wrote them before they kept owners, xattrs and links."""
     for d in m.disks:
-        for name in ("MANIFEST", "JOURNAL"):
-            p = d / "meta" / name
-            if p.exists():
-                p.write_bytes(b"".join(l for l in p.read_bytes().splitlines(keepends=True)
-                                       if not l.startswith((b"#\towner", b"#\txattr", b"#\tinode"))))
+        def plain(data: bytes) -> bytes:
+            return b"".join(l for l in data.splitlines(keepends=True)
+                            if not l.startswith((b"#\towner", b"#\txattr", b"#\tinode")))
+        if manifest_file(d / "meta"):
+            write_manifest(d / "meta", plain(read_manifest(d / "meta")))
+        if (d / "meta" / "JOURNAL").exists():
+            (d / "meta" / "JOURNAL").write_bytes(plain((d / "meta" / "JOURNAL").read_bytes()))
 
 
 def test_rebuild_without_repair_writes_nothing_and_says_what_it_would_change(tmp_path):
@@ -208,12 +211,11 @@ def test_blocks_no_record_names_come_back_at_their_name_hint(tmp_path):
     for d in m.disks:
         for p in (d / "meta").glob("catalog.db*"):
             p.unlink()
-        manifest = d / "meta" / "MANIFEST"
-        if manifest.exists():
-            lines = manifest.read_bytes().split(b"\n")
+        if manifest_file(d / "meta"):
+            lines = read_manifest(d / "meta").split(b"\n")
             kept = [l for l in lines if not l.endswith((b"\t/d/lost page.html", b"\t/y"))]
             assert len(kept) == len(lines) - 2
-            manifest.write_bytes(b"\n".join(kept))
+            write_manifest(d / "meta", b"\n".join(kept))
             assert b"lost" not in (d / "meta" / "JOURNAL").read_bytes()
     proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
     out = proc.stdout.decode()

@@ -8,6 +8,7 @@ into an unmounted all-S3 archive, ``versions`` and ``export-warc`` out of it."""
 from __future__ import annotations
 
 import calendar
+import gzip
 import json
 import os
 import shutil
@@ -142,6 +143,13 @@ def test_rebuild_catalog_after_losing_it_everywhere(weeds, tmp_path, corpus):
     disks = bucket_on_each(weeds, "rebuild")
     mnt, src = mounted_site(disks, tmp_path, corpus)
     unmount(mnt)
+    # The buckets of the two record disks hold the names, gzip'd; no plain MANIFEST.
+    for w, d in zip(weeds[:2], disks[:2]):
+        client, bucket = w.client(), DiskURL.parse(d).bucket
+        keys = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="meta/").get("Contents", [])}
+        assert "meta/MANIFEST.gz" in keys and "meta/MANIFEST" not in keys, keys
+        names = gzip.decompress(client.get_object(Bucket=bucket, Key="meta/MANIFEST.gz")["Body"].read())
+        assert names.startswith(b"#\tcheckpoint\t") and b"\t/site" in names, names[:300]
     # Every state directory and every bucket's copy of the catalog: gone.
     for w, d in zip(weeds, disks):
         shutil.rmtree(state_of(d))

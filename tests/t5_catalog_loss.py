@@ -72,7 +72,7 @@ def test_catalog_rebuild_without_any_journal_or_manifest_keeps_every_block(tmp_p
     finally:
         m.umount()
     for d in m.disks:
-        for name in ("MANIFEST", "JOURNAL", "catalog.db"):
+        for name in ("MANIFEST.gz", "MANIFEST", "JOURNAL", "catalog.db"):
             p = d / "meta" / name
             if p.exists():
                 p.unlink()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Mounted, eventually, sh, unmount, wait_dead, webfs
+from records_helpers import append_manifest, manifest_file, read_manifest
 
 HOSTILE_JOURNAL = [
     b"+\t-\t0\t100644\t1.000000000\t/.",
@@ -51,10 +52,37 @@ def _archive_with_a_tree(tmp_path) -> Mounted:
     return m
 
 
+def _rebuild_with_problems(m: Mounted) -> str:
+    """fsck --rebuild-catalog --repair that reports skipped records (exit 4)
+    and raises nothing: what it said."""
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
+    out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
+    assert "Traceback" not in out and proc.returncode == 4, out
+    return out
+
+
+def _mounts_the_tree(m: Mounted) -> None:
+    """The tree of _archive_with_a_tree, whole, in a mount of the rebuilt catalog."""
+    webfs("mount", m.disks[0], m.mnt)
+    try:
+        assert sorted(os.listdir(m.mnt)) == ["a", "d", "s"]
+        assert (m.mnt / "d" / "f").read_bytes() == b"file d/f\n" * 50
+    finally:
+        unmount(m.mnt)
+
+
 def _append(path: Path, lines) -> int:
     old = path.read_bytes() if path.exists() else b""
     path.write_bytes(old + b"".join(l + b"\n" for l in lines))
     return old.count(b"\n") + 1
+
+
+def _append_to_manifest(meta: Path, lines) -> int:
+    """Lines appended to the MANIFEST of meta/ (a gzip member more on a gzip'd one):
+    the number of the first."""
+    first = read_manifest(meta).count(b"\n") + 1
+    append_manifest(meta, b"".join(l + b"\n" for l in lines))
+    return first
 
 
 def test_rebuild_catalog_skips_hostile_records_and_keeps_the_rest(tmp_path):
@@ -62,9 +90,9 @@ def test_rebuild_catalog_skips_hostile_records_and_keeps_the_rest(tmp_path):
     for d in m.disks:
         for p in (d / "meta").glob("catalog.db*"):
             p.unlink()
-        if not (d / "meta" / "MANIFEST").exists():
+        if not manifest_file(d / "meta"):
             continue            # not a record disk (meta/RECORDS names the two)
-        mfirst = _append(d / "meta" / "MANIFEST", HOSTILE_MANIFEST)
+        mfirst = _append_to_manifest(d / "meta", HOSTILE_MANIFEST)
         jfirst = _append(d / "meta" / "JOURNAL", HOSTILE_JOURNAL)
     proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
     out = proc.stdout.decode(errors="replace")
@@ -73,7 +101,7 @@ def test_rebuild_catalog_skips_hostile_records_and_keeps_the_rest(tmp_path):
     for n in range(jfirst, jfirst + len(HOSTILE_JOURNAL)):
         assert f"meta/JOURNAL line {n}: " in out, (n, out)
     for n in range(mfirst, mfirst + len(HOSTILE_MANIFEST)):
-        assert f"meta/MANIFEST line {n}: " in out, (n, out)
+        assert f"meta/MANIFEST.gz line {n}: " in out, (n, out)
     webfs("mount", m.disks[0], m.mnt)
     try:
         assert sorted(os.listdir(m.mnt)) == ["a", "d", "s"]
@@ -253,15 +281,9 @@ def test_rebuild_catalog_with_a_hostile_parity_header(tmp_path):
             block.unlink()
         for p in (d / "meta").glob("catalog.db*"):
             p.unlink()
-    proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
-    out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
-    assert "Traceback" not in out and proc.returncode == 4, out
+    out = _rebuild_with_problems(m)
     assert "not a disk of the archive" in out, out
-    webfs("mount", m.disks[0], m.mnt)
-    try:
-        assert sorted(os.listdir(m.mnt)) == ["a", "d", "s"]
-    finally:
-        unmount(m.mnt)
+    _mounts_the_tree(m)
 
 
 def test_rebuild_catalog_skips_numbers_past_sqlite_and_leaves_no_rebuild_file(tmp_path):
@@ -273,16 +295,33 @@ def test_rebuild_catalog_skips_numbers_past_sqlite_and_leaves_no_rebuild_file(tm
     for d in m.disks:
         for p in (d / "meta").glob("catalog.db*"):
             p.unlink()
-        if (d / "meta" / "MANIFEST").exists():
-            first = _append(d / "meta" / "MANIFEST", hostile)
+        if manifest_file(d / "meta"):
+            first = _append_to_manifest(d / "meta", hostile)
     proc = webfs("fsck", "--rebuild-catalog", "--repair", m.disks[0], check=False)
     out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
     assert "Traceback" not in out and proc.returncode == 4, out
     for n in (first, first + 1):
-        assert f"meta/MANIFEST line {n}: " in out, out
+        assert f"meta/MANIFEST.gz line {n}: " in out, out
     assert not list((m.disks[0] / "meta").glob("catalog.db.rebuild*"))
     webfs("mount", m.disks[0], m.mnt)
     try:
         assert sorted(os.listdir(m.mnt)) == ["a", "d", "s"]
     finally:
         unmount(m.mnt)
+
+
+def test_rebuild_catalog_reads_a_damaged_gzipped_manifest_up_to_the_damage(tmp_path):
+    """A MANIFEST.gz whose stream breaks after its records: one problem line
+    naming the file, every name before the damage kept, nothing raised."""
+    m = _archive_with_a_tree(tmp_path)
+    for d in m.disks:
+        for p in (d / "meta").glob("catalog.db*"):
+            p.unlink()
+        if manifest_file(d / "meta"):
+            assert manifest_file(d / "meta").name == "MANIFEST.gz"
+            append_manifest(d / "meta", b"")
+            with open(manifest_file(d / "meta"), "ab") as f:
+                f.write(b"\x1f\x8b\x08\x00 a member cut by a bad sector")
+    out = _rebuild_with_problems(m)
+    assert "meta/MANIFEST.gz: not a whole gzip stream (" in out, out
+    _mounts_the_tree(m)

@@ -14,7 +14,7 @@ import trio
 from webfs import daemon
 from webfs.mkfs import mkfs
 from webfs.mountoptions import MountOptions
-from webfs.manifest import MANIFEST
+from webfs.manifest import MANIFEST_GZ
 
 
 def test_a_checkpoint_that_fails_once_is_logged_and_runs_again(tmp_path, monkeypatch):
@@ -26,7 +26,7 @@ def test_a_checkpoint_that_fails_once_is_logged_and_runs_again(tmp_path, monkeyp
     handlers, level = list(root.handlers), root.level
     d.open()
     try:
-        manifest = os.path.join(d.store.archive.first_volume.root, MANIFEST)
+        manifest = os.path.join(d.store.archive.first_volume.root, MANIFEST_GZ)
         before = os.stat(manifest).st_mtime_ns if os.path.exists(manifest) else None
         snapshot = d.store.catalog.snapshot
         calls = []

@@ -1,6 +1,7 @@
 """Plain-text records of the namespace on every disk: MANIFEST and JOURNAL.
 
-``meta/MANIFEST`` lists every name of the archive, one per line::
+``meta/MANIFEST.gz`` (gzip; ``meta/MANIFEST``, plain, on disks written
+before) lists every name of the archive, one per line::
 
     <sig>[~n][,<sig>…]<TAB><size><TAB><mode octal><TAB><mtime><TAB><path>
 
@@ -41,6 +42,16 @@ the JOURNAL lines after the last marker that matches its MANIFEST's
 (``journal_after_checkpoint``); without a matching marker, or on disks
 written before checkpoints were numbered, it replays the whole JOURNAL as
 before. Readers that do not know ``#`` lines skip them.
+
+**Compressed.** A checkpoint writes the MANIFEST gzip'd, as
+``meta/MANIFEST.gz`` (``zcat`` gives the plain lines), and removes the plain
+``meta/MANIFEST`` of the disk after it: two plain copies were 340 B a file
+at rest, two gzip'd ones about 80 B. Readers take, per disk, the form with
+the higher checkpoint number (``manifest_on``), so disks written before read
+as before and the first checkpoint turns them into the new form. A damaged
+gzip stream yields the lines before the damage (``gunzip_tolerant``). The
+JOURNAL stays plain: it is appended to. Its size bound counts the MANIFEST's
+plain bytes, so checkpoints come as often as before.
 """
 from __future__ import annotations
 
@@ -48,6 +59,8 @@ import itertools
 import logging
 import os
 import stat
+import struct
+import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Union
 
@@ -63,7 +76,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "meta/MANIFEST"
+MANIFEST = "meta/MANIFEST"              # plain: read on disks written before, no longer written
+MANIFEST_GZ = "meta/MANIFEST.gz"        # what a checkpoint writes
+MANIFEST_FORMS = (MANIFEST_GZ, MANIFEST)
+GZIP_LEVEL = 6                          # gzip's default: level 9 is 3 % smaller and slower
 JOURNAL = "meta/JOURNAL"
 RECORDS = "meta/RECORDS"                # names the disks that hold MANIFEST and JOURNAL
 RECORD_COPIES = 2                       # disks that hold MANIFEST and JOURNAL
@@ -102,6 +118,73 @@ def journal_after_checkpoint(manifest: bytes, journal: bytes) -> bytes:
     return journal
 
 
+def gunzip_tolerant(data: bytes) -> tuple[bytes, Optional[str]]:
+    """The plain bytes of a gzip stream (of one member or several, as ``zcat``
+    reads them), and what was wrong with it, if anything: a damaged or cut
+    stream yields what came before the damage, as ``zcat`` prints it."""
+    out, rest = [], data
+    while rest:
+        unzip = zlib.decompressobj(31)
+        try:
+            out.append(unzip.decompress(rest))
+            out.append(unzip.flush())
+        except zlib.error as exc:
+            return b"".join(out), f"not a whole gzip stream ({exc})"
+        if not unzip.eof:
+            return b"".join(out), "the gzip stream is cut short"
+        rest = unzip.unused_data
+    return b"".join(out), None
+
+
+def read_head(path: str, n: int = 64) -> bytes:
+    """The first ``n`` plain bytes of a MANIFEST file (gzip'd or not); OSError if unreadable."""
+    with open(path, "rb") as f:
+        data = f.read(n if not path.endswith(".gz") else 4096)
+    if not path.endswith(".gz"):
+        return data
+    try:
+        return zlib.decompressobj(31).decompress(data, n)
+    except zlib.error:
+        return b""
+
+
+def manifest_on(root: str) -> Optional[tuple[str, int]]:
+    """(the MANIFEST of the disk at ``root``, its checkpoint number, 0 when
+    unnumbered): of the gzip'd and the plain form, the one with the higher
+    number (both are there only after a crash inside a checkpoint; on a tie
+    the plain one), or None."""
+    found = []
+    for form in MANIFEST_FORMS:
+        try:
+            found.append((checkpoint_of(read_head(os.path.join(root, form))) or 0, form))
+        except OSError:
+            pass
+    if not found:
+        return None
+    # A tie is a gzip'd one whose head does not decompress beside a plain one
+    # written before numbering: the plain one can be read.
+    n, form = max(found, key=lambda f: (f[0], f[1] == MANIFEST))
+    return form, n
+
+
+def read_manifest(backend, form: str) -> tuple[bytes, Optional[str]]:
+    """The plain lines of MANIFEST ``form`` on a disk, and what was wrong with
+    its gzip stream (the lines before the damage are kept)."""
+    data = backend.read(form)
+    return gunzip_tolerant(data) if form == MANIFEST_GZ else (data, None)
+
+
+def plain_size(root: str, form: str) -> int:
+    """The plain bytes of a MANIFEST: a gzip'd one's trailer holds them (modulo
+    4 GiB, which only makes the first JOURNAL bound of a mount smaller)."""
+    path = os.path.join(root, form)
+    if form != MANIFEST_GZ:
+        return os.path.getsize(path)
+    with open(path, "rb") as f:
+        f.seek(-4, os.SEEK_END)
+        return struct.unpack("<I", f.read(4))[0]
+
+
 def record_disks(archive: "Archive", copies: int = RECORD_COPIES) -> list[int]:
     """The disks that hold MANIFEST and JOURNAL: the catalog disk (or, when it
     is missing, the present disk with the lowest index) and the present disks
@@ -114,7 +197,7 @@ def record_disks(archive: "Archive", copies: int = RECORD_COPIES) -> list[int]:
 
 
 def records_text(disks: list[int]) -> bytes:
-    return (b"# webfs: meta/MANIFEST and meta/JOURNAL are on these disks (webfs-format(5))\n"
+    return (b"# webfs: meta/MANIFEST.gz (zcat) and meta/JOURNAL are on these disks (webfs-format(5))\n"
             b"Disks: " + b" ".join(b"%d" % d for d in disks) + b"\n")
 
 
@@ -195,7 +278,9 @@ class Journal:
             vol = archive.volumes[index]
             try:
                 self.grown = vol.backend.size(JOURNAL)
-                self.limit = max(limit, vol.backend.size(MANIFEST) // 2)
+                found = manifest_on(vol.root)
+                if found:
+                    self.limit = max(limit, plain_size(vol.root, found[0]) // 2)
             except OSError:
                 pass
 
@@ -211,11 +296,9 @@ class Journal:
         and whether there is one; without one, the disks the rule names."""
         found = {}
         for vol in self.archive.volumes.values():
-            try:
-                with open(os.path.join(vol.root, MANIFEST), "rb") as f:
-                    found[vol.index] = checkpoint_of(f.read(64)) or 0
-            except OSError:
-                pass
+            have = manifest_on(vol.root)
+            if have:
+                found[vol.index] = have[1]
         if not found:
             return record_disks(self.archive), False
         newest = max(found.values())
@@ -303,11 +386,8 @@ class Journal:
         catalog's record and every MANIFEST present. The caller commits."""
         n = int(catalog.get_meta(CHECKPOINT_META) or 0)
         for vol in self.archive.volumes.values():
-            try:
-                with open(os.path.join(vol.root, MANIFEST), "rb") as f:
-                    n = max(n, checkpoint_of(f.read(64)) or 0)
-            except OSError:
-                pass
+            have = manifest_on(vol.root)
+            n = max(n, have[1] if have else 0)
         catalog.set_meta(CHECKPOINT_META, str(n + 1))
         return n + 1
 
@@ -357,32 +437,30 @@ class Journal:
         in memory. A disk that fails is left out (and logged)."""
         marker = b"" if n is None else checkpoint_line(n)
         chunks = (manifest,) if isinstance(manifest, (bytes, bytearray)) else manifest
-        tmp = f"{MANIFEST}.{os.getpid()}{TMP_SUFFIX}"
+        tmp = f"{MANIFEST_GZ}.{os.getpid()}{TMP_SUFFIX}"
         fds: dict[int, int] = {}
         for index in record_disks(self.archive):
             vol = self.archive.volumes[index]
             try:
-                vol.backend.remove_leftovers(MANIFEST)
+                vol.backend.remove_leftovers(MANIFEST)     # MANIFEST.*.tmp: either form's
                 fds[index] = vol.backend.open_append(tmp)
             except OSError as exc:
-                log.warning("disk %d: cannot write %s: %s", index, MANIFEST, exc)
+                log.warning("disk %d: cannot write %s: %s", index, MANIFEST_GZ, exc)
         size = 0
+        packer = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
         try:
-            for chunk in itertools.chain((marker,), chunks):
-                size += len(chunk)
-                for index, fd in list(fds.items()):
-                    try:
-                        view = memoryview(chunk)
-                        while view:
-                            view = view[os.write(fd, view):]
-                    except OSError as exc:
-                        log.warning("disk %d: cannot write %s: %s", index, MANIFEST, exc)
-                        os.close(fds.pop(index))
+            for chunk in itertools.chain((marker,), chunks, (None,)):
+                if chunk is None:
+                    packed = packer.flush()
+                else:
+                    size += len(chunk)
+                    packed = packer.compress(chunk)
+                self._write_all(fds, packed)
             for index, fd in list(fds.items()):
                 try:
                     os.fsync(fd)
                 except OSError as exc:
-                    log.warning("disk %d: cannot write %s: %s", index, MANIFEST, exc)
+                    log.warning("disk %d: cannot write %s: %s", index, MANIFEST_GZ, exc)
                     os.close(fds.pop(index))
         except BaseException:
             for index, fd in fds.items():
@@ -392,6 +470,18 @@ class Journal:
         for fd in fds.values():
             os.close(fd)
         return Staged({index: tmp for index in fds}, size)
+
+    @staticmethod
+    def _write_all(fds: dict[int, int], data: bytes) -> None:
+        """``data`` to every file of ``fds``; a disk that fails is logged and left out."""
+        for index, fd in list(fds.items()):
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            except OSError as exc:
+                log.warning("disk %d: cannot write %s: %s", index, MANIFEST_GZ, exc)
+                os.close(fds.pop(index))
 
     def install(self, staged: "Staged", covered: dict[int, int], n: Optional[int] = None) -> None:
         """Put the staged MANIFEST in place on each record disk and keep of the
@@ -424,15 +514,16 @@ class Journal:
             if vol is None:
                 continue
             try:
-                vol.backend.rename(tmp, MANIFEST)
+                vol.backend.rename(tmp, MANIFEST_GZ)
                 testkill.point("checkpoint-after-manifest")
                 # write_atomic syncs meta/, so the rename above is lasting too
                 vol.backend.write_atomic(JOURNAL, marker + tail, fsync=True)
                 testkill.point("checkpoint-after-journal")
+                vol.backend.remove(MANIFEST)        # the plain form of disks written before
                 written.append(index)
                 self.grown = len(marker) + len(tail)
             except OSError as exc:
-                log.warning("disk %d: cannot write %s: %s", vol.index, MANIFEST, exc)
+                log.warning("disk %d: cannot write %s: %s", vol.index, MANIFEST_GZ, exc)
         if not written:
             return              # the old records stay where they are, and appends with them
         self.disks, self.stale, self._asked, self.anchored = disks, False, False, True
@@ -444,7 +535,8 @@ class Journal:
                     # After the new copies are on their disks: an older copy
                     # left here would only be read if both of those were lost.
                     vol.backend.remove(JOURNAL)
-                    vol.backend.remove(MANIFEST)
+                    for form in MANIFEST_FORMS:
+                        vol.backend.remove(form)
                 try:
                     same = vol.backend.read(RECORDS) == note
                 except FileNotFoundError:

@@ -15,8 +15,8 @@ from typing import Optional
 
 from .. import signature as sigmod
 from ..archive import Archive
-from ..manifest import (INODE, JOURNAL, MANIFEST, OWNER, XATTR, escape_path, journal_after_checkpoint,
-                        unescape_path)
+from ..manifest import (INODE, JOURNAL, OWNER, XATTR, escape_path, journal_after_checkpoint, manifest_on,
+                        read_manifest, unescape_path)
 from ..namespace import NAME_MAX, name_problem
 
 log = logging.getLogger(__name__)
@@ -116,30 +116,33 @@ def read_namespace(archive: Archive, problems: Optional[list[Problem]] = None
     is skipped and added to ``problems`` with its file and line."""
     said = []
     problems = [] if problems is None else problems
-    best: Optional[tuple[float, object]] = None
+    best: Optional[tuple[float, object, str]] = None
     for vol in archive.volumes.values():
+        found = manifest_on(vol.root)
         try:
-            mtime = os.stat(os.path.join(vol.root, MANIFEST)).st_mtime
+            mtime = os.stat(os.path.join(vol.root, found[0])).st_mtime if found else None
         except FileNotFoundError:
             continue
-        if best is None or mtime > best[0]:
-            best = (mtime, vol)
+        if mtime is not None and (best is None or mtime > best[0]):
+            best = (mtime, vol, found[0])
     entries = Entries()
     if best is None:
         said.append("no MANIFEST on any disk: names come from the journal alone")
         vols = list(archive.volumes.values())
         source = vols[0] if vols else None
     else:
-        source = best[1]
-        manifest = source.backend.read(MANIFEST)
+        _, source, form = best
+        manifest, damage = read_manifest(source.backend, form)
         lines = manifest.split(b"\n")
+        if damage:
+            problems.append((f"disk {source.index}: {form}", damage + ": the lines before it are used"))
         if lines[-1]:
-            problems.append((f"disk {source.index}: {MANIFEST} line {len(lines)}",
+            problems.append((f"disk {source.index}: {form} line {len(lines)}",
                              "incomplete last line: skipped"))
         last = None
         for n, line in enumerate(lines[:-1], 1):
             if line:
-                where = f"disk {source.index}: {MANIFEST} line {n}"
+                where = f"disk {source.index}: {form} line {n}"
                 last = _replay(entries, line if line.startswith(b"#\t") else b"+\t" + line, where, problems, last)
     if source is not None:
         try:
