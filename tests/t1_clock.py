@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 
 import pytest
 import trio
@@ -19,6 +20,7 @@ from webfs import daemon
 from webfs.mountoptions import MountOptions
 from webfs.backends.s3endpoint import DOWN_SECONDS, HEDGE_SECONDS, Endpoint, Late
 from webfs.errors import WebfsError
+from webfs.heat import HeatTracker
 from webfs.locks import SYSTEM_CLOCK, Clock
 from webfs.parity.format import ParityHeader
 from webfs.parity.writebehind import WRITE_BEHIND, WRITE_BEHIND_BYTES, WriteBehind
@@ -136,8 +138,10 @@ def test_the_index_keeper_waits_while_the_mount_is_written_at_most_its_busy_inte
     class Keeper:
         def step(self):
             passes.append(clock.current_time())
+            d.store.heat.record("ab")           # a new page read to be parsed
 
     d.index_keeper = Keeper()
+    d.store = types.SimpleNamespace(heat=HeatTracker(types.SimpleNamespace(group_accesses=lambda: [])))
     monkeypatch.setattr(fs, "REQUESTS", {})
 
     async def tick(writes: int = 0, request: str = "write"):
@@ -166,6 +170,10 @@ def test_the_index_keeper_waits_while_the_mount_is_written_at_most_its_busy_inte
             assert passes == [step, 2 * step, bound], "a pass ran while the mount was being read"
             await tick(writes=50, request="readdir")
             assert passes == [step, 2 * step, bound, bound + 2 * step]
+            # The keeper's reads are no program's: no group heated by them.
+            assert d.store.heat.reads("ab") == 0
+            d.store.heat.record("ab")
+            assert d.store.heat.reads("ab") == 1
             nursery.cancel_scope.cancel()
     trio.run(main, clock=clock)
 

@@ -64,6 +64,7 @@ class Daemon:
         self.server: Optional[socketserver.UnixStreamServer] = None
         self.socket_path = ""
         self.trio_token = None
+        self._snapshots = 0                 # memory snapshots written (WEBFS_TRACEMALLOC)
         self._checkpoint_lock = lockorder.lock("checkpoint")          # one checkpoint at a time
         self._checkpoint_asked = lockorder.lock("checkpoint asked")    # held while one asked by the JOURNAL waits or runs
 
@@ -287,12 +288,15 @@ class Daemon:
         """With WEBFS_TRACEMALLOC=FILE in the environment: every 10 s, append to
         FILE the RSS, the bytes Python allocated and the 15 lines of code that
         hold most of them (SQLite's page cache is outside Python: it shows as
-        RSS that the traced total does not explain)."""
+        RSS that the traced total does not explain); and the snapshot itself
+        as FILE.N (N counts from 1), for Snapshot.load and compare_to."""
         import tracemalloc
         if not tracemalloc.is_tracing():
             tracemalloc.start(1)
             return
         snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+        self._snapshots += 1
+        snap.dump(f"{os.environ['WEBFS_TRACEMALLOC']}.{self._snapshots}")
         stats = snap.statistics("lineno")
         rss = next((line.split()[1] for line in open("/proc/self/status") if line.startswith("VmRSS")), "?")
         with open(os.environ["WEBFS_TRACEMALLOC"], "a") as f:
@@ -354,7 +358,20 @@ class Daemon:
             if busy and trio.current_time() - last < INDEX_BUSY_INTERVAL:
                 continue
             last = trio.current_time()
-            await self._run_once(self.index_keeper.step, "indexing", indexer.KEEP_INTERVAL)
+            await self._run_once(self._index_pass, "indexing", indexer.KEEP_INTERVAL)
+
+    def _index_pass(self) -> None:
+        """One pass of the index keeper, in a worker. Its reads of new pages are
+        no program's: they do not heat groups (a window for every group it
+        read, and cooling would see them all read once). Its parsing and
+        SQLite memory is freed at its end, in this worker's malloc arena:
+        given back to the system, so the daemon's RSS does not keep the
+        largest pass's (webfs-internals(7), CONCURRENCY MODEL)."""
+        try:
+            with self.store.heat.unrecorded():
+                self.index_keeper.step()
+        finally:
+            _trim_heap()
 
     def close(self) -> None:
         """Write everything out; what could not be (files whose changes were
@@ -422,7 +439,7 @@ class Daemon:
 
 def _trim_heap() -> None:
     """Give the free pages of every malloc arena back to the system (after a
-    checkpoint, which builds the MANIFEST in memory)."""
+    checkpoint, which builds the MANIFEST in memory, and an index pass)."""
     try:
         import ctypes
         ctypes.CDLL(None).malloc_trim(0)

@@ -51,8 +51,10 @@ and the disks.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from array import array
+from contextlib import contextmanager
 from typing import Callable, Optional
 
 from .catalog import Catalog
@@ -114,6 +116,10 @@ class HeatTracker:
         self.latest = 0.0                       # the newest read of any group: the aging clock
         self.since: Optional[float] = None      # the first read this process saw: the watch began
         self._last_save = clock()
+        # Threads whose reads are the archive's own upkeep, not a program's:
+        # the mount's index keeper parses every new page once, which would
+        # make every group it touches look read (and cost a window each).
+        self._upkeep = threading.local()
         self._load()
 
     def _load(self) -> None:
@@ -128,8 +134,19 @@ class HeatTracker:
                 self._saved[grp] = times[-1]
                 self.latest = max(self.latest, times[-1])
 
+    @contextmanager
+    def unrecorded(self):
+        """Reads made by this thread inside are not heat (the index keeper's)."""
+        self._upkeep.on = True
+        try:
+            yield
+        finally:
+            self._upkeep.on = False
+
     def record(self, grp: str) -> None:
         """One read of a block of this group reached a disk."""
+        if getattr(self._upkeep, "on", False):
+            return
         now = self.clock()
         window = self._windows.get(grp)
         if window is None:

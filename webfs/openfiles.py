@@ -140,13 +140,36 @@ class FileBuffer:
 
 
 
+class FileLock:
+    """An open file's lock: taken at once when it is free, waited for when
+    it is held. ``trio.Lock`` passes through trio's scheduler even when it is
+    free (a checkpoint before and after), one more wake-up of the loop for
+    each write, flush and release of every file; a waiter still gets the
+    lock in turn (a release hands it to the first waiter, so it is not
+    free to a newcomer)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = lockorder.task_lock("open file")
+
+    async def __aenter__(self) -> None:
+        try:
+            self._lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self._lock.acquire()
+
+    async def __aexit__(self, *exc) -> None:
+        self._lock.release()
+
+
 class OpenFile:
     """An inode that has open handles: its lock, its buffer while written."""
 
     def __init__(self, ino: int):
         self.ino = ino
         self.handles = 0
-        self.lock = lockorder.task_lock("open file")
+        self.lock = FileLock()
         self.buffer: Optional[FileBuffer] = None
         self.dirty = False
         self.mtime_ns = 0            # of the last write, or as set by utimens since

@@ -14,7 +14,8 @@ import errno
 import stat
 import time
 from dataclasses import dataclass
-from typing import Optional
+from types import MappingProxyType
+from typing import Mapping, Optional
 
 from ..catalog import BLOCK_COLUMNS, BlockRow, Catalog, hex_of
 from ..errors import FsError
@@ -25,7 +26,7 @@ INODE_COLUMNS = "id, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, 
 BLOCK_COLUMNS_OF_B = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))   # blocks joined as b
 
 
-@dataclass
+@dataclass(slots=True)
 class Inode:
     id: int
     mode: int
@@ -74,8 +75,14 @@ def check_name(name: bytes) -> None:
 # Inodes, names and xattrs kept in memory (NamespaceMemo): what a copy of
 # a crawl asks about again and again (getattr, lookup, the kernel's
 # security.capability before each write) answered without SQLite. About
-# 300 bytes an inode with its name; the oldest go first.
-MEMO_INODES = 50_000
+# 580 bytes an inode with its name (measured), so at most 4.7 MiB: the bound
+# is the daemon's memory that grows with the files made (webfs-internals(7),
+# THE FUSE REQUEST PATH); a copy in progress needs the names of the
+# directories it is writing, a reader the files read ahead. The oldest go first.
+MEMO_INODES = 8192
+# The xattrs of an inode that has none: one shared, unchangeable mapping, not
+# an empty dict for each file (64 bytes each).
+NO_XATTRS: Mapping[bytes, bytes] = MappingProxyType({})
 
 
 class NamespaceMemo:
@@ -93,7 +100,7 @@ class NamespaceMemo:
         self.bound = bound
         self.nodes: dict[int, Inode] = {}
         self.names: dict[tuple[int, bytes], int] = {}
-        self.xattrs: dict[int, dict[bytes, bytes]] = {}
+        self.xattrs: dict[int, Mapping[bytes, bytes]] = {}
         self.complete: set[int] = set()
         # For readers: a file's blocks (their refs, disk and stripe as they
         # were read: a reader needs only what a block is) and where one of its

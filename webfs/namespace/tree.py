@@ -13,14 +13,14 @@ import errno
 import stat
 import threading
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Mapping, Optional
 
 from ..catalog import BlockRow, Catalog
 from ..errors import FsError
 from ..signature import block_name
 from ..store import Store
-from .rows import (BLOCK_COLUMNS_OF_B, INODE_COLUMNS, NAME_MAX, ROOT_INODE, Inode, NamespaceRows,
-                   check_name, now_ns)
+from .rows import (BLOCK_COLUMNS_OF_B, INODE_COLUMNS, NAME_MAX, NO_XATTRS, ROOT_INODE, Inode,
+                   NamespaceRows, check_name, now_ns)
 
 
 # Directory paths kept for path_of (~150 B each with the dict's slot): a
@@ -301,7 +301,7 @@ class Namespace(NamespaceRows):
                 self.add_contents(ino, [row.id])
             self.journal("+", node, path, rows=rows)
             self.memo.keep_node(node)
-            self.memo.xattrs[ino] = {}
+            self.memo.xattrs[ino] = NO_XATTRS
             if is_dir:
                 self.memo.complete.add(ino)        # new, so every name of it will be known
             return node
@@ -513,11 +513,11 @@ class Namespace(NamespaceRows):
 
     # -- xattrs ----------------------------------------------------------------
 
-    def _xattrs(self, ino: int) -> dict[bytes, bytes]:
+    def _xattrs(self, ino: int) -> Mapping[bytes, bytes]:
         found = self.memo.xattrs.get(ino)
         if found is None:
             with self.cat.lock:
-                found = dict(self.cat.query("SELECT name, value FROM xattrs WHERE inode=?", (ino,)))
+                found = dict(self.cat.query("SELECT name, value FROM xattrs WHERE inode=?", (ino,))) or NO_XATTRS
                 if ino in self.memo.nodes:          # kept as long as its inode is
                     self.memo.xattrs[ino] = found
         return found
