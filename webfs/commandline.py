@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Optional
 import click
 
 from . import control
-from .archive import archive_place
 from .backends import BackendOptions, is_url, normalize
 from .backends.options import process_options
 from .errors import WebfsError
@@ -128,6 +127,7 @@ def print_result(result, as_json: bool) -> None:
 
 def import_target(dest: str) -> tuple[str, str]:
     """(mount point or disk, DEST's path from the archive's root) of an import's DEST."""
+    from .archive import archive_place
     found = archive_place(dest) or mount_of(dest)
     if found is None:
         control.check_not_gone(dest)

@@ -14,7 +14,6 @@ import errno
 import json
 import os
 import re
-import tempfile
 import time
 from typing import Optional
 
@@ -30,6 +29,7 @@ def control_socket_path(archive_uuid: str) -> str:
     ``webfs-UID`` in the temporary directory (the standard library's
     ``tempfile.gettempdir``: TMPDIR, else /tmp, as every command's temporary
     files; the daemon and the commands that call it see one environment)."""
+    import tempfile
     base = RUN_DIR if os.access("/run", os.W_OK) else os.path.join(
         tempfile.gettempdir(), f"webfs-{os.getuid()}")
     return os.path.join(base, f"{archive_uuid}.sock")

@@ -129,8 +129,10 @@ class Pass:
                 if self.progress is not None:
                     self.progress.advance(1)
             self.counts["dropped_documents"] = self.index.drop_unused_docs() if self.counts["dropped"] else 0
-            self.index.set_meta("watermark", str(watermark))
-            self.index.commit()
+            if todo or self.counts["dropped"] or str(watermark) != self.index.get_meta("watermark"):
+                # A pass that found nothing (most searches) writes nothing: no commit, no fsync.
+                self.index.set_meta("watermark", str(watermark))
+                self.index.commit()
             return self.counts
         finally:
             self.cat.close()
@@ -146,9 +148,11 @@ class Pass:
             self.index.drop_files(gone)
             self.counts["dropped"] = len(gone)
         else:
+            # A file changed since its pass has a newer ctime than its stamp, so
+            # the stamps this recent are all that can match a row of the window.
             rows = self.cat.file_stamps(watermark - SLACK_NS)
-            known = self.index.stamps(list(rows)) if len(rows) < 30000 else self.index.stamps()
-        todo = sorted((ino, ct) for ino, ct in rows.items() if known.get(ino) != ct)
+            known = self.index.stamps(watermark - SLACK_NS)
+        todo = sorted(rows.items() - known.items())
         return todo, max(watermark, top)
 
     def _file(self, ino: int, ctime: int) -> None:
