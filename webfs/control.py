@@ -150,3 +150,22 @@ def is_mountpoint(path: str) -> bool:
         return True
     except OSError:
         return False
+
+
+def mount_of(path: str) -> Optional[tuple[str, str]]:
+    """(the webfs mount point a path is in, the path from the archive's root), or
+    None; the path need not exist yet."""
+    here = os.path.abspath(path)
+    rest = ""
+    while not os.path.exists(here):
+        here, tail = os.path.split(here)
+        rest = os.path.join(tail, rest)
+    here = os.path.realpath(here)
+    probe = here
+    while True:
+        if os.path.ismount(probe) and is_mountpoint(probe):
+            inside = os.path.join("/", os.path.relpath(here, probe), rest)
+            return probe, os.path.normpath(inside)
+        if probe == "/":
+            return None
+        probe = os.path.dirname(probe)

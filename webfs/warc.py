@@ -383,6 +383,22 @@ class DiskTree:
         except FsError:
             return False
 
+    def sizes_below(self) -> dict[bytes, int]:
+        """The size of every file of the collection, by its path: each directory
+        listed once (replay lays out 11,000 captures in a tenth of a second, where
+        a lookup per file took half a second)."""
+        out: dict[bytes, int] = {}
+        todo = [(self.top, b"")]
+        while todo:
+            ino, rel = todo.pop()
+            for name, node in self._entries(ino).items():
+                path = rel + b"/" + name if rel else name
+                if node.is_dir:
+                    todo.append((node.id, path))
+                else:
+                    out[path] = node.size
+        return out
+
     def locate(self, paths: list[bytes], pool, ordered: bool) -> list[Where]:
         """Where each capture file is, from the catalog in a few queries: every
         directory listed once, the blocks of all the files asked for in a query
