@@ -26,7 +26,6 @@ import stat
 from typing import Optional
 
 from . import control, warc
-from .admin import Progress, Result
 from .cdxj import KEY_PREFIX, VirtualFile, index_one, kept_lines, key_of, virtual_name
 from .files import write_file as write_new
 from .errors import WebfsError
@@ -62,18 +61,8 @@ def collection_sizes(tree) -> Optional[dict[bytes, int]]:
     found = control.mount_of(tree.name)
     if found is None:
         return None
-    got = control.call(found[0], "file-sizes", {"collection": found[1]})
+    got = control.call(found[0], "file-sizes", {"collection": found[1]})      # warc.file_sizes
     return {os.fsencode(path): size for path, size in got.figures["sizes"].items()}
-
-
-def file_sizes(archive, progress: Progress, collection: str) -> Result:
-    """The admin command replay asks a mount's daemon: the size of every file of a
-    collection, by its path in the collection."""
-    tree = warc.DiskTree("", collection, opened=archive)
-    try:
-        return Result(figures={"sizes": {os.fsdecode(p): n for p, n in tree.sizes_below().items()}})
-    finally:
-        tree.close()
 
 
 # ---------------------------------------------------------------- pywb's choice among captures

@@ -34,6 +34,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from .admin import Progress, Result
 from .archive import archive_place
 from .assembly import OpenArchive, open_archive
 from .backends import is_url
@@ -494,3 +495,13 @@ def open_target(target: str):
     if not os.path.isdir(target):
         raise WebfsError(f"{target}: not a mount point or a disk of an archive")
     return MountTree(target)
+
+
+def file_sizes(archive, progress: Progress, collection: str) -> Result:
+    """The admin command replay asks a mount's daemon: the size of every file of a
+    collection, by its path in the collection."""
+    tree = DiskTree("", collection, opened=archive)
+    try:
+        return Result(figures={"sizes": {os.fsdecode(p): n for p, n in tree.sizes_below().items()}})
+    finally:
+        tree.close()
