@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,6 +25,9 @@ from .commandline import (DiskPath, disk_location, import_target, open_store, op
                           run_admin_command)
 from .errors import WebfsError
 from .settings import DEFAULT_DEPTH, DEFAULT_LEVEL, MAX_DEPTH, MIN_DEPTH, STORE_MODES
+
+if TYPE_CHECKING:
+    from .signature import ContentKey
 
 # The store, the admin commands and the daemon are loaded by the commands that
 # use them: `webfs --help`, and a command a mount's daemon runs, start in a
