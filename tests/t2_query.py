@@ -4,6 +4,7 @@ webfs reindex makes the index again from the archive alone."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -184,3 +185,23 @@ def test_stream_subsets_from_a_disk(archive, tmp_path):
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         assert sorted(t.getnames()) == sorted(p[1:] for p in everything if p.startswith("/crawl-2014/"))
         assert t.extractfile("crawl-2014/http/example.com/@20140301000000").read() == KNOWN
+
+
+def imported_modules(proc) -> set[str]:
+    """The modules a command loaded, from the -X importtime lines it wrote to stderr."""
+    return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.decode().splitlines()
+            if line.startswith("import time:") and "|" in line}
+
+
+# What a search must not load: the mount's event loop and FUSE binding, S3, pywb,
+# the compressors of other codecs (webfs-internals(7), COMMAND START-UP).
+NOT_FOR_A_SEARCH = {"trio", "pyfuse3", "boto3", "botocore", "pywb", "zstandard", "webfs.daemon", "webfs.fs",
+                    "webfs.replay"}
+
+
+def test_a_search_of_a_disk_loads_no_mount_s3_or_replay_module(archive):
+    proc = webfs("search", "--count", "zebra", archive, env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"))
+    assert proc.stdout == b"1\n"
+    loaded = imported_modules(proc)
+    assert "webfs.searching" in loaded                     # the hook saw the command's own modules
+    assert loaded & NOT_FOR_A_SEARCH == set()

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import Mounted, eventually, sh, wait_dead, webfs
-from t2_query import crawl
+from t2_query import NOT_FOR_A_SEARCH, crawl, imported_modules
 
 
 def listing(m, query: str) -> list[str]:
@@ -62,6 +62,14 @@ def test_what_a_killed_mount_did_not_index_is_caught_up(tmp_path):
         m.mount()
         eventually(lambda: len(listing(m, "zebra")) == 1, "the catch-up at the next mount")
         assert webfs("search", "--urls", "inlinks=0 title:stanford", m.mnt).stdout == b"http://example.com/\n"
+        # Asking a mount, the command loads neither the archive nor the index: the daemon has them open.
+        proc = webfs("search", "--count", "links-to:http://www-db.stanford.edu/ zebra", m.mnt,
+                     env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"))
+        assert proc.stdout == b"1\n"
+        loaded = imported_modules(proc)
+        assert "webfs.control" in loaded
+        assert loaded & (NOT_FOR_A_SEARCH | {"webfs.archive", "webfs.store", "webfs.admincommands", "sqlite3",
+                                             "selectolax", "zlib_ng", "concurrent.futures"}) == set()
     finally:
         m.umount()
 

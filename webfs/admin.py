@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
@@ -115,6 +114,7 @@ def parallel(items: Iterable[T], work: Callable[[T], R], took: Callable[[T, R], 
     calling thread, in the order the items finish (a slow one holds back
     nothing behind it). Stops submitting when the progress is asked to stop;
     the items in flight finish. An exception from ``work`` is raised here."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait   # not for a command that only asks a mount
     with ThreadPoolExecutor(threads, thread_name_prefix="webfs-admin") as pool:
         pending: dict = {}
 

@@ -8,7 +8,7 @@ needs only the store is written as ``fn(store, ...)`` and named here through
 """
 from __future__ import annotations
 
-from . import admin, indexer, ingest, searching, warcexport, warcimport
+from . import admin, indexer, ingest, searching, warc, warcexport, warcimport
 from .assembly import OpenArchive
 from .commands import cooling, rebalance, rebuild_disk, scrub
 
@@ -36,4 +36,5 @@ ADMIN_COMMANDS: dict[str, admin.AdminCommand] = {
     "export-warc": warcexport.export_warc,
     "search": on_store(searching.search),
     "reindex": on_store(searching.reindex),
+    "file-sizes": warc.file_sizes,        # replay of a collection in a mount: every capture's size at once
 }

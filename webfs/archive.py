@@ -29,13 +29,11 @@ from .backends import BackendOptions, is_url, normalize, open_backend
 from .backends.options import process_options
 from .errors import ArchiveBusy, ArchiveError, ConfigError
 from .locks import BucketLease
-from .signature import DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
+from .settings import DEFAULT_DEPTH, DEFAULT_LEVEL, MAX_DEPTH, MIN_DEPTH, STORE_MODES
 from .volume import CONF_FILE, DISK_ID_FILE, META, Volume
 
 log = logging.getLogger(__name__)
 
-STORE_MODES = ("force-new", "regular", "compare")
-DEFAULT_LEVEL = 3          # zlib-ng gzip level: see webfs-internals(7), "Compression level"
 DEFAULT_MAX_BLOCK = 4 << 20
 LOCK_FILE = f"{META}/lock"
 MAX_GROUP_SIZE = 62        # stripes keep their disks as bits of a 64-bit integer

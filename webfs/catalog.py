@@ -250,6 +250,11 @@ class Catalog:
             self.db.commit()
             self.db.close()
 
+    def write_count(self) -> int:
+        """Rows written through this catalog since it opened (rolled back or not):
+        the same at two moments, nothing was written between them through it."""
+        return self.db.total_changes
+
     @staticmethod
     def reader(path: str) -> "Catalog":
         """A read-only connection to the catalog file ``path`` (for fsck, a private

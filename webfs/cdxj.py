@@ -57,9 +57,13 @@ class VirtualFile:
                 if ln.rtype in ("response", "resource")}
 
     def _sizes(self) -> dict[bytes, Optional[int]]:
-        """Each capture file's size (None: gone). Through a mount each is a round
-        trip to the daemon: READERS at once, as export-warc reads."""
+        """Each capture file's size (None: gone): from the catalog, every directory
+        listed once; through a directory each is a stat, READERS at once, as
+        export-warc reads (replay asks a webfs mount's daemon for them instead)."""
         captures = list({ln.capture for ln in self.lines if ln.capture != b"-"})
+        if isinstance(self.tree, warc.DiskTree):
+            found = self.tree.sizes_below()
+            return {c: found.get(c) for c in captures}
 
         def size(capture: bytes) -> Optional[int]:
             try:
@@ -71,13 +75,14 @@ class VirtualFile:
         with ThreadPoolExecutor(warc.READERS) as pool:
             return dict(zip(captures, pool.map(size, captures)))
 
-    def lay_out(self, originals: set[bytes]) -> None:
+    def lay_out(self, originals: set[bytes], sizes: Optional[dict[bytes, int]] = None) -> None:
         """Each record's parts and start; a revisit whose original is not among
-        the collection's ``originals`` is shown as the response it stands for."""
+        the collection's ``originals`` is shown as the response it stands for.
+        ``sizes``: of the collection's files, by path, if known (absent: gone)."""
         self.starts: list[int] = []
         self.parts: list[list] = []       # per record: ("h", start, n), ("f", path, n), ("b", bytes, n)
         self.digested: set[bytes] = set()   # capture files whose record names its payload digest
-        self.sizes = self._sizes()
+        self.sizes = self._sizes() if sizes is None else sizes
         pos = 0
         for ln in self.lines:
             p = ln.ho + ln.wl + ln.hl
@@ -174,6 +179,13 @@ class _Raw(io.RawIOBase):
 
 def _field(head: bytes, name: bytes) -> bytes:
     """A WARC header's value (name lowercase), b"" when absent."""
+    # Found at once in the lowered header as most writers spell it; else line by
+    # line (a space before the colon): replay's start asks it of every record twice.
+    at = head.lower().find(b"\n" + name + b":")
+    if at >= 0:
+        start = at + len(name) + 2
+        end = head.find(b"\n", start)
+        return head[start:end if end >= 0 else len(head)].strip()
     for line in head.split(b"\n")[1:]:
         k, sep, v = line.partition(b":")
         if sep and k.strip().lower() == name:

@@ -11,10 +11,11 @@ import json
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from . import __version__, archive as archmod
+from . import __version__
 from . import control
 from .admin import human
 from .backends import options as backend_options
@@ -23,7 +24,10 @@ from .cli_warc import COMMANDS as WARC_COMMANDS
 from .commandline import (DiskPath, disk_location, import_target, open_store, options_given, progress_bar,
                           run_admin_command)
 from .errors import WebfsError
-from .signature import ContentKey, DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH
+from .settings import DEFAULT_DEPTH, DEFAULT_LEVEL, MAX_DEPTH, MIN_DEPTH, STORE_MODES
+
+if TYPE_CHECKING:
+    from .signature import ContentKey
 
 # The store, the admin commands and the daemon are loaded by the commands that
 # use them: `webfs --help`, and a command a mount's daemon runs, start in a
@@ -70,9 +74,9 @@ for command in WARC_COMMANDS + QUERY_COMMANDS:
 @click.option("--label", default="", help="A name for the archive.")
 @click.option("--codec", type=click.Choice(["gzip", "identity"]), default="gzip", show_default=True,
               help="Codec for compressible documents.")
-@click.option("--level", type=click.IntRange(1, 9), default=archmod.DEFAULT_LEVEL, show_default=True,
+@click.option("--level", type=click.IntRange(1, 9), default=DEFAULT_LEVEL, show_default=True,
               help="gzip compression level.")
-@click.option("--store-mode", type=click.Choice(archmod.STORE_MODES), default="compare",
+@click.option("--store-mode", type=click.Choice(STORE_MODES), default="compare",
               show_default=True, help="Default dedup mode: compare (same signature, size and "
               "SHA-256), regular (same signature and size) or force-new (none).")
 @click.option("--force", is_flag=True, help="Make the archive even if a directory is not empty.")
@@ -312,7 +316,7 @@ def import_(as_json, sources, dest):
 
 
 @main.command()
-@click.option("--mode", type=click.Choice(archmod.STORE_MODES), default=None,
+@click.option("--mode", type=click.Choice(STORE_MODES), default=None,
               help="Dedup mode (default: the archive's).")
 @click.argument("disk", type=DiskPath(exists=True, file_okay=False))
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
@@ -527,6 +531,7 @@ def mount_helper() -> None:
 
 
 def _parse_key(text: str) -> ContentKey:
+    from .signature import ContentKey
     try:
         return ContentKey.parse(text)
     except ValueError as exc:

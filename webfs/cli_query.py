@@ -25,7 +25,7 @@ def check_query(ctx, param, value):
     if value is None:
         return value
     try:
-        compile_query(value)
+        compile_query(value, checking=True)
     except BadQuery as exc:
         raise click.BadParameter(str(exc)) from None
     return value

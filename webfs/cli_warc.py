@@ -13,7 +13,6 @@ import sys
 import click
 
 from . import control, testkill
-from .archive import archive_place
 from .backends import is_url
 from .cli_query import disk_of, print_token, subset_of, subset_options
 from .commandline import (DiskPath, import_target, mount_of, print_result, progress_bar,
@@ -93,6 +92,7 @@ def export_warc(split, duplicates, order, host, since, until, query_text, resume
             raise click.UsageError("a subset or resumable export is written in disk order; not --order source")
         _export_stream(collection, out, subset, resume, force, as_json, split=size, duplicates=duplicates)
     options = dict(out=out, split=size, duplicates=duplicates, order=order or "source", force=force)
+    from .archive import archive_place
     place = archive_place(collection)
     if place is not None:
         target, inside = place
@@ -131,6 +131,7 @@ def _export_stream(collection: str, out: str, subset: str, resume, force: bool, 
     """export-warc as a restartable stream (webfs.warcexport.export_stream), read
     from the archive's disks by this process, as webfs stream is."""
     from . import warcexport
+    from .archive import archive_place
     from .stream import Position
     from .warc import DiskTree
     place = archive_place(collection)

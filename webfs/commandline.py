@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Optional
 import click
 
 from . import control
-from .archive import archive_place
 from .backends import BackendOptions, is_url, normalize
 from .backends.options import process_options
+from .control import mount_of
 from .errors import WebfsError
 
 if TYPE_CHECKING:
@@ -128,27 +128,9 @@ def print_result(result, as_json: bool) -> None:
 
 def import_target(dest: str) -> tuple[str, str]:
     """(mount point or disk, DEST's path from the archive's root) of an import's DEST."""
+    from .archive import archive_place
     found = archive_place(dest) or mount_of(dest)
     if found is None:
         control.check_not_gone(dest)
         raise WebfsError(f"{dest}: not in a webfs mount, and not DISK:/PATH of an archive")
     return found
-
-
-def mount_of(path: str) -> Optional[tuple[str, str]]:
-    """(the webfs mount point a path is in, the path from the archive's root), or
-    None; the path need not exist yet."""
-    here = os.path.abspath(path)
-    rest = ""
-    while not os.path.exists(here):
-        here, tail = os.path.split(here)
-        rest = os.path.join(tail, rest)
-    here = os.path.realpath(here)
-    probe = here
-    while True:
-        if os.path.ismount(probe) and control.is_mountpoint(probe):
-            inside = os.path.join("/", os.path.relpath(here, probe), rest)
-            return probe, os.path.normpath(inside)
-        if probe == "/":
-            return None
-        probe = os.path.dirname(probe)

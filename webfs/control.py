@@ -14,7 +14,6 @@ import errno
 import json
 import os
 import re
-import tempfile
 import time
 from typing import Optional
 
@@ -30,6 +29,7 @@ def control_socket_path(archive_uuid: str) -> str:
     ``webfs-UID`` in the temporary directory (the standard library's
     ``tempfile.gettempdir``: TMPDIR, else /tmp, as every command's temporary
     files; the daemon and the commands that call it see one environment)."""
+    import tempfile
     base = RUN_DIR if os.access("/run", os.W_OK) else os.path.join(
         tempfile.gettempdir(), f"webfs-{os.getuid()}")
     return os.path.join(base, f"{archive_uuid}.sock")
@@ -150,3 +150,22 @@ def is_mountpoint(path: str) -> bool:
         return True
     except OSError:
         return False
+
+
+def mount_of(path: str) -> Optional[tuple[str, str]]:
+    """(the webfs mount point a path is in, the path from the archive's root), or
+    None; the path need not exist yet."""
+    here = os.path.abspath(path)
+    rest = ""
+    while not os.path.exists(here):
+        here, tail = os.path.split(here)
+        rest = os.path.join(tail, rest)
+    here = os.path.realpath(here)
+    probe = here
+    while True:
+        if os.path.ismount(probe) and is_mountpoint(probe):
+            inside = os.path.join("/", os.path.relpath(here, probe), rest)
+            return probe, os.path.normpath(inside)
+        if probe == "/":
+            return None
+        probe = os.path.dirname(probe)

@@ -160,12 +160,13 @@ class Index:
     def set_meta(self, key: str, value: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
-    def stamps(self, inos: Optional[list[int]] = None) -> dict[int, int]:
-        """inode -> the ctime it was indexed at, for every indexed file (or these)."""
-        if inos is None:
+    def stamps(self, since_ns: Optional[int] = None) -> dict[int, int]:
+        """inode -> the ctime it was indexed at, for every indexed file (or those
+        indexed at ``since_ns`` or later: one scan, where a list of inodes was a
+        query of thousands of parameters)."""
+        if since_ns is None:
             return dict(self.db.execute("SELECT ino, stamp FROM files"))
-        return dict(self.db.execute(f"SELECT ino, stamp FROM files WHERE ino IN ({','.join('?' * len(inos))})",
-                                    inos)) if inos else {}
+        return dict(self.db.execute("SELECT ino, stamp FROM files WHERE stamp >= ?", (since_ns,)))
 
     def file_count(self) -> int:
         return self.db.execute("SELECT count(*) FROM files").fetchone()[0]

@@ -22,6 +22,7 @@ import mimetypes
 import os
 import sqlite3
 import threading
+import weakref
 from typing import Optional
 
 from . import lockorder, query, urlpath
@@ -129,8 +130,10 @@ class Pass:
                 if self.progress is not None:
                     self.progress.advance(1)
             self.counts["dropped_documents"] = self.index.drop_unused_docs() if self.counts["dropped"] else 0
-            self.index.set_meta("watermark", str(watermark))
-            self.index.commit()
+            if todo or self.counts["dropped"] or str(watermark) != self.index.get_meta("watermark"):
+                # A pass that found nothing (most searches) writes nothing: no commit, no fsync.
+                self.index.set_meta("watermark", str(watermark))
+                self.index.commit()
             return self.counts
         finally:
             self.cat.close()
@@ -146,9 +149,11 @@ class Pass:
             self.index.drop_files(gone)
             self.counts["dropped"] = len(gone)
         else:
+            # A file changed since its pass has a newer ctime than its stamp, so
+            # the stamps this recent are all that can match a row of the window.
             rows = self.cat.file_stamps(watermark - SLACK_NS)
-            known = self.index.stamps(list(rows)) if len(rows) < 30000 else self.index.stamps()
-        todo = sorted((ino, ct) for ino, ct in rows.items() if known.get(ino) != ct)
+            known = self.index.stamps(watermark - SLACK_NS)
+        todo = sorted(rows.items() - known.items())
         return todo, max(watermark, top)
 
     def _file(self, ino: int, ctime: int) -> None:
@@ -220,11 +225,24 @@ def _digits(warc_date: str) -> str:
 
 _one_pass = lockorder.lock("index pass")        # a search's pass and the mount's never overlap
 
+# catalog -> (index location, its write count as the last pass here began). A
+# mount's daemon is the only writer of its catalog: while the count stays, the
+# index is current and a search's pass has nothing to look at (it compared the
+# 11,000 stamps of an import's slack window, most of a search's time).
+_current: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+NOTHING_DONE = {"indexed": 0, "documents": 0, "dropped": 0, "dropped_documents": 0}
+
 
 def catch_up(store, progress=None) -> dict:
-    """One pass: index what changed in the catalog since the last."""
+    """One pass: index what changed in the catalog since the last (none, when
+    nothing was written through this catalog since the last pass began)."""
     with _one_pass:
-        return _pass(store, progress)
+        seen = (location(store), store.catalog.write_count())
+        if _current.get(store.catalog) == seen:
+            return dict(NOTHING_DONE)
+        counts = _pass(store, progress)
+        _current[store.catalog] = seen
+        return counts
 
 
 def _pass(store, progress) -> dict:
@@ -240,6 +258,7 @@ def rebuild(store, progress=None, directory: Optional[str] = None) -> dict:
     ``directory``: keep it there from now on (recorded in the catalog). Under
     the pass lock: a mount's keeper never writes into a file being removed."""
     with _one_pass:
+        _current.pop(store.catalog, None)
         old = location(store)
         if directory is not None:
             store.catalog.set_meta(INDEX_DIR_META, os.path.abspath(directory))

@@ -28,8 +28,6 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from .errors import WebfsError
-from .extract import link_key
-from .index import url_hash
 
 FIELDS = ("title", "url", "host", "links-to", "mime", "date", "collection")
 _TERM = re.compile(r'(?:(?P<field>[a-z-]+):)?(?:"(?P<phrase>[^"]*)"?|(?P<word>\S*))')
@@ -62,8 +60,9 @@ def _quoted(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
-def compile_query(text: str) -> Compiled:
-    """A query's FTS5 match and SQL conditions on ``files f``; BadQuery if it has none."""
+def compile_query(text: str, checking: bool = False) -> Compiled:
+    """A query's FTS5 match and SQL conditions on ``files f``; BadQuery if it has none.
+    ``checking``: only to see that it parses (its parameters are not all ready to run)."""
     out = Compiled()
     text = text.replace("\0", " ")           # FTS5 reads a NUL as the end of its query
     for m in _TERM.finditer(text):
@@ -80,7 +79,7 @@ def compile_query(text: str) -> Compiled:
         elif name is None or name == "title":
             _words(out, name, value)
         else:
-            _field(out, name, value, m.group(0))
+            _field(out, name, value, m.group(0), checking)
     if not out.match and not out.where:
         raise BadQuery(f"query {text!r} has no term to look for (see QUERIES in webfs(1))")
     out.where += ["phrase_holds(f.doc, ?)"] * len(out.phrases)     # last: each one reads a document
@@ -128,7 +127,15 @@ def _in_order(words: list[str], found: list[str]) -> bool:
     return any(found[i:i + n] == words for i, w in enumerate(found) if w == words[0])
 
 
-def _field(out: Compiled, name: str, value: str, term: str) -> None:
+def _link_hash(url: str) -> int:
+    # Imported here: the URL code and sqlite3 load when a query is run, not when
+    # the command line checks one (webfs-internals(7), COMMAND START-UP).
+    from .extract import link_key
+    from .index import url_hash
+    return url_hash(link_key(url if "://" in url else "http://" + url))
+
+
+def _field(out: Compiled, name: str, value: str, term: str, checking: bool) -> None:
     if not value:
         raise BadQuery(f"{term}: says nothing to look for")
     if name == "url":
@@ -141,10 +148,9 @@ def _field(out: Compiled, name: str, value: str, term: str) -> None:
         out.where.append("(f.host = ? OR f.host LIKE ? ESCAPE '\\')")
         out.params += [host, "%." + host.replace("%", "\\%").replace("_", "\\_")]
     elif name == "links-to":
-        key = link_key(value if "://" in value else "http://" + value)
         out.where.append("f.doc IN (SELECT l.doc FROM links l JOIN urls u ON u.id = l.url "
                          "WHERE u.hash = ?)")
-        out.params.append(url_hash(key))
+        out.params.append(value if checking else _link_hash(value))
     elif name == "mime":
         mime = value.lower().rstrip("/*")
         out.where.append("(f.mime = ? OR substr(f.mime, 1, ?) = ?)")

@@ -25,7 +25,7 @@ import re
 import stat
 from typing import Optional
 
-from . import warc
+from . import control, warc
 from .cdxj import KEY_PREFIX, VirtualFile, index_one, kept_lines, key_of, virtual_name
 from .files import write_file as write_new
 from .errors import WebfsError
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 def virtual_files(tree) -> dict[str, VirtualFile]:
     """name -> virtual file, one per source file the collection keeps."""
+    sizes = collection_sizes(tree)
     out: dict[str, VirtualFile] = {}
     for src in warc.kept_sources(tree):
         base = virtual_name(src)
@@ -45,8 +46,23 @@ def virtual_files(tree) -> dict[str, VirtualFile]:
         out[name] = VirtualFile(tree, src)
     originals = set().union(*(vf.digests() for vf in out.values())) - {b""}
     for vf in out.values():
-        vf.lay_out(originals)
+        vf.lay_out(originals, sizes)
     return out
+
+
+def collection_sizes(tree) -> Optional[dict[bytes, int]]:
+    """The size of every file of a collection, by path, in one pass: listed from
+    the catalog, or asked of the daemon of the webfs mount it is in (a stat of
+    each capture through the mount is a round trip to the daemon, and cold it
+    made most of replay's first start); None for a plain directory (each
+    virtual file stats its captures)."""
+    if isinstance(tree, warc.DiskTree):
+        return tree.sizes_below()
+    found = control.mount_of(tree.name)
+    if found is None:
+        return None
+    got = control.call(found[0], "file-sizes", {"collection": found[1]})      # warc.file_sizes
+    return {os.fsencode(path): size for path, size in got.figures["sizes"].items()}
 
 
 # ---------------------------------------------------------------- pywb's choice among captures

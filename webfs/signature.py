@@ -22,8 +22,9 @@ from typing import Callable, NamedTuple, Optional
 
 import xxhash
 
+from .settings import DEFAULT_DEPTH, MAX_DEPTH, MIN_DEPTH  # noqa: F401 (the tree's depths, named here too)
+
 SIG_HEX_DIGITS = 32
-MIN_DEPTH, MAX_DEPTH, DEFAULT_DEPTH = 2, 4, 3
 
 SignatureFn = Callable[[bytes], str]
 DIGEST_ALGORITHM = "sha256"     # how a block header names its content digest

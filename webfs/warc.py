@@ -34,6 +34,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from .admin import Progress, Result
 from .archive import archive_place
 from .assembly import OpenArchive, open_archive
 from .backends import is_url
@@ -383,6 +384,22 @@ class DiskTree:
         except FsError:
             return False
 
+    def sizes_below(self) -> dict[bytes, int]:
+        """The size of every file of the collection, by its path: each directory
+        listed once (replay lays out 11,000 captures in a tenth of a second, where
+        a lookup per file took half a second)."""
+        out: dict[bytes, int] = {}
+        todo = [(self.top, b"")]
+        while todo:
+            ino, rel = todo.pop()
+            for name, node in self._entries(ino).items():
+                path = rel + b"/" + name if rel else name
+                if node.is_dir:
+                    todo.append((node.id, path))
+                else:
+                    out[path] = node.size
+        return out
+
     def locate(self, paths: list[bytes], pool, ordered: bool) -> list[Where]:
         """Where each capture file is, from the catalog in a few queries: every
         directory listed once, the blocks of all the files asked for in a query
@@ -478,3 +495,13 @@ def open_target(target: str):
     if not os.path.isdir(target):
         raise WebfsError(f"{target}: not a mount point or a disk of an archive")
     return MountTree(target)
+
+
+def file_sizes(archive, progress: Progress, collection: str) -> Result:
+    """The admin command replay asks a mount's daemon: the size of every file of a
+    collection, by its path in the collection."""
+    tree = DiskTree("", collection, opened=archive)
+    try:
+        return Result(figures={"sizes": {os.fsdecode(p): n for p, n in tree.sizes_below().items()}})
+    finally:
+        tree.close()
