@@ -18,6 +18,7 @@ import pytest
 
 from conftest import BIN, cases, make_archive, tmpfs_disks, webfs
 from webfs import urlpath, warc, warcapart, warcread
+from webfs.backends import BackendOptions
 
 warcio = pytest.importorskip("warcio")
 from warcio.archiveiterator import ArchiveIterator  # noqa: E402
@@ -101,7 +102,7 @@ def imp(disk: Path, *warcs, collection="c", check=False):
 
 
 def tree(disk: Path, path: str = "/") -> warc.DiskTree:
-    return warc.DiskTree(str(disk), path)
+    return warc.DiskTree(str(disk), path, BackendOptions())
 
 
 # ---------------------------------------------------------------- round trips
