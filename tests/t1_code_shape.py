@@ -22,6 +22,7 @@ only shrinks.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import sys
@@ -88,9 +89,16 @@ class Module:
 
 
 def modules() -> dict[str, Module]:
+    """Every module under ``ROOT``, parsed: once per root in a process (the
+    checks here and in t1_warc_modules only read the trees)."""
+    return dict(_parsed(ROOT))
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(root: str) -> dict[str, Module]:
     out = {}
     for top, dotted in PACKAGES:
-        base = os.path.join(ROOT, top)
+        base = os.path.join(root, top)
         for d, _, files in os.walk(base):
             for f in sorted(files):
                 if not f.endswith(".py"):
@@ -275,10 +283,15 @@ def module_state(known: dict[str, Module]) -> list[str]:
 
 
 def findings() -> list[str]:
-    known = modules()
+    return list(_findings(ROOT))
+
+
+@functools.lru_cache(maxsize=None)
+def _findings(root: str) -> tuple[str, ...]:
+    known = dict(_parsed(root))
     out = [f"cycle among {', '.join(group)}" for group in cycles(known)]
     out += upward_imports(known) + store_context(known) + environment_reads(known) + module_state(known)
-    return sorted(set(out + private_uses(known)))
+    return tuple(sorted(set(out + private_uses(known))))
 
 
 def sql_uses(known: dict[str, Module]) -> list[str]:
