@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import REPO, make_archive, webfs
+from conftest import REPO, make_archive, webfs_here
 from webfs.archive import Archive
 from webfs.assembly import open_archive
 from webfs.commands.records import read_namespace
@@ -39,7 +39,7 @@ def test_an_import_into_a_disk_appends_to_the_journal_and_leaves_the_manifest(tm
         src = tmp_path / "src" / name
         (src / "d").mkdir(parents=True)
         (src / "d" / "page.html").write_bytes(body)
-        webfs("import", src, f"{disks[0]}:/")
+        webfs_here("import", src, f"{disks[0]}:/")
         if name == "a":
             before = {d: (d / "meta" / "MANIFEST").read_bytes()
                       for d in disks if (d / "meta" / "MANIFEST").exists()}
