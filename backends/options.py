@@ -4,10 +4,11 @@ The command line builds it once at its start (``from_env`` on the
 environment it was given, then ``with_settings`` for a mount's ``-o``
 options and ``--take-lease``) and passes it down: to ``open_archive`` and
 ``Archive.open`` (kept as ``archive.backend_options``), to every backend
-they open, and to the lease. It also hands it to ``install`` for the few
-paths not given it yet (a disk opened by a reader deep in the WARC
-commands): ``process_options`` is then that value. Nothing below the command line
-reads or writes the environment for these.
+they open, and to the lease; the WARC readers (``webfs.warc.DiskTree``)
+and a mount's daemon are given it too. There is no process-wide copy: what
+is opened without options (a program using webfs as a library) gets the
+defaults. Nothing below the command line reads or writes the environment
+for these.
 
 One thing still reads the environment on its own: botocore's credential
 chain (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
@@ -39,7 +40,6 @@ ENV = {"s3_credentials": "WEBFS_S3_CREDENTIALS", "state_dir": "WEBFS_STATE_DIR",
 LEASE_RENEW_ENV = "WEBFS_LEASE_RENEW"
 TAKE_LEASE_ENV = "WEBFS_TAKE_LEASE"
 _COUNTS = ("block_cache", "s3_requests", "s3_staging")
-_process: Optional["BackendOptions"] = None     # what the command line installed (``install``)
 _PATHS = ("s3_credentials", "state_dir")
 
 
@@ -104,19 +104,6 @@ class BackendOptions:
     def state_base(self) -> str:
         """The directory under which each S3 disk's state directory is made."""
         return self.state_dir or os.path.join(self.cache_home, "webfs")
-
-
-def install(options: BackendOptions) -> None:
-    """The command line's options, for a disk opened without any given
-    (only the command line calls this, once, at its start)."""
-    global _process
-    _process = options
-
-
-def process_options() -> BackendOptions:
-    """The options a disk opened without any given gets: the command line's
-    (``install``), else the defaults (a program using webfs as a library)."""
-    return _process or BackendOptions()
 
 
 def name_of(key: str) -> str:

@@ -57,7 +57,7 @@ from ..locks import SYSTEM_CLOCK, Clock
 from .base import LEASE, Backend
 from .local import LocalBackend
 from .objectcache import ObjectCache
-from .options import BackendOptions, process_options
+from .options import BackendOptions
 from .s3client import ObjectClient
 from .s3endpoint import HEDGE_SECONDS, PRESENT_SECONDS
 from .s3mirror import MetaMirror
@@ -459,7 +459,7 @@ def open_s3(location: str, options: Optional[BackendOptions] = None, fetch: bool
     with _OPEN_LOCK:
         backend = _OPEN.get(key)
         if backend is None:
-            backend = _OPEN[key] = S3Backend(url, options or process_options())
+            backend = _OPEN[key] = S3Backend(url, options or BackendOptions())
         if fetch and not backend.fetched:
             backend.fetch(wait)
             backend.fetched = True

@@ -4,10 +4,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -101,6 +103,61 @@ def webfs(*args, check=True, input=None, **kwargs) -> subprocess.CompletedProces
                           input=input, env=env, **kwargs)
     if check and proc.returncode != 0:
         raise AssertionError(f"webfs {' '.join(map(str, args))} exited {proc.returncode}:\n"
+                             f"{proc.stdout.decode(errors='replace')}\n{proc.stderr.decode(errors='replace')}")
+    return proc
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """Log records written to whatever ``sys.stderr`` is when they come (the
+    test runner's capture of one command), as the command's own set-up
+    (``logging.basicConfig`` on stderr) writes them in a process of its own."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
+def webfs_here(*args, check=True, input=None) -> subprocess.CompletedProcess:
+    """The webfs command run in this process (its entry point, ``cli.run``,
+    with click's test runner's stdin, stdout and stderr): the same parsing,
+    output, messages (its log lines too) and exit code as ``webfs``, without
+    the start-up of a fresh interpreter (0.1-0.2 s of CPU a command). For the
+    tiers without mounts; a command that needs a process of its own (a
+    mount, a kill point, an environment of its own) runs ``webfs``."""
+    from click.testing import CliRunner
+    from webfs.cli import run
+    assert "WEBFS_TEST_KILL_AT" not in os.environ, "a kill point takes a process of its own: webfs()"
+    handler = _CurrentStderr()
+    handler.setFormatter(logging.Formatter("webfs: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    argv, sys.argv = sys.argv, ["webfs", *map(str, args)]
+    logging.getLogger().addHandler(handler)
+    # What a process the command starts writes on its stderr (import-warc's
+    # reading process: warcio's warnings) is the command's stderr too.
+    with tempfile.TemporaryFile() as children_err, CliRunner().isolation(input=input) as (out, err, _):
+        saved = os.dup(2)
+        os.dup2(children_err.fileno(), 2)
+        try:
+            run()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            logging.getLogger().removeHandler(handler)
+            sys.argv = argv
+        children_err.seek(0)
+        proc = subprocess.CompletedProcess(["webfs", *map(str, args)], code, out.getvalue(),
+                                           err.getvalue() + children_err.read())
+    if check and proc.returncode != 0:
+        raise AssertionError(f"webfs {' '.join(map(str, args))} exited {proc.returncode} (in this process):\n"
                              f"{proc.stdout.decode(errors='replace')}\n{proc.stderr.decode(errors='replace')}")
     return proc
 

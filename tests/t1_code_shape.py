@@ -4,7 +4,9 @@ module reaching for another's private names, SQL only where the tables live
 (``SQL_OWNERS``), no import of a higher layer from a lower one (``LAYERS``),
 no attribute set on a store from outside ``webfs.store`` and no
 ``getattr(store, ...)`` probing (context travels in ``assembly.OpenArchive``),
-and the environment read only in ``ENV_READERS``.
+the environment read only in ``ENV_READERS``, and no settings kept in a
+module for whoever comes later (no ``global`` rebinding outside
+``STATE_HOLDERS``, no module-level ``...Options`` value): they are passed.
 
 Every module is parsed, not imported, so a cycle hidden in a function-level
 import counts as much as one at the top: either way the two modules cannot
@@ -20,6 +22,7 @@ only shrinks.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import sys
@@ -29,7 +32,10 @@ from typing import Iterator
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = (("webfs", "webfs"), ("backends", "webfs.backends"))
 
-KNOWN: dict[str, str] = {}
+KNOWN: dict[str, str] = {
+    "module state set in webfs.indexer: global _enabled":
+        "WEBFS_INDEX=0 turns indexing off for the process (indexer.turn_off); indexer is reworked elsewhere this round",
+}
 
 # The modules that own the catalog's tables and so may write SQL: the catalog,
 # the namespace, and the parity package (its stripes table); and the query
@@ -62,6 +68,14 @@ ENV_READERS = {
 }
 
 
+# The only modules that keep state of the process in module globals: the
+# test hooks, each with what it keeps.
+STATE_HOLDERS = {
+    "webfs.testkill": "the kill point armed and the passes left before it fires",
+    "webfs.lockorder": "the graph of lock orders seen, while a test checks them",
+}
+
+
 @dataclass
 class Module:
     name: str
@@ -75,9 +89,16 @@ class Module:
 
 
 def modules() -> dict[str, Module]:
+    """Every module under ``ROOT``, parsed: once per root in a process (the
+    checks here and in t1_warc_modules only read the trees)."""
+    return dict(_parsed(ROOT))
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(root: str) -> dict[str, Module]:
     out = {}
     for top, dotted in PACKAGES:
-        base = os.path.join(ROOT, top)
+        base = os.path.join(root, top)
         for d, _, files in os.walk(base):
             for f in sorted(files):
                 if not f.endswith(".py"):
@@ -237,11 +258,40 @@ def environment_reads(known: dict[str, Module]) -> list[str]:
     return found
 
 
+def names_options(node: ast.AST) -> bool:
+    """Whether an expression names an ``...Options`` class (not a string that does)."""
+    return any((isinstance(n, ast.Name) and n.id.endswith("Options")) or
+               (isinstance(n, ast.Attribute) and n.attr.endswith("Options")) for n in ast.walk(node))
+
+
+def module_state(known: dict[str, Module]) -> list[str]:
+    """A ``global`` statement (a function rebinding its module's state)
+    outside ``STATE_HOLDERS``, and a module-level name given an ``...Options``
+    value or type (settings installed for whoever opens something later,
+    instead of passed to it)."""
+    found = []
+    for name, m in known.items():
+        for node in ast.walk(m.tree):
+            if isinstance(node, ast.Global) and name not in STATE_HOLDERS:
+                found.append(f"module state set in {name}: global {', '.join(node.names)}")
+        for node in m.tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and \
+                    (names_options(node.value) or
+                     (isinstance(node, ast.AnnAssign) and "Options" in ast.unparse(node.annotation))):
+                found.append(f"options kept at module level in {name}:{node.lineno}: {ast.unparse(node)[:60]}")
+    return found
+
+
 def findings() -> list[str]:
-    known = modules()
+    return list(_findings(ROOT))
+
+
+@functools.lru_cache(maxsize=None)
+def _findings(root: str) -> tuple[str, ...]:
+    known = dict(_parsed(root))
     out = [f"cycle among {', '.join(group)}" for group in cycles(known)]
-    out += upward_imports(known) + store_context(known) + environment_reads(known)
-    return sorted(set(out + private_uses(known)))
+    out += upward_imports(known) + store_context(known) + environment_reads(known) + module_state(known)
+    return tuple(sorted(set(out + private_uses(known))))
 
 
 def sql_uses(known: dict[str, Module]) -> list[str]:
@@ -346,6 +396,28 @@ def test_the_check_sees_every_way_to_the_environment(tmp_path, monkeypatch):
     assert findings() == ["environment read in webfs.control:2",
                           "environment read in webfs.locks:2",
                           "environment read in webfs.mountstart:3"]
+
+
+def test_the_check_sees_options_kept_in_a_module(tmp_path, monkeypatch):
+    """The checker itself: the command line's options installed in a module
+    for a disk opened later without them (``backends.options.install``, as
+    it was), or kept there as a default, is caught; the test hooks' globals,
+    a dataclass of options and a module-level constant are not."""
+    pkg = tmp_path / "webfs"
+    (pkg / "backends").mkdir(parents=True)
+    for f in ("__init__.py", "backends/__init__.py"):
+        (pkg / f).write_text("")
+    (pkg / "backends" / "options.py").write_text(
+        "from typing import Optional\nDEFAULT_REQUESTS = 16\nclass BackendOptions:\n    pass\n"
+        "_process: Optional['BackendOptions'] = None\n"
+        "def install(options):\n    global _process\n    _process = options\n")
+    (pkg / "archive.py").write_text("from .backends.options import BackendOptions\nDEFAULTS = BackendOptions()\n")
+    (pkg / "testkill.py").write_text("_armed = None\ndef arm():\n    global _armed\n    _armed = 1\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
+    assert findings() == ["module state set in webfs.backends.options: global _process",
+                          "options kept at module level in webfs.archive:2: DEFAULTS = BackendOptions()",
+                          "options kept at module level in webfs.backends.options:5: "
+                          "_process: Optional['BackendOptions'] = None"]
 
 
 def test_every_module_is_in_the_code_map():

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import BIN, webfs
+from conftest import BIN, webfs, webfs_here
 
 
 def test_help_everywhere():
@@ -46,7 +46,7 @@ def test_a_bad_setting_in_the_environment_is_one_line_and_touches_nothing(tmp_pa
 
 def test_mkfs_writes_identity_and_config_on_every_disk(tmp_path):
     dirs = [tmp_path / f"d{i}" for i in range(3)]
-    webfs("mkfs", "--label", "crawls", "--depth", "2", *dirs)
+    webfs_here("mkfs", "--label", "crawls", "--depth", "2", *dirs)
     uuids = set()
     for i, d in enumerate(dirs):
         ident = (d / "WEBFS-DISK").read_text()
@@ -61,12 +61,12 @@ def test_mkfs_refuses_non_empty_and_existing(tmp_path):
     d = tmp_path / "d"
     d.mkdir()
     (d / "precious").write_text("keep me")
-    proc = webfs("mkfs", d, check=False)
+    proc = webfs_here("mkfs", d, check=False)
     assert proc.returncode == 1 and b"not empty" in proc.stderr
-    webfs("mkfs", tmp_path / "e")
-    proc = webfs("mkfs", tmp_path / "e", check=False)
+    webfs_here("mkfs", tmp_path / "e")
+    proc = webfs_here("mkfs", tmp_path / "e", check=False)
     assert proc.returncode == 1 and b"existing webfs disk" in proc.stderr
-    webfs("mkfs", "--force", d)
+    webfs_here("mkfs", "--force", d)
     assert (d / "precious").read_text() == "keep me"
 
 
@@ -75,34 +75,34 @@ def test_put_get_delete_status(tmp_path, disks):
     page.write_bytes(b"<html>" + b"the web " * 2000 + b"</html>")
     img = tmp_path / "img.png"
     img.write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(30000))
-    out = webfs("put", disks[1], page, img, page).stdout.decode().splitlines()
+    out = webfs_here("put", disks[1], page, img, page).stdout.decode().splitlines()
     keys = [line.split("\t")[0] for line in out]
     assert keys[0] == keys[2]
-    assert webfs("get", disks[3], keys[0]).stdout == page.read_bytes()
-    assert webfs("get", disks[0], keys[1].split("@")[0]).stdout == img.read_bytes()
-    st = json.loads(webfs("status", "--json", disks[2]).stdout)
+    assert webfs_here("get", disks[3], keys[0]).stdout == page.read_bytes()
+    assert webfs_here("get", disks[0], keys[1].split("@")[0]).stdout == img.read_bytes()
+    st = json.loads(webfs_here("status", "--json", disks[2]).stdout)
     assert st["blocks"] == 2 and st["references"] == 3
     assert st["dedup_ratio"] > 1 and st["compression_ratio"] > 1
     assert len(st["disks"]) == 4
-    text = webfs("status", disks[0]).stdout.decode()
+    text = webfs_here("status", disks[0]).stdout.decode()
     assert "dedup ratio" in text and "compression ratio" in text
-    assert webfs("delete", disks[0], keys[0]).stdout.decode().endswith("1 reference(s) left\n")
-    webfs("delete", disks[0], keys[0])
-    proc = webfs("get", disks[0], keys[0], check=False)
+    assert webfs_here("delete", disks[0], keys[0]).stdout.decode().endswith("1 reference(s) left\n")
+    webfs_here("delete", disks[0], keys[0])
+    proc = webfs_here("get", disks[0], keys[0], check=False)
     assert proc.returncode == 1 and b"no block" in proc.stderr
-    assert webfs("fsck", disks[0]).returncode == 0
+    assert webfs_here("fsck", disks[0]).returncode == 0
 
 
 def test_get_with_bad_key_or_not_an_archive(tmp_path, disks):
-    assert webfs("get", disks[0], "nothex", check=False).returncode == 2
-    proc = webfs("status", tmp_path, check=False)
+    assert webfs_here("get", disks[0], "nothex", check=False).returncode == 2
+    proc = webfs_here("status", tmp_path, check=False)
     assert proc.returncode == 1 and b"not a webfs disk" in proc.stderr
 
 
 def test_dd_gunzip_reads_a_block_written_by_put(tmp_path, disks):
     page = tmp_path / "page.html"
     page.write_bytes(b"<html><p>" + b"an archived page " * 500 + b"</p></html>\n")
-    key = webfs("put", disks[0], page).stdout.decode().split("\t")[0]
+    key = webfs_here("put", disks[0], page).stdout.decode().split("\t")[0]
     sig, disk = key.split("@")
     block = disks[int(disk)] / "blocks" / sig[:2] / sig[2:4] / sig[4:]
     assert block.read_bytes()[:13] == b"WEBFS-BLOCK 1"
@@ -117,7 +117,7 @@ def _put_some(tmp_path, disks, n=20):
         f = tmp_path / f"p{i}.html"
         f.write_bytes(f"<html>page {i}</html>".encode() * (50 + i))
         files.append(f)
-    out = webfs("put", disks[0], *files).stdout.decode().splitlines()
+    out = webfs_here("put", disks[0], *files).stdout.decode().splitlines()
     return [line.split("\t")[0] for line in out]
 
 
@@ -128,7 +128,7 @@ def _block_path(disks, key):
 
 def test_fsck_finds_each_injected_fault_and_repairs_refs_and_orphans(tmp_path, disks):
     keys = _put_some(tmp_path, disks)
-    assert webfs("fsck", disks[0]).returncode == 0
+    assert webfs_here("fsck", disks[0]).returncode == 0
     # 1. wrong Refs in a header
     p = _block_path(disks, keys[0])
     p.write_bytes(p.read_bytes().replace(b"Refs: 0000000001", b"Refs: 0000000007"))
@@ -148,19 +148,19 @@ def test_fsck_finds_each_injected_fault_and_repairs_refs_and_orphans(tmp_path, d
     # 5. a missing block, on the same disk, so not in the same parity stripe
     gone = next(k for k in keys[3:] if k.split("@")[1] == keys[2].split("@")[1])
     _block_path(disks, gone).unlink()
-    proc = webfs("fsck", disks[0], check=False)
+    proc = webfs_here("fsck", disks[0], check=False)
     out = proc.stdout.decode()
     assert proc.returncode == 4, out
     for kind in ("refs:", "orphan:", "leftover:", "corrupt:", "missing:"):
         assert kind in out, (kind, out)
-    proc = webfs("fsck", "--repair", disks[0], check=False)
+    proc = webfs_here("fsck", "--repair", disks[0], check=False)
     out = proc.stdout.decode()
     assert proc.returncode == 1, out                  # all found, all repaired
     assert "orphan" in out and "[repaired]" in out and "NOT repaired" not in out
-    proc = webfs("fsck", disks[0], check=False)
+    proc = webfs_here("fsck", disks[0], check=False)
     assert proc.returncode == 0, proc.stdout.decode()
-    assert webfs("get", disks[0], keys[2]).stdout == (tmp_path / "p2.html").read_bytes()
-    assert webfs("get", disks[0], gone).stdout == (tmp_path / f"p{keys.index(gone)}.html").read_bytes()
+    assert webfs_here("get", disks[0], keys[2]).stdout == (tmp_path / "p2.html").read_bytes()
+    assert webfs_here("get", disks[0], gone).stdout == (tmp_path / f"p{keys.index(gone)}.html").read_bytes()
 
 
 def test_fsck_checks_the_digests_of_headers_and_catalog(tmp_path, disks):
@@ -179,16 +179,16 @@ def test_fsck_checks_the_digests_of_headers_and_catalog(tmp_path, disks):
     db.execute("UPDATE blocks SET sha256=? WHERE sig=?", (b"\x01" * 32, bytes.fromhex(keys[1].split("@")[0])))
     db.commit()
     db.close()
-    out = webfs("fsck", disks[0], check=False).stdout.decode()
+    out = webfs_here("fsck", disks[0], check=False).stdout.decode()
     assert "corrupt:" in out and "does not match its Digest" in out, out
     assert "digest:" in out and "the catalog's digest is not the content's" in out, out
-    proc = webfs("fsck", "--repair", disks[0], check=False)
+    proc = webfs_here("fsck", "--repair", disks[0], check=False)
     assert proc.returncode == 1 and "NOT repaired" not in proc.stdout.decode(), proc.stdout.decode()
-    assert webfs("fsck", disks[0], check=False).returncode == 0
+    assert webfs_here("fsck", disks[0], check=False).returncode == 0
     assert right in p.read_bytes()[:512]
-    again = webfs("put", disks[0], tmp_path / "p1.html").stdout.decode().split("\t")[0]
+    again = webfs_here("put", disks[0], tmp_path / "p1.html").stdout.decode().split("\t")[0]
     assert again == keys[1]                           # the same block, not an overflow
-    assert webfs("get", disks[0], keys[0]).stdout == doc0 and webfs("get", disks[0], keys[1]).stdout == doc1
+    assert webfs_here("get", disks[0], keys[0]).stdout == doc0 and webfs_here("get", disks[0], keys[1]).stdout == doc1
 
 
 def test_fsck_refuses_while_the_archive_is_held(disks):
@@ -196,7 +196,7 @@ def test_fsck_refuses_while_the_archive_is_held(disks):
     s = open_archive(str(disks[0]), holder="webfs mount on /mnt/x")
     try:
         for args in ((), ("--repair",)):        # not run: exit 8, not 1 ("all repaired")
-            proc = webfs("fsck", *args, disks[1], check=False)
+            proc = webfs_here("fsck", *args, disks[1], check=False)
             assert proc.returncode == 8 and b"in use" in proc.stderr and b"/mnt/x" in proc.stderr
     finally:
         s.close()

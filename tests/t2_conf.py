@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cases, make_archive, webfs
+from conftest import cases, make_archive, webfs, webfs_here
 from records_helpers import read_manifest
 
 from webfs import archive as archmod
@@ -34,7 +34,7 @@ def _archive_with(tmp_path, files: dict[str, bytes]) -> tuple[list[Path], Path]:
     src.mkdir()
     for name, data in files.items():
         (src / name).write_bytes(data)
-    webfs("import", f"{src}/", f"{disks[0]}:/")
+    webfs_here("import", f"{src}/", f"{disks[0]}:/")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     return disks, mnt
@@ -69,7 +69,7 @@ def test_a_bad_value_in_webfs_conf_is_refused_naming_file_key_value_and_range(tm
     mnt.mkdir()
     try:
         for cmd in (["status", disks[0]], ["sync", disks[0]], ["mount", disks[0], mnt]):
-            line = _one_line_error(webfs(*cmd, check=False), conf, key, value)
+            line = _one_line_error(webfs_here(*cmd, check=False), conf, key, value)
             if key != "format":
                 assert "allowed" in line, line
     finally:
@@ -82,7 +82,7 @@ def test_a_bad_disk_weight_is_refused(tmp_path):
     for d in disks:
         p = d / "webfs.conf"
         p.write_text(p.read_text().replace("weight = 1.0", "weight = -4", 1))
-    _one_line_error(webfs("status", disks[0], check=False), "webfs.conf", "weight", "-4", "allowed")
+    _one_line_error(webfs_here("status", disks[0], check=False), "webfs.conf", "weight", "-4", "allowed")
 
 
 def test_the_daemon_never_sees_max_block_zero(tmp_path):
@@ -109,14 +109,14 @@ def test_changing_max_block_after_files_are_stored_is_refused(tmp_path):
     """Pieces are found by offset // max_block: another value would read wrong bytes."""
     disks, _ = _archive_with(tmp_path, {"f": os.urandom(3 << 20)})
     _set(disks, "max_block", str(1 << 20))
-    _one_line_error(webfs("status", disks[0], check=False), "max_block", str(4 << 20))
+    _one_line_error(webfs_here("status", disks[0], check=False), "max_block", str(4 << 20))
 
 
 def test_garbage_webfs_conf_gives_one_printable_line(tmp_path):
     disks = make_archive(tmp_path)
     conf = disks[0] / "webfs.conf"
     conf.write_bytes(os.urandom(3000).replace(b"\n", b"\x00") + b"\n[archive\x07\xff\n")
-    proc = webfs("status", disks[0], check=False)
+    proc = webfs_here("status", disks[0], check=False)
     line = _one_line_error(proc, str(conf))
     assert line.isprintable(), repr(line)
     assert len(line.replace(str(tmp_path), "")) < 250     # none of the 3,000 bytes; the paths vary (TMPDIR)
@@ -129,7 +129,7 @@ def test_truncated_webfs_conf_names_the_key(tmp_path):
     text = conf.read_text()
     cut = text.index("group_size = ") + len("group_size = ")
     conf.write_text(text[:cut])
-    line = _one_line_error(webfs("status", disks[0], check=False), str(conf), "group_size")
+    line = _one_line_error(webfs_here("status", disks[0], check=False), str(conf), "group_size")
     assert "invalid literal" not in line
 
 
@@ -138,7 +138,7 @@ def test_webfs_conf_cut_before_the_disks_is_refused(tmp_path):
     conf = disks[0] / "webfs.conf"
     text = conf.read_text()
     conf.write_text(text[:text.index("[disk 0]")])
-    _one_line_error(webfs("status", disks[0], check=False), str(conf), "disk")
+    _one_line_error(webfs_here("status", disks[0], check=False), str(conf), "disk")
 
 
 def test_random_bytes_in_catalog_db(tmp_path):
@@ -150,7 +150,7 @@ def test_random_bytes_in_catalog_db(tmp_path):
     try:
         for cmd in (["status", disks[0]], ["sync", disks[0]], ["scrub", disks[0]],
                     ["mount", disks[0], mnt], ["put", disks[0], db]):
-            line = _one_line_error(webfs(*cmd, check=False), str(db), "--rebuild-catalog")
+            line = _one_line_error(webfs_here(*cmd, check=False), str(db), "--rebuild-catalog")
             assert "file is not a database" != line.strip()
     finally:
         if os.path.ismount(mnt):
@@ -186,7 +186,7 @@ def test_missing_webfs_disk_on_the_catalog_disk_advises_restoring_it(tmp_path, g
     disks = make_archive(tmp_path)
     ident = (disks[0] / "WEBFS-DISK").read_text()
     (disks[0] / "WEBFS-DISK").unlink()
-    line = _one_line_error(webfs("status", disks[given], check=False), "WEBFS-DISK")
+    line = _one_line_error(webfs_here("status", disks[given], check=False), "WEBFS-DISK")
     assert "--rebuild-catalog" not in line, line
     assert str(disks[0]) in line
     # The advice works: do what it says, and the archive opens again.
@@ -195,14 +195,14 @@ def test_missing_webfs_disk_on_the_catalog_disk_advises_restoring_it(tmp_path, g
     os.system(f"printf '{m.group(1)}' > {m.group(2)}")
     got = (disks[0] / "WEBFS-DISK").read_text()
     assert got.splitlines()[:4] == ident.splitlines()[:4]
-    webfs("status", disks[given])
+    webfs_here("status", disks[given])
 
 
 def test_mkfs_of_one_disk_warns_that_there_is_no_parity(tmp_path):
-    proc = webfs("mkfs", tmp_path / "only")
+    proc = webfs_here("mkfs", tmp_path / "only")
     err = proc.stderr.decode()
     assert "no parity" in err and "add-disk" in err, err
-    proc = webfs("mkfs", tmp_path / "a", tmp_path / "b")
+    proc = webfs_here("mkfs", tmp_path / "a", tmp_path / "b")
     assert b"parity" not in proc.stderr
 
 
@@ -228,5 +228,5 @@ def test_every_conf_key_and_range_is_in_webfs_format_5():
 def test_text_that_is_not_a_webfs_conf_says_where(tmp_path, text, says):
     disks = make_archive(tmp_path, disks=2)
     (disks[0] / "webfs.conf").write_text(text)
-    line = _one_line_error(webfs("status", disks[0], check=False), str(disks[0] / "webfs.conf"), says)
+    line = _one_line_error(webfs_here("status", disks[0], check=False), str(disks[0] / "webfs.conf"), says)
     assert f"cp {disks[1] / 'webfs.conf'}" in line, line

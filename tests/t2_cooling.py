@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from conftest import make_archive, webfs
+from conftest import make_archive, webfs_here
 from webfs.figures import archive_figures
 from webfs.assembly import open_archive
 from webfs import admin
@@ -75,9 +75,9 @@ def test_cooling_moves_groups_and_keeps_every_block_readable(disks):
 
 def test_cool_and_heat_on_an_unmounted_archive(tmp_path):
     paths = make_archive(tmp_path)
-    out = webfs("heat", paths[0]).stdout.decode()
+    out = webfs_here("heat", paths[0]).stdout.decode()
     assert "disk 3:" in out
-    out = webfs("cool", "--dry-run", paths[0]).stdout.decode()
+    out = webfs_here("cool", "--dry-run", paths[0]).stdout.decode()
     assert "stopped: no reads have reached the disks yet" in out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import subprocess
 
-from conftest import REPO, make_archive, webfs
+from conftest import REPO, make_archive, webfs_here
 from records_helpers import manifest_file
 from webfs.archive import Archive
 from webfs.assembly import open_archive
@@ -42,7 +42,7 @@ def test_an_import_into_a_disk_appends_to_the_journal_and_leaves_the_manifest(tm
         src = tmp_path / "src" / name
         (src / "d").mkdir(parents=True)
         (src / "d" / "page.html").write_bytes(body)
-        webfs("import", src, f"{disks[0]}:/")
+        webfs_here("import", src, f"{disks[0]}:/")
         if name == "a":
             before = {d: manifest_file(d / "meta").read_bytes()
                       for d in disks if manifest_file(d / "meta")}

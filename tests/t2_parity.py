@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from conftest import cases, examples, make_archive, webfs
+from conftest import cases, examples, make_archive, webfs_here
 from webfs.figures import archive_figures
 from webfs.assembly import open_archive
 from webfs import admin
@@ -203,9 +203,9 @@ def test_a_lost_disk_reads_through_parity_and_rebuilds_byte_identical(tmp_path, 
     store.close()
     on_victim = [(r, d) for r, d in stored if r.disk == c // 2]
     for row, doc in on_victim[:2]:
-        assert webfs("get", disks[0], key_of(row)).stdout == doc
+        assert webfs_here("get", disks[0], key_of(row)).stdout == doc
 
-    out = webfs("rebuild", "--disk", c // 2, "--to", tmp_path / "new", disks[0]).stdout.decode()
+    out = webfs_here("rebuild", "--disk", c // 2, "--to", tmp_path / "new", disks[0]).stdout.decode()
     assert f"{len(before_blocks)} block(s) rebuilt" in out and "0 lost" in out
     assert tree(tmp_path / "new", "blocks") == before_blocks
     assert tree(tmp_path / "new", "parity") == before_parity
@@ -213,8 +213,8 @@ def test_a_lost_disk_reads_through_parity_and_rebuilds_byte_identical(tmp_path, 
     for d in disks:
         if d != victim:
             assert f"path = {tmp_path / 'new'}" in (d / "webfs.conf").read_text()
-    assert webfs("fsck", disks[0]).returncode == 0
-    assert webfs("scrub", disks[0]).returncode == 0
+    assert webfs_here("fsck", disks[0]).returncode == 0
+    assert webfs_here("scrub", disks[0]).returncode == 0
     store = open_store(disks)
     assert not store.archive.missing
     assert_parity_consistent(store)
@@ -262,13 +262,13 @@ def test_rebuild_resumes_after_an_interruption_and_can_be_paced(tmp_path):
     store.close()
     assert result.exit_code == 4 and result.figures["interrupted"]
     assert (new / "meta" / "REBUILDING").exists()
-    assert "rebuild not finished" in webfs("status", disks[0]).stdout.decode()
+    assert "rebuild not finished" in webfs_here("status", disks[0]).stdout.decode()
     assert 0 < len(tree(new, "blocks")) < len(before[0])
 
     # Into another directory: refused, disk 1 is at 'new' now.
-    proc = webfs("rebuild", "--disk", 1, "--to", tmp_path / "other", disks[0], check=False)
+    proc = webfs_here("rebuild", "--disk", 1, "--to", tmp_path / "other", disks[0], check=False)
     assert proc.returncode == 1 and b"is present at" in proc.stderr
-    out = json.loads(webfs("rebuild", "--disk", 1, "--to", new, "--json", disks[0]).stdout)
+    out = json.loads(webfs_here("rebuild", "--disk", 1, "--to", new, "--json", disks[0]).stdout)
     # What the first run wrote is kept (blocks in flight when it stopped included).
     assert out["exit_code"] == 0 and out["figures"]["blocks_present"] == result.figures["blocks_rebuilt"] >= 10
     assert (tree(new, "blocks"), tree(new, "parity")) == before
@@ -286,9 +286,9 @@ def test_rebuild_refuses_a_foreign_directory_and_a_present_disk(tmp_path):
     junk.mkdir()
     (junk / "precious").write_text("mine")
     lose(disks[2], tmp_path)
-    proc = webfs("rebuild", "--disk", 2, "--to", junk, disks[0], check=False)
+    proc = webfs_here("rebuild", "--disk", 2, "--to", junk, disks[0], check=False)
     assert proc.returncode == 1 and b"not empty, and not disk 2" in proc.stderr
-    proc = webfs("rebuild", "--disk", 1, "--to", tmp_path / "x", disks[0], check=False)
+    proc = webfs_here("rebuild", "--disk", 1, "--to", tmp_path / "x", disks[0], check=False)
     assert proc.returncode == 1 and b"disk 1 is present" in proc.stderr
     assert (junk / "precious").read_text() == "mine"
 
@@ -317,7 +317,7 @@ def test_the_catalog_disk_missing_is_said_clearly(tmp_path):
     lose(disks[0], tmp_path)
     with pytest.raises(ArchiveError, match="holds the catalog"):
         open_store([disks[1]])
-    proc = webfs("fsck", disks[1], check=False)
+    proc = webfs_here("fsck", disks[1], check=False)
     assert proc.returncode != 0 and b"holds the catalog" in proc.stderr
 
 
@@ -360,15 +360,15 @@ def test_scrub_finds_and_repairs_bit_rot_in_blocks_and_parity(tmp_path):
     assert sorted(archive_figures(store)["damaged"]) == sorted(str(ContentKey(r.sig, r.overflow)) for r, _ in rotten)
     store.close()
 
-    proc = webfs("scrub", disks[0], check=False)
+    proc = webfs_here("scrub", disks[0], check=False)
     out = proc.stdout.decode()
     assert proc.returncode == 4 and out.count("corrupt:") == 8 and out.count("parity:") == 1, out
     assert "9 problem(s), 0 repaired, 9 left" in out
-    assert "9 problem(s), 9 left" in webfs("status", disks[0]).stdout.decode()
-    proc = webfs("scrub", "--repair", disks[0], check=False)
+    assert "9 problem(s), 9 left" in webfs_here("status", disks[0]).stdout.decode()
+    proc = webfs_here("scrub", "--repair", disks[0], check=False)
     out = proc.stdout.decode()
     assert proc.returncode == 0 and "9 repaired, 0 left" in out, out
-    proc = webfs("scrub", "--json", disks[0], check=False)
+    proc = webfs_here("scrub", "--json", disks[0], check=False)
     assert proc.returncode == 0 and json.loads(proc.stdout)["figures"]["problems"] == 0
     store = open_store(disks)
     assert_parity_consistent(store)
@@ -391,9 +391,9 @@ def test_damage_that_parity_cannot_mend_is_reported_never_returned(tmp_path):
     with pytest.raises(DataLost, match=f"block {row.sig} on disk {row.disk} is damaged"):
         store.read(row)
     store.close()
-    proc = webfs("scrub", "--repair", disks[0], check=False)
+    proc = webfs_here("scrub", "--repair", disks[0], check=False)
     assert proc.returncode == 4 and "NOT repaired" in proc.stdout.decode()
-    proc = webfs("get", disks[0], key_of(row), check=False)
+    proc = webfs_here("get", disks[0], key_of(row), check=False)
     assert proc.returncode == 1 and proc.stdout == b"" and row.sig.encode() in proc.stderr
 
 
@@ -428,10 +428,10 @@ def test_two_lost_disks_in_one_stripe_lose_only_their_blocks(tmp_path):
     st = archive_figures(store)["protection"]
     assert st["lost_count"] == len(lost) and st["missing_disks"] == [1, 3]
     store.close()
-    proc = webfs("get", disks[0], key_of(lost[0]), check=False)
+    proc = webfs_here("get", disks[0], key_of(lost[0]), check=False)
     assert proc.returncode == 1 and proc.stdout == b""
     assert b"cannot be read" in proc.stderr and lost[0].sig.encode() in proc.stderr
-    text = webfs("status", disks[0]).stdout.decode()
+    text = webfs_here("status", disks[0]).stdout.decode()
     assert "MISSING disk 1" in text and "MISSING disk 3" in text
     assert f"LOST: {len(lost)} block(s)" in text and str(ContentKey(lost[0].sig, 0, lost[0].disk)) in text
 
@@ -485,14 +485,14 @@ def test_a_crash_between_a_block_and_its_parity_is_repaired_at_the_next_open(tmp
                           capture_output=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     # fsck opens the archive, which reconciles; it reports what that did.
-    proc = webfs("fsck", "--repair", disks[0], check=False)
+    proc = webfs_here("fsck", "--repair", disks[0], check=False)
     out = proc.stdout.decode()
     # after-parity: the parity of an open stripe is written behind, after the
     # commit, so a kill then leaves nothing to mend.
     if where in ("committed-before-parity", "release"):
         assert "found at open: an interrupted update" in out, out
     assert proc.returncode in (0, 1), out
-    assert webfs("fsck", disks[0]).returncode == 0
+    assert webfs_here("fsck", disks[0]).returncode == 0
     store = open_store(disks)
     assert_parity_consistent(store)
     for row, doc in stored:
@@ -554,7 +554,7 @@ def test_a_failed_commit_takes_its_blocks_out_of_the_parity_again(tmp_path, monk
     for row, doc in stored:
         assert store.read(row) == doc
     store.close()
-    assert webfs("fsck", disks[0]).returncode == 0
+    assert webfs_here("fsck", disks[0]).returncode == 0
 
 
 def test_stale_parity_is_found_by_fsck_and_repaired(tmp_path):
@@ -572,10 +572,10 @@ def test_stale_parity_is_found_by_fsck_and_repaired(tmp_path):
     stale = xor_payloads([payload, mine], header.length)[:length]
     store.close()
     path.write_bytes(ParityHeader(stripe.id, length, tuple(others)).encode() + stale)
-    proc = webfs("fsck", disks[0], check=False)
+    proc = webfs_here("fsck", disks[0], check=False)
     assert proc.returncode == 4 and "parity lists other blocks than the catalog" in proc.stdout.decode()
-    assert webfs("fsck", "--repair", disks[0], check=False).returncode == 1
-    assert webfs("fsck", disks[0]).returncode == 0
+    assert webfs_here("fsck", "--repair", disks[0], check=False).returncode == 1
+    assert webfs_here("fsck", disks[0]).returncode == 0
     store = open_store(disks)
     assert_parity_consistent(store)
     store.close()
@@ -589,9 +589,9 @@ def test_fsck_removes_orphan_parity_files(tmp_path):
     stray = disks[1] / "parity" / "ab" / "cd" / ("e" * 28)
     stray.parent.mkdir(parents=True)
     stray.write_bytes(ParityHeader("abcd" + "e" * 28, 0).encode())
-    proc = webfs("fsck", disks[0], check=False)
+    proc = webfs_here("fsck", disks[0], check=False)
     assert proc.returncode == 4 and "orphan: disk 1: parity/ab/cd/" in proc.stdout.decode()
-    assert webfs("fsck", "--repair", disks[0], check=False).returncode == 1
+    assert webfs_here("fsck", "--repair", disks[0], check=False).returncode == 1
     assert not stray.exists()
 
 
@@ -648,15 +648,15 @@ def test_blocks_stored_without_a_second_disk_are_protected_by_scrub_repair(tmp_p
     store.close()
     shutil.move(str(keep), str(disks[1]))
     assert "20 block(s) in no parity stripe; 'webfs scrub --repair' protects them" in \
-        webfs("status", disks[0]).stdout.decode()
-    out = webfs("scrub", "--repair", disks[0]).stdout.decode()
+        webfs_here("status", disks[0]).stdout.decode()
+    out = webfs_here("scrub", "--repair", disks[0]).stdout.decode()
     assert "put 20 unprotected block(s) into parity stripes" in out
     store = open_store(disks)
     assert archive_figures(store)["protection"]["unprotected_blocks"] == 0
     assert_parity_consistent(store)
     store.close()
     for row, doc in stored[:3]:
-        assert webfs("get", disks[0], key_of(row)).stdout == doc
+        assert webfs_here("get", disks[0], key_of(row)).stdout == doc
 
 
 # -- a model -------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_archive, webfs
+from conftest import make_archive, webfs_here
 from t2_warc import write_warc
 
 KNOWN = (b"<html><head><title>Stanford Database Group</title><script>var scriptonly = 1;</script></head>"
@@ -34,7 +34,7 @@ def crawl(root: Path, name: str, stamp: str, extra: dict) -> Path:
 
 
 def search(disk, query, *opts):
-    return webfs("search", *opts, query, disk).stdout.decode().split("\n")[:-1]
+    return webfs_here("search", *opts, query, disk).stdout.decode().split("\n")[:-1]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def imported(tmp_path_factory) -> list[Path]:
     root = tmp_path_factory.mktemp("query")
     disks = make_archive(root / "a", 2)
     for name, stamp in (("crawl-2014", "20140301000000"), ("crawl-2015", "20150301000000")):
-        webfs("import", crawl(root / "src", name, stamp, {}), f"{disks[0]}:/")
+        webfs_here("import", crawl(root / "src", name, stamp, {}), f"{disks[0]}:/")
     return disks
 
 
@@ -88,7 +88,7 @@ def test_warc_captures_are_indexed_with_their_urls(tmp_path):
     disk = make_archive(tmp_path / "a", 2)[0]
     warc = write_warc(tmp_path / "w.warc.gz", [("http://www.example.org/a", b"<title>Gnu</title>wildebeest"),
                                                ("http://other.net/", b"<a href='http://www.example.org/a'>x</a>")])
-    webfs("import-warc", "--collection", "w", warc, f"{disk}:/")
+    webfs_here("import-warc", "--collection", "w", warc, f"{disk}:/")
     assert search(disk, "wildebeest host:example.org date:2024", "--urls") == ["http://www.example.org/a"]
     assert search(disk, "inlinks>0", "--urls") == ["http://www.example.org/a"]
     assert search(disk, "links-to:www.example.org/a", "--urls") == ["http://other.net/"]
@@ -98,20 +98,20 @@ def test_reindex_rebuilds_from_the_archive_alone(archive, tmp_path):
     before = search(archive, "host:example.com", "--json")
     for f in (archive / "meta").glob("index.db*"):
         f.unlink()
-    out = webfs("reindex", archive).stdout.decode()
+    out = webfs_here("reindex", archive).stdout.decode()
     assert "indexed 6 files, 4 distinct documents" in out
     assert search(archive, "host:example.com", "--json") == before
     elsewhere = tmp_path / "idx"
-    webfs("reindex", "--index-dir", elsewhere, archive)
+    webfs_here("reindex", "--index-dir", elsewhere, archive)
     assert (elsewhere / "index.db").exists() and not (archive / "meta" / "index.db").exists()
     assert search(archive, "host:example.com", "--json") == before
 
 
 def test_a_later_import_is_found_and_a_bad_query_is_exit_2(archive, tmp_path):
-    webfs("import", crawl(tmp_path / "src2", "crawl-2016", "20160301000000",
+    webfs_here("import", crawl(tmp_path / "src2", "crawl-2016", "20160301000000",
                           {"http/example.com/gone.html": b"ephemeral words"}), f"{archive}:/")
     assert len(search(archive, "ephemeral")) == 1
-    proc = webfs("search", "--count", "date:x", archive, check=False)
+    proc = webfs_here("search", "--count", "date:x", archive, check=False)
     assert proc.returncode == 2 and b"date:x" in proc.stderr
 
 
@@ -120,7 +120,7 @@ def test_a_damaged_index_is_made_again(archive):
     (archive / "meta" / "index.db").write_bytes(b"not an sqlite database" * 100)
     for f in (archive / "meta").glob("index.db-*"):
         f.unlink()
-    proc = webfs("search", "perennial", archive)
+    proc = webfs_here("search", "perennial", archive)
     assert proc.stdout.decode().split() == want and b"made again from the archive" in proc.stderr
 
 
@@ -143,18 +143,18 @@ def test_an_index_of_another_version_is_made_again(archive):
     db.execute("DROP TABLE urls")                   # what version 1 had is not read
     db.commit()
     db.close()
-    proc = webfs("search", "perennial", archive)
+    proc = webfs_here("search", "perennial", archive)
     assert proc.stdout.decode().split() == want and b"index version 1" in proc.stderr
 
 
 def test_an_import_whose_index_cannot_be_written_still_imports(archive, tmp_path):
     blocked = tmp_path / "idx"
-    webfs("reindex", "--index-dir", blocked, archive)
+    webfs_here("reindex", "--index-dir", blocked, archive)
     for f in blocked.iterdir():
         f.unlink()
     blocked.rmdir()
     blocked.write_bytes(b"")            # a file where the index's directory was: every pass fails
-    proc = webfs("import", crawl(tmp_path / "src3", "crawl-2017", "20170301000000", {}), f"{archive}:/")
+    proc = webfs_here("import", crawl(tmp_path / "src3", "crawl-2017", "20170301000000", {}), f"{archive}:/")
     assert b"'webfs reindex' rebuilds it" in proc.stderr
     blocked.unlink()
     assert search(archive, "perennial collection:crawl-2017") == [
@@ -162,7 +162,7 @@ def test_an_import_whose_index_cannot_be_written_still_imports(archive, tmp_path
 
 
 def stream(disk, *opts):
-    proc = webfs("stream", *opts, disk)
+    proc = webfs_here("stream", *opts, disk)
     return proc.stdout.decode().splitlines(), proc.stderr.decode().splitlines()
 
 
@@ -176,10 +176,10 @@ def test_stream_subsets_from_a_disk(archive, tmp_path):
     assert stream(archive, "--query", "perennial", "--host", "example.com")[0] == \
         [p for p in everything if "same.html" in p]
     # A resume sends what comes after, with the first run's snapshot: a later import is not in it.
-    webfs("import", crawl(tmp_path / "src3", "crawl-2016", "20160301000000", {}), f"{archive}:/")
+    webfs_here("import", crawl(tmp_path / "src3", "crawl-2016", "20160301000000", {}), f"{archive}:/")
     rest, _ = stream(archive, "--resume", tokens[2].split()[1])
     assert rest == everything[3:]
-    tar = webfs("stream", "--tar", "--collection", "crawl-2014", archive).stdout
+    tar = webfs_here("stream", "--tar", "--collection", "crawl-2014", archive).stdout
     import io
     import tarfile
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, cases, make_archive, tmpfs_disks, webfs
+from conftest import BIN, cases, make_archive, tmpfs_disks, webfs, webfs_here
 from webfs import urlpath, warc, warcapart, warcread
+from webfs.backends import BackendOptions
 
 warcio = pytest.importorskip("warcio")
 from warcio.archiveiterator import ArchiveIterator  # noqa: E402
@@ -95,13 +96,16 @@ def records_of(path) -> list[dict]:
     return out
 
 
-def imp(disk: Path, *warcs, collection="c", check=False):
-    proc = webfs("import-warc", "--json", "--collection", collection, *warcs, f"{disk}:/", check=check)
+def imp(disk: Path, *warcs, collection="c", check=False, here=True):
+    """import-warc --json of ``warcs`` into collection ``collection``: in this
+    process (``webfs_here``) unless ``here`` is false (a kill point armed)."""
+    run = webfs_here if here else webfs
+    proc = run("import-warc", "--json", "--collection", collection, *warcs, f"{disk}:/", check=check)
     return proc, json.loads(proc.stdout)["figures"] if proc.stdout.strip().startswith(b"{") else {}
 
 
 def tree(disk: Path, path: str = "/") -> warc.DiskTree:
-    return warc.DiskTree(str(disk), path)
+    return warc.DiskTree(str(disk), path, BackendOptions())
 
 
 # ---------------------------------------------------------------- round trips
@@ -115,7 +119,7 @@ def test_round_trip_every_record_type(tmp_path, gz):
     assert fig["records"] == 1 + 40 + 4 and fig["captures"] == 20 + 1 + 1
     assert fig["revisits_resolved"] == 1 and not fig["problems"]
     out = tmp_path / "out.warc.gz"
-    res = webfs("export-warc", f"{disks[0]}:/c", out)
+    res = webfs_here("export-warc", f"{disks[0]}:/c", out)
     assert b"45 records" in res.stdout and b"(100%) byte-identical" in res.stdout
     assert records_of(out) == records_of(src)
     if gz:       # warcio's members made again: the very file, compressed bytes and all
@@ -180,17 +184,17 @@ def test_two_crawls_store_unchanged_pages_once(tmp_path):
     _, f2 = imp(disks[0], day2, collection="day2", check=True)
     assert f1["captures"] == f2["captures"] == 100
     assert f2["dup_files"] >= 98        # the 98 unchanged pages (request records may add more)
-    caps = json.loads(webfs("versions", "--json", "http://site.org/p1.html", disks[0]).stdout)
+    caps = json.loads(webfs_here("versions", "--json", "http://site.org/p1.html", disks[0]).stdout)
     assert [(c["collection"], c["date"]) for c in caps] == [("day1", "2024-01-01T12:00:00Z"),
                                                             ("day2", "2024-01-02T12:00:00Z")]
     assert caps[0]["same_as"] == caps[1]["same_as"] == 1          # identical
-    caps = json.loads(webfs("versions", "--json", "http://site.org/p0.html", disks[0]).stdout)
+    caps = json.loads(webfs_here("versions", "--json", "http://site.org/p0.html", disks[0]).stdout)
     assert [c["same_as"] for c in caps] == [1, 2]                 # changed
-    at = lambda d: webfs("url", "--at", d, "http://site.org/p0.html", disks[0]).stdout.decode().strip()
+    at = lambda d: webfs_here("url", "--at", d, "http://site.org/p0.html", disks[0]).stdout.decode().strip()
     assert at("2023").startswith("/day1/") and at("2024-01-01T23:59:59Z").startswith("/day1/")
     assert at("20240102").startswith("/day1/")     # a tie: the earlier
     assert at("2024010213").startswith("/day2/") and at("2030").startswith("/day2/")
-    assert webfs("url", "http://site.org/nothing", disks[0], check=False).returncode == 1
+    assert webfs_here("url", "http://site.org/nothing", disks[0], check=False).returncode == 1
 
 
 def test_any_spelling_of_a_url_finds_its_page(tmp_path):
@@ -207,22 +211,22 @@ def test_any_spelling_of_a_url_finds_its_page(tmp_path):
     home = "/c/" + urlpath.capture_path("http://www.iana.org/", "20240101120000")
     for spelling in ("http://www.iana.org", "https://www.iana.org/", "http://IANA.org:80/", "http://iana.org",
                      "HTTPS://WWW.IANA.ORG:443"):
-        proc = webfs("url", spelling, disks[0])
+        proc = webfs_here("url", spelling, disks[0])
         assert proc.stdout.decode().strip() == home, spelling
         assert f"no capture of {spelling} as written; chose the spelling http://www.iana.org/" in proc.stderr.decode()
     a = "/c/" + urlpath.capture_path("http://example.org/a/", "20240101120000")
     for spelling in ("http://example.org/a", "http://www.example.org/a/", "http://example.org:80/a"):
-        assert webfs("url", spelling, disks[0]).stdout.decode().strip() == a, spelling
+        assert webfs_here("url", spelling, disks[0]).stdout.decode().strip() == a, spelling
     net = "/c/" + urlpath.capture_path("http://example.net", "20240101120000")
     for spelling in ("http://example.net/", "https://www.example.net/", "http://EXAMPLE.net:80"):
-        assert webfs("url", spelling, disks[0]).stdout.decode().strip() == net, spelling
+        assert webfs_here("url", spelling, disks[0]).stdout.decode().strip() == net, spelling
     # the exact spelling first, the other one named
-    proc = webfs("url", "http://example.org/b", disks[0])
+    proc = webfs_here("url", "http://example.org/b", disks[0])
     assert proc.stdout.decode().strip().endswith("/c/http/example.org/b@20140127000000")
     assert "besides http://example.org/b: https://example.org/b (1 capture)" in proc.stderr.decode()
-    caps = json.loads(webfs("versions", "--json", "http://example.org/b", disks[0]).stdout)
+    caps = json.loads(webfs_here("versions", "--json", "http://example.org/b", disks[0]).stdout)
     assert [(c["url"], c["exact"]) for c in caps] == [("http://example.org/b", True), ("https://example.org/b", False)]
-    proc = webfs("url", "http://example.org/nothing", disks[0], check=False)
+    proc = webfs_here("url", "http://example.org/nothing", disks[0], check=False)
     assert proc.returncode == 1 and "no capture of http://example.org/nothing, under any spelling" in proc.stderr.decode()
 
 
@@ -234,13 +238,13 @@ def test_url_at_dates_as_written(tmp_path):
     src.write_bytes(_one(b"http://e.org/", b"1", date=b"2014-01-27T00:00:00Z")
                     + _one(b"http://e.org/", b"2", date=b"2014-01-27T10:00:00Z"))
     imp(disks[0], src, check=True)
-    at = lambda d: webfs("url", "--at", d, "http://e.org/", disks[0]).stdout.decode().strip()[-14:]
+    at = lambda d: webfs_here("url", "--at", d, "http://e.org/", disks[0]).stdout.decode().strip()[-14:]
     assert at("2014-01-27T04:59:59+05:00") == "20140127000000"     # 23:59:59 the day before, UTC
     assert at("2014-01-27T10:00:00+05:00") == "20140127000000"     # 05:00 UTC: nearer the first
     assert at("2014-01-27T05:00:00.5Z") == "20140127100000"        # half a second past the middle
     assert at("20140127093000") == "20140127100000" and at("2014") == "20140127000000"
     for bad, says in (("2014-13", "month must be in 1..12"), ("2014-01-27T00:00:00+5", "not a date")):
-        proc = webfs("url", "--at", bad, "http://e.org/", disks[0], check=False)
+        proc = webfs_here("url", "--at", bad, "http://e.org/", disks[0], check=False)
         assert proc.returncode == 2 and says in proc.stderr.decode() and b"Traceback" not in proc.stderr
 
 
@@ -255,7 +259,7 @@ def test_pywb_samples_round_trip(tmp_path, capsys):
             assert proc.returncode == 4
             continue
         out = tmp_path / f"{i}.warc.gz"
-        res = webfs("export-warc", f"{disks[0]}:/s{i}", out)
+        res = webfs_here("export-warc", f"{disks[0]}:/s{i}", out)
         got, want = records_of(out), records_of(src)
         assert len(got) == len(want), name
         for g, w in zip(got, want):
@@ -377,7 +381,7 @@ def test_hostile_input(tmp_path, case, kept_before):
         raw = gzip.decompress(data) if case.startswith("gz-") else data
         assert fig["captures"] == raw.count(b"WARC/1.0")
         out = tmp_path / "out.warc.gz"
-        webfs("export-warc", f"{disks[0]}:/c", out)
+        webfs_here("export-warc", f"{disks[0]}:/c", out)
         assert [r["uri"] for r in records_of(out)] == [r["uri"] for r in records_of(src)]
 
 
@@ -396,7 +400,7 @@ def test_problems_are_said_once_on_stderr(tmp_path):
     disks = make_archive(tmp_path, 3)
     src = tmp_path / "a.warc"
     src.write_bytes(_one(digest=b"sha1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA") + GOOD)
-    proc = webfs("import-warc", "--collection", "c", src, f"{disks[0]}:/", check=False)
+    proc = webfs_here("import-warc", "--collection", "c", src, f"{disks[0]}:/", check=False)
     said = "does not match the payload; imported as read"
     assert proc.returncode == 4 and proc.stderr.decode().count(said) == 1, proc.stderr
     assert said not in proc.stdout.decode() and "1 problem(s), each said on stderr above" in proc.stdout.decode()
@@ -441,7 +445,7 @@ def test_duplicates_full_writes_revisits_as_responses(tmp_path):
     src = write_warc(tmp_path / "a.warc.gz", pages, every_type=True)
     imp(disks[0], src, check=True)
     out = tmp_path / "full.warc.gz"
-    res = webfs("export-warc", "--duplicates", "full", f"{disks[0]}:/c", out)
+    res = webfs_here("export-warc", "--duplicates", "full", f"{disks[0]}:/c", out)
     assert b"byte-identical" in res.stdout
     got = {r["uri"]: r for r in records_of(out) if r["type"] == "response"}
     copy = got["http://example.com/copy.html"]
@@ -478,7 +482,7 @@ def test_revisit_before_its_original_is_resolved_at_the_end(tmp_path):
     finally:
         t.close()
     out = tmp_path / "out.warc.gz"
-    assert b"(100%) byte-identical" in webfs("export-warc", f"{disks[0]}:/c", out).stdout
+    assert b"(100%) byte-identical" in webfs_here("export-warc", f"{disks[0]}:/c", out).stdout
 
 
 @pytest.mark.parametrize("gz", [True, False])
@@ -556,7 +560,7 @@ def test_disks_full_mid_import_then_room_made_and_run_again(tmp_path):
         proc, fig = imp(disks[0], src)
         assert proc.returncode == 0, (proc.stdout + proc.stderr).decode()
         out = tmp_path / "out.warc.gz"
-        res = webfs("export-warc", f"{disks[0]}:/c", out)
+        res = webfs_here("export-warc", f"{disks[0]}:/c", out)
         assert b"(100%) byte-identical" in res.stdout
         assert records_of(out) == records_of(src)
 
@@ -735,7 +739,7 @@ def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeyp
 
     disks = make_archive(tmp_path, 3)
     src = write_warc(tmp_path / "b.warc.gz", [(f"http://example.com/{i}", b"page %d" % i) for i in range(150)])
-    proc, fig = imp(disks[0], src)
+    proc, fig = imp(disks[0], src, here=False)
     assert proc.returncode == 4 and "ended early (killed by signal 9); read on from here" in proc.stderr.decode()
     assert fig["captures"] == 150 and fig["records"] == 301
     out = tmp_path / "out.warc.gz"

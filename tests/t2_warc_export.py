@@ -13,7 +13,7 @@ import zlib
 
 import pytest
 
-from conftest import BIN, REPO, make_archive, webfs
+from conftest import BIN, REPO, make_archive, webfs_here
 from t2_warc import imp, records_of, tree, write_warc
 from webfs import admin, urlpath, warcexport
 from webfs.assembly import OpenArchive, open_archive
@@ -39,7 +39,7 @@ def _one_error_line(proc, warnings: int = 0) -> str:
 def test_order_disk_reads_every_disk_in_turn_each_in_its_order(tmp_path):
     disks, src = _archive(tmp_path)
     out = tmp_path / "out.warc.gz"
-    webfs("export-warc", "--order", "disk", f"{disks[0]}:/c", out)
+    webfs_here("export-warc", "--order", "disk", f"{disks[0]}:/c", out)
     got = records_of(out)
     assert sorted(got, key=lambda r: r["id"]) == sorted(records_of(src), key=lambda r: r["id"])
     t = tree(disks[0], "/c")
@@ -65,10 +65,10 @@ def test_order_disk_reads_every_disk_in_turn_each_in_its_order(tmp_path):
 
 def test_an_unwritable_out_is_one_line_and_nothing_written(tmp_path):
     disks, _ = _archive(tmp_path, 2)
-    proc = webfs("export-warc", f"{disks[0]}:/c", tmp_path / "no" / "such" / "out.warc.gz", check=False)
+    proc = webfs_here("export-warc", f"{disks[0]}:/c", tmp_path / "no" / "such" / "out.warc.gz", check=False)
     assert "out.warc.gz: cannot write: No such file or directory" in _one_error_line(proc)
     (tmp_path / "dir.warc.gz").mkdir()
-    proc = webfs("export-warc", f"{disks[0]}:/c", tmp_path / "dir.warc.gz", check=False)
+    proc = webfs_here("export-warc", f"{disks[0]}:/c", tmp_path / "dir.warc.gz", check=False)
     assert "dir.warc.gz: is a directory" in _one_error_line(proc)
     assert not list(tmp_path.glob("**/*.part"))
 
@@ -79,7 +79,7 @@ def test_a_full_disk_for_out_removes_the_part_file(tmp_path):
     full.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
     try:
-        proc = webfs("export-warc", "--order", "disk", f"{disks[0]}:/c", full / "out.warc.gz", check=False)
+        proc = webfs_here("export-warc", "--order", "disk", f"{disks[0]}:/c", full / "out.warc.gz", check=False)
         assert "out.warc.gz: cannot write: No space left on device" in _one_error_line(proc)
         assert list(full.iterdir()) == []
     finally:
@@ -91,7 +91,7 @@ def test_a_capture_that_cannot_be_read_stops_the_export_and_keeps_the_old_out(tm
     the capture, and the OUT of an earlier export is left as it was."""
     disks, _ = _archive(tmp_path, 1)
     out = tmp_path / "out.warc.gz"
-    webfs("export-warc", f"{disks[0]}:/c", out)
+    webfs_here("export-warc", f"{disks[0]}:/c", out)
     before = out.read_bytes()
     t = tree(disks[0], "/c")
     try:
@@ -103,7 +103,7 @@ def test_a_capture_that_cannot_be_read_stops_the_export_and_keeps_the_old_out(tm
     raw = bytearray(block.read_bytes())
     raw[-3] ^= 0xFF
     block.write_bytes(bytes(raw))
-    proc = webfs("export-warc", "--force", f"{disks[0]}:/c", out, check=False)
+    proc = webfs_here("export-warc", "--force", f"{disks[0]}:/c", out, check=False)
     assert f"{path.decode()}: cannot be read" in _one_error_line(proc, warnings=1)
     assert out.read_bytes() == before
     assert not list(tmp_path.glob("*.part"))
@@ -128,9 +128,9 @@ def test_a_stopped_export_writes_nothing(tmp_path):
 def test_what_is_not_a_collection_is_refused(tmp_path):
     disks, _ = _archive(tmp_path, 2)
     out = tmp_path / "out.warc.gz"
-    proc = webfs("export-warc", f"{disks[0]}:/nope", out, check=False)
+    proc = webfs_here("export-warc", f"{disks[0]}:/nope", out, check=False)
     assert "/nope: not in the archive" in _one_error_line(proc)
-    proc = webfs("export-warc", f"{disks[0]}:/c/http", out, check=False)
+    proc = webfs_here("export-warc", f"{disks[0]}:/c/http", out, check=False)
     assert "/c/http: not a collection made by import-warc (it has no @warc/)" in _one_error_line(proc)
     assert list(tmp_path.glob("out*")) == []
 
@@ -141,12 +141,12 @@ def test_a_tree_webfs_recover_rebuilt_exports_as_the_archive_did(tmp_path):
     every size and directory PAGES has; webfs-recover, a shell script, takes
     a tenth of a second a page."""
     disks, src = _archive(tmp_path, 2, PAGES[:60])
-    webfs("export-warc", f"{disks[0]}:/c", tmp_path / "from-disks.warc.gz")
+    webfs_here("export-warc", f"{disks[0]}:/c", tmp_path / "from-disks.warc.gz")
     rebuilt = tmp_path / "rebuilt"
     subprocess.run(["sh", str(REPO / "tools" / "webfs-recover"), *map(str, disks), str(rebuilt)],
                    check=True, capture_output=True)
     out = tmp_path / "from-tree.warc.gz"
-    res = webfs("export-warc", rebuilt / "c", out)
+    res = webfs_here("export-warc", rebuilt / "c", out)
     assert b"(100%) byte-identical" in res.stdout
     assert out.read_bytes() == (tmp_path / "from-disks.warc.gz").read_bytes()
 
@@ -160,11 +160,11 @@ def test_export_keeps_the_import_order_and_writes_plain_warc_for_dot_warc(tmp_pa
     imp(disks[0], b, check=True)
     imp(disks[0], a, check=True)
     plain, gz = tmp_path / "out.warc", tmp_path / "out.warc.gz"
-    webfs("export-warc", f"{disks[0]}:/c", plain)
-    webfs("export-warc", f"{disks[0]}:/c", gz)
+    webfs_here("export-warc", f"{disks[0]}:/c", plain)
+    webfs_here("export-warc", f"{disks[0]}:/c", gz)
     assert plain.read_bytes().startswith(b"WARC/1") and gz.read_bytes()[:2] == b"\x1f\x8b"
     assert records_of(plain) == records_of(gz) == records_of(b) + records_of(a)
-    webfs("export-warc", "--split", "1K", f"{disks[0]}:/c", tmp_path / "part.warc")
+    webfs_here("export-warc", "--split", "1K", f"{disks[0]}:/c", tmp_path / "part.warc")
     parts = sorted(tmp_path.glob("part-*.warc"))
     assert len(parts) > 1 and all(p.read_bytes().startswith(b"WARC/1") for p in parts)
 
@@ -224,7 +224,7 @@ def test_a_subset_export_has_the_records_of_the_captures_chosen(tmp_path):
                              lambda r: r["date"].startswith("2024-01") and "//site3.org/" in r["uri"]),
                             (["--query", "zebra"], lambda r: r["uri"] == "http://site3.org/p7" and "-01-" in r["date"])]:
         out = tmp_path / "out.warc.gz"
-        proc = webfs("export-warc", *options, f"{disks[0]}:/c", out)
+        proc = webfs_here("export-warc", *options, f"{disks[0]}:/c", out)
         got = records_of(out)
         want = [r for r in by_id.values() if r["type"] in ("response", "resource", "revisit") and r["uri"]
                 and chosen(r)]
@@ -239,7 +239,7 @@ def test_a_resumable_export_killed_again_and_again_is_the_whole_export(tmp_path)
     and among the captures, across --split files: the files, finished, hold the
     members of an uninterrupted export, each once."""
     disks, _ = _two_crawls(tmp_path)
-    webfs("export-warc", "--resumable", "--split", "4K", f"{disks[0]}:/c", tmp_path / "whole.warc.gz")
+    webfs_here("export-warc", "--resumable", "--split", "4K", f"{disks[0]}:/c", tmp_path / "whole.warc.gz")
     whole = sorted(sum((gzip_members(p.read_bytes()) for p in tmp_path.glob("whole-*.warc.gz")), []))
     token, rng = None, random.Random(26)
     for kill_after in [1, 3, 40, 2, 17, 25, 1, None]:   # 84 records without a capture file, 82 with
@@ -264,18 +264,18 @@ def test_what_resume_refuses(tmp_path):
                        (["--resume", token, coll, tmp_path / "other.warc.gz"],
                         "the token is of an export of /c into out.warc.gz, not of /c into other.warc.gz"),
                        (["--resume", "bm90IGEgdG9rZW4", coll, out], "not a token printed by export-warc")]:
-        assert said in _one_error_line(webfs("export-warc", *args, check=False))
-    proc = webfs("stream", "--resume", token, disks[0], check=False)
+        assert said in _one_error_line(webfs_here("export-warc", *args, check=False))
+    proc = webfs_here("stream", "--resume", token, disks[0], check=False)
     assert "a token of export-warc, not of webfs stream" in _one_error_line(proc)
     for args in (["--resume", token, "--host", "x.org"], ["--order", "source", "--host", "x.org"]):
-        assert webfs("export-warc", *args, coll, out, check=False).returncode == 2
+        assert webfs_here("export-warc", *args, coll, out, check=False).returncode == 2
     part = tmp_path / "out.warc.gz.part"
     part.write_bytes(part.read_bytes()[:100])
-    proc = webfs("export-warc", "--resume", token, coll, out, check=False)
+    proc = webfs_here("export-warc", "--resume", token, coll, out, check=False)
     assert f"out.warc.gz.part: 100 bytes, fewer than the {size} the token says were written" in \
         _one_error_line(proc)
     part.unlink()
-    proc = webfs("export-warc", "--resume", token, coll, out, check=False)
+    proc = webfs_here("export-warc", "--resume", token, coll, out, check=False)
     assert "out.warc.gz.part: not there (or not a file)" in _one_error_line(proc)
     assert not out.exists()
 
@@ -285,17 +285,17 @@ def test_a_subset_export_that_fails_keeps_its_part_to_resume(tmp_path):
     room again, --resume finishes it as an export that never failed."""
     disks, _ = _two_crawls(tmp_path, 2)
     coll = f"{disks[0]}:/c"
-    webfs("export-warc", "--since", "2024", coll, tmp_path / "whole.warc.gz")
+    webfs_here("export-warc", "--since", "2024", coll, tmp_path / "whole.warc.gz")
     small = tmp_path / "small"
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(small)], check=True)
     try:
-        proc = webfs("export-warc", "--since", "2024", coll, small / "out.warc.gz", check=False)
+        proc = webfs_here("export-warc", "--since", "2024", coll, small / "out.warc.gz", check=False)
         line = _one_error_line(proc, warnings=sum(ln.startswith(b"resume ") for ln in proc.stderr.splitlines()))
         assert "cannot write: No space left on device; kept" in line and "out.warc.gz.part" in line
         token = proc.stderr.decode().splitlines()[-2].split()[1]
         subprocess.run(["mount", "-o", "remount,size=1m", str(small)], check=True)
-        webfs("export-warc", "--resume", token, coll, small / "out.warc.gz")
+        webfs_here("export-warc", "--resume", token, coll, small / "out.warc.gz")
         assert sorted(gzip_members((small / "out.warc.gz").read_bytes())) == \
             sorted(gzip_members((tmp_path / "whole.warc.gz").read_bytes()))
     finally:

@@ -26,7 +26,6 @@ from typing import Optional
 
 from . import FORMAT_VERSION, lockorder
 from .backends import BackendOptions, is_url, normalize, open_backend
-from .backends.options import process_options
 from .errors import ArchiveBusy, ArchiveError, ConfigError
 from .locks import BucketLease
 from .settings import DEFAULT_DEPTH, DEFAULT_LEVEL, MAX_DEPTH, MIN_DEPTH, STORE_MODES
@@ -361,7 +360,7 @@ class Archive:
     def __init__(self, conf: Config, volumes: dict[int, Volume], missing: dict[int, str],
                  opened_from: str, options: Optional[BackendOptions] = None):
         self.conf = conf
-        self.backend_options = options or process_options()     # every disk it opens, and the leases
+        self.backend_options = options or BackendOptions()     # every disk it opens, and the leases
         self.volumes = volumes
         self.missing = missing
         self.lost: dict[int, Volume] = {}   # went away while in use, may come back (``regain``)

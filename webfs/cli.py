@@ -58,7 +58,6 @@ def main(ctx: click.Context, verbose: int, take_lease: bool) -> None:
     _setup_logging(verbose)
     options = environment_options()
     ctx.obj = options.taking_lease() if take_lease else options
-    backend_options.install(ctx.obj)
 
 
 # The commands of web archives (webfs.cli_warc) and of query access (webfs.cli_query).
@@ -522,7 +521,6 @@ def mount_helper() -> None:
     try:
         opts = MountOptions.parse(options)
         given = environment_options()
-        backend_options.install(given)
         if not fake:
             mountstart.mount(positional[0], positional[1], opts, ADMIN_COMMANDS, given)
     except WebfsError as exc:

@@ -15,7 +15,7 @@ import click
 from . import control, testkill
 from .backends import is_url
 from .cli_query import disk_of, print_token, subset_of, subset_options
-from .commandline import (DiskPath, import_target, mount_of, print_result, progress_bar,
+from .commandline import (DiskPath, import_target, mount_of, options_given, print_result, progress_bar,
                           run_admin_command)
 from .errors import WebfsError
 
@@ -144,7 +144,7 @@ def _export_stream(collection: str, out: str, subset: str, resume, force: bool, 
         place = disk_of(found[0])[0], found[1]
     pos = Position.from_token(resume, "export-warc") if resume else None
     testkill.arm()
-    tree = DiskTree(*place)
+    tree = DiskTree(*place, options_given())
     try:
         pos = pos or warcexport.stream_start(tree, subset, out, options["split"], options["duplicates"])
         result = warcexport.export_stream(tree, out, pos, force, print_token)
@@ -182,7 +182,7 @@ def _captures(url: str, target: str, pywb_ties: bool = False) -> tuple[list, boo
     second in pywb's order if ``pywb_ties`` (so url and replay agree); none found
     is said, exit 1."""
     from . import versions as lookup, warc
-    tree = warc.open_target(target)
+    tree = warc.open_target(target, options_given())
     try:
         caps, one = lookup.captures(tree, url)
         if pywb_ties:
@@ -253,7 +253,7 @@ def replay(port, host, target, pywb_dir):
     HOST:PORT until interrupted. Run 'wayback' in PYWBDIR to browse them."""
     from . import replay as replaymod
     control.check_not_gone(target)
-    server, lines, trees = replaymod.prepare(target, pywb_dir, port, host)
+    server, lines, trees = replaymod.prepare(target, pywb_dir, port, options_given(), host)
     for line in lines:
         click.echo(line)
     sys.stdout.flush()

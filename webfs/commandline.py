@@ -16,7 +16,6 @@ import click
 
 from . import control
 from .backends import BackendOptions, is_url, normalize
-from .backends.options import process_options
 from .control import mount_of
 from .errors import WebfsError
 
@@ -52,10 +51,11 @@ def progress_bar(total: Optional[int], desc: str, unit: str = "blk"):
 
 def options_given() -> BackendOptions:
     """The settings of S3 disks and leases the command line read at its start
-    (``cli.main``: the environment and --take-lease)."""
+    (``cli.main``: the environment and --take-lease); the defaults outside
+    a command (a program using webfs as a library)."""
     ctx = click.get_current_context(silent=True)
     given = ctx.find_root().obj if ctx is not None else None
-    return given if isinstance(given, BackendOptions) else process_options()
+    return given if isinstance(given, BackendOptions) else BackendOptions()
 
 
 def open_store(disk: str, holder: str) -> Store:

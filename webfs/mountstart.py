@@ -14,7 +14,7 @@ import pyfuse3
 import trio
 
 from . import admin
-from .backends.options import BackendOptions, install as install_options
+from .backends.options import BackendOptions
 from .control import check_not_gone
 from .daemon import Daemon
 from .errors import ArchiveError, WebfsError
@@ -37,7 +37,6 @@ def mount(disk: str, mountpoint: str, opts: MountOptions, admin_commands: dict[s
         raise ArchiveError(str(exc)) from None
     if opts.take_lease:
         backend_options = backend_options.taking_lease()
-    install_options(backend_options)     # the mount's, for what opens a disk without being given them
     if not os.path.isdir(mnt):
         check_not_gone(mnt)
         raise ArchiveError(f"{mountpoint}: mount point is not a directory")

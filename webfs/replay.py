@@ -26,6 +26,7 @@ import stat
 from typing import Optional
 
 from . import control, warc
+from .backends import BackendOptions
 from .cdxj import KEY_PREFIX, VirtualFile, index_one, kept_lines, key_of, virtual_name
 from .files import write_file as write_new
 from .errors import WebfsError
@@ -236,7 +237,7 @@ def pywb_config(indexes: dict[str, str], host: str, port: int) -> str:
     return "".join(out)
 
 
-def collections_of(target: str) -> list[tuple[str, str]]:
+def collections_of(target: str, options: BackendOptions) -> list[tuple[str, str]]:
     """(name, where) of each collection TARGET names: itself, or, for a mount point or
     DISK:/, every top directory that keeps web archive files (in @warc/)."""
     place = warc.archive_place(target)
@@ -244,7 +245,7 @@ def collections_of(target: str) -> list[tuple[str, str]]:
         disk, path = place
         if path.strip("/"):
             return [(os.path.basename(path.rstrip("/")), target)]
-        tree = warc.DiskTree(disk, "/")
+        tree = warc.DiskTree(disk, "/", options)
         try:
             names = [n for n in tree.listdir(b"") if tree.is_dir(n + b"/" + warc.KEEP_DIR)]
         finally:
@@ -261,16 +262,16 @@ def collections_of(target: str) -> list[tuple[str, str]]:
     return [(n, os.path.join(target, n)) for n in names]
 
 
-def prepare(target: str, pywb_dir: str, port: int, host: str = "127.0.0.1"):
-    """Index the collections of TARGET, write the pywb config; return (server, lines
-    to say, trees to close)."""
+def prepare(target: str, pywb_dir: str, port: int, options: BackendOptions, host: str = "127.0.0.1"):
+    """Index the collections of TARGET (its disks opened with ``options``), write
+    the pywb config; return (server, lines to say, trees to close)."""
     os.makedirs(pywb_dir, exist_ok=True)
     served: dict[str, dict[str, VirtualFile]] = {}
     indexes: dict[str, str] = {}
     trees, lines = [], []
     try:
-        for coll, where in collections_of(target):
-            tree = warc.open_tree(where)
+        for coll, where in collections_of(target, options):
+            tree = warc.open_tree(where, options)
             trees.append(tree)
             files = served[coll] = virtual_files(tree)
             indexes[coll], said = current(coll, files, pywb_dir)

@@ -37,7 +37,7 @@ from typing import Iterator, Optional
 from .admin import Progress, Result
 from .archive import archive_place
 from .assembly import OpenArchive, open_archive
-from .backends import is_url
+from .backends import BackendOptions, is_url
 from .errors import FsError, WebfsError
 from .namespace import ROOT_INODE
 
@@ -313,14 +313,17 @@ class DiskTree:
     store of a mount's daemon, from inside the daemon (export-warc of a
     collection in a mount runs there)."""
 
-    def __init__(self, disk: str, path: str, opened: Optional[OpenArchive] = None):
-        """The collection at ``path`` of the archive of ``disk``, opened here and
-        closed by ``close``; or of ``opened`` (left open), with its namespace."""
+    def __init__(self, disk: str, path: str, options: Optional[BackendOptions],
+                 opened: Optional[OpenArchive] = None):
+        """The collection at ``path`` of the archive of ``disk``, opened here
+        with ``options`` (the command line's, for S3 disks and leases; None:
+        the defaults) and closed by ``close``; or of ``opened`` (left open),
+        with its namespace."""
         from .namespace import Namespace
         self.name = path
         self.owns_store = opened is None
         # Reading only (versions, url, replay), as status and get: no lock, no S3 lease.
-        self.store = open_archive(disk, lock=False) if opened is None else opened.store
+        self.store = open_archive(disk, lock=False, options=options) if opened is None else opened.store
         try:
             self.ns = (opened and opened.namespace) or Namespace(self.store)
             self.readers = 4 * len(self.store.archive.volumes)      # short reads, overlapped
@@ -441,10 +444,12 @@ class DiskTree:
         return b"".join(self.store.read(row) for row in where.what)
 
 
-def open_tree(collection: str):
+def open_tree(collection: str, options: BackendOptions):
+    """A collection to read: DISK:/NAME (its disks opened with ``options``), or a
+    directory of a mount."""
     place = archive_place(collection)
     if place is not None:
-        return DiskTree(*place)
+        return DiskTree(*place, options)
     if not os.path.isdir(collection):
         raise WebfsError(f"{collection}: not a directory, and not DISK:/NAME of an archive")
     return MountTree(collection)
@@ -488,10 +493,11 @@ def sources_in_import_order(tree) -> list[bytes]:
 
 # ---------------------------------------------------------------- the whole archive as a tree (versions, url)
 
-def open_target(target: str):
-    """The whole archive as a tree: a mount point, or any disk of an unmounted archive."""
+def open_target(target: str, options: BackendOptions):
+    """The whole archive as a tree: a mount point, or any disk of an unmounted
+    archive (opened with ``options``)."""
     if is_url(target) or os.path.isfile(os.path.join(target, "WEBFS-DISK")):
-        return DiskTree(target, "/")
+        return DiskTree(target, "/", options)
     if not os.path.isdir(target):
         raise WebfsError(f"{target}: not a mount point or a disk of an archive")
     return MountTree(target)

@@ -380,7 +380,7 @@ def export_warc(archive: OpenArchive, progress: admin.Progress, collection: str,
     """The export-warc operation: the collection at ``collection`` (its path in
     the archive) written as WARC into ``out``, read from the store's catalog
     and blocks; inside a mount's daemon, or on an unmounted archive."""
-    tree = DiskTree("", collection, opened=archive)
+    tree = DiskTree("", collection, None, opened=archive)
     try:
         return export_tree(tree, out, split, duplicates, progress, order, force)
     finally:
