@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_archive, webfs_here
+from conftest import make_archive, webfs, webfs_here
 from t2_warc import write_warc
 
 KNOWN = (b"<html><head><title>Stanford Database Group</title><script>var scriptonly = 1;</script></head>"

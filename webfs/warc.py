@@ -506,7 +506,7 @@ def open_target(target: str, options: BackendOptions):
 def file_sizes(archive, progress: Progress, collection: str) -> Result:
     """The admin command replay asks a mount's daemon: the size of every file of a
     collection, by its path in the collection."""
-    tree = DiskTree("", collection, opened=archive)
+    tree = DiskTree("", collection, None, opened=archive)
     try:
         return Result(figures={"sizes": {os.fsdecode(p): n for p, n in tree.sizes_below().items()}})
     finally:
