@@ -106,6 +106,9 @@ def test_fsck_and_scrub_on_a_postgresql_catalog(mounted, corpus, tmp_path, postg
     postgres.psql(db, "DELETE FROM blocks WHERE id = (SELECT min(block) FROM contents)")
     found = webfs("fsck", mounted.disks[0], check=False)
     assert found.returncode != 0 and found.stdout.strip(), found
+    refused = webfs("fsck", "--rebuild-catalog", "--repair", mounted.disks[0], check=False)
+    assert refused.returncode == 8 and b"rebuilds SQLite catalogs only" in refused.stderr
+    assert not (mounted.disks[0] / "meta" / "catalog.db").exists()
 
 
 def mounted_url(m: Mounted) -> str:
