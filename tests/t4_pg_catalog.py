@@ -53,6 +53,10 @@ def test_a_password_comes_from_a_file_and_is_never_recorded(tmp_path, postgres):
     refused = webfs("mkfs", "--catalog", url, *disks, check=False)
     assert refused.returncode == 1 and b"does not answer" in refused.stderr
     assert b"\n" not in refused.stderr.rstrip(b"\n")
+    unreadable = dict(os.environ, WEBFS_CATALOG_PASSWORD_FILE=str(tmp_path / "no-such-file"))
+    refused = webfs("mkfs", "--catalog", url, *disks, env=unreadable, check=False)
+    assert refused.returncode == 1 and refused.stderr.count(b"\n") == 1
+    assert b"no-such-file: cannot read the catalog's password" in refused.stderr
     env = dict(os.environ, WEBFS_CATALOG_PASSWORD_FILE=str(secret))
     webfs("mkfs", "--catalog", url, *disks, env=env)
     m = tmp_path / "mnt"
@@ -114,3 +118,39 @@ def test_fsck_and_scrub_on_a_postgresql_catalog(mounted, corpus, tmp_path, postg
 def mounted_url(m: Mounted) -> str:
     conf = (m.disks[0] / "webfs.conf").read_text()
     return next(line.split("=", 1)[1].strip() for line in conf.splitlines() if line.startswith("catalog_url"))
+
+
+def test_s3_disks_with_the_catalog_in_postgresql_mount_on_a_new_machine(weeds, tmp_path, corpus, pg_catalog,
+                                                                         monkeypatch):
+    """Disks in three SeaweedFS buckets, the catalog in PostgreSQL: no catalog
+    copy goes to the buckets (the database is the durable copy), and a new
+    machine (a new state directory) mounts from a bucket's URL and the names."""
+    from t4_s3_mount import bucket_on_each, mounted_site
+    disks = bucket_on_each(weeds, "pg")
+    mnt, src = mounted_site(disks, tmp_path, corpus, "--catalog", pg_catalog)
+    try:
+        sh(f"mv '{mnt}/site' '{mnt}/moved'")
+        os.link(next(p for p in sorted((mnt / "moved").rglob("*")) if p.is_file()), mnt / "hard")
+    finally:
+        webfs("umount", mnt)
+    names = [o["Key"] for w, url in zip(weeds, disks)
+             for o in w.client().list_objects_v2(Bucket=url.rsplit("/", 1)[1]).get("Contents", [])]
+    assert "webfs.conf" in names and not any("catalog.db" in n for n in names)
+    monkeypatch.setenv("WEBFS_STATE_DIR", str(tmp_path / "new-machine"))
+    webfs("mount", disks[1], mnt)
+    try:
+        sh(f"diff -r '{src}' '{mnt}/moved'")
+        assert (mnt / "hard").stat().st_nlink == 2 and not (mnt / "site").exists()
+    finally:
+        webfs("umount", mnt)
+    assert webfs("fsck", disks[0]).returncode == 0
+
+
+def test_import_into_a_postgresql_catalog_then_mount(tmp_path, corpus, pg_catalog):
+    m = Mounted(tmp_path, mkfs_args=("--catalog", pg_catalog), mount=False)
+    webfs("import", corpus / "crawl-002", f"{m.disks[0]}:/c2")
+    m.mount()
+    try:
+        sh(f"diff -r '{corpus}/crawl-002' '{m.mnt}/c2/crawl-002'")
+    finally:
+        m.umount()
