@@ -161,11 +161,18 @@ def translate(sql: str) -> tuple[str, Optional[list[int]]]:
 
 
 class PgCursor:
-    """What a statement gave: its rows (read at once), the id it made, how many rows it changed."""
-    __slots__ = ("rows", "lastrowid", "rowcount")
+    """What a statement gave: its rows (read at once), the id it made, and how
+    many rows it changed (asked of the server only when wanted: a write in a
+    pipeline is not waited for)."""
+    __slots__ = ("rows", "lastrowid", "_cur", "_sync")
 
-    def __init__(self, rows: list, lastrowid: Optional[int], rowcount: int):
-        self.rows, self.lastrowid, self.rowcount = rows, lastrowid, rowcount
+    def __init__(self, rows: list, lastrowid: Optional[int], cur, sync):
+        self.rows, self.lastrowid, self._cur, self._sync = rows, lastrowid, cur, sync
+
+    @property
+    def rowcount(self) -> int:
+        self._sync()
+        return self._cur.rowcount
 
     def fetchone(self):
         return self.rows[0] if self.rows else None
@@ -182,8 +189,11 @@ class PgConnection:
     uses, each statement rewritten once (``translate``) and kept. As sqlite3's,
     it begins a transaction before the first statement that writes and none
     for reads (each read is its own, so a failed one leaves nothing aborted
-    and no transaction sits idle between commits); a snapshot's connection
-    reads in one REPEATABLE READ transaction instead."""
+    and no transaction sits idle between commits). Within a transaction the
+    statements go in one pipeline: a write is sent and not waited for, and a
+    read or the commit waits for all before it at once (round trips, not SQL,
+    were the cost: webfs-internals(7)). A snapshot's connection reads in one
+    REPEATABLE READ transaction instead."""
 
     def __init__(self, url: str, password: Optional[str], read_only_snapshot: bool = False):
         import psycopg
@@ -198,7 +208,8 @@ class PgConnection:
             self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             self.conn.read_only = True
         self._sql: dict[str, tuple[str, Optional[list[int]], bool]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._pipeline = None
         self.snapshot = read_only_snapshot
         self.in_transaction = False       # has it changed anything not yet committed?
 
@@ -211,8 +222,25 @@ class PgConnection:
 
     def _begin(self) -> None:
         if not self.in_transaction and not self.snapshot:
+            self._pipeline = self.conn.pipeline()
+            self._pipeline.__enter__()
             self.conn.execute("BEGIN")
             self.in_transaction = True
+
+    def _end(self, how: str) -> None:
+        """COMMIT or ROLLBACK the transaction and leave its pipeline (where a
+        queued write's error, if any, is raised)."""
+        pipeline, self._pipeline = self._pipeline, None
+        self.in_transaction = False
+        try:
+            self.conn.execute(how)
+        finally:
+            pipeline.__exit__(None, None, None)
+
+    def _sync(self) -> None:
+        with self._lock:
+            if self._pipeline is not None:
+                self._pipeline.sync()
 
     def execute(self, sql: str, args=()) -> PgCursor:
         text, order, writes = self._prepared(sql)
@@ -222,9 +250,9 @@ class PgConnection:
             if writes:
                 self._begin()
             cur = self.conn.execute(text, args or None)
-            rows = cur.fetchall() if cur.description is not None else []
-        lastrowid = rows[0][0] if rows and text.endswith("RETURNING id") else None
-        return PgCursor(rows, lastrowid, cur.rowcount)
+            rows = cur.fetchall() if not writes or text.endswith("RETURNING id") else []
+        lastrowid = rows[0][0] if rows and writes else None
+        return PgCursor(rows, lastrowid, cur, self._sync)
 
     def executemany(self, sql: str, rows) -> None:
         text, order, _ = self._prepared(sql)
@@ -235,25 +263,24 @@ class PgConnection:
             self.conn.cursor().executemany(text, list(rows))
 
     def executescript(self, sql: str) -> None:
+        """Statements without parameters, run at once (the schema): in autocommit,
+        one implicit transaction."""
         with self._lock:
-            self._begin()
             self.conn.execute(sql)
 
     def commit(self) -> None:
         with self._lock:
             if self.in_transaction:
-                self.conn.execute("COMMIT")
+                self._end("COMMIT")
             elif self.snapshot:
                 self.conn.commit()
-            self.in_transaction = False
 
     def rollback(self) -> None:
         with self._lock:
             if self.in_transaction:
-                self.conn.execute("ROLLBACK")
+                self._end("ROLLBACK")
             elif self.snapshot:
                 self.conn.rollback()
-            self.in_transaction = False
 
     def close(self) -> None:
         self.conn.close()
