@@ -61,3 +61,11 @@ def test_catalog_urls_refused_without_showing_the_password(url, why):
 def test_redact():
     assert redact("postgresql://u:pw@h/db?sslmode=require&password=x") == \
         "postgresql://u:***@h/db?sslmode=require&password=***"
+
+
+def test_the_tests_server_fails_loudly_without_postgresql(monkeypatch):
+    """No PostgreSQL: the fixture fails, saying what installs it (never a skip)."""
+    import postgres
+    monkeypatch.setattr(postgres, "pg_bindir", lambda: None)
+    with pytest.raises(RuntimeError, match="make deps installs"):
+        postgres.Postgres()

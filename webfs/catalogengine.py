@@ -269,18 +269,17 @@ class PgConnection:
             self.conn.execute(sql)
 
     def commit(self) -> None:
-        with self._lock:
-            if self.in_transaction:
-                self._end("COMMIT")
-            elif self.snapshot:
-                self.conn.commit()
+        self._finish("COMMIT")
 
     def rollback(self) -> None:
+        self._finish("ROLLBACK")
+
+    def _finish(self, how: str) -> None:
         with self._lock:
             if self.in_transaction:
-                self._end("ROLLBACK")
-            elif self.snapshot:
-                self.conn.rollback()
+                self._end(how)
+            elif self.snapshot:         # its one transaction, as psycopg began it
+                (self.conn.commit if how == "COMMIT" else self.conn.rollback)()
 
     def close(self) -> None:
         self.conn.close()
