@@ -10,6 +10,10 @@ JOURNAL let ``webfs fsck`` rebuild it.
 One connection is shared by the threads of a process behind a lock; the
 caller decides when to commit (a file's close, an admin step), because
 commits are the cost that batching saves.
+
+With ``webfs mkfs --catalog postgresql://...`` the same tables live in a
+PostgreSQL database instead (``webfs.catalogengine``: the engine layer and
+the SQL that differs); files beside the catalog stay in the disk's meta/.
 """
 from __future__ import annotations
 
@@ -213,7 +217,8 @@ class SignatureLookup:
 
 
 class Catalog:
-    """The SQLite catalog of one archive."""
+    """The catalog of one archive: an SQLite file, or with ``engine`` a
+    PostgreSQL database (webfs.catalogengine rewrites the SQL below for it)."""
 
     def __init__(self, path: str, engine=SQLITE):
         self.path = path                # the file, or where files beside the catalog go (engine: PostgreSQL)
