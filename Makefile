@@ -5,7 +5,7 @@
 PYTHON    ?= python3
 VENV      := .venv
 BIN       := $(VENV)/bin
-APT_PKGS  := fuse3 libfuse3-dev pkg-config attr rsync bindfs mergerfs gzip findutils dash man-db groff-base
+APT_PKGS  := fuse3 libfuse3-dev pkg-config attr rsync bindfs mergerfs gzip findutils dash man-db groff-base postgresql
 STAMP     := $(VENV)/.installed
 PREFIX    ?= /usr/local
 MANDIR    ?= $(PREFIX)/share/man
@@ -38,7 +38,7 @@ apt:
 $(STAMP): setup.cfg pyproject.toml
 	$(MAKE) apt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench,postgresql]'
 	touch $@
 
 # An editable install leaves the modules uncompiled, and where

@@ -36,11 +36,11 @@ MIN_LEASE_RENEW = 0.1
 # The mount option (-o KEY=VALUE) and the environment variable of each setting.
 ENV = {"s3_credentials": "WEBFS_S3_CREDENTIALS", "state_dir": "WEBFS_STATE_DIR",
        "block_cache": "WEBFS_BLOCK_CACHE", "s3_requests": "WEBFS_S3_REQUESTS",
-       "s3_staging": "WEBFS_S3_STAGING"}
+       "s3_staging": "WEBFS_S3_STAGING", "catalog_password_file": "WEBFS_CATALOG_PASSWORD_FILE"}
 LEASE_RENEW_ENV = "WEBFS_LEASE_RENEW"
 TAKE_LEASE_ENV = "WEBFS_TAKE_LEASE"
 _COUNTS = ("block_cache", "s3_requests", "s3_staging")
-_PATHS = ("s3_credentials", "state_dir")
+_PATHS = ("s3_credentials", "state_dir", "catalog_password_file")
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class BackendOptions:
     ec2_metadata: bool = False
     lease_renew: float = DEFAULT_LEASE_RENEW
     take_lease: bool = False
+    catalog_password_file: Optional[str] = None     # a PostgreSQL catalog's password (else libpq's places)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "BackendOptions":

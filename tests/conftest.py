@@ -319,3 +319,22 @@ def _check_lock_order(request):
     if request.node.path.name in LOCK_ORDER_FILES:
         request.getfixturevalue("lock_order")
     yield
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server for the whole session (tests/postgres.py), started
+    on first use and stopped at the end. Missing PostgreSQL fails, loudly."""
+    from postgres import Postgres
+    server = Postgres()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_catalog(postgres) -> str:
+    """The URL of a fresh database on the session's PostgreSQL server."""
+    return postgres.url(postgres.new_database())

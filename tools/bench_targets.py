@@ -444,6 +444,39 @@ class Webfs(Target):
             return None
 
 
+class WebfsPostgres(Webfs):
+    """webfs with its catalog in PostgreSQL (mkfs --catalog): a server of its
+    own, as the tests start one (tests/postgres.py: Debian's postgresql
+    package, a Unix socket only), a fresh database at each mkfs."""
+    description = "webfs over K disk directories, the catalog in PostgreSQL (a server of its own)"
+    server = None               # one per run, stopped when the run ends
+
+    def available(self):
+        why = super().available()
+        if why:
+            return why
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+        from postgres import pg_bindir
+        if pg_bindir() is None:
+            return "PostgreSQL is not installed (make deps installs Debian's postgresql package)"
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            return "psycopg is not installed (pip install 'webfs[postgresql]'; make deps does)"
+        return None
+
+    def mkfs(self):
+        from postgres import Postgres
+        if WebfsPostgres.server is None:
+            import atexit
+            WebfsPostgres.server = Postgres()
+            WebfsPostgres.server.start()
+            atexit.register(WebfsPostgres.server.stop)
+        url = WebfsPostgres.server.url(WebfsPostgres.server.new_database())
+        run([self.cmd(), "mkfs", "--catalog", url] + shlex.split(self.mkfs_opts or "") + self.backing(),
+            timeout=600)
+
+
 TARGETS = {
     "plain": Plain,
     "bindfs": Bindfs,
@@ -451,6 +484,7 @@ TARGETS = {
     "mergerfs": Mergerfs,
     "mergerfs-cached": MergerfsCached,
     "webfs": Webfs,
+    "webfs-pg": WebfsPostgres,
     "juicefs": Juicefs,
     "memfs": Memfs,
 }

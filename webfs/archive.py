@@ -114,6 +114,7 @@ ARCHIVE_KEYS: dict[str, ConfKey] = {k.name: k for k in (
     ConfKey("max_block", "int", 4096, 256 << 20, default=DEFAULT_MAX_BLOCK),
     ConfKey("catalog", "int", 0, MAX_DISK_INDEX, default=0),
     ConfKey("generation", "int", 0, 2**63 - 1, default=0),
+    ConfKey("catalog_url", "text", default=""),
 )}
 DISK_KEYS: dict[str, ConfKey] = {k.name: k for k in (
     ConfKey("uuid", "uuid", required=True),
@@ -159,6 +160,7 @@ class Config:
     created: str = ""
     catalog: int = 0            # the disk whose meta/catalog.db is the catalog
     generation: int = 0         # bumped at each save: the newest copy on the disks wins
+    catalog_url: str = ""       # the PostgreSQL database that holds the catalog ("": the SQLite file)
     disks: list[DiskInfo] = field(default_factory=list)
 
     def disk(self, index: int) -> DiskInfo:
@@ -175,7 +177,8 @@ class Config:
             "group_size": str(self.group_size), "codec": self.codec,
             "level": str(self.level), "store_mode": self.store_mode,
             "max_block": str(self.max_block), "catalog": str(self.catalog),
-            "generation": str(self.generation)}
+            "generation": str(self.generation),
+            **({"catalog_url": self.catalog_url} if self.catalog_url else {})}
         for d in sorted(self.disks, key=lambda d: d.index):
             cp[f"disk {d.index}"] = {"uuid": d.uuid, "weight": repr(d.weight), "path": d.path,
                                      **({"domain": d.domain} if d.domain else {})}

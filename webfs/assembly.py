@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Callable, Optional
 from . import signature as sigmod
 from .archive import Archive
 from .backends import BackendOptions
-from .mkfs import open_to_others
+from .mkfs import catalog_engine, open_to_others
+from .catalogengine import SQLITE
 from .catalog import Catalog, catalog_path
 from .catalogfile import check_catalog_file
 from .catalogmigration import needs_migration
@@ -101,8 +102,12 @@ def open_archive(path: str, holder: str = "webfs", lock: bool = True,
                 why if "WEBFS-DISK is missing" in why else
                 f"disk {archive.conf.catalog}, which holds the catalog, is missing or has lost it; "
                 f"'webfs fsck --rebuild-catalog --repair {path}' rebuilds it from the other disks")
-        check_catalog_file(catalog_path(primary.root))
-        catalog = _open_catalog(archive, catalog_path(primary.root), holder, locked=lock)
+        engine = catalog_engine(archive.conf, archive.backend_options)
+        if engine is SQLITE:
+            check_catalog_file(catalog_path(primary.root))
+            catalog = _open_catalog(archive, catalog_path(primary.root), holder, locked=lock)
+        else:
+            catalog = Catalog(catalog_path(primary.root), engine)
         _check_max_block(archive, catalog, write=lock)
         if "protection" not in kwargs:
             kwargs["protection"] = Parity(archive, catalog, kwargs.get("signature_fn", sigmod.signature),

@@ -10,6 +10,10 @@ JOURNAL let ``webfs fsck`` rebuild it.
 One connection is shared by the threads of a process behind a lock; the
 caller decides when to commit (a file's close, an admin step), because
 commits are the cost that batching saves.
+
+With ``webfs mkfs --catalog postgresql://...`` the same tables live in a
+PostgreSQL database instead (``webfs.catalogengine``: the engine layer and
+the SQL that differs); files beside the catalog stay in the disk's meta/.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from .block import HEADER_SIZE
+from .catalogengine import SQLITE
 from .catalogmigration import migrate_file
 from .errors import NoSpace
 from .signature import block_name
@@ -212,29 +217,22 @@ class SignatureLookup:
 
 
 class Catalog:
-    """The SQLite catalog of one archive."""
+    """The catalog of one archive: an SQLite file, or with ``engine`` a
+    PostgreSQL database (webfs.catalogengine rewrites the SQL below for it)."""
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, engine=SQLITE):
+        self.path = path                # the file, or where files beside the catalog go (engine: PostgreSQL)
+        self.engine = engine
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        migrate_file(path, SCHEMA, SCHEMA_VERSION)
-        self.db = sqlite3.connect(path, check_same_thread=False, timeout=30)
+        if engine is SQLITE:
+            migrate_file(path, SCHEMA, SCHEMA_VERSION)
+        self.db = engine.connect(path, CACHE_KIB, WAL_LIMIT)
         self.lock = lockorder.rlock("catalog")
         self._groups: dict[str, Optional[int]] = {}     # group -> disk (None: not mapped), as read
         # The namespace's rows kept in memory (webfs.namespace.NamespaceMemo),
         # made by the first NamespaceRows over this catalog; a rollback clears it.
         self.memo = None
-        self.db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL: a commit survives a killed process (it is in the OS's hands);
-        # fsync of the WAL happens at checkpoints and at 'webfs sync'.
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        # A small page cache: it was the daemon's memory that grew with the
-        # archive, and pages beyond it come from the OS's cache (measured:
-        # webfs-internals(7), "Memory that does not grow with the archive").
-        self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-        # The WAL is cut back to this after a checkpoint that left it longer.
-        self.db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
-        self.db.executescript(SCHEMA)
+        engine.create_schema(self.db, SCHEMA)
         with self.lock:
             self._migrate()
 
@@ -256,24 +254,31 @@ class Catalog:
         return self.db.total_changes
 
     @staticmethod
-    def reader(path: str) -> "Catalog":
+    def reader(path: str, engine=SQLITE, snapshot: bool = False) -> "Catalog":
         """A read-only connection to the catalog file ``path`` (for fsck, a private
-        copy: even a read-only open of a WAL database makes files beside it)."""
+        copy: even a read-only open of a WAL database makes files beside it);
+        with PostgreSQL, a connection of its own in one snapshot."""
         view = Catalog.__new__(Catalog)
         view.path = path
+        view.engine = engine
         view.lock = lockorder.rlock("catalog snapshot")
         view._groups = {}
         view.memo = None
-        view.db = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True,
-                                  check_same_thread=False)
+        if engine is SQLITE:
+            view.db = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True,
+                                      check_same_thread=False)
+        else:
+            view.db = engine.connect(snapshot=snapshot)
         return view
 
     def snapshot(self) -> "Catalog":
-        """A read-only view of the catalog as it is now (a WAL read transaction),
-        for long reads such as writing the MANIFEST while the mount goes on.
-        Take it under the lock, right after a commit; close it when done."""
-        view = Catalog.reader(self.path)
-        view.db.execute("BEGIN")
+        """A read-only view of the catalog as it is now (a WAL read transaction;
+        PostgreSQL: a REPEATABLE READ one), for long reads such as writing the
+        MANIFEST while the mount goes on. Take it under the lock, right after a
+        commit; close it when done."""
+        view = Catalog.reader(self.path, self.engine, snapshot=True)
+        if self.engine is SQLITE:
+            view.db.execute("BEGIN")
         view.db.execute("SELECT COUNT(*) FROM inodes").fetchone()     # the snapshot starts here
         return view
 
@@ -282,7 +287,10 @@ class Catalog:
             self.db.commit()
 
     def checkpoint(self) -> None:
-        """Copy the WAL into the database file, as far as no reader holds it back."""
+        """Copy the WAL into the database file, as far as no reader holds it back
+        (PostgreSQL: nothing to do, the server checkpoints)."""
+        if self.engine is not SQLITE:
+            return
         with self.lock:
             try:
                 self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -476,7 +484,10 @@ class Catalog:
         self.execute("DELETE FROM blocks WHERE id=?", (block_id,))
 
     def quick_check(self) -> str:
-        """SQLite's quick_check of the file: "ok", or its first complaint."""
+        """SQLite's quick_check of the file: "ok", or its first complaint
+        (PostgreSQL checks its own pages: "ok" once it answers)."""
+        if self.engine is not SQLITE:
+            return "ok" if self.scalar("SELECT 1") == 1 else "no answer"
         return self.scalar("PRAGMA quick_check")
 
     def block_refs(self) -> dict[tuple[str, int], tuple[int, int]]:
@@ -618,7 +629,10 @@ class Catalog:
         return self.scalar("SELECT max(id) FROM inodes") or 0
 
     def data_version(self) -> int:
-        """Moves when another connection commits (SQLite's PRAGMA data_version)."""
+        """Moves when another connection commits (SQLite's PRAGMA data_version;
+        PostgreSQL: the regular files' number and latest change, a scan)."""
+        if self.engine is not SQLITE:
+            return hash(self.file_totals())
         return self.scalar("PRAGMA data_version")
 
 

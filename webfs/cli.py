@@ -79,14 +79,17 @@ for command in WARC_COMMANDS + QUERY_COMMANDS:
               show_default=True, help="Default dedup mode: compare (same signature, size and "
               "SHA-256), regular (same signature and size) or force-new (none).")
 @click.option("--force", is_flag=True, help="Make the archive even if a directory is not empty.")
+@click.option("--catalog", "catalog_url", default="", metavar="URL",
+              help="Keep the catalog in this PostgreSQL database (postgresql://[user@]host[:port]/db, "
+              "no password in it) instead of an SQLite file on the first disk.")
 @click.argument("disks", nargs=-1, required=True, type=DiskPath(file_okay=False))
-def mkfs(depth, group_size, label, codec, level, store_mode, force, disks):
+def mkfs(depth, group_size, label, codec, level, store_mode, force, catalog_url, disks):
     """Make a new archive on the DISKS (empty directories), each root made
     mode 0700: its blocks and catalog show every file, whatever its mode."""
     from .mkfs import mkfs as make_archive
     conf = make_archive(list(disks), depth=depth, group_size=group_size, label=label,
                         codec=codec, level=level, store_mode=store_mode, force=force,
-                        options=options_given())
+                        options=options_given(), catalog_url=catalog_url)
     click.echo(f"made archive {conf.uuid} on {len(conf.disks)} disk(s), depth {conf.depth}, "
                f"parity group size {conf.group_size}")
     click.echo("each disk's root is mode 0700 (an S3 disk's: its local state directory): its blocks "
@@ -128,6 +131,7 @@ def format_status(st: dict) -> list[str]:
     lines = [f"archive {st['archive']}" + (f" ({st['label']})" if st["label"] else ""),
              f"  depth {st['depth']}, parity group size {st['group_size']}, "
              f"codec {st['codec']} level {st['level']}, store mode {st['store_mode']}",
+             *([f"  catalog: {st['catalog']}"] if "catalog" in st else []),
              f"  {'disk':>4}  {'state':11} {'blocks':>9} {'payload':>11} {'free':>11}  {'domain':21} path"]
     for d in st["disks"]:
         lines.append(f"  {d['index']:>4}  {d['state']:11} {d['blocks']:>9} {human(d['payload_bytes']):>11} "

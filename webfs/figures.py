@@ -36,6 +36,7 @@ def archive_figures(store) -> dict:
         "archive": store.conf.uuid, "label": store.conf.label, "depth": store.conf.depth,
         "group_size": store.conf.group_size, "codec": store.conf.codec, "level": store.conf.level,
         "store_mode": store.conf.store_mode, "disks": disks,
+        "catalog": _catalog_place(store),
         "blocks": totals["blocks"], "references": totals["refs"],
         "logical_bytes": totals["logical_bytes"], "distinct_bytes": totals["distinct_bytes"],
         "payload_bytes": totals["stored_bytes"], "block_bytes": stored_total,
@@ -44,6 +45,15 @@ def archive_figures(store) -> dict:
         "damaged": sorted(str(ContentKey(sig, overflow)) for sig, overflow in store.damaged),
         "protection": store.protection.status(),
     }
+
+def _catalog_place(store) -> str:
+    """Where the catalog is: its PostgreSQL URL (never a password: webfs.conf
+    holds none), or the SQLite file on the catalog's disk."""
+    from .catalogengine import redact
+    if store.conf.catalog_url:
+        return redact(store.conf.catalog_url)
+    return f"sqlite, meta/catalog.db of disk {store.conf.catalog}"
+
 
 def _ratio(a: int, b: int) -> Optional[float]:
     return round(a / b, 3) if b else None

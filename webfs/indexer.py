@@ -48,7 +48,7 @@ def location(store) -> str:
 
 
 def open_catalog_reader(store) -> Catalog:
-    return Catalog.reader(store.catalog.path)
+    return Catalog.reader(store.catalog.path, store.catalog.engine)
 
 
 def open_for_queries(store) -> Index:

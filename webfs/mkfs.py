@@ -14,6 +14,7 @@ from typing import Optional
 from . import FORMAT_VERSION
 from .archive import DEFAULT_LEVEL, DEFAULT_MAX_BLOCK, Config, DiskInfo, local_side
 from .backends import BackendOptions, is_url, normalize, open_backend
+from .backends.options import process_options
 from .block import utc_timestamp
 from .errors import ArchiveError
 from .signature import DEFAULT_DEPTH
@@ -28,9 +29,11 @@ def disk_id_text(conf: Config, disk: DiskInfo) -> str:
 def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int] = None,
          label: str = "", codec: str = "gzip", level: int = DEFAULT_LEVEL,
          store_mode: str = "compare", max_block: int = DEFAULT_MAX_BLOCK,
-         force: bool = False, options: Optional[BackendOptions] = None) -> Config:
+         force: bool = False, options: Optional[BackendOptions] = None,
+         catalog_url: str = "") -> Config:
     """Make a new archive on empty directories (created if absent), S3 disks
-    with ``options`` (None: the defaults).
+    with ``options`` (None: the defaults), the catalog in the PostgreSQL
+    database ``catalog_url`` if given (webfs.catalogengine), else in SQLite.
 
     One disk gets group size 2 unless told otherwise: no parity while it is
     alone, parity as soon as ``webfs add-disk`` gives it a second disk."""
@@ -48,10 +51,12 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
         raise ArchiveError(f"--group-size must be between 2 and the number of disks ({n}), not {g}")
     conf = Config(uuid=uuidmod.uuid4().hex, label=label, depth=depth, group_size=g,
                   codec=codec, level=level, store_mode=store_mode, max_block=max_block,
-                  created=utc_timestamp(),
+                  created=utc_timestamp(), catalog_url=catalog_url,
                   disks=[DiskInfo(i, uuidmod.uuid4().hex, 1.0, root, default_domain(root))
                          for i, root in enumerate(roots)])
     conf.validate("mkfs")
+    engine = catalog_engine(conf, options)
+    check_new_catalog(engine)
     check_new_remote(roots, options)
     for root in roots:
         if is_url(root):
@@ -73,7 +78,7 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
         be.write_atomic(CONF_FILE, conf.to_ini().encode(), fsync=True)
     from .catalog import ARCHIVE_META, Catalog, catalog_path
     from .catalogfile import consistent_copy
-    cat = Catalog(catalog_path(local_side(conf.disks[conf.catalog].path, options=options)))
+    cat = Catalog(catalog_path(local_side(conf.disks[conf.catalog].path, options=options)), engine)
     cat.set_meta("max_block", str(conf.max_block))   # pieces are found by offset // max_block
     cat.set_meta(ARCHIVE_META, conf.uuid)            # fsck tells a foreign catalog by it
     cat.commit()
@@ -82,6 +87,27 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
         if is_url(d.path):
             open_backend(d.path, options=options).sync(consistent_copy)      # its meta/ (the new catalog) to the bucket
     return conf
+
+
+def catalog_engine(conf: Config, options: Optional[BackendOptions] = None):
+    """The engine of an archive's catalog (webfs.catalogengine): SQLite, or the
+    PostgreSQL database of webfs.conf's catalog_url, with the password file
+    the command line named; ArchiveError for a URL webfs does not take."""
+    from .catalogengine import CatalogURLError, engine_of
+    try:
+        return engine_of(conf.catalog_url, (options or process_options()).catalog_password_file)
+    except CatalogURLError as exc:
+        raise ArchiveError(str(exc)) from None
+
+
+def check_new_catalog(engine) -> None:
+    """A PostgreSQL catalog's database must answer and hold no webfs catalog
+    yet (one archive per database): else ArchiveError, before anything is written."""
+    if not engine.url:
+        return
+    if engine.holds_catalog():
+        raise ArchiveError(f"--catalog {engine.url}: the database holds a webfs catalog already "
+                           "(one archive per database); name an empty database")
 
 
 def default_domain(location: str) -> str:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import sqlite3
 import stat
 import tempfile
 from typing import Callable, Iterator, Optional
@@ -44,7 +43,9 @@ from ..backends.local import TMP_SUFFIX
 from ..archive import Archive
 from ..backends import BackendOptions
 from ..catalog import ARCHIVE_META, BlockRow, Catalog, catalog_path
+from ..catalogengine import SQLITE, database_error
 from ..catalogfile import check_catalog_file
+from ..mkfs import catalog_engine
 from ..errors import ArchiveError, CatalogUnreadable, CorruptBlock, WebfsError
 from ..namespace import NamespaceRows
 from ..signature import content_digest
@@ -81,17 +82,20 @@ def open_readonly(disk: str, holder: str = "webfs fsck", options: Optional[Backe
     copy_dir = ""
     try:
         primary = archive.volumes.get(archive.conf.catalog)
-        if primary is None or not os.path.exists(catalog_path(primary.root)):
+        engine = catalog_engine(archive.conf, options or archive.backend_options)
+        if primary is None or (engine is SQLITE and not os.path.exists(catalog_path(primary.root))):
             raise ArchiveError(
                 f"disk {archive.conf.catalog}, which holds the catalog, is missing or has lost it; "
                 f"'webfs fsck --rebuild-catalog --repair {disk}' rebuilds it from the other disks")
         original = catalog_path(primary.root)
         copy_dir = tempfile.mkdtemp(prefix="webfs-fsck-")
-        copy = private_copy(original, copy_dir)
         intents = os.path.join(primary.root, INTENT_FILE)
         if os.path.exists(intents):
             shutil.copyfile(intents, os.path.join(copy_dir, os.path.basename(INTENT_FILE)))
-        catalog = Catalog(copy)
+        if engine is SQLITE:
+            catalog = Catalog(private_copy(original, copy_dir))
+        else:       # PostgreSQL: one read-only snapshot of the database (files beside it: copy_dir)
+            catalog = Catalog.reader(os.path.join(copy_dir, os.path.basename(original)), engine, snapshot=True)
         parity = Parity(archive, catalog, recover=False)
         return ReadOnlyStore(archive, catalog, copy_dir, original, protection=parity)
     except BaseException:
@@ -299,14 +303,18 @@ def catalog_state(archive: Archive, copy: Optional[str]) -> Optional[str]:
     vol = archive.volumes.get(archive.conf.catalog)
     if vol is None:
         return f"disk {archive.conf.catalog}, which holds the catalog, is missing"
-    where = catalog_path(vol.root)
-    if copy is None:
-        return f"{where}: missing"
-    try:
-        check_catalog_file(copy)
-    except CatalogUnreadable as exc:
-        return str(exc).split(";")[0].replace(copy, where)
-    cat = Catalog.reader(copy)
+    engine = catalog_engine(archive.conf, archive.backend_options)
+    if engine is SQLITE:
+        where = catalog_path(vol.root)
+        if copy is None:
+            return f"{where}: missing"
+        try:
+            check_catalog_file(copy)
+        except CatalogUnreadable as exc:
+            return str(exc).split(";")[0].replace(copy, where)
+    else:
+        where = f"the catalog in {engine.url}"
+    cat = Catalog.reader(copy or "", engine, snapshot=engine is not SQLITE)
     try:
         owner = cat.get_meta(ARCHIVE_META)
         if owner and owner != archive.conf.uuid:
@@ -325,7 +333,9 @@ def catalog_state(archive: Archive, copy: Optional[str]) -> Optional[str]:
         if cat.block_count():
             return f"{where}: knows none of the blocks on the disks (not this archive's catalog)"
         return f"{where}: knows no block, but the disks hold blocks (an empty catalog)"
-    except sqlite3.DatabaseError as exc:
+    except Exception as exc:
+        if not database_error(exc):
+            raise
         return f"{where}: damaged: {exc}"
     finally:
         cat.close()

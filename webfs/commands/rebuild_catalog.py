@@ -392,6 +392,10 @@ def rebuild_step(disk: str, repair: bool, force: bool, say: Callable[[str], None
     place and fsck goes on to check it. Unusable records go to ``problems``;
     S3 disks are opened with ``options``."""
     archive = Archive.open(disk, options=options)
+    if archive.conf.catalog_url:
+        raise RebuildRefused(f"the catalog is in the PostgreSQL database {archive.conf.catalog_url}: "
+                             "--rebuild-catalog rebuilds SQLite catalogs only (restore the database from "
+                             f"a dump; 'webfs fsck {disk}' checks it)")
     # Read-only first: a refused --repair writes nothing either (not even the lock's holder).
     archive.lock("webfs fsck --rebuild-catalog", write=False)
     scratch = tempfile.mkdtemp(prefix="webfs-rebuild-")

@@ -14,7 +14,8 @@ def parity_status(archive: Archive, catalog: Catalog, layout: StripeLayout,
                   write_behind: WriteBehind) -> dict:
     """What ``webfs status`` shows of parity."""
     stripes, open_, dirty, parity_bytes = catalog.query(
-        "SELECT COUNT(*), COALESCE(SUM(members < ?), 0), COALESCE(SUM(state != 'ok'), 0), "
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN members < ? THEN 1 ELSE 0 END), 0), "
+        "COALESCE(SUM(CASE WHEN state != 'ok' THEN 1 ELSE 0 END), 0), "
         "COALESCE(SUM(length), 0) FROM stripes", (layout.width,))[0]
     protected, protected_bytes = catalog.query(
         "SELECT COUNT(*), COALESCE(SUM(stored), 0) FROM blocks WHERE stripe IS NOT NULL")[0]
