@@ -14,7 +14,6 @@ from typing import Optional
 from . import FORMAT_VERSION
 from .archive import DEFAULT_LEVEL, DEFAULT_MAX_BLOCK, Config, DiskInfo, local_side
 from .backends import BackendOptions, is_url, normalize, open_backend
-from .backends.options import process_options
 from .block import utc_timestamp
 from .errors import ArchiveError
 from .signature import DEFAULT_DEPTH
@@ -95,7 +94,7 @@ def catalog_engine(conf: Config, options: Optional[BackendOptions] = None):
     the command line named; ArchiveError for a URL webfs does not take."""
     from .catalogengine import CatalogURLError, engine_of
     try:
-        return engine_of(conf.catalog_url, (options or process_options()).catalog_password_file)
+        return engine_of(conf.catalog_url, (options or BackendOptions()).catalog_password_file)
     except CatalogURLError as exc:
         raise ArchiveError(str(exc)) from None
 
