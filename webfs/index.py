@@ -19,15 +19,18 @@ recorded in the catalog (meta key ``index_dir``). Losing it loses nothing:
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import sqlite3
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 log = logging.getLogger(__name__)
 
 INDEX_FILE = "index.db"
+LOCK_FILE = "index.lock"        # held (flock) by the one process making a pass over the index
 INDEX_VERSION = "2"             # another version is made again, not read (derived data)
 INDEX_DIR_META = "index_dir"            # catalog meta key: where the index lives, if not beside the catalog
 
@@ -68,6 +71,20 @@ def remove(directory: str) -> None:
             os.remove(os.path.join(directory, INDEX_FILE + suffix))
         except FileNotFoundError:
             pass
+
+
+@contextlib.contextmanager
+def pass_lock(directory: str) -> Iterator[None]:
+    """Be the one process writing the index in ``directory`` (a mount's
+    indexing process and a ``webfs search`` in its daemon take turns): an
+    flock on its lock file, which the kernel lets go if the holder dies."""
+    os.makedirs(directory, exist_ok=True)
+    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def index_dir(catalog_file: str, recorded: Optional[str]) -> str:
