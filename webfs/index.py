@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -92,6 +93,7 @@ def index_dir(catalog_file: str, recorded: Optional[str]) -> str:
     return recorded or os.path.dirname(catalog_file)
 
 
+@functools.lru_cache(maxsize=1 << 16)       # the pages of a site link to the same URLs
 def url_hash(url: str) -> int:
     """The number a URL is kept as in ``urls``: 64 bits of its BLAKE2b, so that
     two URLs of an archive share one by a chance of about 3 in 10,000 at
