@@ -238,3 +238,26 @@ def test_every_page_is_indexed_when_the_import_returns_even_if_its_indexer_dies(
         pages_made += size
         assert indexed_files(disk, "wildebeest") == pages_made
         assert (said in proc.stderr) == (kill is not None)
+
+
+def test_a_mount_leaves_its_index_behind_an_import_running_in_it(tmp_path):
+    """The mount's keeper makes no pass while an import runs in the mount
+    (within IMPORT_BUSY_INTERVAL of its last), and one as soon as it ends."""
+    disk = make_archive(tmp_path / "a", 2)[0]
+    webfs("import", crawl(tmp_path / "src", "crawl-2014", "20140301000000", {}), f"{disk}:/")
+    store = open_archive(str(disk), holder="test")
+    keeper = indexer.Keeper(store)
+    try:
+        keeper.step()
+        with sqlite3.connect(disk / "meta" / "index.db") as db:
+            db.execute("DELETE FROM files")     # three files for the next pass to index again
+        db.close()
+        keeper.poke()
+        with indexer.imports_running:
+            keeper.step()
+            assert indexed_files(disk, "perennial OR home OR zebra OR creme") == 0
+        keeper.step()
+        assert indexed_files(disk, "perennial OR home OR zebra OR creme") == 3
+    finally:
+        keeper.close()
+        store.close()

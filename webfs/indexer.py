@@ -29,6 +29,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 from typing import Optional
 
@@ -380,15 +381,42 @@ def serve_apart() -> None:
 
 
 KEEP_INTERVAL = 2.0             # seconds between the mount's looks at the catalog
-APART_AFTER = 500               # files one pass of a mount indexed before its passes move to a process of their own
+APART_AFTER = 500               # files to index at once before a mount's passes move to a process of their own
+IMPORT_BUSY_INTERVAL = 30.0     # seconds a mount's index may fall behind an import running in it
+
+
+class Imports:
+    """How many imports run in this process (a mount's, through webfs import
+    or import-warc on its mount point): its passes wait for them, as for a
+    copy into the mount, so that parsing pages does not take the CPU the
+    import needs; the import's end asks for a pass (``Keeper.poke``)."""
+
+    def __init__(self):
+        self._lock = lockorder.lock("imports running")
+        self._running = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self._running += 1
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._running -= 1
+
+    def running(self) -> bool:
+        return self._running > 0
+
+
+imports_running = Imports()
 
 
 class Keeper:
     """The mount's background indexing: a pass whenever the catalog changed
     (SQLite's ``data_version`` moves when another connection commits) or an
     import asked; the first step catches up what a crash left unindexed.
-    Passes are made here until one had ``apart_after`` files to index (a
-    copy or an import into the mount), then by an ``Apart`` process."""
+    Passes are made here until one has ``apart_after`` files to index (a
+    copy or an import into the mount), then by an ``Apart`` process; while
+    an import runs in the mount, at most every ``IMPORT_BUSY_INTERVAL``."""
 
     def __init__(self, store, apart_after: int = APART_AFTER):
         self.store = store
@@ -397,6 +425,8 @@ class Keeper:
         self.watch = open_catalog_reader(store)
         self.apart_after = apart_after
         self.apart: Optional[Apart] = None
+        self.files_seen: Optional[int] = None       # files in the catalog at the last pass
+        self.last_pass = 0.0                        # time.monotonic() of the last pass
 
     def poke(self) -> None:
         self.poked.set()
@@ -416,9 +446,14 @@ class Keeper:
         version = self.watch.data_version()
         if version == self.seen and not self.poked.is_set():
             return
+        if imports_running.running() and time.monotonic() - self.last_pass < IMPORT_BUSY_INTERVAL:
+            return
         self.poked.clear()
+        files = self.watch.file_totals()[0]
+        if self.files_seen is not None and files - self.files_seen >= self.apart_after:
+            self.apart_after = 0                # a copy or an import made many: apart from now on
         counts = self.catch_up()
-        self.seen = version
+        self.seen, self.files_seen, self.last_pass = version, files, time.monotonic()
         if counts["indexed"] or counts["dropped"]:
             log.info("index: %d files indexed (%d new documents), %d dropped",
                      counts["indexed"], counts["documents"], counts["dropped"])
@@ -499,7 +534,8 @@ def indexed(command):
     the keeper's background pass, which the import does not wait for."""
     def run(archive, progress, **options):
         if archive.after_import is not None:
-            result = command(archive, progress, **options)
+            with imports_running:
+                result = command(archive, progress, **options)
             archive.after_import()
             return result
         if not enabled():
