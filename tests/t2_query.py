@@ -207,6 +207,13 @@ def test_a_killed_indexing_process_is_said_and_its_pass_made_here(tmp_path, monk
         assert counts["indexed"] == 3 and keeper.apart is None
         monkeypatch.delenv("WEBFS_TEST_KILL_AT")
         assert keeper.catch_up()["indexed"] == 0 and keeper.apart is not None
+        # A pass that fails there is made here, and fails here too: said by the caller.
+        shutil.move(disk / "meta" / "index.db", tmp_path / "index.db")
+        (disk / "meta" / "index.db").mkdir()
+        with pytest.raises(sqlite3.OperationalError, match="unable to open"):
+            keeper.catch_up()
+        (disk / "meta" / "index.db").rmdir()
+        shutil.move(tmp_path / "index.db", disk / "meta" / "index.db")
     finally:
         keeper.close()
         store.close()

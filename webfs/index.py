@@ -125,6 +125,8 @@ class Index:
             os.makedirs(directory, exist_ok=True)
             try:
                 self._open()
+            except sqlite3.OperationalError:
+                raise                   # not opened at all (a directory in its place): not its content's fault
             except sqlite3.DatabaseError as exc:
                 # Derived data: a damaged index, or one of another version, is made again, not repaired.
                 log.warning("%s: %s; made again from the archive", self.path, exc)

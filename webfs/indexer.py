@@ -460,12 +460,16 @@ class Keeper:
 
     def catch_up(self) -> dict:
         """One pass, in the indexing process once there is one; if that
-        process ends, it is said and the pass made here (the next starts another)."""
+        process ends, it is said and the pass made here (the next starts
+        another); if its pass fails, it is made here too, which says why if
+        it fails again (an archive the process could not open is indexed)."""
         try:
             if self.apart is None and self.apart_after <= 0:
                 self.apart = Apart(self.store)
             if self.apart is not None:
                 return self.apart.run_pass()
+        except IndexingFailed as exc:
+            log.debug("the indexing process's pass failed (%s); made here", exc)
         except IndexerGone as exc:
             log.warning("%s; indexing in this process instead", exc)
             self.apart.close()
