@@ -4,6 +4,7 @@ webfs reindex makes the index again from the archive alone."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import make_archive, webfs, webfs_here
+from webfs import indexer
+from webfs.assembly import open_archive
 from t2_warc import write_warc
 
 KNOWN = (b"<html><head><title>Stanford Database Group</title><script>var scriptonly = 1;</script></head>"
@@ -205,3 +208,83 @@ def test_a_search_of_a_disk_loads_no_mount_s3_or_replay_module(archive):
     loaded = imported_modules(proc)
     assert "webfs.searching" in loaded                     # the hook saw the command's own modules
     assert loaded & NOT_FOR_A_SEARCH == set()
+
+
+def test_a_killed_indexing_process_is_said_and_its_pass_made_here(tmp_path, monkeypatch, caplog):
+    """The indexing process (indexer.Apart) killed (kill -9) at its first file:
+    the keeper says so and makes that pass itself; the next pass starts another
+    process. It reads the archive while another holds the archive's lock."""
+    disk = make_archive(tmp_path / "a", 2)[0]
+    webfs("import", crawl(tmp_path / "src", "crawl-2014", "20140301000000", {}), f"{disk}:/",
+          env=dict(os.environ, WEBFS_INDEX="0"))
+    store = open_archive(str(disk), holder="test")
+    keeper = indexer.Keeper(store, apart_after=0)
+    try:
+        monkeypatch.setenv("WEBFS_TEST_KILL_AT", "index-after-file")
+        with caplog.at_level(logging.WARNING):
+            counts = keeper.catch_up()
+        assert "the indexing process ended (killed by signal 9); indexing in this process instead" in caplog.text
+        assert counts["indexed"] == 3 and keeper.apart is None
+        monkeypatch.delenv("WEBFS_TEST_KILL_AT")
+        assert keeper.catch_up()["indexed"] == 0 and keeper.apart is not None
+        # A pass that fails there is made here, and fails here too: said by the caller.
+        shutil.move(disk / "meta" / "index.db", tmp_path / "index.db")
+        (disk / "meta" / "index.db").mkdir()
+        with pytest.raises(sqlite3.OperationalError, match="unable to open"):
+            keeper.catch_up()
+        (disk / "meta" / "index.db").rmdir()
+        shutil.move(tmp_path / "index.db", disk / "meta" / "index.db")
+    finally:
+        keeper.close()
+        store.close()
+    assert search(disk, "zebra") == ["/crawl-2014/http/example.com/@20140301000000"]
+
+
+def indexed_files(disk: Path, word: str) -> int:
+    """Files whose document holds ``word``, read from the index as it is (no pass first)."""
+    db = sqlite3.connect(disk / "meta" / "index.db")
+    try:
+        return db.execute("SELECT count(*) FROM files JOIN docs_text ON docs_text.rowid = files.doc "
+                          "WHERE docs_text MATCH ?", (word,)).fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_every_page_is_indexed_when_the_import_returns_even_if_its_indexer_dies(tmp_path):
+    """When an import returns, the index holds every page it made, though in
+    the second import (2,000 new pages: long enough to index apart as it goes)
+    its indexing process was killed at its first file (said; the import
+    indexes the rest itself)."""
+    disk = make_archive(tmp_path / "a", 2)[0]
+    said = b"the indexing process ended (killed by signal 9); indexing in this process instead"
+    pages_made = 0
+    for n, size, kill in ((1, 600, None), (2, 2000, "index-after-file")):
+        pages = {f"http/example.com/p{i}.html": b"<title>Page %d %d</title>gnu wildebeest" % (n, i) for i in range(size)}
+        src = crawl(tmp_path / f"src{n}", "crawl-2016", "20160301000000", pages)
+        proc = webfs("import", src, f"{disk}:/import{n}", env=dict(os.environ, **({"WEBFS_TEST_KILL_AT": kill} if kill else {})))
+        pages_made += size
+        assert indexed_files(disk, "wildebeest") == pages_made
+        assert (said in proc.stderr) == (kill is not None)
+
+
+def test_a_mount_leaves_its_index_behind_an_import_running_in_it(tmp_path):
+    """The mount's keeper makes no pass while an import runs in the mount
+    (within IMPORT_BUSY_INTERVAL of its last), and one as soon as it ends."""
+    disk = make_archive(tmp_path / "a", 2)[0]
+    webfs("import", crawl(tmp_path / "src", "crawl-2014", "20140301000000", {}), f"{disk}:/")
+    store = open_archive(str(disk), holder="test")
+    keeper = indexer.Keeper(store)
+    try:
+        keeper.step()
+        with sqlite3.connect(disk / "meta" / "index.db") as db:
+            db.execute("DELETE FROM files")     # three files for the next pass to index again
+        db.close()
+        keeper.poke()
+        with indexer.imports_running:
+            keeper.step()
+            assert indexed_files(disk, "perennial OR home OR zebra OR creme") == 0
+        keeper.step()
+        assert indexed_files(disk, "perennial OR home OR zebra OR creme") == 3
+    finally:
+        keeper.close()
+        store.close()

@@ -372,6 +372,7 @@ class Archive:
         self._lock_fds: list[int] = []
         self._leases: list[BucketLease] = []
         self._holder = ""
+        self.writer = False             # holds the lock to write: no other process writes its catalog
 
     @classmethod
     def open(cls, path: str, delays: Optional[dict[int, float]] = None,
@@ -469,6 +470,7 @@ class Archive:
         self._lock_fds = taken
         self._leases = leases
         self._holder = holder
+        self.writer = write
 
     def attach(self, disk: DiskInfo) -> Volume:
         """Bring a new disk into the open archive (``webfs add-disk``): its
@@ -526,6 +528,7 @@ class Archive:
         for fd in self._lock_fds:
             os.close(fd)
         self._lock_fds = []
+        self.writer = False
 
     def holder(self) -> Optional[str]:
         """Who holds the lock, or None if it is free."""

@@ -23,6 +23,8 @@ MAX_TEXT = 256 * 1024           # characters of text indexed per document: a pag
 MAX_LINKS = 2000                # out-links kept per document
 DROPPED_TAGS = ["script", "style", "noscript", "template", "svg"]
 LINK_TAGS = (("a", "href"), ("area", "href"), ("frame", "src"), ("iframe", "src"))
+LINK_SELECTOR = ", ".join(f"{tag}[{attr}]" for tag, attr in LINK_TAGS)
+LINK_ATTR = dict(LINK_TAGS)
 _SPACE = re.compile(r"\s+")
 _CHARSET = re.compile(rb"charset\s*=\s*[\"']?([A-Za-z0-9_.:-]+)", re.I)
 
@@ -98,16 +100,15 @@ def _links(tree: HTMLParser, base: str) -> list[str]:
     """Distinct http(s) out-links, resolved against ``base``, fragments cut, in page order."""
     seen: dict[str, None] = {}
     resolve = _Resolver(base)
-    for tag, attr in LINK_TAGS:
-        for node in tree.css(f"{tag}[{attr}]"):
-            href = (node.attributes.get(attr) or "").strip()
-            if not href or href.startswith(("#", "javascript:", "mailto:", "data:")):
-                continue
-            full = resolve(href)
-            if full:
-                seen.setdefault(full, None)
+    for node in tree.css(LINK_SELECTOR):        # one walk of the tree, not one a tag
+        href = (node.attributes.get(LINK_ATTR.get(node.tag, "href")) or "").strip()
+        if not href or href.startswith(("#", "javascript:", "mailto:", "data:")):
+            continue
+        full = resolve(href)
+        if full:
+            seen.setdefault(full, None)
             if len(seen) >= MAX_LINKS:
-                return list(seen)
+                break
     return list(seen)
 
 

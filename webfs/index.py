@@ -19,15 +19,19 @@ recorded in the catalog (meta key ``index_dir``). Losing it loses nothing:
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import functools
 import hashlib
 import logging
 import os
 import sqlite3
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 log = logging.getLogger(__name__)
 
 INDEX_FILE = "index.db"
+LOCK_FILE = "index.lock"        # held (flock) by the one process making a pass over the index
 INDEX_VERSION = "2"             # another version is made again, not read (derived data)
 INDEX_DIR_META = "index_dir"            # catalog meta key: where the index lives, if not beside the catalog
 
@@ -70,11 +74,26 @@ def remove(directory: str) -> None:
             pass
 
 
+@contextlib.contextmanager
+def pass_lock(directory: str) -> Iterator[None]:
+    """Be the one process writing the index in ``directory`` (a mount's
+    indexing process and a ``webfs search`` in its daemon take turns): an
+    flock on its lock file, which the kernel lets go if the holder dies."""
+    os.makedirs(directory, exist_ok=True)
+    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def index_dir(catalog_file: str, recorded: Optional[str]) -> str:
     """Where the index of the archive whose catalog is ``catalog_file`` lives."""
     return recorded or os.path.dirname(catalog_file)
 
 
+@functools.lru_cache(maxsize=1 << 16)       # the pages of a site link to the same URLs
 def url_hash(url: str) -> int:
     """The number a URL is kept as in ``urls``: 64 bits of its BLAKE2b, so that
     two URLs of an archive share one by a chance of about 3 in 10,000 at
@@ -106,6 +125,8 @@ class Index:
             os.makedirs(directory, exist_ok=True)
             try:
                 self._open()
+            except sqlite3.OperationalError:
+                raise                   # not opened at all (a directory in its place): not its content's fault
             except sqlite3.DatabaseError as exc:
                 # Derived data: a damaged index, or one of another version, is made again, not repaired.
                 log.warning("%s: %s; made again from the archive", self.path, exc)

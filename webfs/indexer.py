@@ -11,25 +11,35 @@ the last one missed. A document is read and parsed once per signature.
 
 The mount runs a pass in the background every few seconds while the catalog
 changes (``PRAGMA data_version``); ``webfs import`` and ``import-warc`` run
-one when they finish (``after_import``); ``webfs reindex`` runs one on an
-empty index.
+them as they commit and a last one when they finish (``Alongside``);
+``webfs reindex`` runs one on an empty index. The passes of a mount and of
+an import run in a process of their own (``Apart``), which opens the
+archive read-only: reading and parsing pages then uses another core instead
+of the interpreter the import or the mount's requests run in.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import mimetypes
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 import weakref
+from multiprocessing.connection import Connection
 from typing import Optional
 
-from . import lockorder, query, urlpath
+from . import lockorder, query, testkill, urlpath
+from .assembly import open_archive
 from .catalog import Catalog
 from .errors import WebfsError
 from .extract import extract, host_of, link_key
-from .index import INDEX_DIR_META, Index, index_dir, remove
+from .index import INDEX_DIR_META, INDEX_FILE, Index, index_dir, pass_lock, remove
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +135,7 @@ class Pass:
                 self.progress.set_total(len(todo), "indexing")
             for n, (ino, ctime) in enumerate(todo, 1):
                 self._file(ino, ctime)
+                testkill.point("index-after-file")
                 if n % BATCH == 0:
                     self.index.commit()
                 if self.progress is not None:
@@ -225,24 +236,44 @@ def _digits(warc_date: str) -> str:
 
 _one_pass = lockorder.lock("index pass")        # a search's pass and the mount's never overlap
 
-# catalog -> (index location, its write count as the last pass here began). A
-# mount's daemon is the only writer of its catalog: while the count stays, the
-# index is current and a search's pass has nothing to look at (it compared the
-# 11,000 stamps of an import's slack window, most of a search's time).
+# catalog -> (index location, its write count as the last pass here began, the
+# index's files as that pass left them). A mount's daemon is the only writer of
+# its catalog: while all three stay, the index is current and a search's pass
+# has nothing to look at (it compared the stamps of an import's slack window,
+# most of a search's time).
 _current: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 NOTHING_DONE = {"indexed": 0, "documents": 0, "dropped": 0, "dropped_documents": 0}
 
 
 def catch_up(store, progress=None) -> dict:
     """One pass: index what changed in the catalog since the last (none, when
-    nothing was written through this catalog since the last pass began)."""
-    with _one_pass:
-        seen = (location(store), store.catalog.write_count())
-        if _current.get(store.catalog) == seen:
+    this process is the archive's one writer, nothing was written through its
+    catalog and the index's files are as the last pass here left them; a
+    reader's own count never moves, so the indexing process and other readers
+    always look)."""
+    where = location(store)
+    with _one_pass, pass_lock(where):
+        writes = store.catalog.write_count() if store.archive.writer else None
+        if writes is not None and _current.get(store.catalog) == (where, writes, _files_now(where)):
             return dict(NOTHING_DONE)
         counts = _pass(store, progress)
-        _current[store.catalog] = seen
+        if writes is not None:
+            _current[store.catalog] = (where, writes, _files_now(where))
         return counts
+
+
+def _files_now(where: str) -> tuple:
+    """The index's files as they are (another process's pass, or the file
+    replaced or damaged, moves it: then the next pass looks again)."""
+    now = []
+    for name in (INDEX_FILE, INDEX_FILE + "-wal"):
+        try:
+            st = os.stat(os.path.join(where, name))
+        except OSError:
+            now.append(None)
+        else:
+            now.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(now)
 
 
 def _pass(store, progress) -> dict:
@@ -256,10 +287,12 @@ def _pass(store, progress) -> dict:
 def rebuild(store, progress=None, directory: Optional[str] = None) -> dict:
     """Throw the index away and make it again from the catalog and blocks;
     ``directory``: keep it there from now on (recorded in the catalog). Under
-    the pass lock: a mount's keeper never writes into a file being removed."""
-    with _one_pass:
+    the pass locks of both places: a mount's keeper never writes into a file
+    being removed."""
+    old = location(store)
+    new = old if directory is None else os.path.abspath(directory)
+    with _one_pass, pass_lock(old), pass_lock(new) if new != old else contextlib.nullcontext():
         _current.pop(store.catalog, None)
-        old = location(store)
         if directory is not None:
             store.catalog.set_meta(INDEX_DIR_META, os.path.abspath(directory))
             store.commit()
@@ -282,38 +315,168 @@ def enabled() -> bool:
     return _enabled
 
 
-def after_import(store) -> None:
-    """Index what an import on the disks made, at once (in a mount the
-    keeper's background pass does, told by ``OpenArchive.after_import``)."""
-    if not enabled():
-        return
-    try:
-        catch_up(store)
-    except (OSError, sqlite3.Error) as exc:
-        log.warning("the query index was not brought up to date (%s); 'webfs reindex' rebuilds it", exc)
+class IndexingFailed(WebfsError):
+    """A pass in the indexing process failed (the index could not be written)."""
 
+
+class IndexerGone(WebfsError):
+    """The indexing process ended without answering (killed, or crashed)."""
+
+
+APART_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from webfs.indexer import serve_apart; serve_apart()"
+APART_STOP_SECONDS = 10         # a pass that outlasts this at unmount is killed: the next one redoes its batch
+
+
+class Apart:
+    """Index passes made by a process of its own, one at a time, each when
+    asked (``run_pass``): it opens the archive read-only (as ``webfs status``
+    does) and makes the pass as ``catch_up`` would here, while the asking
+    thread waits on a pipe without holding the interpreter. What it logs is
+    logged here, with its answer."""
+
+    def __init__(self, store):
+        code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self.child = subprocess.Popen([sys.executable, "-c", APART_MAIN, code],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.requests = Connection(os.dup(self.child.stdin.fileno()))
+        self.replies = Connection(os.dup(self.child.stdout.fileno()))
+        self.child.stdin.close()
+        self.child.stdout.close()
+        self.requests.send((store.archive.opened_from, store.archive.backend_options,
+                            logging.getLogger().getEffectiveLevel()))
+
+    def run_pass(self) -> dict:
+        try:
+            self.requests.send("pass")
+            kind, answer, said = self.replies.recv()
+        except (EOFError, OSError):
+            raise IndexerGone(f"the indexing process ended ({self._ended()})") from None
+        for level, name, text in said:
+            logging.getLogger(name).log(level, "%s", text)
+        if kind == "failed":
+            raise IndexingFailed(answer)
+        return answer
+
+    def _ended(self) -> str:
+        code = self._wait()
+        return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+
+    def _wait(self) -> int:
+        try:
+            return self.child.wait(APART_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            return self.child.wait()
+
+    def close(self) -> None:
+        """End the process (its requests closed, it ends after its pass)."""
+        self.requests.close()
+        self._wait()
+        self.replies.close()
+
+
+class _Said(logging.Handler):
+    """The indexing process's log records, kept to go with its answer."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[tuple[int, str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.levelno, record.name, record.getMessage()))
+
+    def take(self) -> list[tuple[int, str, str]]:
+        taken, self.records = self.records, []
+        return taken
+
+
+def serve_apart() -> None:
+    """The indexing process (``Apart``): a pass for each request on standard
+    input, its answer on standard output; ends when its input closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)        # Ctrl-C is the importing process's to act on
+    testkill.arm()
+    requests, replies = Connection(os.dup(0)), Connection(os.dup(1))
+    os.dup2(2, 1)                                       # nothing else reaches the pipe
+    where, options, level = requests.recv()
+    said = _Said()
+    logging.getLogger().handlers[:] = [said]
+    logging.getLogger().setLevel(level)
+    store = None
+    try:
+        while True:
+            try:
+                requests.recv()
+            except EOFError:
+                return
+            try:
+                store = store or open_archive(where, lock=False, options=options)
+                answer = ("done", catch_up(store))
+            except (OSError, sqlite3.Error, WebfsError) as exc:
+                answer = ("failed", str(exc))
+            replies.send(answer + (said.take(),))
+    finally:
+        if store is not None:
+            store.catalog.close()
 
 
 KEEP_INTERVAL = 2.0             # seconds between the mount's looks at the catalog
+APART_AFTER = 500               # files to index at once before a mount's passes move to a process of their own
+IMPORT_BUSY_INTERVAL = 30.0     # seconds a mount's index may fall behind an import running in it
+
+
+class Imports:
+    """How many imports run in this process (a mount's, through webfs import
+    or import-warc on its mount point): its passes wait for them, as for a
+    copy into the mount, so that parsing pages does not take the CPU the
+    import needs; the import's end asks for a pass (``Keeper.poke``)."""
+
+    def __init__(self):
+        self._lock = lockorder.lock("imports running")
+        self._running = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self._running += 1
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._running -= 1
+
+    def running(self) -> bool:
+        return self._running > 0
+
+
+imports_running = Imports()
 
 
 class Keeper:
     """The mount's background indexing: a pass whenever the catalog changed
     (SQLite's ``data_version`` moves when another connection commits) or an
-    import asked; the first step catches up what a crash left unindexed."""
+    import asked; the first step catches up what a crash left unindexed.
+    Passes are made here until one has ``apart_after`` files to index (a
+    copy or an import into the mount), then by an ``Apart`` process; while
+    an import runs in the mount, at most every ``IMPORT_BUSY_INTERVAL``."""
 
-    def __init__(self, store):
+    def __init__(self, store, apart_after: int = APART_AFTER):
         self.store = store
         self.seen: Optional[int] = None
         self.poked = threading.Event()
         self.watch = open_catalog_reader(store)
+        self.apart_after = apart_after
+        self.apart: Optional[Apart] = None
+        self.files_seen: Optional[int] = None       # files in the catalog at the last pass
+        self.last_pass = 0.0                        # time.monotonic() of the last pass
 
     def poke(self) -> None:
         self.poked.set()
 
     def close(self) -> None:
-        """Close the watching connection: the catalog's WAL is removed at unmount
-        only by its last connection (an 8 MiB WAL was left in meta/)."""
+        """End the indexing process and close the watching connection: the
+        catalog's WAL is removed at unmount only by its last connection (an
+        8 MiB WAL was left in meta/)."""
+        if self.apart is not None:
+            self.apart.close()
+            self.apart = None
         self.watch.close()
 
     def step(self) -> None:
@@ -322,25 +485,54 @@ class Keeper:
         version = self.watch.data_version()
         if version == self.seen and not self.poked.is_set():
             return
+        if imports_running.running() and time.monotonic() - self.last_pass < IMPORT_BUSY_INTERVAL:
+            return
         self.poked.clear()
-        counts = catch_up(self.store)
-        self.seen = version
+        files = self.watch.file_totals()[0]
+        if self.files_seen is not None and files - self.files_seen >= self.apart_after:
+            self.apart_after = 0                # a copy or an import made many: apart from now on
+        counts = self.catch_up()
+        self.seen, self.files_seen, self.last_pass = version, files, time.monotonic()
         if counts["indexed"] or counts["dropped"]:
             log.info("index: %d files indexed (%d new documents), %d dropped",
                      counts["indexed"], counts["documents"], counts["dropped"])
+
+    def catch_up(self) -> dict:
+        """One pass, in the indexing process once there is one; if that
+        process ends, it is said and the pass made here (the next starts
+        another); if its pass fails, it is made here too, which says why if
+        it fails again (an archive the process could not open is indexed)."""
+        try:
+            if self.apart is None and self.apart_after <= 0:
+                self.apart = Apart(self.store)
+            if self.apart is not None:
+                return self.apart.run_pass()
+        except IndexingFailed as exc:
+            log.debug("the indexing process's pass failed (%s); made here", exc)
+        except IndexerGone as exc:
+            log.warning("%s; indexing in this process instead", exc)
+            self.apart.close()
+            self.apart = None
+        except OSError as exc:                  # no process could be started
+            log.warning("the indexing process did not start (%s); indexing in this process", exc)
+        counts = catch_up(self.store)
+        if counts["indexed"] >= self.apart_after:
+            self.apart_after = 0
+        return counts
 
 
 ALONGSIDE_INTERVAL = 0.5       # seconds between an unmounted import's looks at its own commits
 
 
 class Alongside:
-    """Indexing beside an import on the disks: a thread that runs a pass each
+    """Indexing beside an import on the disks: a thread that has a pass made
+    (by an ``Apart`` process: the import's interpreter is left to it) each
     time the import commits a batch, so that when the import ends only its
-    last batches are left to index (the pass reads and parses while the
-    import waits on its disks)."""
+    last batches are left to index; ``finish`` makes that last pass (here,
+    if the import ended before the first look: a small one)."""
 
     def __init__(self, store):
-        self.keeper = Keeper(store)
+        self.keeper = Keeper(store, apart_after=1 << 62)
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="index alongside", daemon=True)
 
@@ -349,17 +541,34 @@ class Alongside:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.done.set()
-        self.thread.join()
+        self._stop()
         self.keeper.close()
 
+    def _stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def finish(self) -> None:
+        """The import ended: index the rest and wait for it, so that a search
+        right after the import finds every page."""
+        self._stop()
+        try:
+            self.keeper.catch_up()
+        except (OSError, sqlite3.Error, WebfsError) as exc:
+            log.warning("the query index was not brought up to date (%s); 'webfs reindex' rebuilds it", exc)
+
     def _run(self) -> None:
-        while not self.done.wait(ALONGSIDE_INTERVAL):
+        if self.done.wait(ALONGSIDE_INTERVAL):
+            return
+        self.keeper.apart_after = 0             # an import that lasts: its passes apart
+        while True:
             try:
                 self.keeper.step()
             except (OSError, sqlite3.Error, WebfsError) as exc:
                 # The pass after the import tries again, and says so if it fails too.
                 log.debug("index pass beside the import: %s", exc)
+            if self.done.wait(ALONGSIDE_INTERVAL):
+                return
 
 
 def indexed(command):
@@ -368,14 +577,15 @@ def indexed(command):
     the keeper's background pass, which the import does not wait for."""
     def run(archive, progress, **options):
         if archive.after_import is not None:
-            result = command(archive, progress, **options)
+            with imports_running:
+                result = command(archive, progress, **options)
             archive.after_import()
             return result
         if not enabled():
             return command(archive, progress, **options)
-        with Alongside(archive.store):
+        with Alongside(archive.store) as alongside:
             result = command(archive, progress, **options)
-        after_import(archive.store)
+            alongside.finish()
         return result
     run.__doc__ = command.__doc__
     return run

@@ -31,6 +31,7 @@ POINTS = {
     "export-after-member": "export-warc wrote a record's gzip member into its OUT.part file",
     "stream-after-token": "webfs stream, or export-warc as a stream, printed a resume token",
     "warc-reader-after-batch": "import-warc's reading process sent a batch of records",
+    "index-after-file": "an import's or a mount's indexing process indexed a file (not committed yet)",
 }
 
 _armed: Optional[str] = None
