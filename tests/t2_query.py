@@ -240,6 +240,28 @@ def test_a_killed_indexing_process_is_said_and_its_pass_made_here(tmp_path, monk
     assert search(disk, "zebra") == ["/crawl-2014/http/example.com/@20140301000000"]
 
 
+def test_the_indexing_process_finds_what_another_process_wrote_at_each_pass(tmp_path):
+    """The indexing process keeps its read-only catalog open from pass to pass;
+    files another process imports between two passes are indexed by the second
+    (its own catalog's write count never moves, so it must not take the index
+    for current)."""
+    disk = make_archive(tmp_path / "a", 2)[0]
+    quiet = dict(os.environ, WEBFS_INDEX="0")
+    webfs("import", crawl(tmp_path / "src", "crawl-2014", "20140301000000", {}), f"{disk}:/", env=quiet)
+    store = open_archive(str(disk), holder="test")
+    apart = indexer.Apart(store)
+    store.close()
+    try:
+        assert apart.run_pass()["indexed"] == 3
+        assert apart.run_pass()["indexed"] == 0
+        pages = {f"http/example.com/n{i}.html": b"<title>New %d</title>okapi" % i for i in range(5)}
+        webfs("import", crawl(tmp_path / "src2", "crawl-2015", "20150301000000", pages), f"{disk}:/", env=quiet)
+        assert apart.run_pass()["indexed"] == 8
+    finally:
+        apart.close()
+    assert indexed_files(disk, "okapi") == 5
+
+
 def indexed_files(disk: Path, word: str) -> int:
     """Files whose document holds ``word``, read from the index as it is (no pass first)."""
     db = sqlite3.connect(disk / "meta" / "index.db")
