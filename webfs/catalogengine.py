@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import threading
 import urllib.parse
 from typing import Optional
 
+from . import lockorder
 from .errors import CatalogUnreadable
 
 SCHEMES = ("postgresql", "postgres")
@@ -208,7 +208,7 @@ class PgConnection:
             self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             self.conn.read_only = True
         self._sql: dict[str, tuple[str, Optional[list[int]], bool]] = {}
-        self._lock = threading.RLock()
+        self._lock = lockorder.rlock("catalog connection")
         self._pipeline = None
         self.snapshot = read_only_snapshot
         self.in_transaction = False       # has it changed anything not yet committed?
