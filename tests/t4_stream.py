@@ -133,3 +133,34 @@ def test_a_killed_subset_export_resumes_with_every_record_once(tmp_path):
         if beside is not None:
             beside.wait()
         m.umount()
+
+
+def test_a_file_made_after_a_restart_is_not_in_a_stream_resumed_from_before(tmp_path):
+    """The highest-numbered page removed, the daemon restarted, pages made: the
+    new pages take numbers past the removed one (kept in the catalog: the
+    numbers of a stream's snapshot are never given again), so a stream resumed
+    from a token printed before the restart sends none of them."""
+    m = Mounted(tmp_path, disks=2, mount=False)
+    webfs("import", make_crawl(tmp_path / "src", "old", 30), f"{m.disks[0]}:/")
+    m.mount()
+    try:
+        pages = lambda: {str(p): p.stat().st_ino for p in (m.mnt / "old").rglob("*@*")}
+        highest = max(pages().values())
+        with open(tmp_path / "first", "wb") as f:
+            token = run_until([m.mnt], 1, f)
+        first = (tmp_path / "first").read_bytes()[:token[1]].decode().splitlines()
+        os.unlink(next(p for p, ino in pages().items() if ino == highest))
+        m.remount()
+        new = [m.mnt / "old" / "http" / "site0.example" / f"new{i}.html@20150301000000" for i in range(5)]
+        for p in new:
+            p.write_bytes(b"made after the stream began")
+        assert min(p.stat().st_ino for p in new) > highest
+        out = tmp_path / "rest"
+        with open(out, "wb") as f:
+            assert run_until(["--resume", token[0], m.mnt], None, f) is None
+        sent = out.read_bytes().decode().splitlines()
+        old = set(pages()) - {str(p) for p in new}
+        assert len(first) == 1 and len(sent) == len(set(sent))
+        assert set(sent) == old - set(first)        # none of the new pages, each old one once
+    finally:
+        m.umount()

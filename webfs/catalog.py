@@ -34,6 +34,7 @@ from . import lockorder
 SCHEMA_VERSION = 3             # 2: blocks.sha256 (the content digest); 3: signatures and stripe ids as 16 bytes
 CATALOG_FILE = "meta/catalog.db"
 ARCHIVE_META = "archive"        # meta key: the uuid of the archive the catalog indexes (absent before)
+TOP_FREED = "top_freed_inode"   # meta key: the highest inode number freed while it was the highest (absent: none)
 CACHE_KIB = 2048                # SQLite page cache of one connection, KiB
 WAL_LIMIT = 8 << 20             # bytes of WAL kept after a checkpoint
 
@@ -626,7 +627,10 @@ class Catalog:
         return [tuple(r) for r in out]
 
     def top_inode(self) -> int:
-        return self.scalar("SELECT max(id) FROM inodes") or 0
+        """The highest inode number ever used: the highest there, or one freed
+        after it (``TOP_FREED``). Numbers are never given twice, across restarts
+        too, so a stream's snapshot (webfs.stream) stays the files it named."""
+        return max(self.scalar("SELECT max(id) FROM inodes") or 0, int(self.get_meta(TOP_FREED) or 0))
 
     def data_version(self) -> int:
         """Moves when another connection commits (SQLite's PRAGMA data_version;

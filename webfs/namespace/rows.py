@@ -169,7 +169,7 @@ class NamespaceRows:
         """A new inode, numbered ``ino`` or past every number used so far (not
         SQLite's pick, which would give a freed number to the next file)."""
         if not self.memo.last_ino:
-            self.memo.last_ino = self.cat.scalar("SELECT max(id) FROM inodes") or 0
+            self.memo.last_ino = self.cat.top_inode()
         if ino is None:
             ino = self.memo.last_ino + 1
         self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",

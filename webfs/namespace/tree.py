@@ -15,7 +15,7 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Optional
 
-from ..catalog import BlockRow, Catalog
+from ..catalog import TOP_FREED, BlockRow, Catalog
 from ..errors import FsError
 from ..signature import block_name
 from ..store import Store
@@ -387,6 +387,8 @@ class Namespace(NamespaceRows):
             for table, col in (("contents", "inode"), ("symlinks", "inode"),
                                ("xattrs", "inode"), ("inodes", "id")):
                 self.cat.execute(f"DELETE FROM {table} WHERE {col}=?", (ino,))
+            if ino >= (self.memo.last_ino or self.cat.top_inode()):     # its number stays used (Catalog.top_inode)
+                self.cat.set_meta(TOP_FREED, str(ino))
             self.memo.drop_node(ino)
             self.memo.drop_reading(ino)
             self.memo.xattrs.pop(ino, None)
