@@ -57,13 +57,10 @@ class VirtualFile:
                 if ln.rtype in ("response", "resource")}
 
     def _sizes(self) -> dict[bytes, Optional[int]]:
-        """Each capture file's size (None: gone): from the catalog, every directory
-        listed once; through a directory each is a stat, READERS at once, as
-        export-warc reads (replay asks a webfs mount's daemon for them instead)."""
+        """Each capture file's size (None: gone), where ``lay_out`` is not given
+        them (replay gives a collection's at once: replay.collection_sizes): each
+        a stat, READERS at once through a directory, as export-warc reads."""
         captures = list({ln.capture for ln in self.lines if ln.capture != b"-"})
-        if isinstance(self.tree, warc.DiskTree):
-            found = self.tree.sizes_below()
-            return {c: found.get(c) for c in captures}
 
         def size(capture: bytes) -> Optional[int]:
             try:
