@@ -120,10 +120,11 @@ def _num(x: float) -> str:
 
 
 def render_catscale(result) -> list[str]:
+    from bench_lib import failure_lines
     cs = (result.get("extra") or {}).get("catscale") or {}
     runs = cs.get("runs") or []
     if not runs:
-        return ["Failed: %s" % cs["error"][:300], ""] if cs.get("error") else []
+        return failure_lines(cs)
     out = ["Catalogs made by `tools/catalog_gen.py`; each operation on the catalog opened afresh "
            "(cold), then the fastest of five more rounds (warm); operations per second "
            "(`tools/catscale_ops.py`):", "",

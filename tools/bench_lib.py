@@ -28,6 +28,12 @@ class BenchError(Exception):
     pass
 
 
+def failure_lines(section) -> list:
+    """A report section's lines when its run failed ("Failed: why"), else none
+    (the section was not run)."""
+    return ["Failed: %s" % section["error"][:300], ""] if (section or {}).get("error") else []
+
+
 # ------------------------------------------------------------ commands
 
 def sh(cmd, cwd=None, check=True, timeout=None, capture=True, env=None):

@@ -18,7 +18,7 @@ import shlex
 import sqlite3
 import sys
 
-from bench_lib import BenchError, log, rmtree, run, timed
+from bench_lib import BenchError, failure_lines, log, rmtree, run, timed
 from bench_targets import Webfs
 from bench_webfs import median, section_fail
 
@@ -123,7 +123,7 @@ def render_query(result):
     q = (result.get("extra") or {}).get("query") or {}
     m = q.get("median")
     if not m:
-        return ["Failed: %s" % q["error"][:300], ""] if q.get("error") else []
+        return failure_lines(q)
     ratio = lambda a, b: (a / b) if a and b else float("nan")       # noqa: E731
     return ["A make-corpus --small-pages crawl of %s pages; medians of %d runs:" % (
                 "{:,}".format(q["pages"]), len(q["runs"])), "",

@@ -14,7 +14,7 @@ import shutil
 import statistics
 import sys
 
-from bench_lib import git_describe, loadavg, write_json
+from bench_lib import failure_lines, git_describe, loadavg, write_json
 
 SECTION_TITLES = {
     "ingest": "Ingest",
@@ -435,7 +435,7 @@ def render_warc(result):
     wa = (result.get("extra") or {}).get("warc") or {}
     runs = wa.get("runs") or []
     if not runs:
-        return ["Failed: %s" % wa["error"][:300], ""] if wa.get("error") else []
+        return failure_lines(wa)
     out = ["A WARC of %s response records (%s, per-record gzip, warcio's writer) made from "
            "`tools/make-corpus --small-pages`; each run: `cdxj-indexer` of it, `webfs import-warc` "
            "into a fresh mount, then (cold) `tar -cf - COLLECTION | wc -c` and `webfs export-warc "
@@ -810,7 +810,7 @@ def render_readers(result):
     rd = (result.get("extra") or {}).get("readers")
     runs = (rd or {}).get("runs") or []
     if not runs:
-        return ["Failed: %s" % rd["error"][:300], ""] if (rd or {}).get("error") else []
+        return failure_lines(rd)
     out = ["%d disks, each serving one I/O at a time in %g ms (mount option `disk_delay`), "
            "`piece_cache=0`, %s pages of one crawl up to 128 KiB; N readers each read whole pages "
            "(uniform) one after the other for %g s, each read past the page cache. The disks "
@@ -829,7 +829,7 @@ def render_scale(result):
     sc = (result.get("extra") or {}).get("scale")
     sl = (sc or {}).get("slices") or []
     if not sl:
-        return ["Failed: %s" % sc["error"][:300], ""] if (sc or {}).get("error") else []
+        return failure_lines(sc)
     out = ["`tools/make-corpus --small-pages --pages N --crawls 1` (%s files, %s), copied into "
            "a fresh %d-disk archive with `cp -r` in %d slices of hosts; after each slice the "
            "daemon's RSS (VmRSS), its CPU time per file and the bytes under `meta/` on every disk. "

@@ -294,7 +294,7 @@ def rebuild(store, progress=None, directory: Optional[str] = None) -> dict:
     with _one_pass, pass_lock(old), pass_lock(new) if new != old else contextlib.nullcontext():
         _current.pop(store.catalog, None)
         if directory is not None:
-            store.catalog.set_meta(INDEX_DIR_META, os.path.abspath(directory))
+            store.catalog.set_meta(INDEX_DIR_META, new)
             store.commit()
         for d in {old, location(store)}:
             remove(d)
