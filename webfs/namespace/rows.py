@@ -168,16 +168,21 @@ class NamespaceRows:
                   mtime_ns: int, ctime_ns: int, rdev: int = 0, ino: Optional[int] = None) -> Inode:
         """A new inode, numbered ``ino`` or past every number used so far (not
         SQLite's pick, which would give a freed number to the next file)."""
-        if not self.memo.last_ino:
-            self.memo.last_ino = self.cat.top_inode()
         if ino is None:
-            ino = self.memo.last_ino + 1
+            ino = self.last_ino() + 1
         self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
                          (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
         self.memo.last_ino = max(self.memo.last_ino, ino)
         node = Inode(ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
         self.memo.drop_node(ino)
         return node
+
+    def last_ino(self) -> int:
+        """The highest inode number used so far, freed ones too (asked of the
+        catalog once: Catalog.top_inode)."""
+        if not self.memo.last_ino:
+            self.memo.last_ino = self.cat.top_inode()
+        return self.memo.last_ino
 
     def listing(self) -> dict[bytes, tuple]:
         """path -> (inode, mode, size, mtime_ns, uid, gid, content, xattrs) of

@@ -384,10 +384,11 @@ class Namespace(NamespaceRows):
                 return
             for row in self.contents(ino):
                 self._later(self.store.release, row)
+            highest = ino >= self.last_ino()        # asked before its row goes
             for table, col in (("contents", "inode"), ("symlinks", "inode"),
                                ("xattrs", "inode"), ("inodes", "id")):
                 self.cat.execute(f"DELETE FROM {table} WHERE {col}=?", (ino,))
-            if ino >= (self.memo.last_ino or self.cat.top_inode()):     # its number stays used (Catalog.top_inode)
+            if highest:                             # its number stays used (Catalog.top_inode)
                 self.cat.set_meta(TOP_FREED, str(ino))
             self.memo.drop_node(ino)
             self.memo.drop_reading(ino)
