@@ -486,3 +486,49 @@ store.commit()                       # the catalog's count committed, killed bef
         assert header().refs == want
     finally:
         store.close()
+
+
+def test_a_chunk_written_side_by_side_goes_around_a_full_disk(small_disks):
+    """``store_many`` writes a chunk's block files from the writer threads; a
+    block whose disk is full comes back to the storing thread, which writes
+    it on the other disk: every document reads back, fsck finds nothing."""
+    store = open_archive(str(small_disks[0]))
+    filler = small_disks[1] / "filler"
+    with open(filler, "wb") as f:            # disk 1 full, bar what its reserve keeps
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+    docs = [os.urandom(16 * 1024) for _ in range(24)]
+    rows = store.store_many([Piece(d) for d in docs], [b"/chunk"] * len(docs), pin=True)
+    store.commit()
+    assert all(not isinstance(r, Exception) for r in rows)
+    assert {r.disk for r in rows} == {0}
+    for row, doc in zip(rows, docs):
+        assert store.read(row) == doc
+    from webfs.commands import fsck
+    assert fsck.check(store).findings == []
+    store.close()
+
+
+def test_a_chunk_whose_disk_vanishes_is_written_on_the_others(disks):
+    """A disk whose root went after a chunk was written (its room still
+    counted down, not asked): its blocks of the next chunk fail in the writer
+    threads; the storing thread finds the disk gone, says so, and writes
+    them on the others."""
+    from webfs.locks import Clock
+    store = open_archive(str(disks[0]), holder="test")
+    store.archive.volumes[2].clock = Clock(start=1000.0)     # its room stays counted down, however slow this runs
+    first = store.store_many([Piece(b"before %d" % i) for i in range(40)], [b"/first"] * 40, pin=True)
+    store.commit()
+    assert 2 in {r.disk for r in first}
+    shutil.rmtree(disks[2])
+    docs = [b"vanishing disk %d " % i * 50 for i in range(40)]
+    rows = store.store_many([Piece(d) for d in docs], [b"/chunk"] * len(docs), pin=True)
+    store.commit()
+    assert all(not isinstance(r, Exception) for r in rows)
+    assert 2 in store.archive.missing and 2 not in {r.disk for r in rows}
+    for row, doc in zip(rows, docs):
+        assert store.read(row) == doc
+    store.close()

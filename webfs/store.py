@@ -40,11 +40,11 @@ from .archive import STORE_MODES, Archive
 from .block import HEADER_SIZE, BlockHeader, percent_encode, refs_offset_of, utc_timestamp
 from .catalog import BlockRow, Catalog
 from .catalogfile import consistent_copy
-from .errors import (CorruptBlock, DataLost, NoSpace, NoSuchBlock,
-                     WebfsError)
+from .errors import CorruptBlock, DataLost, NoSpace, NoSuchBlock, WebfsError
 from .background import Background
 from .heat import DEFAULT_K, HeatTracker
 from .blockintents import INTENTS_FILE, REFS_INTENT, Intents
+from .blockwriters import BlockWriters
 from .locks import KeyedLocks
 from .outages import Missed
 from .placement import first_disk, ranked_disks
@@ -110,6 +110,7 @@ class Store:
         self._inflight = 0
         # Blocks whose header's Refs is to follow the catalog, written after the next commit.
         self._refs_due: dict[int, None] = {}
+        self.writers = BlockWriters(archive)    # a chunk's new block files, side by side
 
     def close(self) -> None:
         with self.catalog.lock:
@@ -117,6 +118,7 @@ class Store:
         if due:
             self.background.submit(lambda: self._write_refs(due))
         self.background.close()
+        self.writers.close()
         self.protection.close()
         self.catalog.close()
         self.intents.close()
@@ -347,9 +349,12 @@ class Store:
             self._intend("".join(f"{h.signature}~{overflow} {first}\n"
                                  for _, h, _, overflow, _, _, first in blocks if first is not None))
             added = []
-            for data, header, payload, overflow, grp, disks, first in blocks:
+            written = self.writers.write_all([(h, payload, overflow, first)
+                                              for _, h, payload, overflow, _, _, first in blocks], self.fsync)
+            for (data, header, payload, overflow, grp, disks, first), disk in zip(blocks, written):
                 try:
-                    disk = self._write_new(header, payload, overflow, disks, first)
+                    if disk is None:        # not written by the writers: here, on any disk with room
+                        disk = self._write_new(header, payload, overflow, disks, first)
                     try:
                         row = self.catalog.insert_block(
                             header.signature, overflow, disk, header.size, header.stored, header.codec,
@@ -650,10 +655,8 @@ class Store:
         except WebfsError:
             return None
 
-    @property
-    def damaged(self) -> set[tuple[str, int]]:
-        """(signature, overflow) of the blocks found damaged during this mount."""
-        return self._reported
+    damaged = property(lambda self: self._reported, doc="(signature, overflow) of the blocks found damaged "
+                                                         "during this mount.")
 
     @property
     def refs_in_flight(self) -> bool:
@@ -691,8 +694,7 @@ def key_of(row: BlockRow) -> ContentKey:
 
 def header_of(row: BlockRow) -> BlockHeader:
     """The header a block of this catalog row has (a rebuilt block gets it)."""
-    return BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created,
-                       row.name, row.sha256)
+    return BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created, row.name, row.sha256)
 
 
 __all__ = ["Piece", "Store", "header_of", "key_of"]
