@@ -135,18 +135,21 @@ class VirtualFile:
     def read(self, start: int, end: int, lean: bool = False) -> bytes:
         """Bytes [start, end) of the virtual file (``lean``: for the indexer, the
         capture files of records that name their payload digest as zeros)."""
-        out = []
-        i = max(bisect.bisect_right(self.starts, start) - 1, 0)
-        while i < len(self.starts) and self.starts[i] < end:
-            pos = self.starts[i]
-            for part in self.parts[i]:
-                a, b = pos, pos + part[2]
-                if b > start and a < end:
-                    data = self._part(part, lean)
-                    out.append(data[max(start - a, 0):min(end, b) - a])
-                pos = b
-            i += 1
-        return b"".join(out)
+        return b"".join(self._part(part, lean)[lo:hi] for part, lo, hi in spans(self.starts, self.parts, start, end))
+
+
+def spans(starts: list[int], parts: list[list], start: int, end: int):
+    """(part, lo, hi) for each part of a virtual file's records (``starts``,
+    ``parts``: ``VirtualFile``'s) that bytes [start, end) cover, [lo, hi) within it."""
+    i = max(bisect.bisect_right(starts, start) - 1, 0)
+    while i < len(starts) and starts[i] < end:
+        pos = starts[i]
+        for part in parts[i]:
+            a, b = pos, pos + part[2]
+            if b > start and a < end:
+                yield part, max(start - a, 0), min(end, b) - a
+            pos = b
+        i += 1
 
 
 class _Raw(io.RawIOBase):

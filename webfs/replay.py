@@ -2,8 +2,10 @@
 
 This module owns the serving of a collection's *virtual WARC files*
 (``webfs.cdxj``: one per source file kept in ``@warc/``, named apart here):
-over HTTP with byte ranges (127.0.0.1 by default), which pywb reads as
-remote ``archive_paths``, and the pywb config naming every collection served.
+for a collection in a mount, their layout handed to its daemon, which shows
+them as files of ``.webfs/warc/`` (``webfs.warcview``) that pywb reads as
+local ``archive_paths``; otherwise over HTTP with byte ranges (127.0.0.1 by
+default); and the pywb config naming every collection served.
 
 It also owns ``PYWBDIR/webfs-cdxj/``, the CDXJ indexes kept between starts:
 per collection ``COLL.cdxj``, the sorted index pywb reads, merged from one
@@ -17,6 +19,7 @@ replay writes files outside the archive.
 """
 from __future__ import annotations
 
+import collections
 import heapq
 import http.server
 import logging
@@ -25,7 +28,7 @@ import re
 import stat
 from typing import Optional
 
-from . import control, warc
+from . import control, warc, warcview
 from .backends import BackendOptions
 from .cdxj import KEY_PREFIX, VirtualFile, index_one, kept_lines, key_of, virtual_name
 from .files import write_file as write_new
@@ -226,15 +229,27 @@ def serve(served: dict[str, dict[str, VirtualFile]], port: int, host: str = "127
     return http.server.ThreadingHTTPServer((host, port), Handler)
 
 
-def pywb_config(indexes: dict[str, str], host: str, port: int) -> str:
-    """pywb's config.yaml: every served collection, its index and its virtual files."""
+def pywb_config(indexes: dict[str, str], archives: dict[str, str]) -> str:
+    """pywb's config.yaml: every served collection, its index and where its virtual files are."""
     out = ["# written by webfs replay: pywb serves these collections from the webfs archive\n",
            "collections:\n"]
     for coll, index_path in sorted(indexes.items()):
         out.append(f"  {coll}:\n"
                    f"    index_paths: {index_path}\n"
-                   f"    archive_paths: http://{host}:{port}/{coll}/\n")
+                   f"    archive_paths: {archives[coll]}\n")
     return "".join(out)
+
+
+def shown_by_mount(tree, files: dict[str, VirtualFile]) -> Optional[str]:
+    """For a collection in a webfs mount: its virtual files made a view of the
+    mount's .webfs/warc (webfs.warcview), which pywb reads as local files; the
+    view's directory. None elsewhere (served over HTTP)."""
+    found = isinstance(tree, warc.MountTree) and control.mount_of(tree.name)
+    if not found:
+        return None
+    mnt, inside = found
+    got = control.call(mnt, "warc-view", warcview.layout(inside, files))      # warcview.warc_view
+    return os.path.join(mnt, ".webfs", os.fsdecode(warcview.VIEW_DIR), got.figures["view"]) + "/"
 
 
 def collections_of(target: str, options: BackendOptions) -> list[tuple[str, str]]:
@@ -264,28 +279,42 @@ def collections_of(target: str, options: BackendOptions) -> list[tuple[str, str]
 
 def prepare(target: str, pywb_dir: str, port: int, options: BackendOptions, host: str = "127.0.0.1"):
     """Index the collections of TARGET (its disks opened with ``options``), write
-    the pywb config; return (server, lines to say, trees to close)."""
+    the pywb config; return (the HTTP server of the virtual files no mount
+    shows, or None, lines to say, trees to close)."""
     os.makedirs(pywb_dir, exist_ok=True)
-    served: dict[str, dict[str, VirtualFile]] = {}
-    indexes: dict[str, str] = {}
+    served: dict[str, dict[str, VirtualFile]] = {}     # over HTTP
+    indexes, archives, shown = {}, {}, {}
     trees, lines = [], []
     try:
         for coll, where in collections_of(target, options):
             tree = warc.open_tree(where, options)
             trees.append(tree)
-            files = served[coll] = virtual_files(tree)
+            files = virtual_files(tree)
             indexes[coll], said = current(coll, files, pywb_dir)
             lines.append(said)
-        write_file(os.path.join(pywb_dir, "config.yaml"),
-                               pywb_config(indexes, host, port).encode())
-        server = serve(served, port, host)
+            archives[coll] = shown[coll] = shown_by_mount(tree, files)
+            if shown[coll] is None:
+                served[coll] = files
+                archives[coll] = f"http://{host}:{port}/{coll}/"
+        write_file(os.path.join(pywb_dir, "config.yaml"), pywb_config(indexes, archives).encode())
+        server = serve(served, port, host) if served else None
     except BaseException:
         for tree in trees:
             tree.close()
         raise
-    count = sum(len(f) for f in served.values())
-    lines.append(f"serving {count} virtual WARC file(s) of {len(served)} collection(s) "
-                 f"on http://{host}:{port}/")
+    lines += _what_serves(served, shown, port, host)
     lines.append(f"now run:  cd {pywb_dir} && wayback -b 127.0.0.1 -p 8080   "
-                 f"(then http://127.0.0.1:8080/{next(iter(sorted(served)), 'COLLECTION')}/URL)")
+                 f"(then http://127.0.0.1:8080/{next(iter(sorted(indexes)), 'COLLECTION')}/URL)")
     return server, lines, trees
+
+
+def _what_serves(served: dict, shown: dict, port: int, host: str) -> list[str]:
+    """What serves the virtual files: the mounts that show them, the HTTP server."""
+    mounts = collections.Counter(os.path.dirname(where.rstrip("/")) for where in shown.values() if where)
+    lines = [f"pywb reads the virtual WARC files of {n} collection(s) as files of {views}/ "
+             f"(while the mount lasts: after a remount, run webfs replay again)" for views, n in sorted(mounts.items())]
+    if served:
+        count = sum(len(f) for f in served.values())
+        lines.append(f"serving {count} virtual WARC file(s) of {len(served)} collection(s) "
+                     f"on http://{host}:{port}/")
+    return lines
