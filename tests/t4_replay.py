@@ -299,8 +299,9 @@ def test_a_long_and_a_deep_url_replay(tmp_path, where):
 def test_the_mount_shows_the_virtual_warc_files_pywb_reads(tmp_path):
     """A collection in a mount: replay hands its layout to the daemon, which shows
     each virtual WARC file under .webfs/warc/VIEW/ (the bytes replay's own reader
-    gives), read-only, while the mount lasts; a
-    capture deleted since fails its own record's read (EIO), not the others'."""
+    gives), read-only, while the mount lasts, one per collection (a newer layout
+    replaces the older; the same layout keeps its id); a capture deleted since
+    fails its own record's read (EIO), not the others'."""
     import errno
     import os
     from t2_warc import write_warc
@@ -336,10 +337,12 @@ def test_the_mount_shows_the_virtual_warc_files_pywb_reads(tmp_path):
             assert gone.value.errno == errno.EIO
             f.seek(at["http://example.com/4"][0])
             assert b"page 4" in f.read(at["http://example.com/4"][1])
+        webfs("replay", "--port", str(free_port()), m.mnt / "c", pw)
+        (again,) = os.listdir(m.mnt / ".webfs" / "warc")        # the newer layout replaced the older
+        assert again != view and b"page 3" not in (m.mnt / ".webfs" / "warc" / again / "a.warc").read_bytes()
         m.remount()
         assert os.listdir(m.mnt / ".webfs" / "warc") == []      # views last as long as the mount
         webfs("replay", "--port", str(free_port()), m.mnt / "c", pw)
-        (again,) = os.listdir(m.mnt / ".webfs" / "warc")
-        assert again != view and b"page 3" not in (m.mnt / ".webfs" / "warc" / again / "a.warc").read_bytes()
+        assert os.listdir(m.mnt / ".webfs" / "warc") == [again]     # the same layout, the same id
     finally:
         m.umount()

@@ -1,20 +1,22 @@
 """The virtual WARC files a mount shows, read-only, under ``.webfs/warc/VIEW/NAME``.
 
-This module owns the *views* a mount's daemon serves: ``webfs replay`` of a
-collection in a mount lays out each source file's virtual WARC
-(``webfs.cdxj.VirtualFile``: which slice of the kept ``.heads``, which capture
-file, which literal bytes make each record) and hands that layout to the
-daemon (admin command ``warc-view``); the daemon keeps it under an id, the
-hash of the layout, and assembles the bytes of a read from the heads' and the
+This module owns the *views* a mount's daemon serves: asked by ``webfs
+replay`` (admin command ``warc-view``), the daemon lays out a collection's
+virtual WARC files as replay would (``webfs.cdxj.laid_out``: which slice of
+the kept ``.heads``, which capture file, which literal bytes make each
+record, from its live namespace, reading no capture), keeps that layout
+under an id, and assembles the bytes of a read from the heads' and the
 capture files' pieces. pywb then reads each virtual WARC as a local file (its
 ``archive_paths`` point here), as it reads its own collections, without an
-HTTP request per capture.
+HTTP request per capture. Replay is told each file's key (``cdxj.key_of``),
+which names the CDXJ lines that hold for that layout.
 
 A view never changes once made, so the offsets of the CDXJ replay wrote with
 it stay true: a capture deleted or rewritten since (another size) fails its
-record's read with EIO, and nothing else. Views live as long as the mount (a
-bounded number of them, the oldest dropped first); after a remount
-``webfs replay`` makes them again.
+record's read with EIO, and nothing else. Views live as long as the mount,
+one per collection (a newer layout of it replaces the older); after a
+remount ``webfs replay`` makes them again, under the same id if nothing
+changed.
 """
 from __future__ import annotations
 
@@ -25,38 +27,21 @@ from typing import Optional
 
 from . import warc
 from .admin import Progress, Result
-from .cdxj import spans
-from .errors import FsError, WebfsError
-from .namespace import ROOT_INODE
+from .cdxj import key_of, laid_out, spans
+from .errors import FsError
 from .signature import signature
 
 VIEW_DIR = b"warc"          # .webfs/warc
-MAX_VIEWS = 64              # layouts kept by a mount; a replay makes its own again
-
-
-def layout(collection: str, files: dict) -> dict:
-    """What ``warc-view`` is given: a collection's path in the archive and, per
-    virtual file (name -> ``cdxj.VirtualFile``), its heads file and its records'
-    starts and parts (a capture by its path, literal bytes as latin-1)."""
-    out = {}
-    for name, vf in files.items():
-        parts = [[[kind, os.fsdecode(where) if kind == "f" else where.decode("latin-1") if kind == "b" else where, n]
-                  for kind, where, n in rec] for rec in vf.parts]
-        out[name] = {"heads": os.fsdecode(warc.KEEP_DIR + b"/" + vf.src + warc.HEADS_SUFFIX),
-                     "starts": vf.starts, "parts": parts}
-    return {"collection": collection, "files": out}
 
 
 class ViewFile:
     """One virtual WARC file of a view, read from the live namespace."""
 
-    def __init__(self, ns, top: int, spec: dict):
+    def __init__(self, ns, top: int, vf):
+        """``vf``: a laid out ``cdxj.VirtualFile`` of the collection at inode ``top``."""
         self.ns, self.top = ns, top
-        self.heads = os.fsencode(spec["heads"])
-        self.starts = spec["starts"]
-        self.parts = [[(kind, os.fsencode(where) if kind == "f" else where.encode("latin-1") if kind == "b" else where, n)
-                       for kind, where, n in rec] for rec in spec["parts"]]
-        self.size = self.starts[-1] + sum(p[2] for p in self.parts[-1]) if self.starts else 0
+        self.heads = warc.KEEP_DIR + b"/" + vf.src + warc.HEADS_SUFFIX
+        self.starts, self.parts, self.size = vf.starts, vf.parts, vf.size
         self.inodes: dict[bytes, int] = {}
 
     def _inode(self, rel: bytes) -> int:
@@ -89,32 +74,29 @@ class ViewFile:
 
 
 class WarcViews:
-    """The views a mount serves: id -> {file name: ViewFile}, oldest first."""
+    """The views a mount serves: id -> {file name: ViewFile}, the latest of each collection."""
 
     def __init__(self):
         self.views: dict[str, dict[bytes, ViewFile]] = {}
+        self.of_collection: dict[int, str] = {}        # its directory's inode -> its view's id
 
-    def add(self, ns, spec: dict) -> str:
-        """Keep a collection's layout (``layout``'s) as a view; its id."""
-        view_id = signature(json.dumps(spec, sort_keys=True).encode())[:16]
-        if view_id in self.views:
-            return view_id
-        top = ROOT_INODE
-        try:
-            for part in [p for p in os.fsencode(spec["collection"]).split(b"/") if p]:
-                top = ns.lookup(top, part).id
-        except FsError as exc:
-            raise WebfsError(f"{spec['collection']}: not in the archive ({exc})") from None
-        files = {name.encode("utf-8", "surrogateescape"): ViewFile(ns, top, f) for name, f in spec["files"].items()}
-        while len(self.views) >= MAX_VIEWS:
-            self.views.pop(next(iter(self.views)))
-        self.views[view_id] = files
+    def add(self, ns, top: int, files: dict, keys: dict[str, str]) -> str:
+        """Keep a collection's laid out virtual files (name -> ``cdxj.VirtualFile``,
+        whose keys are ``keys``) as a view; its id."""
+        view_id = signature(json.dumps([top, sorted(keys.items())]).encode())[:16]
+        if view_id not in self.views:
+            self.views[view_id] = {name.encode("utf-8", "surrogateescape"): ViewFile(ns, top, vf)
+                                   for name, vf in files.items()}
+        older = self.of_collection.get(top)
+        if older not in (None, view_id):
+            self.views.pop(older, None)         # its CDXJ no longer fits the collection: replay again
+        self.of_collection[top] = view_id
         return view_id
 
     def names(self, view_id: Optional[str] = None) -> list[bytes]:
         """The views' ids, or the file names of one view."""
         if view_id is None:
-            return [v.encode() for v in self.views]
+            return [v.encode() for v in list(self.views)]     # a snapshot: replay's thread may add one
         return sorted(self.views.get(view_id, {}))
 
     def file(self, view_id: str, name: bytes) -> ViewFile:
@@ -124,8 +106,16 @@ class WarcViews:
         return found
 
 
-def warc_view(archive, progress: Progress, collection: str, files: dict) -> Result:
-    """The admin command replay asks a mount's daemon: keep this layout of a
-    collection's virtual WARC files as a view of ``.webfs/warc/``; its id."""
-    view_id = archive.warc_views.add(archive.namespace, {"collection": collection, "files": files})
-    return Result(figures={"view": view_id})
+def warc_view(archive, progress: Progress, collection: str) -> Result:
+    """The admin command replay asks a mount's daemon: lay out a collection's
+    virtual WARC files and show them as a view of ``.webfs/warc/``; its id, and
+    each file's source and key."""
+    tree = warc.DiskTree("", collection, None, opened=archive)
+    try:
+        files = laid_out(tree, tree.sizes_below())
+    finally:
+        tree.close()
+    keys = {name: key_of(name, vf).decode("utf-8", "surrogateescape") for name, vf in files.items()}
+    view_id = archive.warc_views.add(archive.namespace, tree.top, files, keys)
+    return Result(figures={"view": view_id, "files": {name: [os.fsdecode(vf.src), keys[name]]
+                                                     for name, vf in files.items()}})
