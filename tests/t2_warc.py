@@ -815,6 +815,29 @@ def _index_of_read(vf, name: str) -> bytes:
     return out.getvalue()
 
 
+def test_replay_indexes_only_the_layout_the_daemon_laid_out(tmp_path):
+    """A source to index again whose key from the mount's daemon is not the one
+    of replay's own layout (the collection changed between the two): replay
+    says so and writes no lines under that key."""
+    from webfs import cdxj, replay
+    from webfs.errors import WebfsError
+    disks = make_archive(tmp_path, 3)
+    (tmp_path / "a.warc").write_bytes(_one(b"http://example.com/a", b"a"))
+    imp(disks[0], tmp_path / "a.warc", check=True)
+    t = tree(disks[0], "/c")
+    try:
+        (name, vf), = replay.virtual_files(t).items()
+        pw = tmp_path / "pywb"
+        pw.mkdir()
+        with pytest.raises(WebfsError, match="the collection changed while replay started; run it again"):
+            replay.current("c", lambda: {name: vf}, str(pw), t, {name: (vf.src, b"another layout " + name.encode())})
+        assert not (pw / "webfs-cdxj" / "c" / (name + ".cdxj")).exists()
+        good = replay.current("c", lambda: {name: vf}, str(pw), t, {name: (vf.src, cdxj.key_of(name, vf))})[1]
+        assert "0 of 1 source file(s) indexed now, 1 as import-warc" in good
+    finally:
+        t.close()
+
+
 def test_import_keeps_the_cdxj_pywb_makes(tmp_path):
     """import-warc keeps @warc/F.cdxj: byte for byte the lines pywb's indexer makes
     of the virtual file replay serves (pywb's sample files, each alone, and
@@ -840,7 +863,7 @@ def test_import_keeps_the_cdxj_pywb_makes(tmp_path):
         try:
             stale = 0
             for name, vf in replay.virtual_files(t).items():
-                kept = cdxj.kept_lines(t, vf, cdxj.key_of(name, vf))
+                kept = cdxj.kept_lines(t, vf.src, cdxj.key_of(name, vf))
                 if kept is None:     # only a revisit whose original is not in the collection
                     assert any(p[0] == "b" and p[1] != cdxj.SEPARATOR for ps in vf.parts for p in ps), src
                     stale += 1

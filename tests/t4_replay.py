@@ -259,10 +259,12 @@ def test_a_revisit_whose_original_is_in_another_collection_replays(tmp_path):
             p.wait(timeout=30)
 
 
-def test_a_long_and_a_deep_url_replay(tmp_path):
+@pytest.mark.parametrize("where", ["disk", "mount"])
+def test_a_long_and_a_deep_url_replay(tmp_path, where):
     """A 6,000-byte URL and a 2,000-segment URL (their capture paths past PATH_MAX)
     served by replay with their bodies, as any other, and as plain pywb
-    (wb-manager add + wayback) serves them: same status and body."""
+    (wb-manager add + wayback) serves them: same status and body; from unmounted
+    disks (over HTTP) and from a mount (its .webfs/warc)."""
     from t2_warc import _one
     long_url = b"http://example.com/long?" + b"q" * 6000
     deep_url = b"http://example.com/" + b"a/" * 2000 + b"end"
@@ -273,7 +275,9 @@ def test_a_long_and_a_deep_url_replay(tmp_path):
     try:
         disk = f"{m.disks[0]}:/"
         webfs("import-warc", "--collection", "c", src, disk)
-        port = replay_with_wayback(disk, tmp_path / "pw", procs)
+        if where == "mount":
+            m.mount()
+        port = replay_with_wayback(disk if where == "disk" else str(m.mnt), tmp_path / "pw", procs)
         ref, ref_port = reference_pywb(tmp_path, {"c": [src]}), free_port()
         procs.append(subprocess.Popen([str(BIN / "wayback"), "-p", str(ref_port), "-b", "127.0.0.1"], cwd=ref,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -288,3 +292,57 @@ def test_a_long_and_a_deep_url_replay(tmp_path):
         for p in procs:
             p.terminate()
             p.wait(timeout=30)
+        if where == "mount":
+            m.umount()
+
+
+def test_the_mount_shows_the_virtual_warc_files_pywb_reads(tmp_path):
+    """A collection in a mount: replay hands its layout to the daemon, which shows
+    each virtual WARC file under .webfs/warc/VIEW/ (the bytes replay's own reader
+    gives), read-only, while the mount lasts, one per collection (a newer layout
+    replaces the older; the same layout keeps its id); a capture deleted since
+    fails its own record's read (EIO), not the others'."""
+    import errno
+    import os
+    from t2_warc import write_warc
+    from webfs import replay, warc
+    m = Mounted(tmp_path, disks=3)
+    try:
+        pages = [(f"http://example.com/{i}", f"<html>page {i}</html>".encode()) for i in range(5)]
+        webfs("import-warc", "--collection", "c", write_warc(tmp_path / "a.warc.gz", pages), m.mnt)
+        pw = tmp_path / "pw"
+        said = webfs("replay", "--port", str(free_port()), m.mnt / "c", pw).stdout.decode()  # it ends at once
+        assert f"as files of {m.mnt}/.webfs/warc/" in said and "serving" not in said, said
+        (view,) = os.listdir(m.mnt / ".webfs" / "warc")
+        vfile = m.mnt / ".webfs" / "warc" / view / "a.warc"
+        assert f"archive_paths: {vfile.parent}/\n" in (pw / "config.yaml").read_text()
+        mine = replay.virtual_files(warc.MountTree(str(m.mnt / "c")))["a.warc"]
+        assert vfile.read_bytes() == mine.read(0, mine.size) and os.stat(vfile).st_size == mine.size
+        lines = [json.loads(x.split(" ", 2)[2]) for x in (pw / "webfs-cdxj" / "c.cdxj").read_text().splitlines()]
+        at = {x["url"]: (int(x["offset"]), int(x["length"])) for x in lines}
+        with open(vfile, "rb") as f:
+            for url, (off, length) in at.items():       # each CDXJ line names its record
+                f.seek(off)
+                record = f.read(length)
+                assert record.startswith(b"WARC/1.0\r\n") and f"WARC-Target-URI: {url}\r\n".encode() in record
+        with pytest.raises(OSError) as refused:
+            open(vfile, "r+b")
+        assert refused.value.errno == errno.EROFS
+        assert not (m.mnt / ".webfs" / "warc" / "0123456789abcdef").exists()
+        (m.mnt / "c" / "http" / "example.com" / "3@20240101120000").unlink()
+        with open(vfile, "rb") as f:
+            f.seek(at["http://example.com/3"][0])
+            with pytest.raises(OSError) as gone:
+                f.read(at["http://example.com/3"][1])
+            assert gone.value.errno == errno.EIO
+            f.seek(at["http://example.com/4"][0])
+            assert b"page 4" in f.read(at["http://example.com/4"][1])
+        webfs("replay", "--port", str(free_port()), m.mnt / "c", pw)
+        (again,) = os.listdir(m.mnt / ".webfs" / "warc")        # the newer layout replaced the older
+        assert again != view and b"page 3" not in (m.mnt / ".webfs" / "warc" / again / "a.warc").read_bytes()
+        m.remount()
+        assert os.listdir(m.mnt / ".webfs" / "warc") == []      # views last as long as the mount
+        webfs("replay", "--port", str(free_port()), m.mnt / "c", pw)
+        assert os.listdir(m.mnt / ".webfs" / "warc") == [again]     # the same layout, the same id
+    finally:
+        m.umount()

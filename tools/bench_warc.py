@@ -16,6 +16,11 @@ warc      a WARC of at least --warc-captures response records (10,000 by
           seconds from the command's start to its "now run" line (the
           server listening): the first start after the import (its CDXJ
           lines made by import-warc) against 1 s; a second start beside.
+          Figure warc.latency: ms of a capture (every 50th, id_) through
+          `webfs replay` + wayback (pywb reading the mount's .webfs/warc
+          files) against plain pywb (`wb-manager add` of the same WARC +
+          wayback), the requests interleaved, medians (aim <= 1.2x); the
+          load average at the end of the requests is kept beside it.
 """
 
 import io
@@ -135,7 +140,7 @@ def replay_latency(webfs_cmd, collection, src, work, urls, timeout):
         for url in urls:
             for name, c in (("webfs", coll), ("pywb", "c")):
                 times[name].append(_get_ms(ports[name], "/%s/20240101120000id_/%s" % (c, url), deadline))
-        return median(times["webfs"]), median(times["pywb"])
+        return median(times["webfs"]), median(times["pywb"]), os.getloadavg()[0]
     finally:
         for p in procs:
             p.terminate()
@@ -199,15 +204,15 @@ def warc_section(ctx):
             pywb_dir = os.path.join(work, "pywb-%d" % rep)
             r["replay_first"] = replay_start(o.webfs_cmd, os.path.join(web.path, "c"), pywb_dir, o.timeout)
             r["replay"] = replay_start(o.webfs_cmd, os.path.join(web.path, "c"), pywb_dir, o.timeout)
-            r["replay_ms"], r["pywb_ms"] = replay_latency(o.webfs_cmd, os.path.join(web.path, "c"), src,
+            r["replay_ms"], r["pywb_ms"], r["latency_load"] = replay_latency(o.webfs_cmd, os.path.join(web.path, "c"), src,
                                                           os.path.join(work, "latency-%d" % rep), urls, o.timeout)
             web.umount()            # removed with the others at the end
             runs.append(r)
             log("warc: cdxj-indexer %.2f s, import-warc %.2f s (%.2fx); tar %.2f s, export-warc %.2f s "
                 "(%.2fx); replay starts in %.2f s (%.2f s the first time); a capture in %.1f ms, "
-                "plain pywb %.1f ms (%.2fx)", r["cdxj"], r["import"], r["cdxj"] / r["import"], r["tar"],
+                "plain pywb %.1f ms (%.2fx, load %.1f)", r["cdxj"], r["import"], r["cdxj"] / r["import"], r["tar"],
                 r["export"], r["tar"] / r["export"], r["replay"], r["replay_first"], r["replay_ms"],
-                r["pywb_ms"], r["replay_ms"] / r["pywb_ms"])
+                r["pywb_ms"], r["replay_ms"] / r["pywb_ms"], r["latency_load"])
         med = info["median"] = {k: median([x.get(k) for x in runs])
                                 for k in ("cdxj", "import", "tar", "export", "replay", "replay_first",
                                                           "replay_ms", "pywb_ms")}

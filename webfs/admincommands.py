@@ -8,7 +8,7 @@ needs only the store is written as ``fn(store, ...)`` and named here through
 """
 from __future__ import annotations
 
-from . import admin, indexer, ingest, searching, warc, warcexport, warcimport
+from . import admin, indexer, ingest, searching, warc, warcexport, warcimport, warcview
 from .assembly import OpenArchive
 from .commands import cooling, rebalance, rebuild_disk, scrub
 
@@ -37,4 +37,5 @@ ADMIN_COMMANDS: dict[str, admin.AdminCommand] = {
     "search": on_store(searching.search),
     "reindex": on_store(searching.reindex),
     "file-sizes": warc.file_sizes,        # replay of a collection in a mount: every capture's size at once
+    "warc-view": warcview.warc_view,      # ... and its virtual WARC files shown in .webfs/warc
 }

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import signature as sigmod
 from .archive import Archive
@@ -50,13 +50,15 @@ class OpenArchive:
     ``journal`` are a mount's (None: unmounted, and a command that makes names
     opens them with ``webfs.recovery.names``); ``kernel`` is None unmounted;
     ``after_import``, a mount's: told when an import made names, for what the
-    mount keeps up to date in the background (the query index)."""
+    mount keeps up to date in the background (the query index); ``warc_views``,
+    a mount's: the views of .webfs/warc (webfs.warcview)."""
     store: Store
     namespace: Optional["Namespace"] = None
     journal: Optional["Journal"] = None
     read_only: bool = False
     kernel: Optional[KernelHooks] = None
     after_import: Optional[Callable[[], None]] = None
+    warc_views: Optional[Any] = None       # webfs.warcview.WarcViews (imported there, above this layer)
 
 
 def _open_catalog(archive: Archive, path: str, holder: str, locked: bool) -> Catalog:

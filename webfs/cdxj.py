@@ -135,18 +135,21 @@ class VirtualFile:
     def read(self, start: int, end: int, lean: bool = False) -> bytes:
         """Bytes [start, end) of the virtual file (``lean``: for the indexer, the
         capture files of records that name their payload digest as zeros)."""
-        out = []
-        i = max(bisect.bisect_right(self.starts, start) - 1, 0)
-        while i < len(self.starts) and self.starts[i] < end:
-            pos = self.starts[i]
-            for part in self.parts[i]:
-                a, b = pos, pos + part[2]
-                if b > start and a < end:
-                    data = self._part(part, lean)
-                    out.append(data[max(start - a, 0):min(end, b) - a])
-                pos = b
-            i += 1
-        return b"".join(out)
+        return b"".join(self._part(part, lean)[lo:hi] for part, lo, hi in spans(self.starts, self.parts, start, end))
+
+
+def spans(starts: list[int], parts: list[list], start: int, end: int):
+    """(part, lo, hi) for each part of a virtual file's records (``starts``,
+    ``parts``: ``VirtualFile``'s) that bytes [start, end) cover, [lo, hi) within it."""
+    i = max(bisect.bisect_right(starts, start) - 1, 0)
+    while i < len(starts) and starts[i] < end:
+        pos = starts[i]
+        for part in parts[i]:
+            a, b = pos, pos + part[2]
+            if b > start and a < end:
+                yield part, max(start - a, 0), min(end, b) - a
+            pos = b
+        i += 1
 
 
 class _Raw(io.RawIOBase):
@@ -227,6 +230,24 @@ def index_one(name: str, vf) -> list[bytes]:
 
 
 
+def laid_out(tree, sizes: Optional[dict[bytes, int]]) -> dict[str, VirtualFile]:
+    """name -> virtual file, laid out, one per source file a collection keeps
+    (``sizes``: of its files by path, if known; ``VirtualFile.lay_out``)."""
+    out: dict[str, VirtualFile] = {}
+    for src in warc.kept_sources(tree):
+        base = virtual_name(src)
+        name, n = base, 1
+        while name in out:
+            n += 1
+            stem, dot, ext = base.rpartition(".")
+            name = f"{stem}~{n}.{ext}"
+        out[name] = VirtualFile(tree, src)
+    originals = set().union(*(vf.digests() for vf in out.values())) - {b""}
+    for vf in out.values():
+        vf.lay_out(originals, sizes)
+    return out
+
+
 def virtual_name(src: bytes) -> str:
     """The name of a source's virtual file (before ``~N`` is added for a clash):
     without ``.gz``, and ending ``.warc`` or ``.arc``."""
@@ -234,10 +255,10 @@ def virtual_name(src: bytes) -> str:
     return base if base.endswith((".warc", ".arc")) else base + ".warc"
 
 
-def kept_lines(tree, vf: "VirtualFile", key: bytes) -> Optional[list[bytes]]:
-    """The lines import-warc kept for a virtual file if they are under ``key``, else None."""
+def kept_lines(tree, src: bytes, key: bytes) -> Optional[list[bytes]]:
+    """The lines import-warc kept for a source's virtual file if they are under ``key``, else None."""
     try:
-        data = tree.read(warc.KEEP_DIR + b"/" + vf.src + CDXJ_SUFFIX)
+        data = tree.read(warc.KEEP_DIR + b"/" + src + CDXJ_SUFFIX)
     except (OSError, WebfsError):
         return None
     first, _, rest = data.partition(b"\n")

@@ -238,7 +238,7 @@ def url(at, url, target):
 
 @click.command()
 @click.option("--port", type=click.IntRange(1, 65535), default=8090, show_default=True,
-              help="The port that serves the collections' virtual WARC files.")
+              help="The port that serves the virtual WARC files of collections no mount shows.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="The address that serves them (pywb must reach it; others need not).")
 @click.argument("target", metavar="TARGET")
@@ -249,8 +249,10 @@ def replay(port, host, target, pywb_dir):
     point, or DISK:/). Write each collection's sorted CDXJ index (kept in
     PYWBDIR/webfs-cdxj/, taken from what import-warc kept, made again only for
     what changed) and a pywb
-    config.yaml in PYWBDIR, and serve the records as virtual WARC files on
-    HOST:PORT until interrupted. Run 'wayback' in PYWBDIR to browse them."""
+    config.yaml in PYWBDIR. The records are virtual WARC files: a mount shows
+    its collections' under MOUNTPOINT/.webfs/warc/ while it lasts (the command
+    ends at once); those of unmounted disks are served on HOST:PORT until
+    interrupted. Run 'wayback' in PYWBDIR to browse them."""
     from . import replay as replaymod
     control.check_not_gone(target)
     server, lines, trees = replaymod.prepare(target, pywb_dir, port, options_given(), host)
@@ -258,11 +260,13 @@ def replay(port, host, target, pywb_dir):
         click.echo(line)
     sys.stdout.flush()
     try:
-        server.serve_forever()
+        if server is not None:          # else the mounts show every collection's files: nothing to serve
+            server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
-        server.server_close()
+        if server is not None:
+            server.server_close()
         for tree in trees:
             tree.close()
 

@@ -4,8 +4,9 @@ It owns the virtual inodes (numbers from ``VIRTUAL_BASE`` up) that stand for
 ``.webfs``, ``.webfs/blocks``, the directories of the signature tree down to
 the placement groups, and one file per block, named as on the disks
 (``<rest>[~n]``); and ``.webfs/search``, whose names are queries
-(webfs.searchtree). What exists is asked of the catalog (or the query
-index) at each lookup; nothing here is stored. Who may look in (the user who mounted, and root) is checked
+(webfs.searchtree); and ``.webfs/warc``, the virtual WARC files of the views
+replay made (webfs.warcview). What exists is asked of the catalog (or the query
+index, or the views) at each lookup; nothing here is stored. Who may look in (the user who mounted, and root) is checked
 by ``webfs.fs``, which also reads the blocks' bytes through its piece reader.
 """
 from __future__ import annotations
@@ -20,10 +21,15 @@ from .errors import FsError
 from .namespace import ROOT_INODE
 from .searchtree import SearchResults, query_of
 from .signature import block_name
+from .warcview import VIEW_DIR, WarcViews
 
 CONTROL_DIR = b".webfs"
 VIRTUAL_BASE = 1 << 60          # inode numbers of the .webfs tree start here
 VIRTUAL_TIMEOUT = 1.0           # blocks come and go: the kernel keeps these entries briefly
+ROOT_DIRS = {b"blocks": "dir", b"search": "search", VIEW_DIR: "warc"}      # .webfs's names, and their kinds
+# A virtual WARC file's: Python's open() takes it for its buffer, and pywb reads
+# a record in 16 KiB reads; a larger buffer would read past the record.
+VFILE_BLKSIZE = 4096
 
 
 def is_virtual(ino: int) -> bool:
@@ -32,7 +38,8 @@ def is_virtual(ino: int) -> bool:
 
 class VirtualNode:
     """An entry of the read-only .webfs tree: a directory prefix, one block, the
-    search directory, a query or one of its answers (a symlink)."""
+    search directory, a query or one of its answers (a symlink), the warc
+    directory, a view or one of its virtual WARC files."""
 
     def __init__(self, ino: int, kind: str, key: str, overflow: int = 0):
         self.ino, self.kind, self.key, self.overflow = ino, kind, key, overflow
@@ -49,6 +56,7 @@ class ControlTree:
         self.nodes: dict[int, VirtualNode] = {}
         self.by_key: dict[tuple[str, str, int], int] = {}
         self.search = SearchResults()
+        self.warc = WarcViews()
 
     def node(self, ino: int) -> VirtualNode:
         node = self.nodes.get(ino)
@@ -80,9 +88,11 @@ class ControlTree:
         node = self.node(parent)
         text = name.decode("ascii", "replace")
         if node.kind == "root":
-            if name in (b"blocks", b"search"):
-                return self._node_for("dir" if name == b"blocks" else "search", "")
+            if name in ROOT_DIRS:
+                return self._node_for(ROOT_DIRS[name], "")
             raise FsError(errno.ENOENT)
+        if node.kind in ("warc", "view"):
+            return self._warc_node(node, name)
         if node.kind == "search":
             return self._node_for("query", query_of(name))
         if node.kind == "query":
@@ -103,6 +113,33 @@ class ControlTree:
             raise FsError(errno.ENOENT)
         return self._node_for("block", sig, int(ovf or 0))
 
+    def _warc_node(self, node: VirtualNode, name: bytes) -> VirtualNode:
+        """A view of .webfs/warc, or a virtual WARC file of a view."""
+        if name not in self.warc.names(None if node.kind == "warc" else node.key):
+            raise FsError(errno.ENOENT)
+        if node.kind == "warc":
+            return self._node_for("view", name.decode())
+        return self._node_for("vfile", node.key + "\0" + name.decode("utf-8", "surrogateescape"))
+
+    def _view_file(self, node: VirtualNode):
+        view_id, _, name = node.key.partition("\0")
+        return self.warc.file(view_id, name.encode("utf-8", "surrogateescape"))
+
+    def file_info(self, ino: int) -> pyfuse3.FileInfo:
+        """How a virtual file is opened: a block kept in the kernel's cache; a
+        virtual WARC file read as asked (pywb reads one record at a random offset:
+        the kernel's read-ahead would have the daemon assemble its neighbours)."""
+        if self.node(ino).kind == "vfile":
+            return pyfuse3.FileInfo(fh=ino, direct_io=True)
+        return pyfuse3.FileInfo(fh=ino, keep_cache=True)
+
+    async def read(self, ino: int, off: int, size: int, reader) -> bytes:
+        """Bytes of a virtual file: a block's, or a virtual WARC file's."""
+        node = self.node(ino)
+        if node.kind == "vfile":
+            return await self._view_file(node).read(reader, off, size)
+        return (await reader.piece(self.block(ino)))[off:off + size]
+
     def block(self, ino: int) -> BlockRow:
         """The block a virtual file stands for, as the catalog has it now."""
         node = self.node(ino)
@@ -115,10 +152,16 @@ class ControlTree:
         a = pyfuse3.EntryAttributes()
         a.st_ino = node.ino
         a.entry_timeout = a.attr_timeout = VIRTUAL_TIMEOUT
+        a.st_blksize = 128 * 1024
         if node.kind == "block":
             a.st_mode = stat.S_IFREG | 0o400
             a.st_size = self.block(node.ino).size
             a.st_nlink = 1
+        elif node.kind == "vfile":
+            a.st_mode = stat.S_IFREG | 0o400
+            a.st_size = self._view_file(node).size
+            a.st_nlink = 1
+            a.st_blksize = VFILE_BLKSIZE
         elif node.kind == "link":
             a.st_mode = stat.S_IFLNK | 0o777
             a.st_size = len(self.readlink(node.ino))
@@ -128,7 +171,6 @@ class ControlTree:
             a.st_nlink = 2
         a.st_uid, a.st_gid = self.owner
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = times_ns
-        a.st_blksize = 128 * 1024
         a.st_blocks = (a.st_size + 511) // 512        # st_blocks counts POSIX's 512-byte units
         return a
 
@@ -141,7 +183,10 @@ class ControlTree:
 
     def children(self, node: VirtualNode, fresh: bool = False) -> list[tuple[bytes, VirtualNode]]:
         if node.kind == "root":
-            return [(b"blocks", self._node_for("dir", "")), (b"search", self._node_for("search", ""))]
+            return [(name, self._node_for(kind, "")) for name, kind in ROOT_DIRS.items()]
+        if node.kind in ("warc", "view"):
+            return [(name, self._warc_node(node, name))
+                    for name in self.warc.names(None if node.kind == "warc" else node.key)]
         if node.kind == "search":
             return []
         if node.kind == "query":

@@ -105,7 +105,8 @@ class Daemon:
         self.archive = OpenArchive(store, namespace=ns, journal=journal, read_only=self.opts.read_only,
                                    kernel=KernelHooks(pyfuse3.invalidate_inode, pyfuse3.invalidate_entry,
                                                       self.forget_misses, self.free_unused),
-                                   after_import=self.index_keeper and self.index_keeper.poke)
+                                   after_import=self.index_keeper and self.index_keeper.poke,
+                                   warc_views=self.fs.control.warc)
 
     def forget_misses(self, parents) -> None:
         """The kernel forgets the misses (negative entries) the mount answered in

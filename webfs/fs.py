@@ -430,8 +430,7 @@ class Operations(pyfuse3.Operations):
             self._check_control_access(ctx)
             if flags & (os.O_WRONLY | os.O_RDWR):
                 raise FsError(errno.EROFS)
-            self.control.node(inode)
-            return pyfuse3.FileInfo(fh=inode, keep_cache=True)
+            return self.control.file_info(inode)
         if flags & (os.O_WRONLY | os.O_RDWR):
             self._check_writable()
         fh = await self.files.open(inode, flags)
@@ -451,7 +450,7 @@ class Operations(pyfuse3.Operations):
     @translate_errors
     async def read(self, fh, off, size):
         if is_virtual(fh):
-            return (await self.reader.piece(self.control.block(fh)))[off:off + size]
+            return await self.control.read(fh, off, size, self.reader)
         return await self.files.read(fh, off, size)
 
     @translate_errors

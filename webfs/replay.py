@@ -2,8 +2,10 @@
 
 This module owns the serving of a collection's *virtual WARC files*
 (``webfs.cdxj``: one per source file kept in ``@warc/``, named apart here):
-over HTTP with byte ranges (127.0.0.1 by default), which pywb reads as
-remote ``archive_paths``, and the pywb config naming every collection served.
+for a collection in a mount, their layout handed to its daemon, which shows
+them as files of ``.webfs/warc/`` (``webfs.warcview``) that pywb reads as
+local ``archive_paths``; otherwise over HTTP with byte ranges (127.0.0.1 by
+default); and the pywb config naming every collection served.
 
 It also owns ``PYWBDIR/webfs-cdxj/``, the CDXJ indexes kept between starts:
 per collection ``COLL.cdxj``, the sorted index pywb reads, merged from one
@@ -17,6 +19,7 @@ replay writes files outside the archive.
 """
 from __future__ import annotations
 
+import collections
 import heapq
 import http.server
 import logging
@@ -25,9 +28,9 @@ import re
 import stat
 from typing import Optional
 
-from . import control, warc
+from . import control, warc, warcview
 from .backends import BackendOptions
-from .cdxj import KEY_PREFIX, VirtualFile, index_one, kept_lines, key_of, virtual_name
+from .cdxj import KEY_PREFIX, VirtualFile, index_one, kept_lines, key_of, laid_out
 from .files import write_file as write_new
 from .errors import WebfsError
 
@@ -35,20 +38,7 @@ log = logging.getLogger(__name__)
 
 def virtual_files(tree) -> dict[str, VirtualFile]:
     """name -> virtual file, one per source file the collection keeps."""
-    sizes = collection_sizes(tree)
-    out: dict[str, VirtualFile] = {}
-    for src in warc.kept_sources(tree):
-        base = virtual_name(src)
-        name, n = base, 1
-        while name in out:
-            n += 1
-            stem, dot, ext = base.rpartition(".")
-            name = f"{stem}~{n}.{ext}"
-        out[name] = VirtualFile(tree, src)
-    originals = set().union(*(vf.digests() for vf in out.values())) - {b""}
-    for vf in out.values():
-        vf.lay_out(originals, sizes)
-    return out
+    return laid_out(tree, collection_sizes(tree))
 
 
 def collection_sizes(tree) -> Optional[dict[bytes, int]]:
@@ -143,25 +133,31 @@ def _cached(path: str, key: bytes):
         return None
 
 
-def current(coll: str, files: dict, pywb_dir: str) -> tuple[str, str]:
+def current(coll: str, files, pywb_dir: str, tree=None, sources: Optional[dict] = None) -> tuple[str, str]:
     """(the path of the collection's sorted CDXJ index, a line to say), indexing
-    again only the virtual files whose key changed."""
+    again only the virtual files whose key changed. ``files``: name ->
+    VirtualFile, or what makes them (called only if a source must be indexed
+    again); ``sources``: name -> (source, key), as a mount's daemon laid them
+    out (``webfs.warcview``; default: from ``files``), with ``tree``."""
     top = _own_dir(os.path.join(os.path.abspath(pywb_dir), CACHE_DIR))
     cache = _own_dir(os.path.join(top, coll))
+    if sources is None:
+        tree, sources = None, {name: (vf.src, key_of(name, vf)) for name, vf in files.items()}
     per_file, fresh, from_import = [], 0, 0
-    for name, vf in files.items():
+    for name, (src, key) in sources.items():
         path = os.path.join(cache, name + ".cdxj")
-        key = key_of(name, vf)
         lines = _cached(path, key)
         if lines is None:
-            lines = kept_lines(vf.tree, vf, key)
+            if not isinstance(files, dict):
+                files = files()
+            lines = kept_lines(tree or files[name].tree, src, key)
             from_import += lines is not None
             if lines is None:       # not kept, or stale (a capture deleted, a revisit's original elsewhere)
-                lines = index_one(name, vf)
+                lines = _index_again(name, files.get(name), key)
                 fresh += 1
             write_file(path, KEY_PREFIX + key + b"\n" + b"".join(lines))   # the next start reads it here
         per_file.append(lines)
-    for stale in set(os.listdir(cache)) - {n + ".cdxj" for n in files}:
+    for stale in set(os.listdir(cache)) - {n + ".cdxj" for n in sources}:
         os.unlink(os.path.join(cache, stale))          # a source no longer kept
     merged = b"".join(heapq.merge(*per_file))
     index = os.path.join(top, coll + ".cdxj")
@@ -174,8 +170,16 @@ def current(coll: str, files: dict, pywb_dir: str) -> tuple[str, str]:
         write_file(index, merged)
     count = merged.count(b"\n")
     return index, (f"CDXJ index of {coll}: {index} ({count} lines; "
-                   f"{fresh} of {len(files)} source file(s) indexed now, {from_import} as import-warc indexed them, "
+                   f"{fresh} of {len(sources)} source file(s) indexed now, {from_import} as import-warc indexed them, "
                    f"the rest kept in PYWBDIR)")
+
+
+def _index_again(name: str, vf: Optional[VirtualFile], key: bytes) -> list[bytes]:
+    """A source's lines made by pywb's indexer, from this process's own layout,
+    which must be the one its key (the daemon's) names."""
+    if vf is None or key_of(name, vf) != key:
+        raise WebfsError(f"{name}: the collection changed while replay started; run it again")
+    return index_one(name, vf)
 
 
 # ---------------------------------------------------------------- serving
@@ -226,15 +230,30 @@ def serve(served: dict[str, dict[str, VirtualFile]], port: int, host: str = "127
     return http.server.ThreadingHTTPServer((host, port), Handler)
 
 
-def pywb_config(indexes: dict[str, str], host: str, port: int) -> str:
-    """pywb's config.yaml: every served collection, its index and its virtual files."""
+def pywb_config(indexes: dict[str, str], archives: dict[str, str]) -> str:
+    """pywb's config.yaml: every served collection, its index and where its virtual files are."""
     out = ["# written by webfs replay: pywb serves these collections from the webfs archive\n",
            "collections:\n"]
     for coll, index_path in sorted(indexes.items()):
         out.append(f"  {coll}:\n"
                    f"    index_paths: {index_path}\n"
-                   f"    archive_paths: http://{host}:{port}/{coll}/\n")
+                   f"    archive_paths: {archives[coll]}\n")
     return "".join(out)
+
+
+def shown_by_mount(tree) -> Optional[tuple[str, dict]]:
+    """For a collection in a webfs mount: its virtual files laid out by the
+    mount's daemon and shown as a view of its .webfs/warc (webfs.warcview),
+    which pywb reads as local files: (the view's directory, name -> (source,
+    key)). None elsewhere (served over HTTP)."""
+    found = isinstance(tree, warc.MountTree) and control.mount_of(tree.name)
+    if not found:
+        return None
+    mnt, inside = found
+    got = control.call(mnt, "warc-view", {"collection": inside}).figures      # warcview.warc_view
+    sources = {name: (os.fsencode(src), key.encode("utf-8", "surrogateescape"))
+               for name, (src, key) in got["files"].items()}
+    return os.path.join(mnt, ".webfs", os.fsdecode(warcview.VIEW_DIR), got["view"]) + "/", sources
 
 
 def collections_of(target: str, options: BackendOptions) -> list[tuple[str, str]]:
@@ -264,28 +283,44 @@ def collections_of(target: str, options: BackendOptions) -> list[tuple[str, str]
 
 def prepare(target: str, pywb_dir: str, port: int, options: BackendOptions, host: str = "127.0.0.1"):
     """Index the collections of TARGET (its disks opened with ``options``), write
-    the pywb config; return (server, lines to say, trees to close)."""
+    the pywb config; return (the HTTP server of the virtual files no mount
+    shows, or None, lines to say, trees to close)."""
     os.makedirs(pywb_dir, exist_ok=True)
-    served: dict[str, dict[str, VirtualFile]] = {}
-    indexes: dict[str, str] = {}
+    served: dict[str, dict[str, VirtualFile]] = {}     # over HTTP
+    indexes, archives, shown = {}, {}, {}
     trees, lines = [], []
     try:
         for coll, where in collections_of(target, options):
             tree = warc.open_tree(where, options)
             trees.append(tree)
-            files = served[coll] = virtual_files(tree)
-            indexes[coll], said = current(coll, files, pywb_dir)
+            view = shown_by_mount(tree)
+            if view is None:
+                files = served[coll] = virtual_files(tree)
+                indexes[coll], said = current(coll, files, pywb_dir)
+                archives[coll], shown[coll] = f"http://{host}:{port}/{coll}/", None
+            else:
+                archives[coll] = shown[coll] = view[0]
+                indexes[coll], said = current(coll, lambda t=tree: virtual_files(t), pywb_dir, tree, view[1])
             lines.append(said)
-        write_file(os.path.join(pywb_dir, "config.yaml"),
-                               pywb_config(indexes, host, port).encode())
-        server = serve(served, port, host)
+        write_file(os.path.join(pywb_dir, "config.yaml"), pywb_config(indexes, archives).encode())
+        server = serve(served, port, host) if served else None
     except BaseException:
         for tree in trees:
             tree.close()
         raise
-    count = sum(len(f) for f in served.values())
-    lines.append(f"serving {count} virtual WARC file(s) of {len(served)} collection(s) "
-                 f"on http://{host}:{port}/")
+    lines += _what_serves(served, shown, port, host)
     lines.append(f"now run:  cd {pywb_dir} && wayback -b 127.0.0.1 -p 8080   "
-                 f"(then http://127.0.0.1:8080/{next(iter(sorted(served)), 'COLLECTION')}/URL)")
+                 f"(then http://127.0.0.1:8080/{next(iter(sorted(indexes)), 'COLLECTION')}/URL)")
     return server, lines, trees
+
+
+def _what_serves(served: dict, shown: dict, port: int, host: str) -> list[str]:
+    """What serves the virtual files: the mounts that show them, the HTTP server."""
+    mounts = collections.Counter(os.path.dirname(where.rstrip("/")) for where in shown.values() if where)
+    lines = [f"pywb reads the virtual WARC files of {n} collection(s) as files of {views}/ "
+             f"(while the mount lasts: after a remount, run webfs replay again)" for views, n in sorted(mounts.items())]
+    if served:
+        count = sum(len(f) for f in served.values())
+        lines.append(f"serving {count} virtual WARC file(s) of {len(served)} collection(s) "
+                     f"on http://{host}:{port}/")
+    return lines
