@@ -8,7 +8,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from conftest import Mounted, eventually, sh, wait_dead, webfs, webfs_here
+from conftest import BIN, Mounted, eventually, sh, wait_dead, webfs, webfs_here
 from t2_query import NOT_FOR_A_SEARCH, crawl, imported_modules
 
 
@@ -103,6 +103,8 @@ def test_a_search_of_a_mount_prints_what_clicks_path_prints(tmp_path):
             err = b"".join(line for line in quick.stderr.splitlines(True) if not line.startswith(b"import time:"))
             assert (quick.returncode, quick.stdout, err) == (status, full.stdout, full.stderr), args
             assert full.returncode == status
+        closed = sh(f"'{BIN}/webfs' search zebra '{m.mnt}' >&-", check=False)     # no stdout: click's path, quiet
+        assert (closed.returncode, closed.stderr) == (0, b"")
     finally:
         m.umount()
 

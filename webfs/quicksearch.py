@@ -114,6 +114,8 @@ def _print(notes: list[str], lines: list[str], exit_code: int) -> int | None:
     does; None where only click prints it right."""
     if any("\x1b" in line for line in notes + lines):
         return None                                 # click takes terminal escapes out of what goes to a pipe
+    if sys.stdout is None or sys.stderr is None:
+        return None                                 # started with stdout closed: click prints nothing
     text = "".join(line + "\n" for line in lines)
     text.encode(sys.stdout.encoding, sys.stdout.errors)    # UnicodeEncodeError before anything is printed
     for what in notes:
