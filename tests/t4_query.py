@@ -8,8 +8,13 @@ import signal
 import subprocess
 from pathlib import Path
 
-from conftest import Mounted, eventually, sh, wait_dead, webfs
+from conftest import BIN, Mounted, eventually, sh, wait_dead, webfs, webfs_here
 from t2_query import NOT_FOR_A_SEARCH, crawl, imported_modules
+
+
+# What a plain search of a mount does without: the archive, the index, click and the command line.
+NOT_FOR_A_QUICK_SEARCH = {"webfs.archive", "webfs.store", "webfs.admincommands", "sqlite3", "selectolax", "zlib_ng",
+                          "concurrent.futures", "click", "webfs.cli", "webfs.control", "webfs.admin", "typing"}
 
 
 def listing(m, query: str) -> list[str]:
@@ -62,14 +67,44 @@ def test_what_a_killed_mount_did_not_index_is_caught_up(tmp_path):
         m.mount()
         eventually(lambda: len(listing(m, "zebra")) == 1, "the catch-up at the next mount")
         assert webfs("search", "--urls", "inlinks=0 title:stanford", m.mnt).stdout == b"http://example.com/\n"
-        # Asking a mount, the command loads neither the archive nor the index: the daemon has them open.
+        # Asking a mount, the command loads neither the archive nor the index (the daemon has them
+        # open), nor click and the rest of the command line (webfs.quicksearch answers).
         proc = webfs("search", "--count", "links-to:http://www-db.stanford.edu/ zebra", m.mnt,
                      env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"))
         assert proc.stdout == b"1\n"
         loaded = imported_modules(proc)
-        assert "webfs.control" in loaded
-        assert loaded & (NOT_FOR_A_SEARCH | {"webfs.archive", "webfs.store", "webfs.admincommands", "sqlite3",
-                                             "selectolax", "zlib_ng", "concurrent.futures"}) == set()
+        assert "webfs.quicksearch" in loaded
+        assert loaded & (NOT_FOR_A_SEARCH | NOT_FOR_A_QUICK_SEARCH) == set()
+    finally:
+        m.umount()
+
+
+# Searches of a mount (what comes before its mount point) webfs.quicksearch answers
+# itself, and ones it leaves to click, with their exit status: a bad query (the daemon
+# says so before there is any index), an option click refuses or reads its own way, a
+# path with a terminal escape in it (click takes it out).
+QUICK = (["zebra"], ["--json", "perennial"], ["--urls", "perennial"], ["perennial", "--count"],
+         ["--limit", "1", "--offset=1", "perennial"], ['"unchanged between"'], ["crème"], ["nowhere"])
+LEFT_TO_CLICK = ((["date:nonsense"], 2), ([""], 2), (["--limit", "0", "zebra"], 2), (["--count=1", "zebra"], 2),
+                 (["--urls", "--json", "zebra"], 0), (["--", "zebra"], 0), (["okapi"], 0))
+
+
+def test_a_search_of_a_mount_prints_what_clicks_path_prints(tmp_path):
+    m = Mounted(tmp_path, disks=2)
+    try:
+        for name, stamp in (("crawl-2014", "20140301000000"), ("crawl-2015", "20150301000000")):
+            sh(f"cp -r '{crawl(tmp_path / 'src', name, stamp, {})}' '{m.mnt}/'")
+        (m.mnt / "c").mkdir()
+        (m.mnt / "c" / "esc\x1b[1mape.html").write_bytes(b"<title>t</title>okapi")
+        for args, status in [(args, 0) for args in QUICK] + list(LEFT_TO_CLICK):
+            quick = webfs("search", *args, m.mnt, check=False, env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"))
+            full = webfs_here("search", *args, m.mnt, check=False)
+            assert ("click" in imported_modules(quick)) == (args not in QUICK), args
+            err = b"".join(line for line in quick.stderr.splitlines(True) if not line.startswith(b"import time:"))
+            assert (quick.returncode, quick.stdout, err) == (status, full.stdout, full.stderr), args
+            assert full.returncode == status
+        closed = sh(f"'{BIN}/webfs' search zebra '{m.mnt}' >&-", check=False)     # no stdout: click's path, quiet
+        assert (closed.returncode, closed.stderr) == (0, b"")
     finally:
         m.umount()
 

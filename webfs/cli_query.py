@@ -1,7 +1,9 @@
 """The commands of query access: ``webfs search``, ``webfs reindex`` and ``webfs stream``.
 
 Thin, as the rest of the CLI: they check their arguments and run the
-admin commands of webfs.searching on the disks or in a mount's daemon.
+admin commands of webfs.searching on the disks or in a mount's daemon. A
+plain search of a mount point never comes here: webfs.quicksearch answers
+it (webfs.entry), with the options defined there.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from . import control, testkill
 from .backends import is_url
 from .commandline import DiskPath, options_given, run_admin_command
 from .errors import WebfsError
+from .quicksearch import PATHS, SEARCH_NUMBERS, SEARCH_OUTPUTS
 
 # The archive a command works on: a disk or a mount point.
 TARGET = click.argument("target", metavar="DISK|MOUNTPOINT", type=DiskPath(exists=True, file_okay=False))
@@ -31,12 +34,18 @@ def check_query(ctx, param, value):
     return value
 
 
+def search_options(command):
+    """webfs search's options, from the table webfs.quicksearch reads a plain search with."""
+    options = [click.option(flag, setting, type=click.IntRange(least), default=default, show_default=shown,
+                            help=text) for flag, setting, least, default, shown, text in SEARCH_NUMBERS]
+    options += [click.option(flag, "output", flag_value=output, help=text) for flag, output, text in SEARCH_OUTPUTS]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.command()
-@click.option("--limit", type=click.IntRange(1), default=100, show_default=True, help="Print at most N answers.")
-@click.option("--offset", type=click.IntRange(0), default=0, help="Skip the first N answers (the next page).")
-@click.option("--urls", "output", flag_value="urls", help="Print each answer's URL instead of its path.")
-@click.option("--json", "output", flag_value="json", help="Print path, URL, date, MIME type and size as JSON.")
-@click.option("--count", "output", flag_value="count", help="Print only how many files answer.")
+@search_options
 @click.argument("query_text", metavar="QUERY", callback=check_query)
 @TARGET
 def search(limit, offset, output, query_text, target):
@@ -48,7 +57,7 @@ def search(limit, offset, output, query_text, target):
     mounted = control.is_mountpoint(target)
     prefix = os.path.abspath(target) if mounted and not is_url(target) else "/"
     run_admin_command(target, "search", query_text=query_text, limit=limit, offset=offset,
-                  output=output or "paths", prefix=prefix)
+                  output=output or PATHS, prefix=prefix)
 
 
 @click.command()

@@ -1,9 +1,10 @@
 """The client side of a mount's control socket: no FUSE, no event loop.
 
-It owns how a command finds the daemon of a mount point (the
-``user.webfs.control`` xattr of the mount's root names the socket), asks it
-to run an admin operation and reads its progress and result, and how
-``webfs umount`` unmounts and waits for the daemon's report. The daemon
+It owns asking a mount's daemon to run an admin operation, answered as a
+webfs.admin.Result (the wire, and the ``user.webfs.control`` xattr of the
+mount's root that names the socket, are webfs.controlwire's), which mount a
+path is in, and how ``webfs umount`` unmounts and waits for the daemon's
+report. The daemon
 itself (webfs.daemon) serves the socket; this module stays small so the
 commands that only talk to a mount do not load pyfuse3 and trio (a third
 of a second of every ``webfs import`` or ``webfs status``).
@@ -11,17 +12,16 @@ of a second of every ``webfs import`` or ``webfs status``).
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import time
 from typing import Optional
 
 from . import admin
+from .controlwire import CONTROL_XATTR, ask, is_mountpoint  # noqa: F401 (its callers ask here)
 from .errors import ArchiveError, WebfsError
 
 RUN_DIR = "/run/webfs"
-CONTROL_XATTR = "user.webfs.control"
 
 
 def control_socket_path(archive_uuid: str) -> str:
@@ -118,38 +118,8 @@ def _not_zombie(pid: int) -> bool:
 
 
 def call(mountpoint: str, op: str, options: dict, listener=None) -> admin.Result:
-    """Run an admin operation inside the daemon of a mount point."""
-    import socket
-    try:
-        path = os.getxattr(mountpoint, CONTROL_XATTR).decode()
-    except OSError:
-        raise ArchiveError(f"{mountpoint}: not a webfs mount point") from None
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(path)
-        except OSError as exc:
-            raise ArchiveError(f"cannot reach the daemon of {mountpoint}: {exc.strerror}") from None
-        f = sock.makefile("rwb")
-        f.write((json.dumps({"op": op, "options": options}) + "\n").encode())
-        f.flush()
-        for line in f:
-            msg = json.loads(line)
-            if "progress" in msg:
-                if listener:
-                    listener(msg["progress"], msg["n"], msg["total"], msg["what"])
-            elif "error" in msg:
-                raise WebfsError(msg["error"])
-            elif "result" in msg:
-                return admin.Result.from_json(msg["result"])
-    raise WebfsError(f"the daemon of {mountpoint} hung up without an answer")
-
-
-def is_mountpoint(path: str) -> bool:
-    try:
-        os.getxattr(path, CONTROL_XATTR)
-        return True
-    except OSError:
-        return False
+    """Run an admin operation inside the daemon of a mount point (webfs.controlwire.ask)."""
+    return admin.Result.from_json(ask(mountpoint, op, options, listener))
 
 
 def mount_of(path: str) -> Optional[tuple[str, str]]:

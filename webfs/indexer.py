@@ -264,7 +264,9 @@ def catch_up(store, progress=None) -> dict:
 
 def _files_now(where: str) -> tuple:
     """The index's files as they are (another process's pass, or the file
-    replaced or damaged, moves it: then the next pass looks again)."""
+    replaced or damaged, moves it: then the next pass looks again). An empty
+    WAL is as none: a pass's close removes the WAL, and a search's read-only
+    open makes an empty one, which made every search of a mount pass again."""
     now = []
     for name in (INDEX_FILE, INDEX_FILE + "-wal"):
         try:
@@ -272,7 +274,7 @@ def _files_now(where: str) -> tuple:
         except OSError:
             now.append(None)
         else:
-            now.append((st.st_ino, st.st_size, st.st_mtime_ns))
+            now.append((st.st_ino, st.st_size, st.st_mtime_ns) if st.st_size or name == INDEX_FILE else None)
     return tuple(now)
 
 

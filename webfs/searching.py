@@ -18,8 +18,6 @@ from .admin import Progress, Result
 
 log = logging.getLogger(__name__)
 
-OUTPUTS = ("paths", "urls", "json", "count")
-
 
 def answers(store, text: str, limit: int, offset: int = 0) -> list[dict]:
     """The answers to a query, best first: path (from the archive's root), url, date, mime, size;
@@ -57,6 +55,10 @@ def commit_names(store) -> None:
 def search(store, progress: Progress, query_text: str, limit: int = 100, offset: int = 0,
            output: str = "paths", prefix: str = "/") -> Result:
     """Print the files that answer a query (webfs.query), paged."""
+    # A query that does not parse is refused before anything is looked up,
+    # even before there is an index: webfs.quicksearch gives click's path an
+    # error to say as a usage error.
+    query.compile_query(query_text, checking=True)
     try:
         commit_names(store)
         indexer.catch_up(store)
