@@ -26,7 +26,7 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from . import admin, indexer, outages, recovery, testkill
+from . import admin, indexer, machines, outages, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations, work_answered
@@ -67,17 +67,22 @@ class Daemon:
         self._snapshots = 0                 # memory snapshots written (WEBFS_TRACEMALLOC)
         self._checkpoint_lock = lockorder.lock("checkpoint")          # one checkpoint at a time
         self._checkpoint_asked = lockorder.lock("checkpoint asked")    # held while one asked by the JOURNAL waits or runs
+        self.lease: Optional[machines.MachineLease] = None     # this machine's row (a PostgreSQL catalog)
 
     def open(self) -> None:
         testkill.arm()
         store = open_archive(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync,
                            delays=self.opts.disk_delay, heat_k=self.opts.heat_k, background=True,
-                           private=True, options=self.backend_options)
+                           private=True, options=self.backend_options, shared=True)
         self.store = store
+        self.lease = machines.lease_for(store.catalog, (self.backend_options or BackendOptions()).state_base(),
+                                        self.opts.machine_renew)
         log_path = _log_to_disk(store)
         if lockorder.checked() is not None:
             log.info("the order in which threads take locks is checked (WEBFS_LOCK_ORDER)")
-        ns, journal, said = recovery.open_namespace(store, self.opts.journal_limit)
+        # Another machine's mount at work left the catalog marked in use: not a crash.
+        others = self.lease.others() if self.lease is not None else []
+        ns, journal, said = recovery.open_namespace(store, self.opts.journal_limit, others_mounted=bool(others))
         self.journal = journal
         self.ns = ns
         stripes = list(store.protection.recovered)
@@ -280,6 +285,8 @@ class Daemon:
                 nursery.start_soon(self.run_every, self.opts.cool_interval, self.cool, "background cooling")
             if self.index_keeper is not None:
                 nursery.start_soon(self._index_when_quiet)
+            if self.lease is not None:
+                nursery.start_soon(self.run_every, self.lease.renew, self._renew_lease, "lease renewal")
             ready()
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
@@ -303,6 +310,25 @@ class Daemon:
             f.write(f"{time.strftime('%H:%M:%S')} rss {rss} kB, traced {sum(s.size for s in stats) >> 10} kB, "
                     f"inodes known to the kernel {len(self.fs.lookups)}\n")
             f.write("".join(f"  {s.size >> 10:8d} kB {s.count:8d} {s.traceback}\n" for s in stats[:15]))
+
+    def _renew_lease(self) -> None:
+        """Renew this machine's row; one that another machine took over (this
+        one did not renew it in time) makes the mount read-only, said once.
+        The stripes of machines whose rows this renewal took over (they died)
+        get their parity rewritten from the blocks on the disks."""
+        if self.fs.read_only and self.lease.lost:
+            return
+        try:
+            taken = self.lease.renew_once()
+        except machines.LeaseLost as exc:
+            self.fs.read_only = True
+            log.error("%s: the mount is read-only from now on (unmount it and mount again)", exc)
+            return
+        if taken:
+            done = self.store.protection.reconcile_stale()
+            self.store.commit()
+            log.warning("took over %d machine(s)' mounts: %d parity stripe(s) brought up to date",
+                        len(taken), done)
 
     def cool(self) -> None:
         """One step of disk cooling (the cool_interval option)."""
@@ -413,7 +439,8 @@ class Daemon:
                 if stale:
                     problems.append(f"{stale} parity stripe(s) out of date (the blocks are intact; "
                                     "run 'webfs scrub --repair' or 'webfs fsck --repair')")
-                self.store.catalog.set_meta("clean", "1")
+                if self.lease is None or not self.lease.others():     # the last mount out marks it clean
+                    self.store.catalog.set_meta("clean", "1")
                 self.store.commit()
             except Exception as exc:
                 log.exception("unmount did not finish")
@@ -425,6 +452,8 @@ class Daemon:
                         self.index_keeper.close()   # the catalog's last connection then removes its WAL
                     self.store.close()
                 finally:
+                    if self.lease is not None:
+                        self.lease.release()
                     self._write_report(problems)
 
     def _write_report(self, problems: list[str]) -> None:

@@ -169,7 +169,8 @@ class NamespaceRows:
         """A new inode, numbered ``ino`` or past every number used so far (not
         SQLite's pick, which would give a freed number to the next file)."""
         if ino is None:
-            ino = self.last_ino() + 1
+            numbers = self.cat.inode_numbers        # several machines' mounts: the engine's sequence
+            ino = numbers.take(self.cat) if numbers is not None else self.last_ino() + 1
         self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
                          (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
         self.memo.last_ino = max(self.memo.last_ino, ino)
