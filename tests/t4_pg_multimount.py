@@ -146,3 +146,29 @@ def test_an_sqlite_archive_still_refuses_a_second_mount(tmp_path):
         assert out.returncode != 0 and b"in use" in out.stderr
     finally:
         webfs("umount", first)
+
+
+def test_names_and_contents_made_on_one_show_on_the_other_within_a_second(machines):
+    """B has looked the names up (misses the kernel keeps) and read the file
+    (pages and attributes the kernel keeps): A's changes reach it anyway."""
+    a, b = machines
+    (a.mnt / "d").mkdir()
+    (a.mnt / "d" / "f").write_bytes(b"first" * 100)
+    assert poll(lambda: (b.mnt / "d" / "f").exists(), 2.0)
+    delays = []
+    for i in range(5):
+        name = f"new-{i}"
+        assert not (b.mnt / "d" / name).exists() and name not in os.listdir(b.mnt / "d")
+        assert (b.mnt / "d" / "f").read_bytes() == (b"first" if i == 0 else b"v%d" % (i - 1)) * 100
+        start = time.monotonic()
+        (a.mnt / "d" / name).write_bytes(b"x")
+        (a.mnt / "d" / "f").write_bytes(b"v%d" % i * 100)          # closed: whole on B
+        assert poll(lambda: name in os.listdir(b.mnt / "d") and (b.mnt / "d" / name).exists(), 1.0)
+        assert poll(lambda: (b.mnt / "d" / "f").read_bytes() == b"v%d" % i * 100, 1.0)
+        delays.append(time.monotonic() - start)
+    print(f"a name and a new content made on one machine seen on the other after "
+          f"{', '.join(f'{d * 1000:.0f}' for d in delays)} ms")
+    os.rename(a.mnt / "d" / "new-0", a.mnt / "d" / "renamed")
+    assert poll(lambda: (b.mnt / "d" / "renamed").exists() and not (b.mnt / "d" / "new-0").exists(), 1.0)
+    os.unlink(b.mnt / "d" / "renamed")
+    assert poll(lambda: not (a.mnt / "d" / "renamed").exists(), 1.0)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import urllib.parse
-from typing import Optional
+from typing import Callable, Optional
 
 from . import lockorder
 from .errors import CatalogUnreadable
@@ -216,6 +216,8 @@ class PgConnection:
         # (sql, args) sent before each COMMIT: a mount's lease checked in its
         # commit's transaction (webfs.machines); None: no check.
         self.fence: Optional[tuple[str, tuple]] = None
+        # What tells the other mounts what this commit changed (webfs.changes); None: nothing.
+        self.notice: Optional[Callable[[], Optional[tuple[str, tuple]]]] = None
 
     def _prepared(self, sql: str) -> tuple[str, Optional[list[int]], bool]:
         found = self._sql.get(sql)
@@ -237,8 +239,11 @@ class PgConnection:
         pipeline, self._pipeline = self._pipeline, None
         self.in_transaction = False
         try:
-            if how == "COMMIT" and self.fence is not None:
-                self.conn.execute(*self.fence)
+            if how == "COMMIT":
+                notice = self.notice() if self.notice is not None else None
+                for statement in (notice, self.fence):
+                    if statement is not None:
+                        self.conn.execute(*statement)
             self.conn.execute(how)
         finally:
             try:

@@ -26,7 +26,7 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from . import admin, indexer, machines, outages, recovery, testkill
+from . import admin, changes, indexer, machines, outages, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations, work_answered
@@ -43,6 +43,7 @@ from . import lockorder
 log = logging.getLogger(__name__)
 
 INDEX_BUSY_INTERVAL = 30.0        # seconds a mount at work may leave its index behind
+SHARED_COMMIT_PERIOD = 0.2        # seconds pending name changes wait with other machines mounted
 
 
 class Daemon:
@@ -68,6 +69,7 @@ class Daemon:
         self._checkpoint_lock = lockorder.lock("checkpoint")          # one checkpoint at a time
         self._checkpoint_asked = lockorder.lock("checkpoint asked")    # held while one asked by the JOURNAL waits or runs
         self.lease: Optional[machines.MachineLease] = None     # this machine's row (a PostgreSQL catalog)
+        self.listener: Optional[changes.Listener] = None        # the other machines' changes, heard
 
     def open(self) -> None:
         testkill.arm()
@@ -100,6 +102,10 @@ class Daemon:
             # copy on every disk, or a record disk that was missing): move them.
             self.checkpoint()
         journal.on_full = self._checkpoint_soon
+        if self.lease is not None:      # what this mount changes is told to the others at each commit
+            told = changes.ChangeLog(self.lease.machine)
+            ns.memo.changes = told
+            store.catalog.db.notice = told.notice
         recovery.mark_in_use(store)
         self.fs = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode,
                              cache_bytes=self.opts.piece_cache)
@@ -287,6 +293,8 @@ class Daemon:
                 nursery.start_soon(self._index_when_quiet)
             if self.lease is not None:
                 nursery.start_soon(self.run_every, self.lease.renew, self._renew_lease, "lease renewal")
+                self.listener = changes.Listener(self.store.catalog.engine, self.lease.machine,
+                                                 self.others_changed)
             ready()
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
@@ -310,6 +318,26 @@ class Daemon:
             f.write(f"{time.strftime('%H:%M:%S')} rss {rss} kB, traced {sum(s.size for s in stats) >> 10} kB, "
                     f"inodes known to the kernel {len(self.fs.lookups)}\n")
             f.write("".join(f"  {s.size >> 10:8d} kB {s.count:8d} {s.traceback}\n" for s in stats[:15]))
+
+    def others_changed(self, inodes: set[int], names: set[tuple[int, bytes]], everything: bool) -> None:
+        """Another machine's mount committed changes of these inodes and names
+        (webfs.changes; called in the listener's thread): the namespace memo
+        and the kernel forget them (attributes, pages, entries, misses)."""
+        self.ns.forget_others(inodes, names, everything)
+        for parent, name in names:
+            try:
+                pyfuse3.invalidate_entry(parent, name)
+            except OSError:
+                pass            # the kernel does not have it
+        inodes = list(self.fs.lookups) if everything else inodes
+        for ino in inodes:
+            try:
+                pyfuse3.invalidate_inode(ino)
+            except OSError:
+                pass
+        # A file's size the kernel keeps as its own (the writeback cache): it must let go of the inode.
+        trio.from_thread.run_sync(self.fs.others_changed, inodes, trio_token=self.trio_token)
+        self.forget_misses({parent for parent, _ in names})
 
     def _renew_lease(self) -> None:
         """Renew this machine's row; one that another machine took over (this
@@ -342,8 +370,10 @@ class Daemon:
                 return
 
     async def _commit_changes(self) -> None:
+        # Other machines see a name once it is committed: sooner when there may be any.
+        period = 1.0 if self.lease is None else SHARED_COMMIT_PERIOD
         while True:
-            await trio.sleep(1.0)
+            await trio.sleep(period)
             if self.store.catalog.uncommitted:
                 try:
                     await self.fs.commits.commit()
@@ -409,6 +439,8 @@ class Daemon:
             for what, counts in (("FUSE requests answered", REQUESTS), ("hand-offs to worker threads", HANDOFFS)):
                 log.info("%s: %s", what, ", ".join(
                     f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "none")
+        if self.listener is not None:
+            self.listener.close()
         if getattr(self, "journal", None) is not None:
             self.journal.on_full = None         # the checkpoint below is the last
         if self.server is not None:
