@@ -371,6 +371,7 @@ class Archive:
         self.opened_from = opened_from
         self._lock_fds: list[int] = []
         self._leases: list[BucketLease] = []
+        self._shared = False
         self._holder = ""
         self.writer = False             # holds the lock to write: no other process writes its catalog
 
@@ -440,7 +441,7 @@ class Archive:
 
     # -- the lock ------------------------------------------------------------
 
-    def lock(self, holder: str, write: bool = True) -> None:
+    def lock(self, holder: str, write: bool = True, shared: bool = False) -> None:
         """Take the archive lock on every present disk, or raise ArchiveBusy.
 
         flock is dropped by the kernel when a process dies, so the lock of a
@@ -450,11 +451,15 @@ class Archive:
         never been held, so there is nothing to take there. With ``write``,
         every S3 disk's lease is taken too (after the flocks, so a lease
         left by a dead mount of this state directory is known to be dead).
+        ``shared`` (the mounts of an archive whose catalog is in PostgreSQL)
+        takes the flocks shared with other such mounts, which keep apart by
+        their rows in the catalog (``webfs.machines``); an S3 disk's lease
+        still admits one machine (each would copy its own meta/ to the bucket).
         """
         taken, leases = [], []
         try:
             for vol in self.volumes.values():
-                fd = _flock(vol.root, write)
+                fd = _flock(vol.root, write, shared)
                 if fd is not None:
                     taken.append(fd)
             for fd in taken if write else ():
@@ -470,6 +475,7 @@ class Archive:
         self._lock_fds = taken
         self._leases = leases
         self._holder = holder
+        self._shared = shared
         self.writer = write
 
     def attach(self, disk: DiskInfo) -> Volume:
@@ -478,7 +484,7 @@ class Archive:
         caller writes the configuration (``save_config``)."""
         vol = Volume(open_backend(disk.path, options=self.backend_options), disk.index, disk.uuid, self.conf.depth)
         if self._lock_fds:
-            fd = _flock(vol.root)
+            fd = _flock(vol.root, shared=self._shared)
             _say_holder(fd, self._holder)
             self._lock_fds.append(fd)
             self._leases += _lease(vol, self._holder, self.backend_options)
@@ -548,9 +554,10 @@ class Archive:
         return None
 
 
-def _flock(root: str, write: bool = True) -> Optional[int]:
-    """The archive lock file of one disk, locked, or ArchiveBusy; without
-    ``write``, opened read-only and None when there is none."""
+def _flock(root: str, write: bool = True, shared: bool = False) -> Optional[int]:
+    """The archive lock file of one disk, locked (``shared``: with other
+    shared holders), or ArchiveBusy; without ``write``, opened read-only and
+    None when there is none."""
     path = os.path.join(root, LOCK_FILE)
     if write:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -561,7 +568,7 @@ def _flock(root: str, write: bool = True) -> Optional[int]:
         except FileNotFoundError:
             return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
         who = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
         os.close(fd)

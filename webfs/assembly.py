@@ -80,14 +80,17 @@ def _open_catalog(archive: Archive, path: str, holder: str, locked: bool) -> Cat
 
 def open_archive(path: str, holder: str = "webfs", lock: bool = True,
                  delays: Optional[dict[int, float]] = None, private: bool = False,
-                 wait: Optional[float] = None, options: Optional[BackendOptions] = None, **kwargs) -> Store:
+                 wait: Optional[float] = None, options: Optional[BackendOptions] = None,
+                 shared: bool = False, **kwargs) -> Store:
     """Open the archive that a disk belongs to, lock it and open its catalog.
     ``delays`` gives disks a simulated service time per I/O (benchmarks);
     ``wait`` bounds how long an S3 disk may take to answer at open (status);
     ``private`` refuses disks others can read (``open_to_others``), as a mount
     does; ``options``, the command line's settings of S3 disks and leases
     (kept as ``archive.backend_options``: None, the defaults); the other
-    arguments go to ``Store`` (``protection`` replaces parity)."""
+    arguments go to ``Store`` (``protection`` replaces parity). ``shared``
+    (a mount): with a PostgreSQL catalog, other mounts may hold the archive
+    too (``webfs.machines`` keeps them apart)."""
     archive = Archive.open(path, delays=delays, wait=wait, options=options)
     if private:
         for vol in archive.volumes.values():
@@ -95,7 +98,7 @@ def open_archive(path: str, holder: str = "webfs", lock: bool = True,
             if why:
                 raise ArchiveError(f"{why}; not mounted")
     if lock:
-        archive.lock(holder)
+        archive.lock(holder, shared=shared and bool(archive.conf.catalog_url))
     try:
         primary = archive.volumes.get(archive.conf.catalog)
         if primary is None:

@@ -233,6 +233,8 @@ class Catalog:
         # The namespace's rows kept in memory (webfs.namespace.NamespaceMemo),
         # made by the first NamespaceRows over this catalog; a rollback clears it.
         self.memo = None
+        self.inode_numbers = None       # where new inode numbers come from (webfs.machines); None: max + 1
+        self.own_stripes = ""           # SQL that keeps a mount to its own open stripes (webfs.machines)
         engine.create_schema(self.db, SCHEMA)
         with self.lock:
             self._migrate()
@@ -265,6 +267,8 @@ class Catalog:
         view.lock = lockorder.rlock("catalog snapshot")
         view._groups = {}
         view.memo = None
+        view.inode_numbers = None
+        view.own_stripes = ""
         if engine is SQLITE:
             view.db = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True,
                                       check_same_thread=False)

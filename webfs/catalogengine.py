@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import urllib.parse
-from typing import Optional
+from typing import Callable, Optional
 
 from . import lockorder
 from .errors import CatalogUnreadable
@@ -213,6 +213,11 @@ class PgConnection:
         self.snapshot = read_only_snapshot
         self.in_transaction = False       # has it changed anything not yet committed?
         self.total_changes = 0            # statements that wrote (sqlite3's counts rows): moves with any write
+        # (sql, args) sent before each COMMIT: a mount's lease checked in its
+        # commit's transaction (webfs.machines); None: no check.
+        self.fence: Optional[tuple[str, tuple]] = None
+        # What tells the other mounts what this commit changed (webfs.changes); None: nothing.
+        self.notice: Optional[Callable[[], Optional[tuple[str, tuple]]]] = None
 
     def _prepared(self, sql: str) -> tuple[str, Optional[list[int]], bool]:
         found = self._sql.get(sql)
@@ -234,9 +239,30 @@ class PgConnection:
         pipeline, self._pipeline = self._pipeline, None
         self.in_transaction = False
         try:
+            if how == "COMMIT":
+                notice = self.notice() if self.notice is not None else None
+                for statement in (notice, self.fence):
+                    if statement is not None:
+                        self.conn.execute(*statement)
             self.conn.execute(how)
         finally:
-            pipeline.__exit__(None, None, None)
+            try:
+                pipeline.__exit__(None, None, None)
+            except Exception as exc:
+                self._abandon(exc)
+                raise
+
+    def _abandon(self, exc: BaseException) -> None:
+        """After a statement of the pipeline failed, the server skipped the rest
+        (the COMMIT too) and the transaction is aborted: roll it back, so the
+        next one can begin; a failed fence is LeaseLost (webfs.machines)."""
+        import psycopg
+        if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            self.conn.execute("ROLLBACK")
+        if isinstance(exc, psycopg.errors.DivisionByZero) and self.fence is not None:
+            from .machines import LeaseLost
+            raise LeaseLost("this mount's lease was taken over by another machine: "
+                            "nothing it wrote since its last commit is kept") from None
 
     def _sync(self) -> None:
         with self._lock:

@@ -26,7 +26,7 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from . import admin, indexer, outages, recovery, testkill
+from . import admin, changes, indexer, machines, outages, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations, work_answered
@@ -43,6 +43,7 @@ from . import lockorder
 log = logging.getLogger(__name__)
 
 INDEX_BUSY_INTERVAL = 30.0        # seconds a mount at work may leave its index behind
+SHARED_COMMIT_PERIOD = 0.2        # seconds pending name changes wait with other machines mounted
 
 
 class Daemon:
@@ -67,17 +68,23 @@ class Daemon:
         self._snapshots = 0                 # memory snapshots written (WEBFS_TRACEMALLOC)
         self._checkpoint_lock = lockorder.lock("checkpoint")          # one checkpoint at a time
         self._checkpoint_asked = lockorder.lock("checkpoint asked")    # held while one asked by the JOURNAL waits or runs
+        self.lease: Optional[machines.MachineLease] = None     # this machine's row (a PostgreSQL catalog)
+        self.listener: Optional[changes.Listener] = None        # the other machines' changes, heard
 
     def open(self) -> None:
         testkill.arm()
         store = open_archive(self.disk, holder=f"webfs mount on {self.mountpoint}", fsync=self.opts.sync,
                            delays=self.opts.disk_delay, heat_k=self.opts.heat_k, background=True,
-                           private=True, options=self.backend_options)
+                           private=True, options=self.backend_options, shared=True)
         self.store = store
+        self.lease = machines.lease_for(store.catalog, (self.backend_options or BackendOptions()).state_base(),
+                                        self.opts.machine_renew)
         log_path = _log_to_disk(store)
         if lockorder.checked() is not None:
             log.info("the order in which threads take locks is checked (WEBFS_LOCK_ORDER)")
-        ns, journal, said = recovery.open_namespace(store, self.opts.journal_limit)
+        # Another machine's mount at work left the catalog marked in use: not a crash.
+        others = self.lease.others() if self.lease is not None else []
+        ns, journal, said = recovery.open_namespace(store, self.opts.journal_limit, others_mounted=bool(others))
         self.journal = journal
         self.ns = ns
         stripes = list(store.protection.recovered)
@@ -95,6 +102,10 @@ class Daemon:
             # copy on every disk, or a record disk that was missing): move them.
             self.checkpoint()
         journal.on_full = self._checkpoint_soon
+        if self.lease is not None:      # what this mount changes is told to the others at each commit
+            told = changes.ChangeLog(self.lease.machine)
+            ns.memo.changes = told
+            store.catalog.db.notice = told.notice
         recovery.mark_in_use(store)
         self.fs = Operations(store, ns, read_only=self.opts.read_only, store_mode=self.opts.store_mode,
                              cache_bytes=self.opts.piece_cache)
@@ -281,6 +292,10 @@ class Daemon:
                 nursery.start_soon(self.run_every, self.opts.cool_interval, self.cool, "background cooling")
             if self.index_keeper is not None:
                 nursery.start_soon(self._index_when_quiet)
+            if self.lease is not None:
+                nursery.start_soon(self.run_every, self.lease.renew, self._renew_lease, "lease renewal")
+                self.listener = changes.Listener(self.store.catalog.engine, self.lease.machine,
+                                                 self.others_changed)
             ready()
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
@@ -305,6 +320,45 @@ class Daemon:
                     f"inodes known to the kernel {len(self.fs.lookups)}\n")
             f.write("".join(f"  {s.size >> 10:8d} kB {s.count:8d} {s.traceback}\n" for s in stats[:15]))
 
+    def others_changed(self, inodes: set[int], names: set[tuple[int, bytes]], everything: bool) -> None:
+        """Another machine's mount committed changes of these inodes and names
+        (webfs.changes; called in the listener's thread): the namespace memo
+        and the kernel forget them (attributes, pages, entries, misses)."""
+        self.ns.forget_others(inodes, names, everything)
+        for parent, name in names:
+            try:
+                pyfuse3.invalidate_entry(parent, name)
+            except OSError:
+                pass            # the kernel does not have it
+        inodes = list(self.fs.lookups) if everything else inodes
+        for ino in inodes:
+            try:
+                pyfuse3.invalidate_inode(ino)
+            except OSError:
+                pass
+        # A file's size the kernel keeps as its own (the writeback cache): it must let go of the inode.
+        trio.from_thread.run_sync(self.fs.others_changed, inodes, trio_token=self.trio_token)
+        self.forget_misses({parent for parent, _ in names})
+
+    def _renew_lease(self) -> None:
+        """Renew this machine's row; one that another machine took over (this
+        one did not renew it in time) makes the mount read-only, said once.
+        The stripes of machines whose rows this renewal took over (they died)
+        get their parity rewritten from the blocks on the disks."""
+        if self.fs.read_only and self.lease.lost:
+            return
+        try:
+            taken = self.lease.renew_once()
+        except machines.LeaseLost as exc:
+            self.fs.read_only = True
+            log.error("%s: the mount is read-only from now on (unmount it and mount again)", exc)
+            return
+        if taken:
+            done = self.store.protection.reconcile_stale()
+            self.store.commit()
+            log.warning("took over %d machine(s)' mounts: %d parity stripe(s) brought up to date",
+                        len(taken), done)
+
     def cool(self) -> None:
         """One step of disk cooling (the cool_interval option)."""
         background_step(self.store)
@@ -317,8 +371,10 @@ class Daemon:
                 return
 
     async def _commit_changes(self) -> None:
+        # Other machines see a name once it is committed: sooner when there may be any.
+        period = 1.0 if self.lease is None else SHARED_COMMIT_PERIOD
         while True:
-            await trio.sleep(1.0)
+            await trio.sleep(period)
             if self.store.catalog.uncommitted:
                 try:
                     await self.fs.commits.commit()
@@ -384,6 +440,8 @@ class Daemon:
             for what, counts in (("FUSE requests answered", REQUESTS), ("hand-offs to worker threads", HANDOFFS)):
                 log.info("%s: %s", what, ", ".join(
                     f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "none")
+        if self.listener is not None:
+            self.listener.close()
         if getattr(self, "journal", None) is not None:
             self.journal.on_full = None         # the checkpoint below is the last
         if self.server is not None:
@@ -414,7 +472,8 @@ class Daemon:
                 if stale:
                     problems.append(f"{stale} parity stripe(s) out of date (the blocks are intact; "
                                     "run 'webfs scrub --repair' or 'webfs fsck --repair')")
-                self.store.catalog.set_meta("clean", "1")
+                if self.lease is None or not self.lease.others():     # the last mount out marks it clean
+                    self.store.catalog.set_meta("clean", "1")
                 self.store.commit()
             except Exception as exc:
                 log.exception("unmount did not finish")
@@ -426,6 +485,8 @@ class Daemon:
                         self.index_keeper.close()   # the catalog's last connection then removes its WAL
                     self.store.close()
                 finally:
+                    if self.lease is not None:
+                        self.lease.release()
                     self._write_report(problems)
 
     def _write_report(self, problems: list[str]) -> None:

@@ -472,6 +472,18 @@ class Operations(pyfuse3.Operations):
         if not is_virtual(fh):
             await self.files.release(fh)
 
+    def others_changed(self, inodes) -> None:
+        """Inodes another machine's mount changed (webfs.changes): the kernel
+        drops what it cached of each file it knows, its size included."""
+        for ino in inodes:
+            if self.lookups.get(ino):
+                try:
+                    node = self.ns.get(ino)
+                except FsError:
+                    continue            # gone there: the kernel hears ENOENT at its next look
+                if not node.is_dir:
+                    self._forget_kernel_copy(ino)
+
     def _forget_kernel_copy(self, ino: int) -> trio.Event:
         """Make the kernel drop its names, cached pages and attributes of a file.
         With the writeback cache it trusts its own idea of the size, so the inode

@@ -29,6 +29,7 @@ class MountOptions:
     disk_delay: dict[int, float] = field(default_factory=dict)   # simulated service time per I/O
     fuse_debug: bool = False
     take_lease: bool = False                     # S3 disks: take over a stale lease (webfs.locks)
+    machine_renew: float = 2.0                   # PostgreSQL catalog: seconds between renewals of the mount's row
     extra: list[str] = field(default_factory=list)
     backend: dict[str, str] = field(default_factory=dict)   # S3 disks: s3_credentials, state_dir, ...
 
@@ -55,11 +56,13 @@ class MountOptions:
                 if value not in STORE_MODES:
                     raise ArchiveError(f"store_mode must be one of {', '.join(STORE_MODES)}, not {value!r}")
                 opts.store_mode = value
-            elif key in ("manifest_interval", "cool_interval"):
+            elif key in ("manifest_interval", "cool_interval", "machine_renew"):
                 try:
                     setattr(opts, key, float(value))
                 except ValueError:
                     raise ArchiveError(f"{key} takes a number of seconds, not {value!r}") from None
+                if opts.machine_renew < 0.1:
+                    raise ArchiveError("machine_renew must be 0.1 seconds or more")
             elif key in ("piece_cache", "heat_k", "read_ahead_kb", "journal_limit"):
                 try:
                     setattr(opts, key, int(value))

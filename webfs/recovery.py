@@ -73,17 +73,18 @@ def recover_after_crash(store: Store, ns: Namespace) -> list[str]:
     return said
 
 
-def open_namespace(store: Store, journal_limit: int = JOURNAL_LIMIT
+def open_namespace(store: Store, journal_limit: int = JOURNAL_LIMIT, others_mounted: bool = False
                    ) -> tuple[Namespace, Journal, Optional[list[str]]]:
     """The namespace and journal of an archive being opened, the store's
     commits journaled, and what recovery mended (None: it was stopped
-    cleanly). The caller checkpoints as it sees fit, then ``mark_in_use``."""
+    cleanly, or ``others_mounted``: other machines' mounts hold it now).
+    The caller checkpoints as it sees fit, then ``mark_in_use``."""
     journal = Journal(store.archive, limit=journal_limit)
     ns = Namespace(store, journal=journal.record)
     journal.namespace = ns
     store.use_journal(journal)
     ns.ensure_root(os.getuid(), os.getgid())
-    if store.catalog.get_meta("clean") != "0":
+    if store.catalog.get_meta("clean") != "0" or others_mounted:
         return ns, journal, None
     said = recover_after_crash(store, ns)
     for line in said:

@@ -112,6 +112,9 @@ class NamespaceMemo:
         # through a clear: numbers only grow, as the kernel may still hold a
         # freed inode (its attributes and page cache) under its number.
         self.last_ino = 0
+        # What this mount changed, told to other machines' mounts at commit
+        # (webfs.changes.ChangeLog; None: no one else mounts the archive).
+        self.changes = None
 
     def clear(self) -> None:
         for table in (self.nodes, self.names, self.xattrs, self.complete, self.pieces, self.positions):
@@ -141,14 +144,41 @@ class NamespaceMemo:
 
     def drop_node(self, ino: int) -> None:
         self.nodes.pop(ino, None)
+        if self.changes is not None:
+            self.changes.inode(ino)
 
     def drop_reading(self, ino: int) -> None:
         """A file's blocks or names changed: what readers kept of it goes."""
         self.pieces.pop(ino, None)
         self.positions.pop(ino, None)
+        if self.changes is not None:
+            self.changes.inode(ino)
 
     def drop_name(self, parent: int, name: bytes) -> None:
         self.names.pop((parent, name), None)
+        if self.changes is not None:
+            self.changes.name(parent, name)
+
+    def made_name(self, parent: int, name: bytes, ino: int) -> None:
+        """A name made here: kept if its directory is complete, else forgotten."""
+        if parent in self.complete:
+            self.keep_name(parent, name, ino)
+            if self.changes is not None:
+                self.changes.name(parent, name)
+        else:
+            self.drop_name(parent, name)
+
+    def forget_others(self, inodes: set[int], names: set[tuple[int, bytes]]) -> None:
+        """Another machine changed these inodes and names: what is kept of
+        them goes (and is not told back)."""
+        for ino in inodes:
+            self.nodes.pop(ino, None)
+            self.xattrs.pop(ino, None)
+            self.pieces.pop(ino, None)
+            self.positions.pop(ino, None)
+        for parent, name in names:
+            self.names.pop((parent, name), None)
+            self.complete.discard(parent)
 
 
 class NamespaceRows:
@@ -169,7 +199,8 @@ class NamespaceRows:
         """A new inode, numbered ``ino`` or past every number used so far (not
         SQLite's pick, which would give a freed number to the next file)."""
         if ino is None:
-            ino = self.last_ino() + 1
+            numbers = self.cat.inode_numbers        # several machines' mounts: the engine's sequence
+            ino = numbers.take(self.cat) if numbers is not None else self.last_ino() + 1
         self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
                          (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
         self.memo.last_ino = max(self.memo.last_ino, ino)
@@ -220,10 +251,7 @@ class NamespaceRows:
     def add_name(self, parent: int, name: bytes, ino: int) -> None:
         """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts untouched)."""
         self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
-        if parent in self.memo.complete:
-            self.memo.keep_name(parent, name, ino)
-        else:
-            self.memo.drop_name(parent, name)
+        self.memo.made_name(parent, name, ino)
 
     def add_symlink_target(self, ino: int, target: bytes) -> None:
         self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))

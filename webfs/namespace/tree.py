@@ -206,6 +206,17 @@ class Namespace(NamespaceRows):
         with self.cat.lock:             # the memo changes only under the lock
             self.memo.drop_reading(ino)
 
+    def forget_others(self, inodes: set[int], names: set[tuple[int, bytes]], everything: bool) -> None:
+        """Another machine's mount changed these inodes and names (webfs.changes):
+        nothing kept of them answers again; ``everything``: nothing kept at all."""
+        with self.cat.lock:
+            if everything:
+                self.memo.clear()
+            else:
+                self.memo.forget_others(inodes, names)
+            if everything or names:
+                self._dir_paths.clear()
+
     def _pieces_of(self, inodes: list[int], cols: str) -> Iterator[tuple]:
         """(inode, *cols of its blocks joined as b) of many files, in piece order, a query per 500."""
         for i in range(0, len(inodes), 500):
@@ -455,10 +466,7 @@ class Namespace(NamespaceRows):
             self.cat.execute("UPDATE dentries SET parent=?, name=? WHERE parent=? AND name=?",
                              (new_parent, new_name, old_parent, old_name))
             self.memo.drop_name(old_parent, old_name)
-            if new_parent in self.memo.complete:
-                self.memo.keep_name(new_parent, new_name, node.id)
-            else:
-                self.memo.drop_name(new_parent, new_name)
+            self.memo.made_name(new_parent, new_name, node.id)
             self._dir_paths.clear()
             delta = 1 if node.is_dir else 0
             self._touch_dir(old_parent, -delta)

@@ -188,7 +188,8 @@ class StripeLayout:
         open_: dict[int, dict[str, list]] = {c: {} for c in classes}
         for stripe_id, parity_disk, disks, members, cls, length in self.catalog.query_in(
                 "SELECT id, parity_disk, disks, members, size_class, length FROM stripes "
-                "WHERE size_class IN ({}) AND members<? AND state='ok'", classes, (width,)):
+                "WHERE size_class IN ({}) AND members<? AND state='ok'" + self.catalog.own_stripes,
+                classes, (width,)):
             open_[cls][stripe_id.hex()] = [parity_disk, disks, members, cls, length]
         joined: dict[str, list] = {}        # existing stripes: [members, disks, length] added
         started: dict[str, list] = {}       # new stripes, as open_ has them
