@@ -63,7 +63,8 @@ class Postgres:
                   "--auth-host=reject", "-E", "UTF8", "--locale=C")
         hba = self.data / "pg_hba.conf"
         hba.write_text(f"local all {PASSWORD_ROLE} scram-sha-256\n" + hba.read_text())
-        opts = f"-k {self.socket_dir} -c listen_addresses='' -c fsync=off -c full_page_writes=off"
+        opts = (f"-k {self.socket_dir} -c listen_addresses='' -c fsync=off -c full_page_writes=off"
+                " -c log_lock_waits=on -c deadlock_timeout=200ms")
         self._run("pg_ctl", "start", "-w", "-t", str(START_TIMEOUT), "-D", str(self.data),
                   "-l", str(self.dir / "server.log"), "-o", opts)
         self.psql("postgres", f"CREATE ROLE {PASSWORD_ROLE} LOGIN SUPERUSER PASSWORD '{PASSWORD}'")
@@ -71,6 +72,9 @@ class Postgres:
     def stop(self) -> None:
         if self.data.exists():
             self._run("pg_ctl", "stop", "-m", "fast", "-D", str(self.data), check=False)
+        keep = os.environ.get("WEBFS_TEST_PG_LOG")
+        if keep and (self.dir / "server.log").exists():     # the server's log, kept for a failure's cause
+            shutil.copy(self.dir / "server.log", keep)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def psql(self, db: str, sql: str) -> str:

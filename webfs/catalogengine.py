@@ -22,6 +22,7 @@ places (``PGPASSWORD``, ``PGPASSFILE``, ``~/.pgpass``).
 """
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 import urllib.parse
@@ -31,6 +32,10 @@ from . import lockorder
 from .errors import CatalogUnreadable
 
 SCHEMES = ("postgresql", "postgres")
+# How often a transaction the server aborted (deadlock, serialization) is sent again.
+REPLAYS = 5
+
+log = logging.getLogger("webfs.catalog")
 
 
 class CatalogURLError(ValueError):
@@ -171,6 +176,8 @@ class PgCursor:
 
     @property
     def rowcount(self) -> int:
+        if self.lastrowid is not None:      # rows returned: no need to ask
+            return len(self.rows)
         self._sync()
         return self._cur.rowcount
 
@@ -209,13 +216,17 @@ class PgConnection:
             self.conn.read_only = True
         self._sql: dict[str, tuple[str, Optional[list[int]], bool]] = {}
         self._lock = lockorder.rlock("catalog connection")
-        self._pipeline = None
+        self._pipeline = self._pipeline_cm = None
         self.snapshot = read_only_snapshot
         self.in_transaction = False       # has it changed anything not yet committed?
         self.total_changes = 0            # statements that wrote (sqlite3's counts rows): moves with any write
         # (sql, args) sent before each COMMIT: a mount's lease checked in its
         # commit's transaction (webfs.machines); None: no check.
         self.fence: Optional[tuple[str, tuple]] = None
+        # The writes of the open transaction as sent, to send again if the
+        # server aborts it for another's sake (``_replay``).
+        self._writes: list[tuple[str, object, bool]] = []
+        self.replays = 0                  # transactions sent again, for tests and status
         # What tells the other mounts what this commit changed (webfs.changes); None: nothing.
         self.notice: Optional[Callable[[], Optional[tuple[str, tuple]]]] = None
 
@@ -228,29 +239,72 @@ class PgConnection:
 
     def _begin(self) -> None:
         if not self.in_transaction and not self.snapshot:
-            self._pipeline = self.conn.pipeline()
-            self._pipeline.__enter__()
+            self._pipeline_cm = self.conn.pipeline()
+            self._pipeline = self._pipeline_cm.__enter__()
             self.conn.execute("BEGIN")
             self.in_transaction = True
+            self._writes = []
 
     def _end(self, how: str) -> None:
         """COMMIT or ROLLBACK the transaction and leave its pipeline (where a
-        queued write's error, if any, is raised)."""
-        pipeline, self._pipeline = self._pipeline, None
-        self.in_transaction = False
+        queued write's error, if any, is raised). A COMMIT the server refused
+        for another transaction's sake is sent again (``_retrying``)."""
+        statements = [("ROLLBACK", None)]
+        if how == "COMMIT":
+            notice = self.notice() if self.notice is not None else None
+            statements = [s for s in (notice, self.fence) if s is not None] + [("COMMIT", None)]
+
+        def finish() -> None:
+            for statement in statements:
+                self.conn.execute(*statement)
+            self._pipeline.sync()
         try:
-            if how == "COMMIT":
-                notice = self.notice() if self.notice is not None else None
-                for statement in (notice, self.fence):
-                    if statement is not None:
-                        self.conn.execute(*statement)
-            self.conn.execute(how)
-        finally:
+            self._retrying(finish) if how == "COMMIT" else finish()
+        except Exception as exc:
+            self._close_pipeline()
+            self._abandon(exc)
+            raise
+        self._close_pipeline()
+
+    def _close_pipeline(self) -> None:
+        pipeline, self._pipeline = self._pipeline_cm, None
+        self.in_transaction = False
+        self._writes = []
+        try:
+            pipeline.__exit__(None, None, None)
+        except Exception:           # the error was raised already, by sync()
+            pass
+
+    def _retrying(self, step: Callable[[], object]):
+        """``step()`` of the open transaction; if the server aborted the
+        transaction to break a deadlock (40P01) or a serialization failure
+        (40001), which two machines writing at once can cause and no statement
+        of this one is wrong, it is rolled back, its writes sent again in a new
+        one, and the step run again: at most REPLAYS times. Nothing in memory
+        took the aborted transaction as done (commit() had not returned)."""
+        import psycopg
+        for attempt in range(REPLAYS + 1):
             try:
-                pipeline.__exit__(None, None, None)
-            except Exception as exc:
-                self._abandon(exc)
-                raise
+                return step()
+            except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
+                if attempt == REPLAYS or not self.in_transaction:
+                    raise
+                log.info("catalog transaction aborted by the server (%s); sending it again",
+                         str(exc).splitlines()[0])
+                self._replay()
+
+    def _replay(self) -> None:
+        writes = self._writes
+        self._close_pipeline()
+        self.conn.execute("ROLLBACK")
+        self.replays += 1
+        self._begin()
+        for text, args, many in writes:
+            if many:
+                self.conn.cursor().executemany(text, args)
+            else:
+                self.conn.execute(text, args)
+        self._writes = writes
 
     def _abandon(self, exc: BaseException) -> None:
         """After a statement of the pipeline failed, the server skipped the rest
@@ -267,29 +321,36 @@ class PgConnection:
     def _sync(self) -> None:
         with self._lock:
             if self._pipeline is not None:
-                self._pipeline.sync()
+                self._retrying(self._pipeline.sync)
 
     def execute(self, sql: str, args=()) -> PgCursor:
         text, order, writes = self._prepared(sql)
         if order is not None:
             args = [args[i] for i in order]
+        returning = writes and text.endswith(" RETURNING id")
+
+        def run():
+            cur = self.conn.execute(text, args or None)
+            return cur, (cur.fetchall() if not writes or returning else [])
         with self._lock:
             if writes:
                 self._begin()
                 self.total_changes += 1
-            cur = self.conn.execute(text, args or None)
-            rows = cur.fetchall() if not writes or text.endswith("RETURNING id") else []
+            cur, rows = self._retrying(run) if self.in_transaction else run()
+            if writes and self.in_transaction:
+                self._writes.append(_as_replayed(text, args, rows) if returning else (text, args or None, False))
         lastrowid = rows[0][0] if rows and writes else None
         return PgCursor(rows, lastrowid, cur, self._sync)
 
     def executemany(self, sql: str, rows) -> None:
         text, order, _ = self._prepared(sql)
-        if order is not None:
-            rows = [[r[i] for i in order] for r in rows]
+        rows = [[r[i] for i in order] for r in rows] if order is not None else list(rows)
         with self._lock:
             self._begin()
             self.total_changes += 1
-            self.conn.cursor().executemany(text, list(rows))
+            self.conn.cursor().executemany(text, rows)
+            if self.in_transaction:
+                self._writes.append((text, rows, True))
 
     def executescript(self, sql: str) -> None:
         """Statements without parameters, run at once (the schema): in autocommit,
@@ -312,6 +373,18 @@ class PgConnection:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _as_replayed(text: str, args, rows: list) -> tuple[str, object, bool]:
+    """A new row's INSERT .. RETURNING id as sent again: with the id it was
+    given (the caller holds it; a sequence never gives it to another)."""
+    if not rows:
+        return text, args or None, False
+    m = re.match(r"\s*INSERT INTO (\w+) \(([^)]*)\) VALUES \(([^)]*)\)(.*) RETURNING id$", text, re.S)
+    if m is None:
+        raise ValueError(f"cannot send again: {text}")
+    return (f"INSERT INTO {m.group(1)} (id, {m.group(2)}) VALUES (%s, {m.group(3)}){m.group(4)}",
+            [rows[0][0], *args], False)
 
 
 def _numeric_loader():
