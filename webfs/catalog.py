@@ -444,13 +444,16 @@ class Catalog:
 
     def insert_block(self, sig: str, overflow: int, disk: int, size: int, stored: int,
                      codec: str, refs: int, pins: int, created: str, name: str, grp: str,
-                     stripe: Optional[str] = None, sha256: Optional[bytes] = None) -> BlockRow:
+                     stripe: Optional[str] = None, sha256: Optional[bytes] = None) -> Optional[BlockRow]:
         """A new block row; with a stripe (a catalog rebuilt from parity headers),
-        already its member."""
+        already its member. None if another machine's row of this signature and
+        overflow was committed first (a shared engine)."""
         cur = self.execute(
             "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp,"
-            " stripe, sha256) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " stripe, sha256) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (sig, overflow) DO NOTHING",
             (key(sig), overflow, disk, size, stored, codec, refs, pins, created, name, grp, key(stripe), sha256))
+        if not cur.rowcount:
+            return None
         return BlockRow(cur.lastrowid, sig, overflow, disk, size, stored, codec, refs, pins,
                         created, name, grp, stripe, sha256)
 
@@ -465,9 +468,10 @@ class Catalog:
     def set_refs(self, block_id: int, refs: int, pins: int) -> None:
         self.execute("UPDATE blocks SET refs=?, pins=? WHERE id=?", (refs, pins, block_id))
 
-    def set_refs_of(self, counts: list[tuple[int, int, int]]) -> None:
-        """(block id, refs, pins) of several blocks, in one statement."""
-        self.executemany("UPDATE blocks SET refs=?2, pins=?3 WHERE id=?1", counts)
+    def add_refs_of(self, changes: list[tuple[int, int, int]]) -> None:
+        """(block id, refs added, pins added) of several blocks, in one statement:
+        counted by the engine, so two machines' changes to one count both hold."""
+        self.executemany("UPDATE blocks SET refs=refs+?2, pins=pins+?3 WHERE id=?1", sorted(changes))
 
     def blocks_by_ids(self, ids: list[int]) -> list[BlockRow]:
         """The rows of those of these blocks that exist."""

@@ -32,7 +32,7 @@ import errno
 import logging
 import os
 import time
-from typing import NamedTuple, Optional, Union
+from typing import Optional, Union
 
 from . import codecs, testkill
 from . import signature as sigmod
@@ -49,32 +49,14 @@ from .locks import KeyedLocks
 from .outages import Missed
 from .placement import first_disk, ranked_disks
 from .protection import Protection
-from .signature import ContentKey, SignatureFn, content_digest
+from .piece import Piece
+from .signature import ContentKey, SignatureFn
 from .volume import search_order
 from . import lockorder
 
 log = logging.getLogger(__name__)
 
 FLUSH_EVERY = 0.25         # seconds between asks to flush parity written behind
-
-
-class Piece(NamedTuple):
-    """A document on its way to the store, with what may be computed ahead of
-    ``store`` by a thread that holds no lock of the store: its signature, its
-    encoding (``encode``), the id of a block with the very same bytes
-    (``twins``) and its content digest."""
-    data: bytes
-    sig: Optional[str] = None
-    encoded: Optional[tuple[str, bytes]] = None
-    same: Optional[int] = None
-    sha256: Optional[bytes] = None
-
-    def signed(self, signature_fn: SignatureFn) -> "Piece":
-        """The piece with its signature and digest (computed where missing)."""
-        if self.sig is not None and self.sha256 is not None:
-            return self
-        return self._replace(sig=self.sig or signature_fn(self.data),
-                             sha256=self.sha256 or content_digest(self.data))
 
 
 class Store:
@@ -282,21 +264,20 @@ class Store:
         or the index of the new block it repeats), counted in one catalog
         statement; each outcome a row of its own, with the count the block
         had then."""
-        counted: dict[int, BlockRow] = {}
+        counted: dict[int, tuple[BlockRow, int]] = {}      # id -> (its row, references added)
         for i, j in twin.items():
             row = j if isinstance(j, BlockRow) else out[j]
             if not isinstance(row, BlockRow):
                 out[i] = row                # the same error as the twin it would have had
                 continue
-            mine = counted.get(row.id)
-            if mine is None:
-                mine = counted[row.id] = row.copy()
+            mine, added = counted.get(row.id, (row.copy(), 0))
             mine.refs += 1
             mine.pins += int(pin)
+            counted[row.id] = (mine, added + 1)
             out[i] = mine.copy()
         try:
             if counted:
-                self._set_refs(list(counted.values()))
+                self._set_refs([(r, n, n * int(pin)) for r, n in counted.values()])
         except Exception as exc:            # (the catalog's disk is full: the commit fails too)
             for i in twin:
                 if isinstance(out[i], BlockRow):
@@ -362,6 +343,9 @@ class Store:
                     except BaseException:
                         self.archive.volumes[disk].remove_block(header.signature, overflow)
                         raise
+                    if row is None:
+                        out.append(self._made_elsewhere(header, overflow, pin))
+                        continue
                 except Exception as exc:
                     out.append(exc)
                     continue
@@ -386,11 +370,24 @@ class Store:
     def _add_ref(self, row: BlockRow, pin: bool) -> BlockRow:
         row.refs += 1
         row.pins += int(pin)
-        self._set_refs([row])
+        self._set_refs([(row, 1, int(pin))])
         return row
 
-    def _set_refs(self, rows: list[BlockRow]) -> None:
-        """New counts in the catalog (committed later); the blocks' headers
+    def _made_elsewhere(self, header: BlockHeader, overflow: int, pin: bool) -> BlockRow:
+        """The block another machine made of the same document at the same moment
+        (its row committed first; this one's file, written over its own, holds
+        the same payload): one more reference to it."""
+        row = next((r for r in self.catalog.blocks_with_sigs([header.signature]).get(header.signature, [])
+                    if r.overflow == overflow), None)
+        if row is None or (row.size, row.sha256) != (header.size, header.sha256):
+            raise NoSuchBlock(f"block {header.signature}~{overflow}: another machine stored another "
+                              "document under this signature at the same moment")
+        log.info("block %s: stored by another machine at the same moment; shared", row.block_name)
+        return self._add_ref(row, pin)
+
+    def _set_refs(self, changes: list[tuple[BlockRow, int, int]]) -> None:
+        """(row, references added, pins added): counted in the catalog by the
+        engine (committed later); the blocks' headers
         follow after the commit (``_write_refs``, in the background), each
         once however often its count changed. A kill before a header is
         written leaves it behind the catalog (or, the commit lost, as it
@@ -399,9 +396,9 @@ class Store:
         checkpoint's trim cannot drop it early, lets the next open set the
         header to what the catalog kept."""
         with self.catalog.lock:
-            self.catalog.set_refs_of([(r.id, r.refs, r.pins) for r in rows])
+            self.catalog.add_refs_of([(r.id, n, p) for r, n, p in changes])
             lines = []
-            for row in rows:
+            for row, _, _ in changes:
                 self._pending_refs.add(row.id)
                 if row.id not in self._refs_due:
                     self._refs_due[row.id] = None
@@ -630,7 +627,7 @@ class Store:
             fresh.refs -= 1
             fresh.pins -= int(pin)
             if fresh.refs:
-                self._set_refs([fresh])
+                self._set_refs([(fresh, -1, -int(pin))])
                 return fresh.refs
             with self.catalog.lock:
                 self.catalog.delete_block(fresh.id)
