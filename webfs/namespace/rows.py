@@ -248,10 +248,19 @@ class NamespaceRows:
                     todo.append((p, child))
         return out
 
-    def add_name(self, parent: int, name: bytes, ino: int) -> None:
-        """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts untouched)."""
-        self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
+    def add_name(self, parent: int, name: bytes, ino: int) -> bool:
+        """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts
+        untouched). False, and nothing made, if another machine made the name
+        first (a catalog several machines share: asked of the engine, which waits
+        for the other's commit; what this memo kept of the name is forgotten)."""
+        if self.cat.inode_numbers is None:
+            self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
+        elif not self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?) "
+                                  "ON CONFLICT (parent, name) DO NOTHING", (parent, name, ino)).rowcount:
+            self.memo.forget_others(set(), {(parent, name)})
+            return False
         self.memo.made_name(parent, name, ino)
+        return True
 
     def add_symlink_target(self, ino: int, target: bytes) -> None:
         self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))

@@ -302,7 +302,10 @@ class Namespace(NamespaceRows):
             size = len(target) if target is not None else 0
             node = self.add_inode(mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev)
             ino = node.id
-            self.add_name(parent, name, ino)
+            if not self.add_name(parent, name, ino):        # made by another machine meanwhile
+                self.cat.execute("DELETE FROM inodes WHERE id=?", (ino,))
+                self.memo.drop_node(ino)
+                raise FsError(errno.EEXIST)
             self._touch_dir(parent, 1 if is_dir else 0)
             path = self._join(parent, name)
             rows = []
@@ -324,9 +327,8 @@ class Namespace(NamespaceRows):
             if node.is_dir:
                 raise FsError(errno.EPERM, "hard links to directories are not allowed")
             self._parent_dir(parent)
-            if self._taken(parent, name):
+            if self._taken(parent, name) or not self.add_name(parent, name, ino):
                 raise FsError(errno.EEXIST)
-            self.add_name(parent, name, ino)
             self.cat.execute("UPDATE inodes SET nlink=nlink+1, ctime_ns=? WHERE id=?", (now_ns(), ino))
             self.memo.drop_node(ino)
             self._touch_dir(parent)
