@@ -260,20 +260,25 @@ class PgConnection:
             self._pipeline.sync()
         try:
             self._retrying(finish) if how == "COMMIT" else finish()
+            self._close_pipeline(quiet=False)
         except Exception as exc:
             self._close_pipeline()
             self._abandon(exc)
             raise
-        self._close_pipeline()
 
-    def _close_pipeline(self) -> None:
+    def _close_pipeline(self, quiet: bool = True) -> None:
+        """Leave the transaction's pipeline; ``quiet``: after its error was raised."""
         pipeline, self._pipeline = self._pipeline_cm, None
         self.in_transaction = False
         self._writes = []
+        if pipeline is None:
+            return
+        self._pipeline_cm = None
         try:
             pipeline.__exit__(None, None, None)
-        except Exception:           # the error was raised already, by sync()
-            pass
+        except Exception:
+            if not quiet:
+                raise
 
     def _retrying(self, step: Callable[[], object]):
         """``step()`` of the open transaction; if the server aborted the

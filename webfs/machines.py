@@ -108,6 +108,9 @@ class MachineLease:
         self.token: Optional[int] = None
         self.lost = False
         self._conn = None
+        # Are other machines' mounts holding rows (as of the last renewal)? Then a
+        # new name is checked against theirs as it is made (InodeNumbers.checked).
+        self.others_mounted = True
 
     def take(self) -> None:
         """Make the row (and the tables, the first time), or ArchiveBusy when
@@ -130,6 +133,11 @@ class MachineLease:
                 "ON CONFLICT (machine) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
                 "token = excluded.token, renew = excluded.renew, started = now(), renewed_at = now() "
                 "RETURNING token", (self.machine, host, pid, self.renew)).fetchone()[0]
+            self._count_others()
+
+    def _count_others(self) -> None:
+        self.others_mounted = self._conn.execute("SELECT 1 FROM mounts WHERE machine != %s LIMIT 1",
+                                                 (self.machine,)).fetchone() is not None
 
     @property
     def fence(self) -> tuple[str, tuple]:
@@ -158,6 +166,7 @@ class MachineLease:
                     (self.machine, renewed_at, machine)).rowcount
                 log.warning("the mount of machine %s (%s, pid %d) stopped renewing its lease: taken over, "
                             "with its %d stripe(s)", machine, host, pid, stripes)
+            self._count_others()
         return [tuple(r[:3]) for r in gone]
 
     def others(self) -> list[tuple[str, str, int]]:
@@ -211,10 +220,17 @@ def _add_stripe_columns(conn) -> None:
 class InodeNumbers:
     """New inode numbers for a mount that shares the archive: INODE_BLOCK at a
     time from the sequence, so no two machines give one number and a new
-    file costs a round trip only once in INODE_BLOCK."""
+    file costs a round trip only once in INODE_BLOCK. ``checked``: while other
+    machines are mounted, a new name is checked against theirs as it is made
+    (a round trip each: webfs.namespace.rows.add_name)."""
 
-    def __init__(self):
+    def __init__(self, lease: Optional[MachineLease] = None):
         self._next = self._end = 0
+        self._lease = lease
+
+    @property
+    def checked(self) -> bool:
+        return self._lease is None or self._lease.others_mounted
 
     def take(self, catalog) -> int:
         if self._next >= self._end:
@@ -249,6 +265,6 @@ def lease_for(catalog, state_dir: str, renew: float) -> Optional[MachineLease]:
     with catalog.lock:
         catalog.db.conn.execute("SELECT set_config('webfs.machine', %s, false)", (lease.machine,))
     catalog.db.fence = lease.fence
-    catalog.inode_numbers = InodeNumbers()
+    catalog.inode_numbers = InodeNumbers(lease)
     catalog.own_stripes = OWN_STRIPES
     return lease

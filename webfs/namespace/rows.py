@@ -251,9 +251,10 @@ class NamespaceRows:
     def add_name(self, parent: int, name: bytes, ino: int) -> bool:
         """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts
         untouched). False, and nothing made, if another machine made the name
-        first (a catalog several machines share: asked of the engine, which waits
-        for the other's commit; what this memo kept of the name is forgotten)."""
-        if self.cat.inode_numbers is None:
+        first (a catalog other machines' mounts share: asked of the engine, which
+        waits for the other's commit; what this memo kept of the name is forgotten)."""
+        numbers = self.cat.inode_numbers
+        if numbers is None or not numbers.checked:
             self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
         elif not self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?) "
                                   "ON CONFLICT (parent, name) DO NOTHING", (parent, name, ino)).rowcount:
