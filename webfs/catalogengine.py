@@ -353,7 +353,8 @@ class PgConnection:
         with self._lock:
             self._begin()
             self.total_changes += 1
-            self.conn.cursor().executemany(text, rows)
+            run = lambda: self.conn.cursor().executemany(text, rows)     # noqa: E731
+            self._retrying(run) if self.in_transaction else run()
             if self.in_transaction:
                 self._writes.append((text, rows, True))
 
