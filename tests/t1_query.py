@@ -123,3 +123,20 @@ def test_any_text_is_a_query_or_a_clear_refusal(index):
             pass
 
     check()
+
+
+def test_words_fold_as_the_whole_text_would():
+    """query.tokens folds only the runs of non-ASCII characters (the PostgreSQL
+    index cuts every page's words with it): the same words as decomposing
+    the whole text and dropping its combining marks."""
+    import unicodedata
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=2000)
+    @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
+           | st.text(alphabet="aeiou Z-1\u0301\u0308\u00e9\u00df\u0130\ufb01\u2460\u00bd\uac00 ", max_size=40))
+    def check(text):
+        whole = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+        assert query.tokens(text) == query._TOKEN.findall(whole.lower())
+
+    check()

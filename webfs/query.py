@@ -34,6 +34,7 @@ _TERM = re.compile(r'(?:(?P<field>[a-z-]+):)?(?:"(?P<phrase>[^"]*)"?|(?P<word>\S
 _INLINKS = re.compile(r"inlinks(>=|<=|>|<|=)(\d+)")
 _DATE = re.compile(r"(\d{4,14})?(\.\.)?(\d{4,14})?")
 _TOKEN = re.compile(r"[^\W_]+")        # FTS5's unicode61: letters and digits, the rest separates
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
 
 class BadQuery(WebfsError):
@@ -99,8 +100,14 @@ def compile_query(text: str, checking: bool = False, terms: dict = SQLITE_TERMS)
 
 def tokens(text: str) -> list[str]:
     """Words as the index's tokenizer makes them: diacritics folded, lowercase."""
-    folded = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
-    return _TOKEN.findall(folded.lower())
+    return _TOKEN.findall(_NON_ASCII.sub(_folded, text).lower())
+
+
+def _folded(run: re.Match) -> str:
+    """A run of non-ASCII characters decomposed, without its combining marks (the
+    same as folding the whole text: NFKD decomposes each character alone, and
+    the marks, the one thing it reorders, go; ASCII is left as it is)."""
+    return "".join(c for c in unicodedata.normalize("NFKD", run.group()) if not unicodedata.combining(c))
 
 
 def _words(out: Compiled, name, value: str) -> None:
