@@ -51,6 +51,13 @@ def imported(tmp_path_factory) -> list[Path]:
 
 
 @pytest.fixture
+def catalog_url() -> str:
+    """The catalog of an archive a test makes: SQLite's here (t4_pg_query
+    runs these tests again with a PostgreSQL database)."""
+    return ""
+
+
+@pytest.fixture
 def archive(tmp_path, imported):
     copies = [tmp_path / "a" / d.name for d in imported]
     for pristine, copy in zip(imported, copies):
@@ -87,8 +94,8 @@ def test_a_page_in_many_crawls_is_indexed_once(archive):
     db.close()
 
 
-def test_warc_captures_are_indexed_with_their_urls(tmp_path):
-    disk = make_archive(tmp_path / "a", 2)[0]
+def test_warc_captures_are_indexed_with_their_urls(tmp_path, catalog_url):
+    disk = make_archive(tmp_path / "a", 2, catalog_url=catalog_url)[0]
     warc = write_warc(tmp_path / "w.warc.gz", [("http://www.example.org/a", b"<title>Gnu</title>wildebeest"),
                                                ("http://other.net/", b"<a href='http://www.example.org/a'>x</a>")])
     webfs_here("import-warc", "--collection", "w", warc, f"{disk}:/")

@@ -111,6 +111,7 @@ class Index:
     how a phrase is checked against its document's words in order (SQL
     ``phrase_holds``); without it, a phrase matches the documents that hold
     all of its words."""
+    engine = "sqlite"           # webfs.query asks: webfs.pgindex's is "postgresql"
 
     def __init__(self, directory: str, read_only: bool = False, phrases: Optional[PhraseCheck] = None):
         self.path = os.path.join(directory, INDEX_FILE)
