@@ -17,9 +17,11 @@ the SQL that differs); files beside the catalog stay in the disk's meta/.
 """
 from __future__ import annotations
 
+import calendar
 import logging
 import os
 import sqlite3
+import time
 import urllib.parse
 from dataclasses import dataclass
 from typing import Iterator, Optional
@@ -31,8 +33,10 @@ from .errors import NoSpace
 from .signature import block_name
 from . import lockorder
 
-SCHEMA_VERSION = 3             # 2: blocks.sha256 (the content digest); 3: signatures and stripe ids as 16 bytes
+SCHEMA_VERSION = 4             # 2: blocks.sha256; 3: signatures and stripe ids as 16 bytes; 4: created as
+                               # seconds, tables keyed by their primary key WITHOUT ROWID
 CATALOG_FILE = "meta/catalog.db"
+CREATED_FORMAT = "%Y-%m-%dT%H:%M:%SZ"       # a block header's Created (webfs.block.utc_timestamp)
 ARCHIVE_META = "archive"        # meta key: the uuid of the archive the catalog indexes (absent before)
 TOP_FREED = "top_freed_inode"   # meta key: the highest inode number freed while it was the highest (absent: none)
 CACHE_KIB = 2048                # SQLite page cache of one connection, KiB
@@ -41,7 +45,7 @@ WAL_LIMIT = 8 << 20             # bytes of WAL kept after a checkpoint
 # The tables below repeat one shape (a few columns, a composite primary key,
 # an index): that is SQL declaring tables, not logic to share.
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS blocks (
     id       INTEGER PRIMARY KEY,
     sig      BLOB NOT NULL,                -- 16 bytes (32 hex digits elsewhere: see key/hex_of)
@@ -52,7 +56,7 @@ CREATE TABLE IF NOT EXISTS blocks (
     codec    TEXT NOT NULL,
     refs     INTEGER NOT NULL,
     pins     INTEGER NOT NULL DEFAULT 0,   -- references held outside the namespace (webfs put)
-    created  TEXT NOT NULL,
+    created  INTEGER NOT NULL,             -- seconds since 1970 (UTC); an odd header's text as it is
     name     TEXT NOT NULL DEFAULT '',     -- percent-encoded name hint, as in the header
     grp      TEXT NOT NULL,
     stripe   BLOB,                         -- parity stripe id (16 bytes), NULL while unprotected
@@ -67,7 +71,8 @@ CREATE TABLE IF NOT EXISTS groups (
     disk     INTEGER NOT NULL,
     home     INTEGER,                      -- rendezvous home when placed (NULL: disk); cooling moves away from it
     heat     REAL NOT NULL DEFAULT 0,      -- reads per second when last written (webfs.heat)
-    accesses TEXT NOT NULL DEFAULT '');    -- times of the last k accesses, for the heat estimate
+    accesses TEXT NOT NULL DEFAULT '')     -- times of the last k accesses, for the heat estimate
+    WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS stripes (
     id          BLOB PRIMARY KEY,              -- 16 bytes
     parity_disk INTEGER NOT NULL,
@@ -119,13 +124,13 @@ CREATE TABLE IF NOT EXISTS contents (
     inode INTEGER NOT NULL,
     piece INTEGER NOT NULL,
     block INTEGER NOT NULL,
-    PRIMARY KEY (inode, piece));
+    PRIMARY KEY (inode, piece)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS symlinks (inode INTEGER PRIMARY KEY, target BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS xattrs (
     inode INTEGER NOT NULL,
     name  BLOB NOT NULL,
     value BLOB NOT NULL,
-    PRIMARY KEY (inode, name));
+    PRIMARY KEY (inode, name)) WITHOUT ROWID;
 """
 
 def key(hex_id: Optional[str]) -> Optional[bytes]:
@@ -140,6 +145,23 @@ def hex_of(stored: Optional[bytes]) -> Optional[str]:
     it is already when read from a catalog of schema 1 or 2 not migrated:
     one that 'fsck --rebuild-catalog' compares with the one it made)."""
     return stored.hex() if type(stored) is bytes else stored
+
+
+def seconds_of(created: str):
+    """A header's Created (2026-11-25T21:00:00Z) as the catalog stores it:
+    seconds since 1970, UTC; a text in any other form is kept as it is, so
+    the header a block is rebuilt with says what it said."""
+    try:
+        seconds = calendar.timegm(time.strptime(created, CREATED_FORMAT))
+    except (ValueError, OverflowError):
+        return created
+    return seconds if time.strftime(CREATED_FORMAT, time.gmtime(seconds)) == created else created
+
+
+def created_of(stored) -> str:
+    """The Created text of a stored ``created`` (seconds, or the text of a
+    catalog of schema 3 and older, or an odd header's)."""
+    return time.strftime(CREATED_FORMAT, time.gmtime(stored)) if type(stored) is int else stored
 
 
 def keys(hex_ids) -> list[bytes]:
@@ -169,7 +191,7 @@ class BlockRow:
     @staticmethod
     def of(r) -> "BlockRow":
         """The row of a SELECT of BLOCK_COLUMNS (its ids as stored: 16 bytes)."""
-        return BlockRow(r[0], hex_of(r[1]), *r[2:12], hex_of(r[12]), r[13])
+        return BlockRow(r[0], hex_of(r[1]), *r[2:9], created_of(r[9]), r[10], r[11], hex_of(r[12]), r[13])
 
     @property
     def block_name(self) -> str:
@@ -238,9 +260,13 @@ class Catalog:
             self._migrate()
 
     def _migrate(self) -> None:
-        """Record the schema of a new catalog (an older one was rewritten in
-        this schema before it was opened: webfs.catalogmigration)."""
-        if self.get_meta("schema") is None:
+        """Record the schema of a new catalog (an older SQLite file was
+        rewritten in this schema before it was opened: webfs.catalogmigration;
+        a PostgreSQL database is altered here)."""
+        schema = self.get_meta("schema")
+        if schema is not None and int(schema) < SCHEMA_VERSION:
+            self.engine.migrate(self.db, int(schema))     # PostgreSQL's: in place
+        if schema is None or int(schema) < SCHEMA_VERSION:
             self.set_meta("schema", str(SCHEMA_VERSION))
         self.commit()
 
@@ -446,7 +472,8 @@ class Catalog:
         cur = self.execute(
             "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp,"
             " stripe, sha256) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (key(sig), overflow, disk, size, stored, codec, refs, pins, created, name, grp, key(stripe), sha256))
+            (key(sig), overflow, disk, size, stored, codec, refs, pins, seconds_of(created), name, grp,
+             key(stripe), sha256))
         return BlockRow(cur.lastrowid, sig, overflow, disk, size, stored, codec, refs, pins,
                         created, name, grp, stripe, sha256)
 
