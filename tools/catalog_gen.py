@@ -53,7 +53,7 @@ CREATED = seconds_of("2026-11-27T00:00:00Z")     # as the catalog keeps it
 T0_NS = 1_764_201_600 * 10**9
 DIR_MODE, FILE_MODE = 0o40755, 0o100644
 # Secondary indexes are made after the rows (a sort each instead of a random insert per row).
-LATER_INDEXES = ("blocks_grp", "blocks_stripe", "dentries_inode", "dentries_parent")
+LATER_INDEXES = ("blocks_stripe", "dentries_inode", "dentries_parent")
 
 
 class Layout:

@@ -17,17 +17,16 @@ the SQL that differs); files beside the catalog stay in the disk's meta/.
 """
 from __future__ import annotations
 
-import calendar
 import logging
 import os
 import sqlite3
-import time
 import urllib.parse
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from .block import HEADER_SIZE
 from .catalogengine import SQLITE
+from .catalogkeys import created_of, hex_of, key, keys, seconds_of, sig_range
 from .catalogmigration import migrate_file
 from .errors import NoSpace
 from .signature import block_name
@@ -36,7 +35,6 @@ from . import lockorder
 SCHEMA_VERSION = 4             # 2: blocks.sha256; 3: signatures and stripe ids as 16 bytes; 4: created as
                                # seconds, tables keyed by their primary key WITHOUT ROWID
 CATALOG_FILE = "meta/catalog.db"
-CREATED_FORMAT = "%Y-%m-%dT%H:%M:%SZ"       # a block header's Created (webfs.block.utc_timestamp)
 ARCHIVE_META = "archive"        # meta key: the uuid of the archive the catalog indexes (absent before)
 TOP_FREED = "top_freed_inode"   # meta key: the highest inode number freed while it was the highest (absent: none)
 CACHE_KIB = 2048                # SQLite page cache of one connection, KiB
@@ -63,8 +61,8 @@ CREATE TABLE IF NOT EXISTS blocks (
     sha256   BLOB,                         -- the document's SHA-256; NULL: written before schema 2
     UNIQUE (sig, overflow));
 -- No index on blocks.disk, groups.disk or contents.block: only admin passes over
--- most of a table ask by them (query plans: webfs-internals(7)).
-CREATE INDEX IF NOT EXISTS blocks_grp ON blocks (grp);
+-- most of a table ask by them (query plans: webfs-internals(7)); none on blocks.grp:
+-- a group is a range of signatures (catalogkeys.sig_range).
 CREATE INDEX IF NOT EXISTS blocks_stripe ON blocks (stripe);
 CREATE TABLE IF NOT EXISTS groups (
     grp      TEXT PRIMARY KEY,
@@ -132,41 +130,6 @@ CREATE TABLE IF NOT EXISTS xattrs (
     value BLOB NOT NULL,
     PRIMARY KEY (inode, name)) WITHOUT ROWID;
 """
-
-def key(hex_id: Optional[str]) -> Optional[bytes]:
-    """A signature or stripe id (32 hex digits) as the catalog stores it: 16
-    bytes. The rest of webfs keeps the hex text; this module and the SQL
-    beside it convert at the catalog's edge."""
-    return None if hex_id is None else bytes.fromhex(hex_id)
-
-
-def hex_of(stored: Optional[bytes]) -> Optional[str]:
-    """A signature or stripe id as stored (16 bytes) in webfs's hex text (as
-    it is already when read from a catalog of schema 1 or 2 not migrated:
-    one that 'fsck --rebuild-catalog' compares with the one it made)."""
-    return stored.hex() if type(stored) is bytes else stored
-
-
-def seconds_of(created: str):
-    """A header's Created (2026-11-25T21:00:00Z) as the catalog stores it:
-    seconds since 1970, UTC; a text in any other form is kept as it is, so
-    the header a block is rebuilt with says what it said."""
-    try:
-        seconds = calendar.timegm(time.strptime(created, CREATED_FORMAT))
-    except (ValueError, OverflowError):
-        return created
-    return seconds if time.strftime(CREATED_FORMAT, time.gmtime(seconds)) == created else created
-
-
-def created_of(stored) -> str:
-    """The Created text of a stored ``created`` (seconds, or the text of a
-    catalog of schema 3 and older, or an odd header's)."""
-    return time.strftime(CREATED_FORMAT, time.gmtime(stored)) if type(stored) is int else stored
-
-
-def keys(hex_ids) -> list[bytes]:
-    return [bytes.fromhex(h) for h in hex_ids]
-
 
 BLOCK_COLUMNS = "id, sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe, sha256"
 
@@ -398,25 +361,25 @@ class Catalog:
 
     def group_prefix_exists(self, prefix: str) -> bool:
         """Whether any block's placement group starts with these hex digits."""
-        return bool(self.scalar("SELECT 1 FROM blocks WHERE grp >= ? AND grp < ? LIMIT 1",
-                                (prefix, prefix + "g")))
+        return bool(self.scalar("SELECT 1 FROM blocks WHERE sig BETWEEN ? AND ? LIMIT 1", sig_range(prefix)))
 
     def group_prefixes(self, prefix: str, length: int) -> list[str]:
         """The distinct first ``length`` hex digits of the groups under a prefix, in order."""
         return [r[0] for r in self.query(
-            "SELECT DISTINCT substr(grp, 1, ?) FROM blocks WHERE grp >= ? AND grp < ? ORDER BY 1",
-            (length, prefix, prefix + "g"))]
+            "SELECT DISTINCT substr(grp, 1, ?) FROM blocks WHERE sig BETWEEN ? AND ? ORDER BY 1",
+            (length, *sig_range(prefix)))]
 
     def blocks_in_group(self, grp: str) -> list[tuple[str, int]]:
         """(signature, overflow) of every block of one placement group, in order."""
         return [(sig.hex(), overflow) for sig, overflow in self.query(
-            "SELECT sig, overflow FROM blocks WHERE grp=? ORDER BY sig, overflow", (grp,))]
+            "SELECT sig, overflow FROM blocks WHERE sig BETWEEN ? AND ? AND grp=? ORDER BY sig, overflow",
+            (*sig_range(grp), grp))]
 
     def _where(self, grp: Optional[str], disk: Optional[int], unprotected: bool) -> tuple[str, tuple]:
         conds, args = [], []
         if grp is not None:
-            conds.append("grp=?")
-            args.append(grp)
+            conds.append("sig BETWEEN ? AND ? AND grp=?")
+            args += [*sig_range(grp), grp]
         if disk is not None:
             conds.append("disk=?")
             args.append(disk)
@@ -437,15 +400,17 @@ class Catalog:
 
     def group_usage(self, groups: Optional[list[str]] = None) -> list[tuple[str, int, int, int]]:
         """(group, disk, blocks, bytes with their headers) of the given groups (all if None)."""
-        where = f" WHERE grp IN ({','.join('?' * len(groups))})" if groups is not None else ""
-        return [tuple(r) for r in self.query(
-            f"SELECT grp, disk, COUNT(*), SUM(stored) + {HEADER_SIZE} * COUNT(*) FROM blocks{where} "
-            "GROUP BY grp, disk", groups or ())]
+        sql = f"SELECT grp, disk, COUNT(*), SUM(stored) + {HEADER_SIZE} * COUNT(*) FROM blocks"
+        if groups is None:
+            return [tuple(r) for r in self.query(sql + " GROUP BY grp, disk")]
+        return [tuple(r) for g in groups for r in self.query(
+            sql + " WHERE sig BETWEEN ? AND ? AND grp=? GROUP BY grp, disk", (*sig_range(g), g))]
 
     def group_samples(self, grp: str, most: int = 5) -> list[tuple[str, str]]:
         """(signature, Name: hint) of a group's first blocks, to show what it holds."""
         return [(sig.hex(), name) for sig, name in self.query(
-            "SELECT sig, name FROM blocks WHERE grp=? ORDER BY id LIMIT ?", (grp, most))]
+            "SELECT sig, name FROM blocks WHERE sig BETWEEN ? AND ? AND grp=? ORDER BY id LIMIT ?",
+            (*sig_range(grp), grp, most))]
 
     def block_by_id(self, block_id: int) -> Optional[BlockRow]:
         rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id=?", (block_id,))
@@ -584,8 +549,9 @@ class Catalog:
         with self.lock, _full_is_nospace:
             self.db.executemany(
                 "INSERT INTO groups (grp, disk, heat, accesses) "
-                "SELECT ?1, disk, ?2, ?3 FROM blocks WHERE grp=?1 LIMIT 1 "
-                "ON CONFLICT (grp) DO UPDATE SET heat=excluded.heat, accesses=excluded.accesses", rows)
+                "SELECT ?1, disk, ?2, ?3 FROM blocks WHERE sig BETWEEN ?4 AND ?5 AND grp=?1 LIMIT 1 "
+                "ON CONFLICT (grp) DO UPDATE SET heat=excluded.heat, accesses=excluded.accesses",
+                [(*row, *sig_range(row[0])) for row in rows])
             for row in rows:
                 if self._groups.get(row[0], 0) is None:
                     del self._groups[row[0]]        # mapped now, to the disk of a block
