@@ -4,8 +4,8 @@
 the catalog's disk: one file, one process writing. ``PostgresEngine`` keeps
 it in a PostgreSQL database named by a URL (``webfs mkfs --catalog
 postgresql://...``, then ``catalog_url`` in webfs.conf); files that live
-beside the catalog (parity's intent log, the query index) stay in that disk's
-meta/ all the same.
+beside the catalog (parity's intent log) stay in that disk's meta/ all the
+same; the query index goes into the same database (webfs.pgindex).
 
 The catalog's SQL is written once, in SQLite's dialect, and ``PgConnection``
 (a connection with sqlite3's methods, over psycopg 3) rewrites each statement
