@@ -42,8 +42,13 @@ def test_link_keys():
 TEXTS = {}
 
 
-@pytest.fixture
-def index(tmp_path):
+@pytest.fixture(params=["held to the commit", "written at once"])
+def index(tmp_path, request, monkeypatch):
+    """The index of three documents in four files; its words and links held
+    until the commit (as a pass writes them), or written as each document is
+    added (as when more text than PENDING_CHARS waits): the same answers."""
+    if request.param == "written at once":
+        monkeypatch.setattr("webfs.index.PENDING_CHARS", 0)
     ix = Index(str(tmp_path), phrases=query.phrase_check(TEXTS.get))
     for i, (title, text) in enumerate((("Stanford group", "zebra quagga"), ("Other", "zebra stanford"),
                                        ("", "plain words only")), 1):
@@ -87,6 +92,26 @@ def test_each_kind_of_term(index):
     assert found(index, "collection:c2015 zebra") == [2]
     assert found(index, "zebra", limit=1, offset=1) != found(index, "zebra", limit=1)
     assert query.count(index.db, "zebra") == 3
+
+
+def test_a_dropped_documents_number_is_not_given_again(tmp_path):
+    """A contentless FTS5 table keeps a dropped document's words under its
+    number: a new document given that number would be found by them."""
+    ix = Index(str(tmp_path))
+    facts = {"collection": "c", "size": 1}
+    ix.put_file(1, 1, ix.add_doc("s1", "html", "", "zebra", []), facts)
+    ix.put_file(2, 1, ix.add_doc("s2", "html", "", "secretword", ["http://a/"]), facts)
+    ix.commit()
+    ix.drop_files([2])
+    assert ix.drop_unused_docs() == 1
+    ix.commit()
+    for n in (3, 4):        # twice: a second drop of nothing must not lower the mark
+        ix.put_file(n, 1, ix.add_doc(f"s{n}", "html", "", "quagga", []), facts)
+        ix.commit()
+        assert found(ix, "secretword") == [] and sorted(found(ix, "quagga")) == list(range(3, n + 1))
+        ix.drop_unused_docs()
+    assert found(ix, "links-to:http://a/") == []
+    ix.close()
 
 
 def test_bad_queries_say_which_term():
