@@ -39,6 +39,29 @@ def test_link_keys():
     assert link_key("https://example.com:8443/") == "https://example.com:8443/"
 
 
+def test_links_resolved_by_the_quick_ways_as_by_urljoin():
+    """extract resolves absolute, root-relative and plain relative hrefs by
+    string work on the page's key; whatever the base and href, it gives what
+    urljoin gives (dot segments, parameters, empty queries, tabs, empty
+    segments in the base: urljoin's own way)."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    from webfs.extract import _Resolver
+    part = st.lists(st.sampled_from(list("ab.%?#/:;=&@+ \t~-_") + ["..", "./", "é", "%2e"]),
+                    max_size=8).map("".join)
+    base = st.builds("{}://{}{}/{}{}".format, st.sampled_from(["http", "HTTP", "https"]),
+                     st.sampled_from(["h.example", "H.Example.", "[::1]", "x"]), st.sampled_from(["", ":80", ":8080"]),
+                     part, st.sampled_from(["", "?q=1", "?a/b"]))
+
+    @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(base, st.one_of(part, part.map("/".__add__), st.builds(str.__add__, base, part)))
+    def check(page, href):
+        href = href.strip()
+        if href and not href.startswith(("#", "javascript:", "mailto:", "data:")):
+            resolver = _Resolver(page)
+            assert resolver(href) == resolver.by_urljoin(href.split("#", 1)[0].rstrip())
+    check()
+
+
 TEXTS = {}
 
 
