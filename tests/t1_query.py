@@ -39,6 +39,29 @@ def test_link_keys():
     assert link_key("https://example.com:8443/") == "https://example.com:8443/"
 
 
+def test_links_resolved_by_the_quick_ways_as_by_urljoin():
+    """extract resolves absolute, root-relative and plain relative hrefs by
+    string work on the page's key; whatever the base and href, it gives what
+    urljoin gives (dot segments, parameters, empty queries, tabs, empty
+    segments in the base: urljoin's own way)."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    from webfs.extract import _Resolver
+    part = st.lists(st.sampled_from(list("ab.%?#/:;=&@+ \t~-_") + ["..", "./", "é", "%2e"]),
+                    max_size=8).map("".join)
+    base = st.builds("{}://{}{}/{}{}".format, st.sampled_from(["http", "HTTP", "https"]),
+                     st.sampled_from(["h.example", "H.Example.", "[::1]", "x"]), st.sampled_from(["", ":80", ":8080"]),
+                     part, st.sampled_from(["", "?q=1", "?a/b"]))
+
+    @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(base, st.one_of(part, part.map("/".__add__), st.builds(str.__add__, base, part)))
+    def check(page, href):
+        href = href.strip()
+        if href and not href.startswith(("#", "javascript:", "mailto:", "data:")):
+            resolver = _Resolver(page)
+            assert resolver(href) == resolver.by_urljoin(href.split("#", 1)[0].rstrip())
+    check()
+
+
 TEXTS = {}
 
 
@@ -64,8 +87,13 @@ def filled(ix):
     return ix
 
 
-@pytest.fixture
-def index(tmp_path):
+@pytest.fixture(params=["held to the commit", "written at once"])
+def index(tmp_path, request, monkeypatch):
+    """The SQLite index filled; its words and links held until the commit (as
+    a pass writes them), or written as each document is added (as when more
+    text than PENDING_CHARS waits): the same answers."""
+    if request.param == "written at once":
+        monkeypatch.setattr("webfs.index.PENDING_CHARS", 0)
     ix = filled(Index(str(tmp_path)))
     yield ix
     ix.close()
@@ -96,6 +124,26 @@ def test_each_kind_of_term(index):
     assert found(index, "collection:c2015 zebra") == [2]
     assert found(index, "zebra", limit=1, offset=1) != found(index, "zebra", limit=1)
     assert query.count(index, "zebra") == 3
+
+
+def test_a_dropped_documents_number_is_not_given_again(tmp_path):
+    """A contentless FTS5 table keeps a dropped document's words under its
+    number: a new document given that number would be found by them."""
+    ix = Index(str(tmp_path))
+    facts = {"collection": "c", "size": 1}
+    ix.put_file(1, 1, ix.add_doc("s1", "html", "", "zebra", []), facts)
+    ix.put_file(2, 1, ix.add_doc("s2", "html", "", "secretword", ["http://a/"]), facts)
+    ix.commit()
+    ix.drop_files([2])
+    assert ix.drop_unused_docs() == 1
+    ix.commit()
+    for n in (3, 4):        # twice: a second drop of nothing must not lower the mark
+        ix.put_file(n, 1, ix.add_doc(f"s{n}", "html", "", "quagga", []), facts)
+        ix.commit()
+        assert found(ix, "secretword") == [] and sorted(found(ix, "quagga")) == list(range(3, n + 1))
+        ix.drop_unused_docs()
+    assert found(ix, "links-to:http://a/") == []
+    ix.close()
 
 
 def test_bad_queries_say_which_term():

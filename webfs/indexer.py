@@ -466,14 +466,15 @@ class Keeper:
             self.apart = None
         self.watch.close()
 
-    def step(self) -> None:
+    def step(self) -> bool:
+        """A pass if the catalog changed or one was asked for; whether it indexed or dropped any file."""
         if not enabled():
-            return
+            return False
         version = self.watch.data_version()
         if version == self.seen and not self.poked.is_set():
-            return
+            return False
         if imports_running.running() and time.monotonic() - self.last_pass < IMPORT_BUSY_INTERVAL:
-            return
+            return False
         self.poked.clear()
         files = self.watch.file_totals()[0]
         if self.files_seen is not None and files - self.files_seen >= self.apart_after:
@@ -483,6 +484,8 @@ class Keeper:
         if counts["indexed"] or counts["dropped"]:
             log.info("index: %d files indexed (%d new documents), %d dropped",
                      counts["indexed"], counts["documents"], counts["dropped"])
+            return True
+        return False
 
     def catch_up(self) -> dict:
         """One pass, in the indexing process once there is one; if that
@@ -549,12 +552,15 @@ class Alongside:
             return
         self.keeper.apart_after = 0             # an import that lasts: its passes apart
         while True:
+            busy = False
             try:
-                self.keeper.step()
+                busy = self.keeper.step()
             except (OSError, sqlite3.Error, WebfsError) as exc:
                 # The pass after the import tries again, and says so if it fails too.
                 log.debug("index pass beside the import: %s", exc)
-            if self.done.wait(ALONGSIDE_INTERVAL):
+            # A pass that found work is followed at once: while the import is
+            # ahead, a pause leaves the indexing process's core idle.
+            if self.done.wait(0 if busy else ALONGSIDE_INTERVAL):
                 return
 
 
