@@ -81,11 +81,11 @@ class Postgres:
         return self._run("psql", "-h", self.socket_dir, "-U", "postgres", "-d", db, "-At",
                          "-v", "ON_ERROR_STOP=1", "-c", sql).stdout
 
-    def new_database(self) -> str:
-        """A fresh empty database; its name."""
+    def new_database(self, template: str = "") -> str:
+        """A fresh empty database (or a copy of ``template``); its name."""
         self.databases += 1
         name = f"archive{self.databases}"
-        self.psql("postgres", f"CREATE DATABASE {name}")
+        self.psql("postgres", f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
         return name
 
     def url(self, db: str, user: str = "postgres") -> str:

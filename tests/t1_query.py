@@ -39,12 +39,35 @@ def test_link_keys():
     assert link_key("https://example.com:8443/") == "https://example.com:8443/"
 
 
+def test_links_resolved_by_the_quick_ways_as_by_urljoin():
+    """extract resolves absolute, root-relative and plain relative hrefs by
+    string work on the page's key; whatever the base and href, it gives what
+    urljoin gives (dot segments, parameters, empty queries, tabs, empty
+    segments in the base: urljoin's own way)."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    from webfs.extract import _Resolver
+    part = st.lists(st.sampled_from(list("ab.%?#/:;=&@+ \t~-_") + ["..", "./", "é", "%2e"]),
+                    max_size=8).map("".join)
+    base = st.builds("{}://{}{}/{}{}".format, st.sampled_from(["http", "HTTP", "https"]),
+                     st.sampled_from(["h.example", "H.Example.", "[::1]", "x"]), st.sampled_from(["", ":80", ":8080"]),
+                     part, st.sampled_from(["", "?q=1", "?a/b"]))
+
+    @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(base, st.one_of(part, part.map("/".__add__), st.builds(str.__add__, base, part)))
+    def check(page, href):
+        href = href.strip()
+        if href and not href.startswith(("#", "javascript:", "mailto:", "data:")):
+            resolver = _Resolver(page)
+            assert resolver(href) == resolver.by_urljoin(href.split("#", 1)[0].rstrip())
+    check()
+
+
 TEXTS = {}
 
 
-@pytest.fixture
-def index(tmp_path):
-    ix = Index(str(tmp_path), phrases=query.phrase_check(TEXTS.get))
+def filled(ix):
+    """An index of either engine with three documents and four files of known answers."""
+    ix.phrases = query.phrase_check(TEXTS.get)
     for i, (title, text) in enumerate((("Stanford group", "zebra quagga"), ("Other", "zebra stanford"),
                                        ("", "plain words only")), 1):
         TEXTS[i] = (title, text)
@@ -58,13 +81,26 @@ def index(tmp_path):
     for ino, doc, coll, url, host, date, mime in rows:
         ix.put_file(ino, 1, doc, {"collection": coll, "url": url, "key": link_key(url), "host": host,
                                   "date": date, "mime": mime, "size": 10})
+    ix.put_file(5, 1, None, {"collection": "c2016", "url": None, "host": None, "date": "20160101000000",
+                             "mime": "", "size": 0})       # a file of no URL (copied in, not a capture)
     ix.commit()
+    return ix
+
+
+@pytest.fixture(params=["held to the commit", "written at once"])
+def index(tmp_path, request, monkeypatch):
+    """The SQLite index filled; its words and links held until the commit (as
+    a pass writes them), or written as each document is added (as when more
+    text than PENDING_CHARS waits): the same answers."""
+    if request.param == "written at once":
+        monkeypatch.setattr("webfs.index.PENDING_CHARS", 0)
+    ix = filled(Index(str(tmp_path)))
     yield ix
     ix.close()
 
 
 def found(ix, text, limit=100, offset=0):
-    return [r[0] for r in query.run(ix.db, text, limit, offset)]
+    return [r[0] for r in query.run(ix, text, limit, offset)]
 
 
 def test_each_kind_of_term(index):
@@ -75,18 +111,39 @@ def test_each_kind_of_term(index):
     assert found(index, '"zebra quagga"') == [4, 1] and found(index, '"quagga zebra"') == []
     assert found(index, 'title:"stanford group"') == [4, 1] and found(index, 'title:"group stanford"') == []
     assert found(index, '"stanford group zebra"') == []       # a phrase does not run from the title into the text
-    assert query.count(index.db, '"quagga zebra"') == 0 and query.count(index.db, '"zebra quagga"') == 2
+    assert query.count(index, '"quagga zebra"') == 0 and query.count(index, '"zebra quagga"') == 2
     assert sorted(found(index, "host:example.org")) == [1, 2, 4]
     assert found(index, "host:a.example.org") == [2]
     assert found(index, "url:www.example.org/") == [4, 1]
     assert found(index, "links-to:http://www-db.stanford.edu") == [4, 1]
     assert found(index, "inlinks>0") == [2] and found(index, "inlinks=0 mime:text") == [4, 3, 1]
+    assert found(index, "inlinks=0 collection:c2016") == [4, 5]          # a file of no URL has none
     assert found(index, "mime:text/plain") == [3] and found(index, "mime:text") == [4, 2, 3, 1]
     assert found(index, "date:2015") == [2, 3] and found(index, "date:2014..2015") == [2, 3, 1]
-    assert found(index, "date:..2014") == [1] and found(index, "date:2016..") == [4]
+    assert found(index, "date:..2014") == [1] and found(index, "date:2016..") == [4, 5]
     assert found(index, "collection:c2015 zebra") == [2]
     assert found(index, "zebra", limit=1, offset=1) != found(index, "zebra", limit=1)
-    assert query.count(index.db, "zebra") == 3
+    assert query.count(index, "zebra") == 3
+
+
+def test_a_dropped_documents_number_is_not_given_again(tmp_path):
+    """A contentless FTS5 table keeps a dropped document's words under its
+    number: a new document given that number would be found by them."""
+    ix = Index(str(tmp_path))
+    facts = {"collection": "c", "size": 1}
+    ix.put_file(1, 1, ix.add_doc("s1", "html", "", "zebra", []), facts)
+    ix.put_file(2, 1, ix.add_doc("s2", "html", "", "secretword", ["http://a/"]), facts)
+    ix.commit()
+    ix.drop_files([2])
+    assert ix.drop_unused_docs() == 1
+    ix.commit()
+    for n in (3, 4):        # twice: a second drop of nothing must not lower the mark
+        ix.put_file(n, 1, ix.add_doc(f"s{n}", "html", "", "quagga", []), facts)
+        ix.commit()
+        assert found(ix, "secretword") == [] and sorted(found(ix, "quagga")) == list(range(3, n + 1))
+        ix.drop_unused_docs()
+    assert found(ix, "links-to:http://a/") == []
+    ix.close()
 
 
 def test_bad_queries_say_which_term():
@@ -96,15 +153,10 @@ def test_bad_queries_say_which_term():
     assert query.date_range("201403") == ("20140300000000", "20140399999999")
 
 
-def test_any_text_is_a_query_or_a_clear_refusal(tmp_path):
+def test_any_text_is_a_query_or_a_clear_refusal(index):
     """Whatever a user types, the index answers or BadQuery says why: never an
     FTS5 syntax error or another exception."""
     from hypothesis import given, settings, strategies as st
-    ix = Index(str(tmp_path))
-    ix.add_doc("s", "html", "t", "some words", ["http://a/"])
-    ix.put_file(1, 1, 1, {"collection": "c", "url": "http://a/", "key": "http://a/", "host": "a",
-                          "date": "20140101000000", "mime": "text/html", "size": 1})
-    ix.commit()
     alphabet = st.sampled_from(list('ab "*:()-^.<>=/\\%_\'') + ["title:", "url:", "host:", "links-to:", "mime:",
                                                                "date:", "collection:", "inlinks>", "AND", "OR",
                                                                "NOT", "NEAR", "2014", "..", "é", "\0"])
@@ -113,10 +165,26 @@ def test_any_text_is_a_query_or_a_clear_refusal(tmp_path):
     @given(st.lists(alphabet, max_size=12).map("".join))
     def check(text):
         try:
-            query.run(ix.db, text, 10)
-            query.count(ix.db, text)
+            query.run(index, text, 10)
+            query.count(index, text)
         except query.BadQuery:
             pass
 
     check()
-    ix.close()
+
+
+def test_words_fold_as_the_whole_text_would():
+    """query.tokens folds only the runs of non-ASCII characters (the PostgreSQL
+    index cuts every page's words with it): the same words as decomposing
+    the whole text and dropping its combining marks."""
+    import unicodedata
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=2000)
+    @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
+           | st.text(alphabet="aeiou Z-1\u0301\u0308\u00e9\u00df\u0130\ufb01\u2460\u00bd\uac00 ", max_size=40))
+    def check(text):
+        whole = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+        assert query.tokens(text) == query._TOKEN.findall(whole.lower())
+
+    check()

@@ -47,7 +47,7 @@ def test_the_schema_is_the_one_webfs_makes(made, tmp_path):
     assert rows(made, shape) == rows(str(tmp_path / "catalog.db"), shape)
     assert rows(made, "PRAGMA integrity_check") == [("ok",)]
     assert rows(made, "PRAGMA journal_mode") == [("wal",)]
-    assert rows(made, "SELECT value FROM meta WHERE key='schema'") == [("3",)]
+    assert rows(made, "SELECT value FROM meta WHERE key='schema'") == [("4",)]
 
 
 def test_counts_links_and_references_agree(made):

@@ -9,6 +9,7 @@ reuse them.
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import signal
@@ -792,4 +793,26 @@ def test_the_intent_file_lists_a_stripe_once_until_it_is_emptied(tmp_path):
     assert log.listed() == set()
     log.begin(a)
     assert log.listed() == {a}
+    log.close()
+
+
+def test_a_chunks_intents_are_one_append(tmp_path, monkeypatch):
+    """begin_many (a chunk's new blocks): the stripes not listed yet appended in
+    one write, each once; every block counted until its rewrite is done."""
+    from webfs.parity import intents
+    log = intents.IntentLog(str(tmp_path / "parity-intent"), fsync=False)
+    a, b, c = "a" * 32, "b" * 32, "c" * 32
+    log.begin(a)
+    writes = []
+    real = os.write
+    monkeypatch.setattr(intents.os, "write", lambda fd, data: writes.append(data) or real(fd, data))
+    log.begin_many([b, a, b, c, b])
+    assert writes == [f"{b}\n{c}\n".encode()]
+    assert (tmp_path / "parity-intent").read_text().split() == [a, b, c]
+    for sid in (a, b, a, b, c):
+        log.done(sid)
+    log.committed()
+    assert log.busy(b) and log.listed() == {a, b, c}      # one of b's three rewrites still runs
+    log.done(b)
+    assert not log.busy(b) and log.listed() == set()
     log.close()

@@ -51,6 +51,13 @@ def imported(tmp_path_factory) -> list[Path]:
 
 
 @pytest.fixture
+def catalog_url() -> str:
+    """The catalog of an archive a test makes: SQLite's here (t4_pg_query
+    runs these tests again with a PostgreSQL database)."""
+    return ""
+
+
+@pytest.fixture
 def archive(tmp_path, imported):
     copies = [tmp_path / "a" / d.name for d in imported]
     for pristine, copy in zip(imported, copies):
@@ -87,8 +94,8 @@ def test_a_page_in_many_crawls_is_indexed_once(archive):
     db.close()
 
 
-def test_warc_captures_are_indexed_with_their_urls(tmp_path):
-    disk = make_archive(tmp_path / "a", 2)[0]
+def test_warc_captures_are_indexed_with_their_urls(tmp_path, catalog_url):
+    disk = make_archive(tmp_path / "a", 2, catalog_url=catalog_url)[0]
     warc = write_warc(tmp_path / "w.warc.gz", [("http://www.example.org/a", b"<title>Gnu</title>wildebeest"),
                                                ("http://other.net/", b"<a href='http://www.example.org/a'>x</a>")])
     webfs_here("import-warc", "--collection", "w", warc, f"{disk}:/")
@@ -306,10 +313,13 @@ def test_a_mount_leaves_its_index_behind_an_import_running_in_it(tmp_path):
         db.close()
         keeper.poke()
         with indexer.imports_running:
-            keeper.step()
+            assert keeper.step() is False
             assert indexed_files(disk, "perennial OR home OR zebra OR creme") == 0
-        keeper.step()
+        # A pass that indexed says so (an import's next pass then follows at once); one with nothing to do, not.
+        assert keeper.step() is True
         assert indexed_files(disk, "perennial OR home OR zebra OR creme") == 3
+        keeper.poke()
+        assert keeper.step() is False
     finally:
         keeper.close()
         store.close()

@@ -13,6 +13,7 @@ from hypothesis import settings, strategies as st, HealthCheck
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from webfs.block import BlockHeader, HEADER_SIZE
+from webfs.catalog import SCHEMA_VERSION
 from webfs.errors import ArchiveBusy, ArchiveError, CorruptBlock, DataLost, NoSpace, NoSuchBlock
 from webfs.signature import signature
 from webfs.assembly import open_archive
@@ -235,7 +236,7 @@ def test_blocks_without_a_digest_are_compared_byte_for_byte_and_then_given_one(t
     store.close()
     strip_digests(disks)
     store = open_archive(str(disks[0]), signature_fn=forger(good, evil))
-    assert store.catalog.get_meta("schema") == "3"
+    assert store.catalog.get_meta("schema") == str(SCHEMA_VERSION)
     assert store.catalog.block_by_id(old.id).sha256 is None
     reads = counting_reads(store)
     b = store.store(evil)

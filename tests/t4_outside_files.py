@@ -110,7 +110,9 @@ def test_export_warc_by_the_daemon(tmp_path, archive):
 
 
 def _replay(collection: str, pywb: Path, port: int) -> str:
-    """Run webfs replay until it serves, then stop it; its output."""
+    """Run webfs replay until it serves (disks), or until it is done (a mount:
+    pywb reads the mount's files, nothing is left to serve), then stop it; its
+    output."""
     proc = subprocess.Popen([str(BIN / "webfs"), "replay", "--port", str(port), collection, str(pywb)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -118,7 +120,11 @@ def _replay(collection: str, pywb: Path, port: int) -> str:
         deadline = time.monotonic() + 120
         while b"serving" not in out and time.monotonic() < deadline and proc.poll() is None:
             out += proc.stdout.readline()
-        assert b"serving" in out, (out, proc.stderr.read() if proc.poll() is not None else b"")
+        if proc.poll() is not None:
+            out += proc.stdout.read()
+            assert proc.returncode == 0 and b"wayback" in out, (out, proc.stderr.read())
+        else:
+            assert b"serving" in out, out
         return out.decode()
     finally:
         proc.send_signal(signal.SIGINT)

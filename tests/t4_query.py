@@ -8,6 +8,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from conftest import BIN, Mounted, eventually, sh, wait_dead, webfs, webfs_here
 from t2_query import NOT_FOR_A_SEARCH, crawl, imported_modules
 
@@ -24,8 +26,14 @@ def listing(m, query: str) -> list[str]:
         return []
 
 
-def test_a_copied_crawl_is_found_and_read_through_search(tmp_path):
-    m = Mounted(tmp_path, disks=2)
+@pytest.fixture
+def mkfs_args() -> tuple:
+    """How the archives here are made (t4_pg_query: with a PostgreSQL catalog)."""
+    return ()
+
+
+def test_a_copied_crawl_is_found_and_read_through_search(tmp_path, mkfs_args):
+    m = Mounted(tmp_path, disks=2, mkfs_args=mkfs_args)
     try:
         for name, stamp in (("crawl-2014", "20140301000000"), ("crawl-2015", "20150301000000")):
             src = crawl(tmp_path / "src", name, stamp, {"http/example.com/gone.html": b"ephemeral " + name.encode()})

@@ -11,6 +11,7 @@ Life cycle, all driven by tools/bench:
     umount()        must be safe to call at any time, twice, on errors
 """
 
+import importlib.metadata
 import os
 import shlex
 import shutil
@@ -359,6 +360,15 @@ class Memfs(CFuseTarget):
     def argv(self):
         return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "memfs"),
                 self.path]
+
+    def describe(self):
+        """Which pyfuse3 (make deps builds it patched: +webfs.N) sets this ceiling."""
+        d = super().describe()
+        try:
+            d["description"] += ", pyfuse3 %s" % importlib.metadata.version("pyfuse3")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+        return d
 
     def populate(self, corpus, crawls, mode):
         return super().populate(corpus, crawls, "copy")

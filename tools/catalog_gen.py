@@ -36,7 +36,7 @@ import xxhash
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from webfs.catalog import CACHE_KIB, SCHEMA, Catalog  # noqa: E402
+from webfs.catalog import CACHE_KIB, SCHEMA, Catalog, seconds_of  # noqa: E402
 from webfs.parity.layout import size_class  # noqa: E402
 from webfs.placement import home_disk  # noqa: E402
 
@@ -49,11 +49,11 @@ LEAVES_PER_SECTION = 10
 SECTIONS_PER_HOST = 5       # so 1,000 pages a host
 LISTING = 10_000            # entries of the flat directory
 DUPLICATE_EVERY = 10        # file k with k % 10 == 9 is a copy of file k - 1
-CREATED = "2026-11-27T00:00:00Z"
+CREATED = seconds_of("2026-11-27T00:00:00Z")     # as the catalog keeps it
 T0_NS = 1_764_201_600 * 10**9
 DIR_MODE, FILE_MODE = 0o40755, 0o100644
 # Secondary indexes are made after the rows (a sort each instead of a random insert per row).
-LATER_INDEXES = ("blocks_grp", "blocks_stripe", "dentries_inode", "dentries_parent")
+LATER_INDEXES = ("blocks_stripe", "dentries_inode", "dentries_parent")
 
 
 class Layout:

@@ -26,12 +26,14 @@ from typing import Iterator, Optional
 
 from .block import HEADER_SIZE
 from .catalogengine import SQLITE
+from .catalogkeys import created_of, hex_of, key, keys, seconds_of, sig_range
 from .catalogmigration import migrate_file
 from .errors import NoSpace
 from .signature import block_name
 from . import lockorder
 
-SCHEMA_VERSION = 3             # 2: blocks.sha256 (the content digest); 3: signatures and stripe ids as 16 bytes
+SCHEMA_VERSION = 4             # 2: blocks.sha256; 3: signatures and stripe ids as 16 bytes; 4: created as
+                               # seconds, tables keyed by their primary key WITHOUT ROWID
 CATALOG_FILE = "meta/catalog.db"
 ARCHIVE_META = "archive"        # meta key: the uuid of the archive the catalog indexes (absent before)
 TOP_FREED = "top_freed_inode"   # meta key: the highest inode number freed while it was the highest (absent: none)
@@ -41,7 +43,7 @@ WAL_LIMIT = 8 << 20             # bytes of WAL kept after a checkpoint
 # The tables below repeat one shape (a few columns, a composite primary key,
 # an index): that is SQL declaring tables, not logic to share.
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS blocks (
     id       INTEGER PRIMARY KEY,
     sig      BLOB NOT NULL,                -- 16 bytes (32 hex digits elsewhere: see key/hex_of)
@@ -52,22 +54,23 @@ CREATE TABLE IF NOT EXISTS blocks (
     codec    TEXT NOT NULL,
     refs     INTEGER NOT NULL,
     pins     INTEGER NOT NULL DEFAULT 0,   -- references held outside the namespace (webfs put)
-    created  TEXT NOT NULL,
+    created  INTEGER NOT NULL,             -- seconds since 1970 (UTC); an odd header's text as it is
     name     TEXT NOT NULL DEFAULT '',     -- percent-encoded name hint, as in the header
     grp      TEXT NOT NULL,
     stripe   BLOB,                         -- parity stripe id (16 bytes), NULL while unprotected
     sha256   BLOB,                         -- the document's SHA-256; NULL: written before schema 2
     UNIQUE (sig, overflow));
 -- No index on blocks.disk, groups.disk or contents.block: only admin passes over
--- most of a table ask by them (query plans: webfs-internals(7)).
-CREATE INDEX IF NOT EXISTS blocks_grp ON blocks (grp);
+-- most of a table ask by them (query plans: webfs-internals(7)); none on blocks.grp:
+-- a group is a range of signatures (catalogkeys.sig_range).
 CREATE INDEX IF NOT EXISTS blocks_stripe ON blocks (stripe);
 CREATE TABLE IF NOT EXISTS groups (
     grp      TEXT PRIMARY KEY,
     disk     INTEGER NOT NULL,
     home     INTEGER,                      -- rendezvous home when placed (NULL: disk); cooling moves away from it
     heat     REAL NOT NULL DEFAULT 0,      -- reads per second when last written (webfs.heat)
-    accesses TEXT NOT NULL DEFAULT '');    -- times of the last k accesses, for the heat estimate
+    accesses TEXT NOT NULL DEFAULT '')     -- times of the last k accesses, for the heat estimate
+    WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS stripes (
     id          BLOB PRIMARY KEY,              -- 16 bytes
     parity_disk INTEGER NOT NULL,
@@ -119,32 +122,14 @@ CREATE TABLE IF NOT EXISTS contents (
     inode INTEGER NOT NULL,
     piece INTEGER NOT NULL,
     block INTEGER NOT NULL,
-    PRIMARY KEY (inode, piece));
+    PRIMARY KEY (inode, piece)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS symlinks (inode INTEGER PRIMARY KEY, target BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS xattrs (
     inode INTEGER NOT NULL,
     name  BLOB NOT NULL,
     value BLOB NOT NULL,
-    PRIMARY KEY (inode, name));
+    PRIMARY KEY (inode, name)) WITHOUT ROWID;
 """
-
-def key(hex_id: Optional[str]) -> Optional[bytes]:
-    """A signature or stripe id (32 hex digits) as the catalog stores it: 16
-    bytes. The rest of webfs keeps the hex text; this module and the SQL
-    beside it convert at the catalog's edge."""
-    return None if hex_id is None else bytes.fromhex(hex_id)
-
-
-def hex_of(stored: Optional[bytes]) -> Optional[str]:
-    """A signature or stripe id as stored (16 bytes) in webfs's hex text (as
-    it is already when read from a catalog of schema 1 or 2 not migrated:
-    one that 'fsck --rebuild-catalog' compares with the one it made)."""
-    return stored.hex() if type(stored) is bytes else stored
-
-
-def keys(hex_ids) -> list[bytes]:
-    return [bytes.fromhex(h) for h in hex_ids]
-
 
 BLOCK_COLUMNS = "id, sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe, sha256"
 
@@ -169,7 +154,7 @@ class BlockRow:
     @staticmethod
     def of(r) -> "BlockRow":
         """The row of a SELECT of BLOCK_COLUMNS (its ids as stored: 16 bytes)."""
-        return BlockRow(r[0], hex_of(r[1]), *r[2:12], hex_of(r[12]), r[13])
+        return BlockRow(r[0], hex_of(r[1]), *r[2:9], created_of(r[9]), r[10], r[11], hex_of(r[12]), r[13])
 
     @property
     def block_name(self) -> str:
@@ -240,9 +225,13 @@ class Catalog:
             self._migrate()
 
     def _migrate(self) -> None:
-        """Record the schema of a new catalog (an older one was rewritten in
-        this schema before it was opened: webfs.catalogmigration)."""
-        if self.get_meta("schema") is None:
+        """Record the schema of a new catalog (an older SQLite file was
+        rewritten in this schema before it was opened: webfs.catalogmigration;
+        a PostgreSQL database is altered here)."""
+        schema = self.get_meta("schema")
+        if schema is not None and int(schema) < SCHEMA_VERSION:
+            self.engine.migrate(self.db, int(schema))     # PostgreSQL's: in place
+        if schema is None or int(schema) < SCHEMA_VERSION:
             self.set_meta("schema", str(SCHEMA_VERSION))
         self.commit()
 
@@ -376,25 +365,25 @@ class Catalog:
 
     def group_prefix_exists(self, prefix: str) -> bool:
         """Whether any block's placement group starts with these hex digits."""
-        return bool(self.scalar("SELECT 1 FROM blocks WHERE grp >= ? AND grp < ? LIMIT 1",
-                                (prefix, prefix + "g")))
+        return bool(self.scalar("SELECT 1 FROM blocks WHERE sig BETWEEN ? AND ? LIMIT 1", sig_range(prefix)))
 
     def group_prefixes(self, prefix: str, length: int) -> list[str]:
         """The distinct first ``length`` hex digits of the groups under a prefix, in order."""
         return [r[0] for r in self.query(
-            "SELECT DISTINCT substr(grp, 1, ?) FROM blocks WHERE grp >= ? AND grp < ? ORDER BY 1",
-            (length, prefix, prefix + "g"))]
+            "SELECT DISTINCT substr(grp, 1, ?) FROM blocks WHERE sig BETWEEN ? AND ? ORDER BY 1",
+            (length, *sig_range(prefix)))]
 
     def blocks_in_group(self, grp: str) -> list[tuple[str, int]]:
         """(signature, overflow) of every block of one placement group, in order."""
         return [(sig.hex(), overflow) for sig, overflow in self.query(
-            "SELECT sig, overflow FROM blocks WHERE grp=? ORDER BY sig, overflow", (grp,))]
+            "SELECT sig, overflow FROM blocks WHERE sig BETWEEN ? AND ? AND grp=? ORDER BY sig, overflow",
+            (*sig_range(grp), grp))]
 
     def _where(self, grp: Optional[str], disk: Optional[int], unprotected: bool) -> tuple[str, tuple]:
         conds, args = [], []
         if grp is not None:
-            conds.append("grp=?")
-            args.append(grp)
+            conds.append("sig BETWEEN ? AND ? AND grp=?")
+            args += [*sig_range(grp), grp]
         if disk is not None:
             conds.append("disk=?")
             args.append(disk)
@@ -415,15 +404,17 @@ class Catalog:
 
     def group_usage(self, groups: Optional[list[str]] = None) -> list[tuple[str, int, int, int]]:
         """(group, disk, blocks, bytes with their headers) of the given groups (all if None)."""
-        where = f" WHERE grp IN ({','.join('?' * len(groups))})" if groups is not None else ""
-        return [tuple(r) for r in self.query(
-            f"SELECT grp, disk, COUNT(*), SUM(stored) + {HEADER_SIZE} * COUNT(*) FROM blocks{where} "
-            "GROUP BY grp, disk", groups or ())]
+        sql = f"SELECT grp, disk, COUNT(*), SUM(stored) + {HEADER_SIZE} * COUNT(*) FROM blocks"
+        if groups is None:
+            return [tuple(r) for r in self.query(sql + " GROUP BY grp, disk")]
+        return [tuple(r) for g in groups for r in self.query(
+            sql + " WHERE sig BETWEEN ? AND ? AND grp=? GROUP BY grp, disk", (*sig_range(g), g))]
 
     def group_samples(self, grp: str, most: int = 5) -> list[tuple[str, str]]:
         """(signature, Name: hint) of a group's first blocks, to show what it holds."""
         return [(sig.hex(), name) for sig, name in self.query(
-            "SELECT sig, name FROM blocks WHERE grp=? ORDER BY id LIMIT ?", (grp, most))]
+            "SELECT sig, name FROM blocks WHERE sig BETWEEN ? AND ? AND grp=? ORDER BY id LIMIT ?",
+            (*sig_range(grp), grp, most))]
 
     def block_by_id(self, block_id: int) -> Optional[BlockRow]:
         rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id=?", (block_id,))
@@ -451,7 +442,8 @@ class Catalog:
         cur = self.execute(
             "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp,"
             " stripe, sha256) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (sig, overflow) DO NOTHING",
-            (key(sig), overflow, disk, size, stored, codec, refs, pins, created, name, grp, key(stripe), sha256))
+            (key(sig), overflow, disk, size, stored, codec, refs, pins, seconds_of(created), name, grp,
+             key(stripe), sha256))
         if not cur.rowcount:
             return None
         return BlockRow(cur.lastrowid, sig, overflow, disk, size, stored, codec, refs, pins,
@@ -565,8 +557,9 @@ class Catalog:
         with self.lock, _full_is_nospace:
             self.db.executemany(
                 "INSERT INTO groups (grp, disk, heat, accesses) "
-                "SELECT ?1, disk, ?2, ?3 FROM blocks WHERE grp=?1 LIMIT 1 "
-                "ON CONFLICT (grp) DO UPDATE SET heat=excluded.heat, accesses=excluded.accesses", rows)
+                "SELECT ?1, disk, ?2, ?3 FROM blocks WHERE sig BETWEEN ?4 AND ?5 AND grp=?1 LIMIT 1 "
+                "ON CONFLICT (grp) DO UPDATE SET heat=excluded.heat, accesses=excluded.accesses",
+                [(*row, *sig_range(row[0])) for row in rows])
             for row in rows:
                 if self._groups.get(row[0], 0) is None:
                     del self._groups[row[0]]        # mapped now, to the disk of a block

@@ -1,6 +1,7 @@
-"""Migration of a catalog file written by an older webfs (schema 1 or 2) to
-this one's schema (3: signatures and stripe ids as 16 bytes, not 32 hex
-digits; no index on blocks.disk or groups.disk).
+"""Migration of a catalog file written by an older webfs (schema 1, 2 or 3)
+to this one's schema (3: signatures and stripe ids as 16 bytes, not 32 hex
+digits; no index on blocks.disk or groups.disk; 4: blocks.created as
+seconds, not text; meta, groups, contents and xattrs WITHOUT ROWID).
 
 The migrated catalog is written as a new file beside the old one and renamed
 over it when complete, so a crash (or a full disk) at any point leaves
@@ -21,12 +22,17 @@ log = logging.getLogger(__name__)
 
 # Columns that schema 3 keeps as 16 bytes where schemas 1 and 2 kept hex text.
 BINARY_IDS = {("blocks", "sig"), ("blocks", "stripe"), ("stripes", "id")}
-SCHEMA_MIGRATED = 3     # the schema this module migrates to
+# A block's Created text as seconds when it is in the form webfs writes
+# (webfs.catalog.seconds_of does the same for a new row); else the text.
+CREATED_SECONDS = ("CASE WHEN typeof(created) = 'text' AND strftime('%Y-%m-%dT%H:%M:%SZ', "
+                   "strftime('%s', created), 'unixepoch') = created "
+                   "THEN CAST(strftime('%s', created) AS INTEGER) ELSE created END")
+SCHEMA_MIGRATED = 4     # the schema this module migrates to
 TABLES = ("meta", "blocks", "groups", "stripes", "inodes", "dentries", "contents", "symlinks", "xattrs")
 
 
 def needs_migration(path: str) -> bool:
-    """Is the catalog file at ``path`` of a schema older than 3?"""
+    """Is the catalog file at ``path`` of a schema older than 4?"""
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         return False
     db = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
@@ -104,6 +110,22 @@ def _copy_table(new: sqlite3.Connection, table: str) -> None:
         return                          # a table older schemas did not have
     wanted = [r[1] for r in new.execute(f"PRAGMA main.table_info({table})")]
     columns = [c for c in wanted if c in have]
-    values = [f"to_key({c})" if (table, c) in BINARY_IDS else c for c in columns]
-    new.execute(f"INSERT INTO main.{table} (rowid, {', '.join(columns)}) "
-                f"SELECT rowid, {', '.join(values)} FROM old.{table} ORDER BY rowid")
+    values = [f"to_key({c})" if (table, c) in BINARY_IDS else CREATED_SECONDS if (table, c) == ("blocks", "created")
+              else c for c in columns]
+    if _without_rowid(new, table):      # copied in the order of its key, so its pages are full
+        new.execute(f"INSERT INTO main.{table} ({', '.join(columns)}) "
+                    f"SELECT {', '.join(values)} FROM old.{table} ORDER BY {_key_of(new, table)}")
+    else:
+        new.execute(f"INSERT INTO main.{table} (rowid, {', '.join(columns)}) "
+                    f"SELECT rowid, {', '.join(values)} FROM old.{table} ORDER BY rowid")
+
+
+def _without_rowid(db: sqlite3.Connection, table: str) -> bool:
+    sql = db.execute("SELECT sql FROM main.sqlite_master WHERE type='table' AND name=?", (table,)).fetchone()
+    return "WITHOUT ROWID" in sql[0].upper()
+
+
+def _key_of(db: sqlite3.Connection, table: str) -> str:
+    """The primary key's columns of a table of the new schema, in order."""
+    cols = sorted((r[5], r[1]) for r in db.execute(f"PRAGMA main.table_info({table})") if r[5])
+    return ", ".join(name for _, name in cols)

@@ -62,7 +62,8 @@ def search(limit, offset, output, query_text, target):
 
 @click.command()
 @click.option("--index-dir", "index_dir", type=click.Path(file_okay=False), default=None,
-              help="Keep the index in DIR from now on (default: the catalog's meta/ directory).")
+              help="Keep the index in DIR from now on (default: the catalog's meta/ directory; "
+                   "a catalog in PostgreSQL keeps it in its database, and refuses this).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @TARGET
 def reindex(index_dir, as_json, target):

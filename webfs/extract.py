@@ -99,9 +99,14 @@ def extract(data: bytes, mime: str = "", url: Optional[str] = None) -> Extracted
 def _links(tree: HTMLParser, base: str) -> list[str]:
     """Distinct http(s) out-links, resolved against ``base``, fragments cut, in page order."""
     seen: dict[str, None] = {}
+    hrefs: set[str] = set()                     # a page names most of its links more than once
     resolve = _Resolver(base)
     for node in tree.css(LINK_SELECTOR):        # one walk of the tree, not one a tag
-        href = (node.attributes.get(LINK_ATTR.get(node.tag, "href")) or "").strip()
+        href = node.attributes.get(LINK_ATTR.get(node.tag, "href"))
+        if not href or href in hrefs:
+            continue
+        hrefs.add(href)
+        href = href.strip()
         if not href or href.startswith(("#", "javascript:", "mailto:", "data:")):
             continue
         full = resolve(href)
@@ -123,20 +128,37 @@ class _Resolver:
         key = link_key(base) if base[:8].lower().startswith(("http://", "https://")) else ""
         self.origin = key[:key.find("/", key.find("//") + 2)] if key else ""
         self.folder = key.split("?")[0].rsplit("/", 1)[0] + "/" if key else ""
+        if "//" in self.folder[len(self.origin):] or "/." in self.folder[len(self.origin):]:
+            self.origin = ""            # urljoin drops empty and dot segments of the base's path: its way only
 
     def __call__(self, href: str) -> str:
-        href = href.split("#", 1)[0]
-        if href[:8].lower().startswith(("http://", "https://")):
-            return _absolute_key(href)
-        if self.origin and "./" not in href and not href.startswith(("?", "//")) and ":" not in href.split("/")[0]:
-            return self.origin + href if href.startswith("/") else self.folder + href
-        if not self.base:
+        href = href.split("#", 1)[0].rstrip()      # link_key strips the whole URL
+        absolute = href[:8].lower().startswith(("http://", "https://"))
+        if _plain(href):
+            if absolute:
+                return _absolute_key(href)
+            if self.origin and not href.startswith("?") and "//" not in href and ":" not in href.split("/", 1)[0]:
+                return self.origin + href if href.startswith("/") else self.folder + href
+        return self.by_urljoin(href)
+
+    def by_urljoin(self, href: str) -> str:
+        """The link key of ``href`` (its fragment cut) by urljoin: what the
+        quick ways above must give (t1_query checks them against it)."""
+        if not self.base and not href[:8].lower().startswith(("http://", "https://")):
             return ""
         try:
             full = urllib.parse.urljoin(self.base, href)
         except ValueError:
             return ""                   # a malformed href (an IPv6 host missing its bracket)
         return _absolute_key(full) if full[:8].lower().startswith(("http://", "https://")) else ""
+
+
+def _plain(href: str) -> bool:
+    """Whether urljoin leaves ``href`` as it is (after the base's origin or
+    folder, or alone): no dot segment, no parameters (;), no empty query, no
+    tab or newline (which urlsplit removes)."""
+    return ("./" not in href and ";" not in href and href.isprintable() and not href.endswith("?")
+            and href.split("?", 1)[0].rsplit("/", 1)[-1] not in (".", ".."))
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -34,6 +34,7 @@ INDEX_FILE = "index.db"
 LOCK_FILE = "index.lock"        # held (flock) by the one process making a pass over the index
 INDEX_VERSION = "2"             # another version is made again, not read (derived data)
 INDEX_DIR_META = "index_dir"            # catalog meta key: where the index lives, if not beside the catalog
+PENDING_CHARS = 8 << 20         # characters of documents' text held for one run of FTS5 inserts
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -102,6 +103,12 @@ def url_hash(url: str) -> int:
                           "big", signed=True)
 
 
+# The highest document number ever given (the number a document had stays in
+# the contentless docs_text when the document is dropped: never given again).
+_TOP_DOC = ("max(coalesce((SELECT max(id) FROM docs), 0), "
+            "coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'top_doc'), 0))")
+
+
 # Whether a phrase (as webfs.query writes it) is in a document (by its id), in order.
 PhraseCheck = Callable[[int, str], bool]
 
@@ -111,6 +118,7 @@ class Index:
     how a phrase is checked against its document's words in order (SQL
     ``phrase_holds``); without it, a phrase matches the documents that hold
     all of its words."""
+    engine = "sqlite"           # webfs.query asks: webfs.pgindex's is "postgresql"
 
     def __init__(self, directory: str, read_only: bool = False, phrases: Optional[PhraseCheck] = None):
         self.path = os.path.join(directory, INDEX_FILE)
@@ -134,6 +142,9 @@ class Index:
                 remove(directory)
                 self._open()
         self.phrases = phrases
+        self._texts: list[tuple[int, str, str]] = []      # (doc, title, text) not yet in docs_text
+        self._links: list[tuple[int, list[int]]] = []     # (doc, its out-links' url_hash) not yet in links
+        self._pending_chars = 0
         self._verdicts: dict[tuple[int, str], bool] = {}
         self.db.create_function("url_hash", 1, url_hash, deterministic=True)
         self.db.create_function("phrase_holds", 2, self._phrase_holds)
@@ -197,17 +208,43 @@ class Index:
         return self.db.execute("SELECT id, kind FROM docs WHERE sig=?", (sig,)).fetchone()
 
     def add_doc(self, sig: str, kind: str, title: str, text: str, links: list[str]) -> int:
-        """Index a document once (its signature names it); its id."""
-        cur = self.db.execute("INSERT INTO docs (sig, kind) VALUES (?, ?)", (sig, kind))
-        doc = cur.lastrowid
+        """Index a document once (its signature names it); its id. Its words
+        and links are written at the next commit (or when ``PENDING_CHARS``
+        of text wait): FTS5 writes out what it holds in memory as a segment of
+        its own before every other statement of the transaction, so inserting
+        each document's words between the files' rows made a segment a
+        document, and merging them was most of the index's writing."""
+        doc = self.db.execute(f"INSERT INTO docs (id, sig, kind) VALUES ({_TOP_DOC} + 1, ?, ?)", (sig, kind)).lastrowid
         if title or text:
-            self.db.execute("INSERT INTO docs_text (rowid, title, body) VALUES (?, ?, ?)", (doc, title, text))
+            self._texts.append((doc, title, text))
+            self._pending_chars += len(title) + len(text)
         if links:
-            hashes = [url_hash(u) for u in links]
-            self.db.executemany("INSERT OR IGNORE INTO urls (hash) VALUES (?)", [(h,) for h in hashes])
-            self.db.execute(f"INSERT OR IGNORE INTO links SELECT id, ? FROM urls WHERE hash IN "
-                            f"({','.join('?' * len(hashes))})", (doc, *hashes))
+            self._links.append((doc, [url_hash(u) for u in links]))
+        if self._pending_chars > PENDING_CHARS:
+            self._write_pending()
         return doc
+
+    def _write_pending(self) -> None:
+        """The words and links of the documents added since the last commit:
+        the words in one run of FTS5 inserts, the links by URL number."""
+        if self._texts:
+            self.db.executemany("INSERT INTO docs_text (rowid, title, body) VALUES (?, ?, ?)", self._texts)
+        if self._links:
+            ids = self._url_ids({h for _, hashes in self._links for h in hashes})
+            self.db.executemany("INSERT OR IGNORE INTO links VALUES (?, ?)",
+                                sorted({(ids[h], doc) for doc, hashes in self._links for h in hashes}))
+        self._texts, self._links, self._pending_chars = [], [], 0
+
+    def _url_ids(self, hashes: set[int]) -> dict[int, int]:
+        """hash -> number in ``urls`` of these URL hashes, numbering the new ones."""
+        hashes = sorted(hashes)
+        self.db.executemany("INSERT OR IGNORE INTO urls (hash) VALUES (?)", [(h,) for h in hashes])
+        ids: dict[int, int] = {}
+        for i in range(0, len(hashes), 500):
+            part = hashes[i:i + 500]
+            ids.update(self.db.execute(f"SELECT hash, id FROM urls WHERE hash IN ({','.join('?' * len(part))})",
+                                       part))
+        return ids
 
     def put_file(self, ino: int, stamp: int, doc: Optional[int], facts: dict) -> None:
         self.db.execute(
@@ -226,6 +263,9 @@ class Index:
         gone = [r[0] for r in self.db.execute(
             "SELECT id FROM docs WHERE NOT EXISTS (SELECT 1 FROM files WHERE files.doc = docs.id)")]
         if gone:
+            self._write_pending()
+            # Their words stay in docs_text: a number given again would give them to a new document.
+            self.db.execute(f"INSERT OR REPLACE INTO meta VALUES ('top_doc', {_TOP_DOC})")
             self.db.execute("CREATE TEMP TABLE IF NOT EXISTS gone (id INTEGER PRIMARY KEY)")
             self.db.execute("DELETE FROM gone")
             self.db.executemany("INSERT INTO gone VALUES (?)", [(d,) for d in gone])
@@ -234,6 +274,7 @@ class Index:
         return len(gone)
 
     def commit(self) -> None:
+        self._write_pending()
         self.db.commit()
 
     def counts(self) -> dict[str, int]:

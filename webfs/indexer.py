@@ -34,12 +34,12 @@ import weakref
 from multiprocessing.connection import Connection
 from typing import Optional
 
-from . import lockorder, query, testkill, urlpath
+from . import indexengine, lockorder, query, testkill, urlpath
 from .assembly import open_archive
 from .catalog import Catalog
 from .errors import WebfsError
 from .extract import extract, host_of, link_key
-from .index import INDEX_DIR_META, INDEX_FILE, Index, index_dir, pass_lock, remove
+from .index import INDEX_DIR_META, Index, index_dir, pass_lock
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def open_catalog_reader(store) -> Catalog:
 def open_for_queries(store) -> Index:
     """The archive's index, read-only, checking phrases against the documents'
     blocks; FileNotFoundError while there is none (a first pass makes it)."""
-    index = Index(location(store), read_only=True)
+    index = indexengine.open_index(store, location(store), read_only=True)
     index.phrases = query.phrase_check(lambda doc: document_texts(store, index, doc))
     return index
 
@@ -254,32 +254,16 @@ def catch_up(store, progress=None) -> dict:
     where = location(store)
     with _one_pass, pass_lock(where):
         writes = store.catalog.write_count() if store.archive.writer else None
-        if writes is not None and _current.get(store.catalog) == (where, writes, _files_now(where)):
+        if writes is not None and _current.get(store.catalog) == (where, writes, indexengine.state(store, where)):
             return dict(NOTHING_DONE)
         counts = _pass(store, progress)
         if writes is not None:
-            _current[store.catalog] = (where, writes, _files_now(where))
+            _current[store.catalog] = (where, writes, indexengine.state(store, where))
         return counts
 
 
-def _files_now(where: str) -> tuple:
-    """The index's files as they are (another process's pass, or the file
-    replaced or damaged, moves it: then the next pass looks again). An empty
-    WAL is as none: a pass's close removes the WAL, and a search's read-only
-    open makes an empty one, which made every search of a mount pass again."""
-    now = []
-    for name in (INDEX_FILE, INDEX_FILE + "-wal"):
-        try:
-            st = os.stat(os.path.join(where, name))
-        except OSError:
-            now.append(None)
-        else:
-            now.append((st.st_ino, st.st_size, st.st_mtime_ns) if st.st_size or name == INDEX_FILE else None)
-    return tuple(now)
-
-
 def _pass(store, progress) -> dict:
-    index = Index(location(store))
+    index = indexengine.open_index(store, location(store))
     try:
         return Pass(store, index, progress).run()
     finally:
@@ -291,6 +275,7 @@ def rebuild(store, progress=None, directory: Optional[str] = None) -> dict:
     ``directory``: keep it there from now on (recorded in the catalog). Under
     the pass locks of both places: a mount's keeper never writes into a file
     being removed."""
+    indexengine.refuse_index_dir(store, directory)
     old = location(store)
     new = old if directory is None else os.path.abspath(directory)
     with _one_pass, pass_lock(old), pass_lock(new) if new != old else contextlib.nullcontext():
@@ -299,7 +284,7 @@ def rebuild(store, progress=None, directory: Optional[str] = None) -> dict:
             store.catalog.set_meta(INDEX_DIR_META, new)
             store.commit()
         for d in {old, location(store)}:
-            remove(d)
+            indexengine.remove(store, d)
         return _pass(store, progress)
 
 
@@ -481,14 +466,15 @@ class Keeper:
             self.apart = None
         self.watch.close()
 
-    def step(self) -> None:
+    def step(self) -> bool:
+        """A pass if the catalog changed or one was asked for; whether it indexed or dropped any file."""
         if not enabled():
-            return
+            return False
         version = self.watch.data_version()
         if version == self.seen and not self.poked.is_set():
-            return
+            return False
         if imports_running.running() and time.monotonic() - self.last_pass < IMPORT_BUSY_INTERVAL:
-            return
+            return False
         self.poked.clear()
         files = self.watch.file_totals()[0]
         if self.files_seen is not None and files - self.files_seen >= self.apart_after:
@@ -498,6 +484,8 @@ class Keeper:
         if counts["indexed"] or counts["dropped"]:
             log.info("index: %d files indexed (%d new documents), %d dropped",
                      counts["indexed"], counts["documents"], counts["dropped"])
+            return True
+        return False
 
     def catch_up(self) -> dict:
         """One pass, in the indexing process once there is one; if that
@@ -564,12 +552,15 @@ class Alongside:
             return
         self.keeper.apart_after = 0             # an import that lasts: its passes apart
         while True:
+            busy = False
             try:
-                self.keeper.step()
+                busy = self.keeper.step()
             except (OSError, sqlite3.Error, WebfsError) as exc:
                 # The pass after the import tries again, and says so if it fails too.
                 log.debug("index pass beside the import: %s", exc)
-            if self.done.wait(ALONGSIDE_INTERVAL):
+            # A pass that found work is followed at once: while the import is
+            # ahead, a pause leaves the indexing process's core idle.
+            if self.done.wait(0 if busy else ALONGSIDE_INTERVAL):
                 return
 
 

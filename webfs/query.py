@@ -34,6 +34,7 @@ _TERM = re.compile(r'(?:(?P<field>[a-z-]+):)?(?:"(?P<phrase>[^"]*)"?|(?P<word>\S
 _INLINKS = re.compile(r"inlinks(>=|<=|>|<|=)(\d+)")
 _DATE = re.compile(r"(\d{4,14})?(\.\.)?(\d{4,14})?")
 _TOKEN = re.compile(r"[^\W_]+")        # FTS5's unicode61: letters and digits, the rest separates
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
 
 class BadQuery(WebfsError):
@@ -47,6 +48,7 @@ class Compiled:
     params: list = field(default_factory=list)
     phrases: list[str] = field(default_factory=list)    # checked against the document (phrase_in)
     words: list[str] = field(default_factory=list)      # every word looked for, for the ranking
+    terms: list[tuple] = field(default_factory=list)    # (column or None, words) of each word term, ANDed
 
     def in_title(self) -> str:
         """An FTS5 match of the documents whose title holds one of the words."""
@@ -60,9 +62,21 @@ def _quoted(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
-def compile_query(text: str, checking: bool = False) -> Compiled:
-    """A query's FTS5 match and SQL conditions on ``files f``; BadQuery if it has none.
-    ``checking``: only to see that it parses (its parameters are not all ready to run)."""
+# The SQL of the terms that ask about links, on the SQLite index's tables
+# (webfs.index: URLs numbered in ``urls``, a file's URL hashed as asked);
+# webfs.pgindex has its own.
+SQLITE_TERMS = {
+    "inlinks": "(SELECT count(*) FROM links l JOIN urls u ON u.id = l.url WHERE "
+               "u.hash = url_hash(coalesce(f.key, f.url, '')))",   # no URL: no link
+    "links-to": "f.doc IN (SELECT l.doc FROM links l JOIN urls u ON u.id = l.url WHERE u.hash = ?)",
+}
+
+
+def compile_query(text: str, checking: bool = False, terms: dict = SQLITE_TERMS) -> Compiled:
+    """A query's FTS5 match and SQL conditions on ``files f`` (its phrases apart:
+    ``Compiled.phrases``); BadQuery if it has none. ``checking``: only to see
+    that it parses (its parameters are not all ready to run); ``terms``: the
+    SQL of the link terms, by engine."""
     out = Compiled()
     text = text.replace("\0", " ")           # FTS5 reads a NUL as the end of its query
     for m in _TERM.finditer(text):
@@ -73,24 +87,27 @@ def compile_query(text: str, checking: bool = False) -> Compiled:
             value, name = m.group(0), None          # "foo:bar" is words
         inlinks = _INLINKS.fullmatch(m.group(0))
         if inlinks:
-            out.where.append("(SELECT count(*) FROM links l JOIN urls u ON u.id = l.url WHERE "
-                             f"u.hash = url_hash(coalesce(f.key, f.url))) {inlinks.group(1)} ?")
+            out.where.append(f"{terms['inlinks']} {inlinks.group(1)} ?")
             out.params.append(int(inlinks.group(2)))
         elif name is None or name == "title":
             _words(out, name, value)
         else:
-            _field(out, name, value, m.group(0), checking)
+            _field(out, name, value, m.group(0), checking, terms)
     if not out.match and not out.where:
         raise BadQuery(f"query {text!r} has no term to look for (see QUERIES in webfs(1))")
-    out.where += ["phrase_holds(f.doc, ?)"] * len(out.phrases)     # last: each one reads a document
-    out.params += out.phrases
     return out
 
 
 def tokens(text: str) -> list[str]:
     """Words as the index's tokenizer makes them: diacritics folded, lowercase."""
-    folded = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
-    return _TOKEN.findall(folded.lower())
+    return _TOKEN.findall(_NON_ASCII.sub(_folded, text).lower())
+
+
+def _folded(run: re.Match) -> str:
+    """A run of non-ASCII characters decomposed, without its combining marks (the
+    same as folding the whole text: NFKD decomposes each character alone, and
+    the marks, the one thing it reorders, go; ASCII is left as it is)."""
+    return "".join(c for c in unicodedata.normalize("NFKD", run.group()) if not unicodedata.combining(c))
 
 
 def _words(out: Compiled, name, value: str) -> None:
@@ -99,6 +116,7 @@ def _words(out: Compiled, name, value: str) -> None:
     if not words:
         return
     out.words += words
+    out.terms.append((name, words))
     column = "title : " if name else ""
     if len(words) == 1:
         out.match.append(column + _quoted(value))
@@ -135,7 +153,7 @@ def _link_hash(url: str) -> int:
     return url_hash(link_key(url if "://" in url else "http://" + url))
 
 
-def _field(out: Compiled, name: str, value: str, term: str, checking: bool) -> None:
+def _field(out: Compiled, name: str, value: str, term: str, checking: bool, terms: dict) -> None:
     if not value:
         raise BadQuery(f"{term}: says nothing to look for")
     if name == "url":
@@ -146,10 +164,9 @@ def _field(out: Compiled, name: str, value: str, term: str, checking: bool) -> N
     elif name == "host":
         host = value.lower().rstrip(".")
         out.where.append("(f.host = ? OR f.host LIKE ? ESCAPE '\\')")
-        out.params += [host, "%." + host.replace("%", "\\%").replace("_", "\\_")]
+        out.params += [host, "%." + host.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")]
     elif name == "links-to":
-        out.where.append("f.doc IN (SELECT l.doc FROM links l JOIN urls u ON u.id = l.url "
-                         "WHERE u.hash = ?)")
+        out.where.append(terms["links-to"])
         out.params.append(value if checking else _link_hash(value))
     elif name == "mime":
         mime = value.lower().rstrip("/*")
@@ -173,37 +190,50 @@ def date_range(value: str) -> tuple[str, str]:
     return (lo or "").ljust(14, "0"), (hi or "9").ljust(14, "9")
 
 
-def run(db, text: str, limit: int, offset: int = 0) -> list[tuple]:
-    """(inode, url, date, mime, size) of the answers, best first."""
+def _sqlite_where(q: Compiled) -> tuple[str, list]:
+    """The conditions on ``files f`` and their parameters, the phrases last
+    (each reads a document: webfs.index's ``phrase_holds``)."""
+    where = ["f.collection != ''"] + q.where + ["phrase_holds(f.doc, ?)"] * len(q.phrases)
+    return " AND ".join(where), q.params + q.phrases
+
+
+def run(index, text: str, limit: int, offset: int = 0) -> list[tuple]:
+    """(inode, url, date, mime, size) of the answers, best first, from an
+    index of either engine (webfs.index's, webfs.pgindex's)."""
+    if index.engine != "sqlite":
+        return index.run(text, limit, offset)
     q = compile_query(text)
-    where = " AND ".join(["f.collection != ''"] + q.where)
+    where, params = _sqlite_where(q)
     cols = "f.ino, f.url, f.date, f.mime, f.size"
     if q.match:
         sql = (f"SELECT {cols} FROM docs_text JOIN files f ON f.doc = docs_text.rowid "
                f"WHERE docs_text MATCH ? AND {where} "
                "ORDER BY docs_text.rowid IN (SELECT rowid FROM docs_text WHERE docs_text MATCH ?) DESC, "
                "f.date DESC, f.ino LIMIT ? OFFSET ?")
-        params = [q.fts()] + q.params + [q.in_title()]
+        params = [q.fts()] + params + [q.in_title()]
     else:
         sql = f"SELECT {cols} FROM files f WHERE {where} ORDER BY f.date DESC, f.ino LIMIT ? OFFSET ?"
-        params = q.params
-    return db.execute(sql, params + [limit, offset]).fetchall()
+    return index.db.execute(sql, params + [limit, offset]).fetchall()
 
 
-def count(db, text: str) -> int:
+def count(index, text: str) -> int:
+    if index.engine != "sqlite":
+        return index.count(text)
     q = compile_query(text)
-    where = " AND ".join(["f.collection != ''"] + q.where)
+    where, params = _sqlite_where(q)
     if q.match:
         sql = f"SELECT count(*) FROM docs_text JOIN files f ON f.doc = docs_text.rowid WHERE docs_text MATCH ? AND {where}"
-        return db.execute(sql, [q.fts()] + q.params).fetchone()[0]
-    return db.execute(f"SELECT count(*) FROM files f WHERE {where}", q.params).fetchone()[0]
+        return index.db.execute(sql, [q.fts()] + params).fetchone()[0]
+    return index.db.execute(f"SELECT count(*) FROM files f WHERE {where}", params).fetchone()[0]
 
 
-def matching(db, text: str) -> set[int]:
+def matching(index, text: str) -> set[int]:
     """The inodes of every file that answers a query, unranked."""
+    if index.engine != "sqlite":
+        return index.matching(text)
     q = compile_query(text)
-    where = " AND ".join(["f.collection != ''"] + q.where)
+    where, params = _sqlite_where(q)
     if q.match:
         sql = f"SELECT f.ino FROM docs_text JOIN files f ON f.doc = docs_text.rowid WHERE docs_text MATCH ? AND {where}"
-        return {r[0] for r in db.execute(sql, [q.fts()] + q.params)}
-    return {r[0] for r in db.execute(f"SELECT f.ino FROM files f WHERE {where}", q.params)}
+        return {r[0] for r in index.db.execute(sql, [q.fts()] + params)}
+    return {r[0] for r in index.db.execute(f"SELECT f.ino FROM files f WHERE {where}", params)}

@@ -13,7 +13,7 @@ import logging
 import sqlite3
 from typing import Optional
 
-from . import indexer, query
+from . import indexengine, indexer, query
 from .admin import Progress, Result
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ def answers(store, text: str, limit: int, offset: int = 0) -> list[dict]:
         paths = indexer.Paths(cat)
         out = []
         try:
-            rows = query.run(index.db, text, limit, offset)
+            rows = query.run(index, text, limit, offset)
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) and "no such table" not in str(exc):
                 raise
@@ -68,7 +68,7 @@ def search(store, progress: Progress, query_text: str, limit: int = 100, offset:
     if output == "count":
         index = indexer.open_for_queries(store)
         try:
-            result.say(str(query.count(index.db, query_text)))
+            result.say(str(query.count(index, query_text)))
         finally:
             index.close()
         return result
@@ -88,5 +88,5 @@ def reindex(store, progress: Progress, index_dir: Optional[str] = None) -> Resul
     counts = indexer.rebuild(store, progress, index_dir)
     result = Result(figures=counts)
     result.say(f"indexed {counts['indexed']} files, {counts['documents']} distinct documents, "
-               f"in {indexer.location(store)}")
+               f"in {indexengine.place(store, indexer.location(store))}")
     return result

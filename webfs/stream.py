@@ -91,7 +91,7 @@ def pages(store, pos: Position) -> Iterator[tuple[str, int, Position]]:
     if pos.subset:
         index = indexer.open_for_queries(store)        # phrases checked, as webfs search does
         try:
-            chosen = query.matching(index.db, pos.subset)
+            chosen = query.matching(index, pos.subset)
         finally:
             index.close()
     cat = indexer.open_catalog_reader(store)

@@ -36,18 +36,25 @@ class IntentLog:
             return set()
 
     def begin(self, stripe_id: str) -> None:
+        self.begin_many([stripe_id])
+
+    def begin_many(self, stripe_ids: list[str]) -> None:
+        """``begin`` for each stripe of a chunk's new blocks (an id once per
+        block): the ids not listed yet appended in one write."""
         with self._lock:
             # A stripe listed since the file was last emptied is not listed again
             # (the next members of a stripe whose parity is written behind).
-            if stripe_id not in self._listed:
+            new = list(dict.fromkeys(s for s in stripe_ids if s not in self._listed))
+            if new:
                 if self._fd is None:
                     self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                os.write(self._fd, f"{stripe_id}\n".encode())
+                os.write(self._fd, "".join(f"{s}\n" for s in new).encode())
                 if self.fsync:
                     os.fsync(self._fd)
-                self._listed.add(stripe_id)
-            self._inflight[stripe_id] += 1
-            self._uncommitted.add(stripe_id)
+                self._listed.update(new)
+            for stripe_id in stripe_ids:
+                self._inflight[stripe_id] += 1
+                self._uncommitted.add(stripe_id)
 
     def done(self, stripe_id: str) -> None:
         with self._lock:

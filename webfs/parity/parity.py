@@ -158,7 +158,6 @@ class Parity(Protection):
             for (row, payload), placed in zip(added, self.layout.place([row for row, _ in added])):
                 if placed is None:
                     continue
-                self.intents.begin(placed.stripe_id)
                 stripes.setdefault(placed.stripe_id, (placed, []))[1].append((Member.of(row), payload))
                 if placed.new and placed.stripe_id not in held:
                     # The stripe is in the catalog from here on, its parity not
@@ -168,6 +167,8 @@ class Parity(Protection):
                     # its own overwritten by this one).
                     held[placed.stripe_id] = contextlib.ExitStack()
                     held[placed.stripe_id].enter_context(self.locks(placed.stripe_id, fresh=True))
+            # every intent before any parity is written, as one append for the chunk
+            self.intents.begin_many([s for s, (_, members) in stripes.items() for _ in members])
         failed = []
         try:
             # The new stripes first, whose locks are held: no lock is waited for
