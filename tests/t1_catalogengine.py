@@ -69,3 +69,17 @@ def test_the_tests_server_fails_loudly_without_postgresql(monkeypatch):
     monkeypatch.setattr(postgres, "pg_bindir", lambda: None)
     with pytest.raises(RuntimeError, match="make deps installs"):
         postgres.Postgres()
+
+
+def test_only_a_new_rows_insert_returning_is_sent_again_in_a_new_transaction():
+    """An INSERT .. RETURNING id is sent again with the id it got; a DELETE ..
+    RETURNING (the index's unused documents) is recorded as not to be sent
+    again, so a transaction holding it is not replayed (it once raised at once,
+    even with no server abort in sight)."""
+    from webfs.catalogengine import _as_replayed
+    insert = "INSERT INTO blocks (sig, size) VALUES (%s, %s) RETURNING id"
+    assert _as_replayed(insert, ["s", 3], [(7,)]) == (
+        "INSERT INTO blocks (id, sig, size) VALUES (%s, %s, %s)", [7, "s", 3], False)
+    delete = "DELETE FROM docs WHERE NOT EXISTS (SELECT 1 FROM files WHERE files.doc = docs.id) RETURNING id"
+    assert _as_replayed(delete, None, [(1,), (2,)]) is None
+    assert _as_replayed(delete, None, []) == (delete, None, False)

@@ -293,7 +293,7 @@ class PgConnection:
             try:
                 return step()
             except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
-                if attempt == REPLAYS or not self.in_transaction:
+                if attempt == REPLAYS or not self.in_transaction or None in self._writes:
                     raise
                 log.info("catalog transaction aborted by the server (%s); sending it again",
                          str(exc).splitlines()[0])
@@ -382,14 +382,17 @@ class PgConnection:
         self.conn.close()
 
 
-def _as_replayed(text: str, args, rows: list) -> tuple[str, object, bool]:
+def _as_replayed(text: str, args, rows: list) -> Optional[tuple[str, object, bool]]:
     """A new row's INSERT .. RETURNING id as sent again: with the id it was
-    given (the caller holds it; a sequence never gives it to another)."""
+    given (the caller holds it; a sequence never gives it to another). None
+    for any other statement that returned rows (a DELETE .. RETURNING: sent
+    again it could return others, which its caller would not see): its
+    transaction is not sent again."""
     if not rows:
         return text, args or None, False
     m = re.match(r"\s*INSERT INTO (\w+) \(([^)]*)\) VALUES \(([^)]*)\)(.*) RETURNING id$", text, re.S)
     if m is None:
-        raise ValueError(f"cannot send again: {text}")
+        return None
     return (f"INSERT INTO {m.group(1)} (id, {m.group(2)}) VALUES (%s, {m.group(3)}){m.group(4)}",
             [rows[0][0], *args], False)
 
