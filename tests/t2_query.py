@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import make_archive, webfs, webfs_here
-from webfs import indexer
+from webfs import indexengine, indexer
+from webfs.commands.moves import move_block
 from webfs.assembly import open_archive
 from t2_warc import write_warc
 
@@ -115,6 +116,28 @@ def test_reindex_rebuilds_from_the_archive_alone(archive, tmp_path):
     webfs_here("reindex", "--index-dir", elsewhere, archive)
     assert (elsewhere / "index.db").exists() and not (archive / "meta" / "index.db").exists()
     assert search(archive, "host:example.com", "--json") == before
+
+
+def test_a_block_moved_during_a_pass_is_read_where_it_went(archive):
+    """A pass reads blocks by its snapshot's rows; a block moved to another
+    disk since (cool, rebalance) is read by its row now, not left unindexed."""
+    want = search(archive, "host:example.com", "--json")
+    for f in (archive / "meta").glob("index.db*"):
+        f.unlink()
+    store = open_archive(str(archive), holder="test")
+    try:
+        index = indexengine.open_index(store, indexer.location(store))
+        one_pass = indexer.Pass(store, index)           # its snapshot is taken here
+        rows = list(store.catalog.blocks())
+        for row in rows:
+            move_block(store, row, next(d for d in store.archive.volumes if d != row.disk))
+        assert all(store.catalog.block_by_id(r.id).disk != r.disk for r in rows)
+        counts = one_pass.run()
+        index.close()
+    finally:
+        store.close()
+    assert counts["documents"] == 4
+    assert search(archive, "host:example.com", "--json") == want
 
 
 def test_a_later_import_is_found_and_a_bad_query_is_exit_2(archive, tmp_path):

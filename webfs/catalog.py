@@ -597,19 +597,30 @@ class Catalog:
         rows = self.query("SELECT parent, name FROM dentries WHERE inode=? LIMIT 1", (ino,))
         return (rows[0][0], bytes(rows[0][1])) if rows else None
 
-    def xattrs_named(self, ino: int, names: tuple[bytes, ...]) -> dict[bytes, bytes]:
-        return {bytes(k): bytes(v) for k, v in self.query(
-            f"SELECT name, value FROM xattrs WHERE inode=? AND name IN ({','.join('?' * len(names))})",
-            (ino, *names))}
-
-    def size_and_mtime(self, ino: int) -> tuple[int, int]:
-        return tuple(self.query("SELECT size, mtime_ns FROM inodes WHERE id=?", (ino,))[0])
-
-    def first_pieces(self, ino: int, most: int = 2) -> list[tuple[int, str, int]]:
-        """(block id, signature, overflow) of a file's first pieces."""
-        return [(i, sig.hex(), overflow) for i, sig, overflow in self.query(
-            "SELECT b.id, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
-            "WHERE c.inode=? ORDER BY c.piece LIMIT ?", (ino, most))]
+    def index_batch(self, inos: list[int], names: tuple[bytes, ...]) -> dict[int, tuple]:
+        """inode -> (size, mtime_ns, (parent, name) of a name or None, {xattr
+        of ``names``: value}, BlockRow of its one piece or None) of a batch of
+        files: what an index pass reads of each, in five queries a batch."""
+        inos = tuple(inos)
+        marks = ",".join("?" * len(inos))
+        rows = {i: [s, m, None, {}, None] for i, s, m in self.query(
+            f"SELECT id, size, mtime_ns FROM inodes WHERE id IN ({marks})", inos)}
+        for ino, parent, name in self.query(
+                f"SELECT inode, parent, name FROM dentries WHERE inode IN ({marks})", inos):
+            rows[ino][2] = rows[ino][2] or (parent, bytes(name))
+        for ino, name, value in self.query(f"SELECT inode, name, value FROM xattrs WHERE inode IN ({marks}) "
+                                           f"AND name IN ({','.join('?' * len(names))})", (*inos, *names)):
+            rows[ino][3][bytes(name)] = bytes(value)
+        one = {ino: block for ino, n, block in self.query(
+            f"SELECT inode, count(*), min(block) FROM contents WHERE inode IN ({marks}) GROUP BY inode",
+            inos) if n == 1}
+        wanted = tuple(set(one.values()))
+        blocks = {r[0]: BlockRow.of(r) for r in self.query(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id IN ({','.join('?' * len(wanted))})",
+            wanted)} if wanted else {}
+        for ino, block in one.items():
+            rows[ino][4] = blocks.get(block)
+        return {ino: tuple(r) for ino, r in rows.items()}
 
     def files_in_group_order(self, top_ino: int, after: tuple[str, int], most: int) -> list[tuple[str, int]]:
         """(placement group of the first block, inode) of the regular files

@@ -93,6 +93,7 @@ class Paths:
     def __init__(self, cat: Catalog):
         self.cat = cat
         self.dirs: dict[int, Optional[str]] = {ROOT: ""}
+        self.names: dict[int, tuple[int, bytes]] = {}     # (parent, name) of files, read in batches
 
     def __call__(self, ino: int) -> Optional[str]:
         """The path of an inode from the root ('a/b/c'), None if unreachable.
@@ -101,7 +102,7 @@ class Paths:
         chain: list[int] = []
         here = ino
         while here not in self.dirs:
-            row = self.cat.a_name_of(here)
+            row = self.names.pop(here, None) or self.cat.a_name_of(here)
             if row is None or len(chain) > MAX_DEPTH:
                 above = None
                 break
@@ -133,13 +134,17 @@ class Pass:
             todo, watermark = self._changed()
             if self.progress is not None and todo:
                 self.progress.set_total(len(todo), "indexing")
-            for n, (ino, ctime) in enumerate(todo, 1):
-                self._file(ino, ctime)
-                testkill.point("index-after-file")
-                if n % BATCH == 0:
+            for start in range(0, len(todo), BATCH):
+                batch = todo[start:start + BATCH]
+                rows = self.cat.index_batch([ino for ino, _ in batch], FACT_XATTRS)
+                self.path.names.update((ino, row[2]) for ino, row in rows.items() if row[2] is not None)
+                for ino, ctime in batch:
+                    self._file(ino, ctime, rows[ino])
+                    testkill.point("index-after-file")
+                    if self.progress is not None:
+                        self.progress.advance(1)
+                if len(batch) == BATCH:
                     self.index.commit()
-                if self.progress is not None:
-                    self.progress.advance(1)
             self.counts["dropped_documents"] = self.index.drop_unused_docs() if self.counts["dropped"] else 0
             if todo or self.counts["dropped"] or str(watermark) != self.index.get_meta("watermark"):
                 # A pass that found nothing (most searches) writes nothing: no commit, no fsync.
@@ -167,7 +172,8 @@ class Pass:
         todo = sorted(rows.items() - known.items())
         return todo, max(watermark, top)
 
-    def _file(self, ino: int, ctime: int) -> None:
+    def _file(self, ino: int, ctime: int, row: tuple) -> None:
+        """Index a file from its row of ``Catalog.index_batch``."""
         path = self.path(ino)
         if path is None or "/" not in path or path.split("/")[1] == KEEP_DIR:
             # Not a page (a collection's raw records, a file at the top, a name
@@ -175,29 +181,27 @@ class Pass:
             # query finds, so that the counts of files still agree.
             self.index.put_file(ino, ctime, None, {"collection": "", "size": 0})
             return
-        size, mtime = self.cat.size_and_mtime(ino)
-        facts = file_facts(path, self.cat.xattrs_named(ino, FACT_XATTRS), size, mtime)
-        pieces = self.cat.first_pieces(ino)
-        doc, kind = self._doc(pieces[0], facts) if len(pieces) == 1 else (None, "")
+        size, mtime, _, xattrs, block = row
+        facts = file_facts(path, xattrs, size, mtime)
+        doc, kind = self._doc(block, facts) if block is not None else (None, "")
         if not facts["mime"] and kind in SNIFFED:
             facts["mime"] = SNIFFED[kind]
         self.index.put_file(ino, ctime, doc, facts)
         self.counts["indexed"] += 1
 
-    def _doc(self, piece: tuple, facts: dict) -> tuple[Optional[int], str]:
+    def _doc(self, block, facts: dict) -> tuple[Optional[int], str]:
         """(id, kind) of the document of a one-block file, indexed the first time
         its signature is seen."""
-        block_id, sig, overflow = piece
-        key = f"{sig}~{overflow}" if overflow else sig
+        key = f"{block.sig}~{block.overflow}" if block.overflow else block.sig
         known = self.index.doc(key)
         if known is not None:
             return known
-        row = self.store.catalog.block_by_id(block_id)
-        if row is None:
-            return None, ""                     # removed since the snapshot: the next pass sees its file go
         try:
-            data = self.store.read(row)
-        except WebfsError as exc:               # a damaged block is scrub's to report; index what is left
+            data = self.store.read(block)       # by the snapshot's row: a block moved since is still found
+        except WebfsError as exc:
+            if self.store.catalog.block_by_id(block.id) is None:
+                return None, ""                 # removed since the snapshot: the next pass sees its file go
+            # A damaged block is scrub's to report; index what is left.
             log.warning("index: block %s not read (%s); its file is indexed by name only", key, exc)
             return None, ""
         got = extract(data, facts.get("content_type", ""), facts.get("url"))
