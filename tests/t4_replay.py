@@ -329,8 +329,10 @@ def test_the_mount_shows_the_virtual_warc_files_pywb_reads(tmp_path):
             open(vfile, "r+b")
         assert refused.value.errno == errno.EROFS
         assert not (m.mnt / ".webfs" / "warc" / "0123456789abcdef").exists()
-        (m.mnt / "c" / "http" / "example.com" / "3@20240101120000").unlink()
-        with open(vfile, "rb") as f:
+        capture = m.mnt / "c" / "http" / "example.com" / "3@20240101120000"
+        held = open(capture, "rb")      # the kernel keeps the unlinked inode: gone all the same
+        capture.unlink()
+        with held, open(vfile, "rb") as f:
             f.seek(at["http://example.com/3"][0])
             with pytest.raises(OSError) as gone:
                 f.read(at["http://example.com/3"][1])

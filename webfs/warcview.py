@@ -64,7 +64,10 @@ class ViewFile:
                 continue
             try:
                 ino = self._inode(self.heads if kind == "h" else where)
-                if kind == "f" and self.ns.get(ino).size != n:
+                node = self.ns.get(ino)
+                # Unlinked but not yet forgotten by the kernel, the inode is
+                # still there: gone all the same.
+                if node.nlink == 0 or (kind == "f" and node.size != n):
                     raise FsError(errno.EIO)
             except FsError:
                 raise FsError(errno.EIO) from None      # the collection changed since replay laid it out
