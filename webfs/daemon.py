@@ -46,6 +46,16 @@ INDEX_BUSY_INTERVAL = 30.0        # seconds a mount at work may leave its index 
 SHARED_COMMIT_PERIOD = 0.2        # seconds pending name changes wait with other machines mounted
 
 
+def invalidate_entries(names) -> None:
+    """The kernel forgets these (parent, name) entries, misses included; one it
+    no longer has is no error."""
+    for parent, name in names:
+        try:
+            pyfuse3.invalidate_entry(parent, name)
+        except OSError:
+            pass
+
+
 class Daemon:
     """One mounted archive."""
 
@@ -126,11 +136,7 @@ class Daemon:
         lockorder.holding_none("the event loop")
         missed = trio.from_thread.run_sync(self.fs.take_misses, list(parents),
                                            trio_token=self.trio_token)
-        for parent, name in missed:
-            try:
-                pyfuse3.invalidate_entry(parent, name)
-            except OSError:
-                pass            # the kernel no longer has it
+        invalidate_entries(missed)
 
     def free_unused(self, ino: int) -> None:
         """Free an inode that lost its last name to an admin operation, unless it is
@@ -325,11 +331,7 @@ class Daemon:
         (webfs.changes; called in the listener's thread): the namespace memo
         and the kernel forget them (attributes, pages, entries, misses)."""
         self.ns.forget_others(inodes, names, everything)
-        for parent, name in names:
-            try:
-                pyfuse3.invalidate_entry(parent, name)
-            except OSError:
-                pass            # the kernel does not have it
+        invalidate_entries(names)
         inodes = list(self.fs.lookups) if everything else inodes
         for ino in inodes:
             try:
