@@ -9,6 +9,7 @@ import abc
 from typing import Callable, Iterator, Optional
 
 LEASE = "meta/MOUNTED"      # the mount lease (webfs.locks): in an object store's bucket only, never cached
+MACHINES = "meta/machines/"  # likewise: each machine's shared lease and copy of its records (several mounts)
 
 class Backend(abc.ABC):
     """A disk root that holds files."""

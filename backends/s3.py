@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
 from ..locks import SYSTEM_CLOCK, Clock
-from .base import LEASE, Backend
+from .base import LEASE, MACHINES, Backend
 from .local import LocalBackend
 from .objectcache import ObjectCache
 from .options import BackendOptions
@@ -214,7 +214,15 @@ class S3Backend(Backend):
 
     @staticmethod
     def _is_local(path: str) -> bool:
-        return path != LEASE and (path.startswith(LOCAL_PREFIX) or path == LOCAL_PREFIX.rstrip("/"))
+        if path == LEASE or path.startswith(MACHINES) or path == MACHINES.rstrip("/"):
+            return False
+        return path.startswith(LOCAL_PREFIX) or path == LOCAL_PREFIX.rstrip("/")
+
+    @property
+    def machine(self) -> Optional[str]:
+        """The machine whose shared lease this process holds (one of several
+        mounts: a PostgreSQL catalog), or None."""
+        return self.lease.machine if self.lease is not None else None
 
     @staticmethod
     def _is_staged(path: str) -> bool:
@@ -241,7 +249,10 @@ class S3Backend(Backend):
         if self._is_staged(path):
             self.client.check_up(path)
             self.cache.forget(path)
-            return self.staging.put(path, data, fsync)      # PUT behind (see staging)
+            if self.machine is None:
+                return self.staging.put(path, data, fsync)      # PUT behind (see staging)
+        # One of several mounts writes through: what it has written is in the
+        # bucket, not in a staging area that dies with its machine.
         self._put(path, data)               # a PUT replaces an object whole
         if path in IDENTITY:
             self.local.write_atomic(path, data, fsync)
@@ -357,7 +368,7 @@ class S3Backend(Backend):
                       self.location)
             return
         self.staging.drain()
-        self.mirror.publish(catalog_copy)
+        self.mirror.publish(catalog_copy, self.machine)
 
     def close(self, catalog_copy: Optional[Callable[[str], bytes]] = None) -> None:
         try:

@@ -9,6 +9,11 @@ unmount): MANIFEST, JOURNAL, RECORDS and a consistent copy of the catalog
 ``fetch`` brings the bucket's copy when the state directory has no catalog
 or an older copy: so an archive whose disks are all in object stores mounts
 on a new machine from its URLs alone.
+
+One of several mounts (a PostgreSQL catalog: each machine has a state
+directory of its own, and so records of its own) publishes its records
+below ``meta/machines/MACHINE/`` instead, never over another machine's or
+the one copy of ``meta/``; ``fetch`` reads only the one copy.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import logging
 import os
 from typing import Callable, Optional
 
+from .base import MACHINES
 from .local import LocalBackend
 from .s3client import ObjectClient
 
@@ -23,6 +29,7 @@ log = logging.getLogger(__name__)
 
 PUBLISHED = ("meta/MANIFEST.gz", "meta/MANIFEST", "meta/JOURNAL", "meta/RECORDS")   # MANIFEST: plain, written before
 CATALOG = "meta/catalog.db"
+LOCAL_DIR = "meta/"
 COPY = "meta/COPY"                      # the number of the last copy of meta/ to the bucket
 
 
@@ -49,26 +56,18 @@ class MetaMirror:
         """What is here now is what the bucket has (it was just fetched, or is ours alone)."""
         self._published = {path: self._stamp(path) for path in (*PUBLISHED, CATALOG)}
 
-    def publish(self, catalog_copy: Optional[Callable[[str], bytes]]) -> None:
+    def publish(self, catalog_copy: Optional[Callable[[str], bytes]], machine: Optional[str] = None) -> None:
         """Copy what changed since the last copy (or since it was fetched), then
         the copy's number. ``catalog_copy(path)``: the catalog file at path as
         one consistent database; without it nothing is copied (records newer
-        than the bucket's catalog would be a copy that does not agree)."""
+        than the bucket's catalog would be a copy that does not agree). With
+        ``machine`` (one of several mounts) the records go below its own name."""
         if catalog_copy is None:
             return
-        copied = False
-        for path in PUBLISHED:
-            stamp = self._stamp(path)
-            if self._published.get(path) == stamp:
-                continue
-            try:
-                data = self.local.read(path)
-            except FileNotFoundError:
-                self.client.delete(path)
-            else:
-                self.client.put(path, data)
-            self._published[path] = stamp
-            copied = True
+        if machine is not None:
+            self._copy_records(f"{MACHINES}{machine}/")
+            return
+        copied = self._copy_records(LOCAL_DIR)
         catalog = os.path.join(self.local.root, CATALOG)
         stamp = self._stamp(CATALOG)
         if os.path.exists(catalog) and self._published.get(CATALOG) != stamp:
@@ -79,6 +78,25 @@ class MetaMirror:
             mark = b"%d\n" % ((self.copy_number(self.local.read) or 0) + 1)
             self.client.put(COPY, mark)
             self.local.write_atomic(COPY, mark)
+
+    def _copy_records(self, under: str) -> bool:
+        """The records (not the catalog) that changed, to the bucket below
+        ``under`` (``meta/``, or a machine's own place); any copied?"""
+        copied = False
+        for path in PUBLISHED:
+            stamp = self._stamp(path)
+            if self._published.get(path) == stamp:
+                continue
+            remote = under + path[len(LOCAL_DIR):]
+            try:
+                data = self.local.read(path)
+            except FileNotFoundError:
+                self.client.delete(remote)
+            else:
+                self.client.put(remote, data)
+            self._published[path] = stamp
+            copied = True
+        return copied
 
     @staticmethod
     def copy_number(read: Callable[[str], bytes]) -> Optional[int]:

@@ -11,7 +11,7 @@ import pytest
 from conftest import eventually
 
 from webfs.errors import ArchiveBusy
-from webfs.locks import LEASE_PATH, SYSTEM_CLOCK, BucketLease, Clock
+from webfs.locks import LEASE_PATH, SYSTEM_CLOCK, BucketLease, Clock, remove_shared, shared_lease_path
 
 
 class Bucket:
@@ -52,6 +52,10 @@ class Bucket:
     def remove(self, path):
         self._check()
         self.objects.pop(path, None)
+
+    def list(self, prefix):
+        self._check()
+        return sorted(p for p in self.objects if p.startswith(prefix + "/"))
 
 
 def other_holder(bucket: Bucket, clock: Clock = SYSTEM_CLOCK, renewed_ago: float = 0.0) -> bytes:
@@ -143,3 +147,57 @@ def test_a_stale_lease_with_an_unreadable_age_is_never_taken():
     lease = BucketLease(bucket, "webfs put", take_over=True)
     lease.take()                        # stale (5 x 60 s) and asked: taken
     lease.release()
+
+
+def test_machines_share_the_lease_and_an_exclusive_writer_waits_for_them():
+    """Two machines' shared leases (a PostgreSQL catalog's mounts) stand side
+    by side; an exclusive writer (fsck --repair) is refused while one is
+    fresh, and leaves no lease of its own behind; a shared one is refused
+    while an exclusive one is held."""
+    clock = Clock(start=START)
+    bucket = Bucket()
+    bucket.objects[shared_lease_path("m-b")] = other_holder(bucket, clock)       # another machine's mount
+    ours = BucketLease(bucket, "webfs mount on /mnt/a", clock=clock, machine="m-a")
+    ours.take()
+    assert sorted(bucket.objects) == [shared_lease_path("m-a"), shared_lease_path("m-b")]
+    ours.release()
+    assert list(bucket.objects) == [shared_lease_path("m-b")]
+    with pytest.raises(ArchiveBusy, match="in use by webfs mount on /mnt/elsewhere"):
+        BucketLease(bucket, "webfs fsck --repair", clock=clock).take()
+    assert LEASE_PATH not in bucket.objects
+    del bucket.objects[shared_lease_path("m-b")]
+    bucket.objects[LEASE_PATH] = other_holder(bucket, clock)                     # another machine's fsck --repair
+    with pytest.raises(ArchiveBusy, match="in use by webfs mount on /mnt/elsewhere"):
+        BucketLease(bucket, "webfs mount on /mnt/a", clock=clock, machine="m-a").take()
+    assert list(bucket.objects) == [LEASE_PATH]
+
+
+def test_an_exclusive_lease_made_while_a_machine_takes_its_shared_one_stops_it():
+    """Each side writes its own lease, then looks for the other's: a machine
+    that finds an exclusive lease made meanwhile takes its own back."""
+    bucket = Bucket()
+    other = other_holder(bucket)
+
+    def exclusive_made_meanwhile():
+        if shared_lease_path("m-a") in bucket.objects:
+            bucket.objects[LEASE_PATH] = other
+    bucket.on_read = exclusive_made_meanwhile
+    with pytest.raises(ArchiveBusy, match="who took it as we did"):
+        BucketLease(bucket, "webfs mount on /mnt/a", machine="m-a").take()
+    assert list(bucket.objects) == [LEASE_PATH]
+
+
+def test_a_dead_machines_shared_lease_is_stale_or_removed_by_the_one_that_took_it_over():
+    clock = Clock(start=START)
+    bucket = Bucket()
+    bucket.objects[shared_lease_path("m-dead")] = other_holder(bucket, clock)
+    clock.advance(301)
+    with pytest.raises(ArchiveBusy, match="stale: that machine stopped"):
+        BucketLease(bucket, "webfs fsck --repair", clock=clock).take()
+    lease = BucketLease(bucket, "webfs fsck --repair", take_over=True, clock=clock)
+    lease.take()
+    assert list(bucket.objects) == [LEASE_PATH]
+    lease.release()
+    bucket.objects[shared_lease_path("m-dead")] = other_holder(bucket, clock)
+    remove_shared(bucket, "m-dead")         # its mount was taken over in the catalog
+    BucketLease(bucket, "webfs fsck --repair", clock=clock).take()

@@ -27,7 +27,8 @@ from typing import Optional
 from . import FORMAT_VERSION, lockorder
 from .backends import BackendOptions, is_url, normalize, open_backend
 from .errors import ArchiveBusy, ArchiveError, ConfigError
-from .locks import BucketLease
+from .locks import BucketLease, remove_shared
+from .machines import machine_id
 from .settings import DEFAULT_DEPTH, DEFAULT_LEVEL, MAX_DEPTH, MIN_DEPTH, STORE_MODES
 from .volume import CONF_FILE, DISK_ID_FILE, META, Volume
 
@@ -453,8 +454,8 @@ class Archive:
         left by a dead mount of this state directory is known to be dead).
         ``shared`` (the mounts of an archive whose catalog is in PostgreSQL)
         takes the flocks shared with other such mounts, which keep apart by
-        their rows in the catalog (``webfs.machines``); an S3 disk's lease
-        still admits one machine (each would copy its own meta/ to the bucket).
+        their rows in the catalog (``webfs.machines``), and each S3 disk's
+        lease as this machine's shared one (``webfs.locks``).
         """
         taken, leases = [], []
         try:
@@ -464,8 +465,9 @@ class Archive:
                     taken.append(fd)
             for fd in taken if write else ():
                 _say_holder(fd, holder)
+            machine = machine_id(self.backend_options.state_base()) if shared else None
             for vol in self.volumes.values() if write else ():
-                leases += _lease(vol, holder, self.backend_options)
+                leases += _lease(vol, holder, self.backend_options, machine)
         except BaseException:
             for lease in leases:
                 lease.release()
@@ -487,7 +489,8 @@ class Archive:
             fd = _flock(vol.root, shared=self._shared)
             _say_holder(fd, self._holder)
             self._lock_fds.append(fd)
-            self._leases += _lease(vol, self._holder, self.backend_options)
+            machine = machine_id(self.backend_options.state_base()) if self._shared else None
+            self._leases += _lease(vol, self._holder, self.backend_options, machine)
         # Replace the lists whole: readers in other threads iterate them.
         self.conf.disks = sorted([*self.conf.disks, disk], key=lambda d: d.index)
         self.volumes = {**self.volumes, disk.index: vol}
@@ -536,6 +539,14 @@ class Archive:
         self._lock_fds = []
         self.writer = False
 
+    def forget_machines(self, machines: list[str]) -> None:
+        """Machines whose mounts were taken over (they died): their S3 disks'
+        shared leases go, so an exclusive writer is not kept waiting by them."""
+        for vol in self.volumes.values():
+            if is_url(vol.backend.location):
+                for machine in machines:
+                    remove_shared(vol.backend, machine)
+
     def holder(self) -> Optional[str]:
         """Who holds the lock, or None if it is free."""
         for vol in self.volumes.values():
@@ -577,11 +588,13 @@ def _flock(root: str, write: bool = True, shared: bool = False) -> Optional[int]
     return fd
 
 
-def _lease(vol: Volume, holder: str, options: BackendOptions) -> list[BucketLease]:
-    """The lease taken on an S3 disk ([] for a directory, which flock alone guards)."""
+def _lease(vol: Volume, holder: str, options: BackendOptions, machine: Optional[str] = None) -> list[BucketLease]:
+    """The lease taken on an S3 disk ([] for a directory, which flock alone
+    guards): ``machine``'s shared one, or the exclusive one."""
     if not is_url(vol.backend.location):
         return []
-    lease = BucketLease(vol.backend, holder, renew=options.lease_renew, take_over=options.take_lease)
+    lease = BucketLease(vol.backend, holder, renew=options.lease_renew, take_over=options.take_lease,
+                        machine=machine)
     lease.take()
     return [lease]
 

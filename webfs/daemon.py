@@ -356,6 +356,7 @@ class Daemon:
             log.error("%s: the mount is read-only from now on (unmount it and mount again)", exc)
             return
         if taken:
+            self.store.archive.forget_machines([machine for machine, _, _ in taken])
             done = self.store.protection.reconcile_stale()
             self.store.commit()
             log.warning("took over %d machine(s)' mounts: %d parity stripe(s) brought up to date",

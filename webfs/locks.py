@@ -27,6 +27,17 @@ taken over only when asked (``webfs --take-lease``, ``-o take_lease``,
 made from this machine's very state directory, whose flock we now hold, was
 left by a process that is gone (the kernel let go of its flock), so it is
 taken over as flock's own lock would be.
+
+**Several machines** (the mounts of an archive whose catalog is in
+PostgreSQL, kept apart by their rows in the engine: ``webfs.machines``) each
+hold a lease object of their own, ``meta/machines/MACHINE/MOUNTED``
+(``BucketLease(machine=...)``), and no ``meta/MOUNTED``: a shared lease is
+refused while an exclusive one is held, and an exclusive one while a shared
+one is fresh. Each side writes its own object first and then looks for the
+other's, so of two that start at once at least one sees the other (S3 reads
+after writes are consistent) and backs off. A machine's shared lease that a
+living mount took over (its row in the engine went stale) is removed by that
+mount (``remove_shared``).
 """
 from __future__ import annotations
 
@@ -40,7 +51,7 @@ import uuid
 from contextlib import ExitStack, contextmanager
 from typing import Iterator, Optional
 
-from .backends.base import LEASE as LEASE_PATH
+from .backends.base import LEASE as LEASE_PATH, MACHINES
 from .backends.options import DEFAULT_LEASE_RENEW, MIN_LEASE_RENEW
 from .errors import ArchiveBusy
 from .lockorder import keyed_lock
@@ -50,6 +61,11 @@ log = logging.getLogger(__name__)
 LEASE_MAGIC = "WEBFS-LEASE 1"
 DEFAULT_RENEW = DEFAULT_LEASE_RENEW
 STALE_RENEWALS = 5                      # renewals missed before a lease counts as stale
+
+
+def shared_lease_path(machine: str) -> str:
+    """The object of one machine's shared lease."""
+    return f"{MACHINES}{machine}/MOUNTED"
 
 
 class Clock:
@@ -180,6 +196,15 @@ def _seconds(stamp: str) -> Optional[float]:
         return None
 
 
+def remove_shared(backend, machine: str) -> None:
+    """A dead machine's shared lease, gone (its mount was taken over by a living one)."""
+    try:
+        backend.remove(shared_lease_path(machine))
+    except OSError as exc:
+        log.warning("%s: cannot remove the lease of machine %s: %s", backend.location, machine,
+                    exc.strerror or exc)
+
+
 def _stamp(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
@@ -188,11 +213,15 @@ class BucketLease:
     """The lease of one S3 disk (a backend with ``write_if_absent``), taken
     with ``take``, renewed every ``renew`` seconds by a thread of its own, let
     go with ``release``; a stale lease of another machine is taken over only
-    with ``take_over``; its stamps, ages and renewals go by ``clock``."""
+    with ``take_over``; its stamps, ages and renewals go by ``clock``.
+    With ``machine`` (a mount of an archive whose catalog is in PostgreSQL)
+    the lease is that machine's shared one (``shared_lease_path``)."""
 
     def __init__(self, backend, holder: str, renew: float = DEFAULT_RENEW, take_over: bool = False,
-                 clock: Clock = SYSTEM_CLOCK):
+                 clock: Clock = SYSTEM_CLOCK, machine: Optional[str] = None):
         self.backend = backend
+        self.machine = machine
+        self.path = LEASE_PATH if machine is None else shared_lease_path(machine)
         self.holder = holder
         self.clock = clock
         self.mount_id = uuid.uuid4().hex
@@ -213,8 +242,12 @@ class BucketLease:
 
     def _current(self) -> Optional[dict[str, str]]:
         """The lease in the bucket now (its fields), or None when there is none."""
+        return self._read(self.path)
+
+    def _read(self, path: str) -> Optional[dict[str, str]]:
+        """The fields of a lease object, or None when there is none."""
         try:
-            return _parse(self.backend.read(LEASE_PATH).decode("utf-8", "replace"))
+            return _parse(self.backend.read(path).decode("utf-8", "replace"))
         except FileNotFoundError:
             return None
 
@@ -222,7 +255,11 @@ class BucketLease:
         """Create the lease, or take over one we may take; else ArchiveBusy."""
         where = self.backend.location
         try:
-            self._create()
+            if self.machine is None:
+                self._create()
+                self._refuse_shared()
+            else:
+                self._create_shared()
         except OSError as exc:
             raise ArchiveBusy(f"{where}: cannot take the mount lease: {exc.strerror or exc}") from None
         self.backend.lease = self
@@ -249,8 +286,37 @@ class BucketLease:
         raise ArchiveBusy(f"{self.backend.location}: the mount lease keeps vanishing; "
                           "is another machine taking it?")
 
-    def _take_over(self, other: dict[str, str]) -> None:
-        """Replace another holder's lease, if it is ours by flock or stale and asked to; else refuse."""
+    def _create_shared(self) -> None:
+        """Write this machine's shared lease, then make sure no exclusive one is
+        held (one of ours by flock, or stale and asked to take over, is removed)."""
+        exclusive = self._read(LEASE_PATH)
+        if exclusive is not None:
+            self._may_replace(exclusive)
+            self.backend.remove(LEASE_PATH)
+        self.backend.write_atomic(self.path, self._text(self.clock.time()))
+        exclusive = self._read(LEASE_PATH)
+        if exclusive is not None:       # an exclusive taker started meanwhile: it goes on
+            self.backend.remove(self.path)
+            raise ArchiveBusy(self._refusal(exclusive, "took it as we did"))
+
+    def _refuse_shared(self) -> None:
+        """(Exclusive, our lease made.) Refuse while another machine's shared
+        lease is fresh; a stale one goes only when asked to take over."""
+        for path in self.backend.list(MACHINES.rstrip("/")):
+            if not path.endswith("/MOUNTED"):
+                continue
+            other = self._read(path)
+            if other is None:
+                continue
+            try:
+                self._may_replace(other)
+            except ArchiveBusy:
+                self.backend.remove(LEASE_PATH)
+                raise
+            self.backend.remove(path)
+
+    def _may_replace(self, other: dict[str, str]) -> None:
+        """Another holder's lease may be replaced: ours by flock, or stale and asked to; else ArchiveBusy."""
         ours = other.get("Machine") == machine_id() and other.get("State") == self.backend.root
         if ours:
             log.info("%s: taking over the lease of a mount from this state directory that is gone (%s)",
@@ -263,6 +329,10 @@ class BucketLease:
                 raise ArchiveBusy(self._refusal(other, stale=True))
             log.warning("%s: taking over the stale lease of %s on %s, not renewed for %.0f s",
                         self.backend.location, other.get("Holder", "?"), other.get("Host", "?"), age)
+
+    def _take_over(self, other: dict[str, str]) -> None:
+        """Replace another holder's lease, if it is ours by flock or stale and asked to; else refuse."""
+        self._may_replace(other)
         self.backend.write_atomic(LEASE_PATH, self._text(self.clock.time()))
 
     def _age(self, fields: dict[str, str]) -> Optional[float]:
@@ -306,7 +376,7 @@ class BucketLease:
             try:
                 if not self.held():
                     return
-                self.backend.write_atomic(LEASE_PATH, self._text(self.clock.time()))
+                self.backend.write_atomic(self.path, self._text(self.clock.time()))
             except OSError as exc:
                 log.warning("%s: cannot renew the mount lease: %s", self.backend.location,
                             exc.strerror or exc)
@@ -328,7 +398,7 @@ class BucketLease:
         self.backend.lease = None
         try:
             if self.held():
-                self.backend.remove(LEASE_PATH)
+                self.backend.remove(self.path)
         except OSError as exc:
             log.error("%s: cannot remove the mount lease: %s (the next mount from this state "
                       "directory takes it over)", self.backend.location, exc.strerror or exc)
