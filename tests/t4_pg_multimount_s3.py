@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import sh, webfs
+from conftest import REPO, sh, webfs
 from t4_pg_multimount import Machine, crawls, database, mounted_machines, poll  # noqa: F401 - crawls: a fixture
 from t4_s3_mount import bucket_on_each
 from webfs.backends.options import BackendOptions
@@ -48,7 +48,7 @@ def s3_machines(tmp_path, weeds, pg_catalog):
         m.umount()
 
 
-def test_two_machines_on_s3_disks_copy_at_once_and_each_reads_back_both(s3_machines, weeds, crawls,
+def test_two_machines_on_s3_disks_copy_at_once_and_each_reads_back_both(s3_machines, weeds, crawls, tmp_path,
                                                                        postgres, pg_catalog):
     """Each copies a crawl into a directory of its own and files of its own
     into one directory both write; a name made on one shows on the other
@@ -82,6 +82,13 @@ def test_two_machines_on_s3_disks_copy_at_once_and_each_reads_back_both(s3_machi
         assert f"meta/machines/{machine}/JOURNAL" in records, records
     assert not [r for r in records if r.endswith("/MOUNTED")], records
     assert webfs("fsck", disks[0]).returncode == 0
+    # Buckets copied to directories are disks webfs-recover reads, records and all, without webfs.
+    copies = [w.download(DiskURL.parse(url).bucket, tmp_path / f"copy{i}") for i, (w, url) in enumerate(zip(weeds, disks))]
+    out = tmp_path / "recovered"
+    proc = sh(f"sh '{REPO}/tools/webfs-recover' {' '.join(map(str, copies))} '{out}'", check=False)
+    assert proc.returncode == 0 and b"/meta/machines/" in proc.stderr, proc.stdout + proc.stderr
+    sh(f"diff -r '{crawls}/crawl-001' '{out}/a' && diff -r '{crawls}/crawl-002' '{out}/b'")
+    sh(f"diff -r '{crawls}/flat-a' '{out}/both' | grep -v '^Only in {out}/both: b-' | (! grep .)")
 
 
 def test_a_killed_machine_on_s3_disks_loses_no_closed_file(s3_machines, weeds, crawls, postgres, pg_catalog):
