@@ -20,9 +20,11 @@ bucket. ``meta/`` lives in a local *state directory* (``root``), and a
 consistent copy of it goes to the bucket at every ``sync()`` (``s3mirror``).
 Opening the disk fetches ``WEBFS-DISK`` and ``webfs.conf`` (which also
 proves the endpoint, the credentials and the bucket), and the ``meta/`` copy
-when the state directory has no catalog or an older copy. One ``meta/``
-object lives in the bucket only: ``meta/MOUNTED``, the lease of the writer
-(``webfs.locks``), read past the cache and created with ``write_if_absent``.
+when the state directory has no catalog or an older copy. Some ``meta/``
+objects live in the bucket only: ``meta/MOUNTED``, the lease of the writer
+(``webfs.locks``), read past the cache and created with ``write_if_absent``,
+and ``meta/machines/``: the shared leases of several mounts (a PostgreSQL
+catalog), and each one's copy of its records.
 
 **Credentials** come from botocore's usual chain (``AWS_ACCESS_KEY_ID``...,
 ``~/.aws/credentials``, ``AWS_PROFILE``) or from the file named by the mount
@@ -33,7 +35,10 @@ user or password is refused: URLs end up in webfs.conf, logs and status.
 **Blocks and parity files are written behind** (``staging``): a write lands
 in the state directory's ``staging/`` and is PUT by uploader threads;
 ``sync()`` waits for the uploads before it copies meta/, and opening the disk
-uploads what a killed daemon left staged before anything else.
+uploads what a killed daemon left staged before anything else. One of
+several mounts (``machine``: it holds a shared lease) writes them through
+instead: what it closed is in the bucket, not in a state directory that
+dies with its machine.
 
 **An endpoint that is down** fails fast (``s3endpoint``); a read of a block
 or parity file late by ``HEDGE_SECONDS`` counts as down. Once a probe finds
