@@ -199,7 +199,7 @@ class S3Backend(Backend):
     def _put(self, path: str, data: bytes) -> None:
         self.cache.forget(path)
         self.client.put(path, data)
-        if not self._is_local(path):
+        if not self._is_local(path) and not self._is_leases(path):
             self.cache.keep(path, bytes(data))      # write-through: read back soon (see objectcache)
 
     def _delete(self, path: str) -> None:
@@ -218,8 +218,14 @@ class S3Backend(Backend):
     # -- the Backend interface -----------------------------------------------------
 
     @staticmethod
-    def _is_local(path: str) -> bool:
-        if path == LEASE or path.startswith(MACHINES) or path == MACHINES.rstrip("/"):
+    def _is_leases(path: str) -> bool:
+        """A lease, or a machine's place (in the bucket only: another machine
+        may change it, so never cached)."""
+        return path == LEASE or path.startswith(MACHINES) or path == MACHINES.rstrip("/")
+
+    @classmethod
+    def _is_local(cls, path: str) -> bool:
+        if cls._is_leases(path):
             return False
         return path.startswith(LOCAL_PREFIX) or path == LOCAL_PREFIX.rstrip("/")
 
@@ -236,7 +242,7 @@ class S3Backend(Backend):
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         if self._is_local(path) or path in IDENTITY:
             return self.local.read(path, offset, size)
-        if path == LEASE:
+        if self._is_leases(path):
             return self._get(path, offset, size)    # another machine may have changed it
         data = self.staging.read(path) if self._is_staged(path) else None
         if data is None:

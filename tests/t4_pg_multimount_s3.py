@@ -123,3 +123,21 @@ def test_a_killed_machine_on_s3_disks_loses_no_closed_file(s3_machines, weeds, c
         sh(f"diff -r '{crawls}/flat-b' '{c.mnt}/from-b'")
     finally:
         c.umount()
+
+
+def test_a_shared_lease_removed_from_the_bucket_is_seen_gone(weeds):
+    """A machine's shared lease is read from the bucket, never from the
+    backend's cache: one that another machine removed (it took this
+    machine's mount over) is no longer held."""
+    from webfs.locks import BucketLease, shared_lease_path
+    from webfs.backends.s3 import open_s3
+    url = bucket_on_each(weeds, "sl")[0]
+    webfs("mkfs", url)
+    lease = BucketLease(open_s3(url, BackendOptions.from_env(os.environ)), "a test", machine="m-test")
+    lease.take()
+    try:
+        assert lease.held()
+        weeds[0].client().delete_object(Bucket=DiskURL.parse(url).bucket, Key=shared_lease_path("m-test"))
+        assert not lease.held()
+    finally:
+        lease.release()
