@@ -9,6 +9,7 @@ and decoding run in worker threads; the scheduling runs on the trio loop.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import OrderedDict, deque
 from typing import Callable, Optional
@@ -100,12 +101,13 @@ class Walk:
     ends: without it, the first file of every directory was a miss that waited
     for its disk (882 of 4,375 small pages read by a cold cat)."""
 
-    __slots__ = ("files", "walking", "top")
+    __slots__ = ("files", "walking", "top", "streak")
 
     def __init__(self, parent: int, pos: int):
-        self.files: deque[tuple[int, BlockRow]] = deque()   # (inode, first block)
+        self.files: deque[tuple[int, BlockRow, int]] = deque()   # (inode, first block, directory)
         self.walking: list[tuple[int, int]] = [(parent, pos)]
         self.top: Optional[int] = parent      # the outermost directory walked; None past the root
+        self.streak = 0                       # opens in order so far
 
     def extend(self, ns: Namespace, wanted: int) -> None:
         """List on until ``wanted`` files are known, in at most WALK_LISTINGS queries."""
@@ -126,7 +128,7 @@ class Walk:
                     self.walking += [(directory, off), (ino, 0)]
                     break
                 if row is not None:
-                    self.files.append((ino, row))
+                    self.files.append((ino, row, directory))
             else:
                 if len(entries) == READ_AHEAD_FILES:    # more of it to list
                     self.walking.append((directory, entries[-1][0]))
@@ -151,6 +153,7 @@ class PieceReader:
         self.nursery: Optional[trio.Nursery] = None
         self._listed: dict[int, None] = {}               # directories listed to the end, oldest first
         self._expected: dict[int, Walk] = {}             # file an in-order reader opens next -> its walk, oldest first
+        self._expecting: dict[int, int] = {}             # directory of the file opened -> that next file
 
     def _disk_limiter(self, disk: int) -> trio.CapacityLimiter:
         limiter = self.disk_limiters.get(disk)
@@ -236,12 +239,13 @@ class PieceReader:
         walk = self._expected.pop(ino, None)
         in_order = walk is not None
         if walk is not None:
-            walk.files.popleft()
+            parent_of_opened = walk.files.popleft()[2]
         else:
             found = self.ns.position(ino)
             if found is None:
                 return
             parent, pos = found
+            parent_of_opened = parent
             walk = Walk(parent, pos)
             if parent in self._listed:
                 # The first file of a directory just listed (grep -r, tar, cp -r):
@@ -251,13 +255,29 @@ class PieceReader:
         walk.extend(self.ns, READ_AHEAD_FILES if in_order else 1)
         if not walk.files:
             return
-        self._expected[walk.files[0][0]] = walk      # the file an in-order reader opens next
-        if len(self._expected) > WALKERS_KEPT:
-            self._expected.pop(next(iter(self._expected)))
+        self._expect(parent_of_opened, walk)
         if in_order:
-            for _, row in walk.files:
+            # As the kernel's read-ahead window: 2 files ahead at the first open
+            # in order, doubling to READ_AHEAD_FILES, so that a random reader
+            # that lands on the next file by chance costs the disks little.
+            walk.streak += 1
+            for _, row, _ in itertools.islice(walk.files, min(READ_AHEAD_FILES, 1 << walk.streak)):
                 if row.size <= READ_AHEAD_BYTES:
                     self._fetch_ahead(row)
+
+    def _expect(self, directory: int, walk: Walk) -> None:
+        """The walk's next file is what an in-order reader opens next. One such
+        guess a directory, as the last open there made it: random readers (many
+        files of few directories) leave one each, not one for every open."""
+        earlier = self._expecting.pop(directory, None)
+        if earlier is not None:
+            self._expected.pop(earlier, None)
+        ino = walk.files[0][0]
+        self._expecting[directory] = ino
+        self._expected[ino] = walk
+        for kept in (self._expected, self._expecting):
+            if len(kept) > WALKERS_KEPT:
+                kept.pop(next(iter(kept)))
 
     def _fetch_ahead(self, row: BlockRow) -> bool:
         """Fetch a piece nobody asked for yet, if the cache can keep it and its disk
