@@ -30,7 +30,7 @@ READ_AHEAD_FILES = 8            # files of a directory read in order are fetched
 READ_AHEAD_BYTES = 1 << 20      # ... when they are no larger than this
 PREFETCH_PIECES = 4             # pieces fetched ahead of a sequential reader of a large file
 DIRECTORIES_KEPT = 10_000       # directories remembered for read-ahead
-WALKERS_KEPT = 1024             # next files expected (one per reader walking in order)
+WALKERS_KEPT = 256              # walks kept, by the file each expects next (each holds up to 16 files' rows)
 WALK_LISTINGS = 6               # listings read at most to find the next files of a walk
 
 
