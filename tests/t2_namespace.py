@@ -192,7 +192,7 @@ def test_the_memo_answers_what_the_catalog_says_through_every_change(store, seed
                 row = store.store(data, name=b"x")
                 ns.set_contents(rnd.choice(files), [row], len(data), step)
             elif op == "readahead":
-                ns.first_pieces_after(parent, 0, 8)
+                ns.entries_ahead(parent, 0, 8)
             elif op == "readdir":
                 listed = ns.entries(parent, 0, 200, keep=True)
                 assert all(ns.memo.nodes.get(node.id, node) == node for _, _, node in listed)

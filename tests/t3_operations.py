@@ -10,6 +10,7 @@ import stat
 import pyfuse3
 import pytest
 import trio
+import trio.testing
 
 from webfs.assembly import open_archive
 from webfs.controltree import CONTROL_DIR
@@ -198,3 +199,42 @@ def test_a_name_made_after_a_miss_leaves_no_record_of_the_miss(ops):
         assert (await ops.lookup(d, b"never", CTX)).st_ino == 0
         assert ops.miss_count == 1
     trio.run(run)
+
+
+def test_a_walker_in_order_gets_the_files_after_its_directory_fetched_ahead(ops):
+    """find | cat, grep -r and tar open files depth-first: a directory's
+    entries in listing order, a subdirectory's where it is listed, then the
+    parent's next entries. A reader that opens the file the walk gives next
+    gets the following files fetched ahead, into subdirectories and past the
+    end of its own; one that opens files out of that order gets nothing."""
+    async def main():
+        a = (await ops.mkdir(ROOT_INODE, b"a", 0o755, CTX)).st_ino
+        f1 = await write_file(ops, b"f1", b"first of a", a)
+        sub = (await ops.mkdir(a, b"sub", 0o755, CTX)).st_ino
+        g1 = await write_file(ops, b"g1", b"first of sub", sub)
+        await write_file(ops, b"empty", b"", sub)
+        g2 = await write_file(ops, b"g2", b"last of sub", sub)
+        f2 = await write_file(ops, b"f2", b"last of a", a)
+        b = (await ops.mkdir(ROOT_INODE, b"b", 0o755, CTX)).st_ino
+        h1 = await write_file(ops, b"h1", b"only file of b", b)
+        piece = {ino: ops.ns.pieces(ino)[0] for ino in (f1, g1, g2, f2, h1)}
+
+        async def fetched_after_open(ino):
+            ops.reader.cache.items.clear()
+            ops.reader.cache.used = 0
+            info = await ops.open(ino, os.O_RDONLY, CTX)
+            await ops.release(info.fh)
+            await trio.testing.wait_all_tasks_blocked()    # every fetch ahead started
+            for fetch in list(ops.reader.cache.inflight.values()):
+                await fetch.wait()
+            return {i for i, row in piece.items() if ops.reader.cache.get(row) is not None}
+
+        async with trio.open_nursery() as nursery:
+            ops.running(nursery)
+            assert await fetched_after_open(h1) == set()      # out of order: no guess
+            assert await fetched_after_open(f1) == set()      # out of order; the walk expects g1
+            assert await fetched_after_open(g1) == {g2, f2}   # 2 ahead at the first in order
+            assert await fetched_after_open(g2) == {f2, h1}   # then 4 (all there is)
+            assert await fetched_after_open(g1) == set()      # back again: out of order
+            nursery.cancel_scope.cancel()
+    trio.run(main)

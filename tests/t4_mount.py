@@ -207,6 +207,13 @@ def test_posix_details(mounted):
         with open(os.path.join(os.fsencode(m), name), "wb") as f:
             f.write(name * 3)
     assert set(odd) <= set(os.listdir(os.fsencode(m)))
+    # a directory listed in several of readdir's catalog batches (200), one
+    # ending exactly at a batch's end
+    for n in (200, 401):
+        (m / f"many{n}").mkdir()
+        for i in range(n):
+            (m / f"many{n}" / f"f{i}").touch()
+        assert sorted(os.listdir(m / f"many{n}")) == sorted(f"f{i}" for i in range(n))
     # rename of a directory across directories, over an empty directory
     (m / "src" / "sub").mkdir(parents=True)
     (m / "src" / "sub" / "f").write_text("moved")

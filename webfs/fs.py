@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 ENTRY_TIMEOUT = 300.0           # every change goes through this mount, so the kernel may cache long
 XATTR_PREFIX = b"user.webfs."
+READDIR_BATCH = 200             # entries a readdir reads from the catalog at once
 # A lookup that finds nothing is answered with a negative entry the kernel
 # keeps this long: rsync's generator stats a new name (a miss), its receiver
 # opens it later (a hit now; it runs behind by seconds on a large tree). The
@@ -400,14 +401,14 @@ class Operations(pyfuse3.Operations):
             return self.control.readdir(fh, start_id, token, self.ns.get(ROOT_INODE).ctime_ns)
         after = start_id
         while True:
-            batch = self.ns.entries(fh, after, 200, keep=True)
-            if not batch:
-                self.reader.listed(fh)
-                return
+            batch = self.ns.entries(fh, after, READDIR_BATCH, keep=True)
             for off, name, node in batch:
                 if not pyfuse3.readdir_reply(token, name, self._attrs(node), off):
                     return
                 self.lookups[node.id] = self.lookups.get(node.id, 0) + 1
+            if len(batch) < READDIR_BATCH:      # the end: no query more to find it empty
+                self.reader.listed(fh)
+                return
             after = batch[-1][0]
 
     @translate_errors

@@ -105,7 +105,7 @@ class NamespaceMemo:
         # For readers: a file's blocks (their refs, disk and stripe as they
         # were read: a reader needs only what a block is) and where one of its
         # names sits (parent, offset), as a directory's next files are read
-        # ahead (first_pieces_after).
+        # ahead (entries_ahead).
         self.pieces: dict[int, list[BlockRow]] = {}
         self.positions: dict[int, tuple[int, int]] = {}
         # The highest inode number made or seen (0: ask the catalog), kept

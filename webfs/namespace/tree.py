@@ -146,21 +146,25 @@ class Namespace(NamespaceRows):
             "SELECT 1 FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
             "WHERE d.parent=? AND d.rowid<? LIMIT 1", (parent, offset)))
 
-    def first_pieces_after(self, parent: int, offset: int, limit: int) -> list[tuple[int, BlockRow]]:
-        """(offset, first block) of the next files with content after an offset,
-        in order. Those of one piece are kept for their reader (``pieces``)."""
+    def entries_ahead(self, parent: int, offset: int, limit: int
+                      ) -> list[tuple[int, int, bool, Optional[BlockRow]]]:
+        """(offset, inode, is a directory, first block or None) of a directory's
+        next entries after an offset, in order (a directory's and an empty
+        file's block is None): what a walker of the tree opens next. Files of
+        one piece are kept for their reader (``pieces``)."""
         with self.cat.lock:
             rows = self.cat.query(
-                f"SELECT d.rowid, d.inode, i.size, {BLOCK_COLUMNS_OF_B} FROM dentries d "
-                "JOIN contents c ON c.inode = d.inode AND c.piece = 0 JOIN blocks b ON b.id = c.block "
-                "JOIN inodes i ON i.id = d.inode WHERE d.parent=? AND d.rowid>? "
+                f"SELECT d.rowid, d.inode, i.size, i.mode, {BLOCK_COLUMNS_OF_B} FROM dentries d "
+                "JOIN inodes i ON i.id = d.inode "
+                "LEFT JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
+                "LEFT JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? "
                 "ORDER BY d.rowid LIMIT ?", (parent, offset, limit))
             out = []
             for r in rows:
-                row = BlockRow.of(r[3:])
-                if r[2] == row.size:            # the first piece is the whole file
+                row = BlockRow.of(r[4:]) if r[4] is not None else None
+                if row is not None and r[2] == row.size:     # the first piece is the whole file
                     self.memo.keep_pieces(r[1], parent, r[0], [row])
-                out.append((r[0], row))
+                out.append((r[0], r[1], stat.S_ISDIR(r[3]), row))
         return out
 
     def path_of(self, ino: int) -> bytes:
