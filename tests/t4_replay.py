@@ -325,6 +325,19 @@ def test_the_mount_shows_the_virtual_warc_files_pywb_reads(tmp_path):
                 f.seek(off)
                 record = f.read(length)
                 assert record.startswith(b"WARC/1.0\r\n") and f"WARC-Target-URI: {url}\r\n".encode() in record
+        reads = lambda: json.loads(os.getxattr(m.mnt, "user.webfs.requests")).get("read", 0)  # noqa: E731
+        assert os.stat(vfile).st_blksize == 128 * 1024
+        off, length = at["http://example.com/2"]
+        with open(vfile, "rb") as f:        # as pywb reads a record: a line, then the rest
+            before = reads()
+            f.seek(off)
+            first = f.readline()
+            record = first + f.read(length - len(first))
+            assert reads() - before == 1    # Python's buffer fill took the whole record, and no more
+            fd = f.fileno()
+            whole = os.pread(fd, 1 << 17, off)     # a read ends at its record's end (and its CRLFs)
+            assert whole.startswith(record) and whole[length:] == b"\r\n\r\n"
+            assert os.pread(fd, 100, off + 10) == record[10:110]
         with pytest.raises(OSError) as refused:
             open(vfile, "r+b")
         assert refused.value.errno == errno.EROFS
@@ -342,6 +355,8 @@ def test_the_mount_shows_the_virtual_warc_files_pywb_reads(tmp_path):
         webfs("replay", "--port", str(free_port()), m.mnt / "c", pw)
         (again,) = os.listdir(m.mnt / ".webfs" / "warc")        # the newer layout replaced the older
         assert again != view and b"page 3" not in (m.mnt / ".webfs" / "warc" / again / "a.warc").read_bytes()
+        with pytest.raises(FileNotFoundError):      # the older view's files went with it
+            open(vfile, "rb")
         m.remount()
         assert os.listdir(m.mnt / ".webfs" / "warc") == []      # views last as long as the mount
         webfs("replay", "--port", str(free_port()), m.mnt / "c", pw)

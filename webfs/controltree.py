@@ -26,10 +26,13 @@ from .warcview import VIEW_DIR, WarcViews
 CONTROL_DIR = b".webfs"
 VIRTUAL_BASE = 1 << 60          # inode numbers of the .webfs tree start here
 VIRTUAL_TIMEOUT = 1.0           # blocks come and go: the kernel keeps these entries briefly
+# .webfs, .webfs/warc and a view's files never change while they exist: the
+# kernel keeps them long, which spares replay a lookup per path component each
+# second. A view itself may be dropped (replaced): its entry lasts a second, and
+# its files go with it (one opened through a directory held open: ENOENT).
+FIXED_TIMEOUT = 300.0
+FIXED_KINDS = frozenset({"root", "warc", "vfile"})
 ROOT_DIRS = {b"blocks": "dir", b"search": "search", VIEW_DIR: "warc"}      # .webfs's names, and their kinds
-# A virtual WARC file's: Python's open() takes it for its buffer, and pywb reads
-# a record in 16 KiB reads; a larger buffer would read past the record.
-VFILE_BLKSIZE = 4096
 
 
 def is_virtual(ino: int) -> bool:
@@ -127,9 +130,12 @@ class ControlTree:
 
     def file_info(self, ino: int) -> pyfuse3.FileInfo:
         """How a virtual file is opened: a block kept in the kernel's cache; a
-        virtual WARC file read as asked (pywb reads one record at a random offset:
-        the kernel's read-ahead would have the daemon assemble its neighbours)."""
-        if self.node(ino).kind == "vfile":
+        virtual WARC file read as asked, each read ending at its record's end
+        (``ViewFile.read``), which only direct_io passes on as it is (the page
+        cache would take a short read for the file's end)."""
+        node = self.node(ino)
+        if node.kind == "vfile":
+            self._view_file(node)           # ENOENT if its view was dropped since
             return pyfuse3.FileInfo(fh=ino, direct_io=True)
         return pyfuse3.FileInfo(fh=ino, keep_cache=True)
 
@@ -151,7 +157,7 @@ class ControlTree:
     def attrs(self, node: VirtualNode, times_ns: int) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
         a.st_ino = node.ino
-        a.entry_timeout = a.attr_timeout = VIRTUAL_TIMEOUT
+        a.entry_timeout = a.attr_timeout = FIXED_TIMEOUT if node.kind in FIXED_KINDS else VIRTUAL_TIMEOUT
         a.st_blksize = 128 * 1024
         if node.kind == "block":
             a.st_mode = stat.S_IFREG | 0o400
@@ -161,7 +167,6 @@ class ControlTree:
             a.st_mode = stat.S_IFREG | 0o400
             a.st_size = self._view_file(node).size
             a.st_nlink = 1
-            a.st_blksize = VFILE_BLKSIZE
         elif node.kind == "link":
             a.st_mode = stat.S_IFLNK | 0o777
             a.st_size = len(self.readlink(node.ino))

@@ -20,6 +20,7 @@ changed.
 """
 from __future__ import annotations
 
+import bisect
 import errno
 import json
 import os
@@ -54,11 +55,22 @@ class ViewFile:
             self.inodes[rel] = ino
         return ino
 
+    def record_end(self, off: int) -> int:
+        """Where the record that holds byte ``off`` ends (the next one starts)."""
+        i = bisect.bisect_right(self.starts, off)
+        return self.starts[i] if i < len(self.starts) else self.size
+
     async def read(self, reader, off: int, size: int) -> bytes:
-        """Bytes [off, off+size): the heads' slices, the captures' bytes and the
-        literal parts. A capture gone or of another size than laid out: EIO."""
+        """Bytes [off, off+size), cut at the end of the record ``off`` is in: the
+        heads' slices, the captures' bytes and the literal parts. A capture gone
+        or of another size than laid out: EIO.
+
+        The cut is what lets a reader's buffer be large (st_blksize 128 KiB):
+        pywb opens the file for each record, and Python's buffer fill at the
+        record's start then brings the whole record in one request without
+        assembling its neighbours, where 4 KiB buffers took two or more."""
         out = []
-        for (kind, where, n), lo, hi in spans(self.starts, self.parts, off, min(off + size, self.size)):
+        for (kind, where, n), lo, hi in spans(self.starts, self.parts, off, min(off + size, self.record_end(off))):
             if kind == "b":
                 out.append(where[lo:hi])
                 continue
