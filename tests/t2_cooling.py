@@ -107,3 +107,25 @@ def test_heat_ages_on_the_clock_of_reads_so_a_quiet_spell_keeps_the_ranking(disk
         assert store.heat.heat(rows[1].grp) < 0.5 * 0.7
     finally:
         store.close()
+
+
+def test_heat_shows_the_pages_of_hot_groups_by_their_blocks_name_hints(disks):
+    """The catalog keeps no Name: hints (schema 5): webfs heat reads them from
+    the blocks' headers; a block without one is shown by its signature."""
+    from webfs.commands.cooling import heat
+    store = open_archive(str(disks[0]), holder="test")
+    try:
+        now = [1000.0]
+        store.heat = HeatTracker(store.catalog, k=5, clock=lambda: now[0])
+        named = store.store(b"<html>a hot page</html>" * 50, name=b"/crawl/hot page.html", pin=True)
+        nameless = store.store(b"<html>no name</html>" * 50, pin=True)
+        store.commit()
+        for _ in range(5):
+            store.read(named)
+            store.read(nameless)
+            now[0] += 0.1
+        groups = {g["group"]: g["pages"] for g in heat(store, admin.Progress(), top=100).figures["groups"]}
+        assert "/crawl/hot page.html" in groups[named.grp]
+        assert nameless.sig in groups[nameless.grp]
+    finally:
+        store.close()

@@ -104,7 +104,8 @@ def parity_file(disks: list[Path], stripe_id: str, parity_disk: int) -> Path:
 
 def assert_parity_consistent(store: Store) -> None:
     """Every stripe: members on distinct disks, parity on none of them, its
-    header lists exactly the catalog's members, its payload is their XOR, and
+    header lists exactly the catalog's members with their blocks' name hints,
+    its payload is their XOR, and
     the catalog's counters agree; no parity file without a stripe."""
     parity = store.protection
     assert isinstance(parity, Parity)
@@ -121,8 +122,11 @@ def assert_parity_consistent(store: Store) -> None:
         header, payload = parity.read_parity(stripe_id, stripe.parity_disk)
         assert set(header.members) == {Member.of(r) for r in rows}
         assert header.length == stripe.length == max(r.stored for r in rows)
-        members = [store.archive.volumes[r.disk].read_block(r.sig, r.overflow)[1] for r in rows]
-        assert payload == xor_payloads(members, header.length)
+        blocks = [store.archive.volumes[r.disk].read_block(r.sig, r.overflow) for r in rows]
+        assert payload == xor_payloads([p for _, p in blocks], header.length)
+        # Name hints as the blocks' headers have them (the catalog keeps none).
+        assert {m.key: m.name for m in header.members} == \
+            {(r.sig, r.overflow): h.name for r, (h, _) in zip(rows, blocks)}
     for vol in store.archive.volumes.values():
         for rel in vol.backend.list("parity"):
             if rel.endswith(TMP_SUFFIX):

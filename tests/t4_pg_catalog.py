@@ -158,13 +158,15 @@ def test_import_into_a_postgresql_catalog_then_mount(tmp_path, corpus, pg_catalo
 
 def test_a_database_of_schema_3_is_altered_at_open(tmp_path, postgres, pg_catalog):
     """A catalog made by the webfs of schema 3 (created as text) gets its
-    created column as seconds at the next open, every Created kept."""
+    created column as seconds at the next open, every Created kept, and
+    loses its blocks' name column (schema 5)."""
     m = Mounted(tmp_path, mkfs_args=("--catalog", pg_catalog))
     (m.mnt / "page.html").write_bytes(b"<html>schema 3</html>" * 100)
     m.umount()
     db = urllib.parse.urlsplit(pg_catalog).path.strip("/")
     postgres.psql(db, "ALTER TABLE blocks ALTER COLUMN created TYPE TEXT USING to_char(to_timestamp(created) "
                       "AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'); "
+                      "ALTER TABLE blocks ADD COLUMN name TEXT NOT NULL DEFAULT '/page.html'; "
                       "UPDATE meta SET value = '3' WHERE key = 'schema'")
     texts = postgres.psql(db, "SELECT created FROM blocks").split()
     assert texts and all(t.endswith("Z") for t in texts), texts
@@ -173,8 +175,10 @@ def test_a_database_of_schema_3_is_altered_at_open(tmp_path, postgres, pg_catalo
         assert (m.mnt / "page.html").read_bytes() == b"<html>schema 3</html>" * 100
     finally:
         m.umount()
-    assert postgres.psql(db, "SELECT value FROM meta WHERE key = 'schema'").strip() == "4"
+    assert postgres.psql(db, "SELECT value FROM meta WHERE key = 'schema'").strip() == "5"
     assert postgres.psql(db, "SELECT DISTINCT pg_typeof(created) FROM blocks").strip() == "bigint"
+    assert postgres.psql(db, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'blocks' "
+                             "AND column_name = 'name'").strip() == "0"      # schema 5: no Name: hints
     assert postgres.psql(db, "SELECT to_char(to_timestamp(created) AT TIME ZONE 'UTC', "
                              "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') FROM blocks").split() == texts
     assert webfs("fsck", m.disks[0], check=False).returncode == 0

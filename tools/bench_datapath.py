@@ -165,6 +165,7 @@ def _copy_then_read(ctx, section, prefix, grep):
                                 cwd=t.path, files=files, nbytes=nbytes, sync=True)
                 if not m or not m["ok"]:
                     continue
+                catalog_size(ctx, t, files)
                 if not cold(ctx, t):
                     continue
                 ctx.measure(t, prefix + ".cat.cold", rep, "find . -type f -exec cat {} + | wc -c",
@@ -296,6 +297,16 @@ def slices(top, n):
     if cur:
         out.append((cur, cf, cb))
     return out
+
+
+def catalog_size(ctx, t, files):
+    """A catalog in PostgreSQL (the webfs-pg target): its tables' bytes per
+    file after a cp -r, beside the scale section's meta/ per file (issue 25)."""
+    if hasattr(t, "catalog_bytes"):
+        size = t.catalog_bytes()
+        ctx.extra["pg_catalog"] = {"files": files, "bytes": size, "per_file": size / files}
+        log("%s: the catalog's tables in PostgreSQL after cp -r of %d files: %.0f B a file",
+            t.name, files, size / files)
 
 
 def meta_bytes(t):

@@ -282,7 +282,16 @@ def resolved_aims(extra):
                                             _num(sc["after"]["mean_ms"])), x >= 3 if aim else None))
     if not hot:
         out.append(("disk cooling, hot set: mean response before/after ≥ 3×", "not measured", None))
-    return out + scale_aims(extra.get("scale") or {})
+    return out + scale_aims(extra.get("scale") or {}) + pg_catalog_rows(extra.get("pg_catalog"))
+
+
+def pg_catalog_rows(pg):
+    """The PostgreSQL catalog's size per file (issue 25 asks it beside meta/'s),
+    only when the webfs-pg target ran."""
+    if not pg:
+        return []
+    return [("catalog in PostgreSQL per file, tables and indexes after `cp -r` of %s files (no aim)"
+             % "{:,}".format(pg["files"]), "%.0f B" % pg["per_file"], None)]
 
 
 def scale_aims(scl):

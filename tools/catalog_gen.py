@@ -233,13 +233,6 @@ def _load_dirs(db, layout: Layout) -> None:
                                                           for ino, _, _, sub in rows))
     db.executemany("INSERT INTO dentries (parent, name, inode) VALUES (?, ?, ?)",
                    ((parent, name, ino) for ino, parent, name, _ in rows))
-    # The path of each directory that holds files, for the blocks' Name: hints.
-    paths = {1: b""}
-    db.execute("CREATE TABLE gen.dirs (ino INTEGER PRIMARY KEY, path TEXT)")
-    for ino, parent, name, _ in rows:
-        paths[ino] = paths[parent] + b"/" + name
-    db.executemany("INSERT INTO gen.dirs VALUES (?, ?)",
-                   ((ino, paths[ino].decode()) for ino in [*layout.leaf_dirs(), layout.listing_ino]))
     db.execute("CREATE TABLE gen.homes (grp TEXT PRIMARY KEY, disk INTEGER) WITHOUT ROWID")
     db.executemany("INSERT INTO gen.homes VALUES (?, ?)", layout.homes())
 
@@ -255,12 +248,11 @@ def _load_docs(db, layout: Layout) -> None:
     """gen.docs: one row per block (the files that are not copies), with its
     disk, size class and rank among the blocks of its disk and class."""
     db.execute("CREATE TABLE gen.docs (id INTEGER PRIMARY KEY, sig BLOB, grp TEXT, disk INTEGER, "
-               "size INTEGER, stored INTEGER, cls INTEGER, name TEXT, refs INTEGER)")
+               "size INTEGER, stored INTEGER, cls INTEGER, refs INTEGER)")
     db.execute(
         _file_numbers(layout) +
         "INSERT INTO gen.docs SELECT id, sig, grp, h.disk, size, size * 3 / 10 + 20, "
-        "gen_class(size * 3 / 10 + 20), (SELECT path FROM gen.dirs WHERE ino = parent) || "
-        "printf('/article-%07d.html', k), "
+        "gen_class(size * 3 / 10 + 20), "
         f"CASE WHEN k % {DUPLICATE_EVERY} = {DUPLICATE_EVERY - 2} AND k + 1 < {layout.files} THEN 2 ELSE 1 END "
         "FROM (SELECT *, lower(hex(substr(sig, 1, 2))) AS grp FROM (SELECT k, parent, k + 1 AS id, "
         f"gen_sig(k + 1) AS sig, 1000 + (k + 1) * 7919 % 60000 AS size FROM f "
@@ -273,8 +265,8 @@ def _load_docs(db, layout: Layout) -> None:
 
 def _load_blocks(db, layout: Layout) -> None:
     db.execute(
-        "INSERT INTO blocks (id, sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, "
-        "stripe, sha256) SELECT d.id, d.sig, 0, d.disk, d.size, d.stored, 'gzip', d.refs, 0, ?, d.name, d.grp, "
+        "INSERT INTO blocks (id, sig, overflow, disk, size, stored, codec, refs, pins, created, grp, "
+        "stripe, sha256) SELECT d.id, d.sig, 0, d.disk, d.size, d.stored, 'gzip', d.refs, 0, ?, d.grp, "
         "gen_stripe(d.cls, r.q, r.parity), randomblob(32) FROM gen.docs d JOIN gen.ranked r USING (id) "
         "ORDER BY d.id", (CREATED,))
     db.execute(

@@ -32,8 +32,8 @@ from .errors import NoSpace
 from .signature import block_name
 from . import lockorder
 
-SCHEMA_VERSION = 4             # 2: blocks.sha256; 3: signatures and stripe ids as 16 bytes; 4: created as
-                               # seconds, tables keyed by their primary key WITHOUT ROWID
+SCHEMA_VERSION = 5             # 2: blocks.sha256; 3: signatures and stripe ids as 16 bytes; 4: created as
+                               # seconds, tables keyed by their primary key WITHOUT ROWID; 5: no blocks.name
 CATALOG_FILE = "meta/catalog.db"
 ARCHIVE_META = "archive"        # meta key: the uuid of the archive the catalog indexes (absent before)
 TOP_FREED = "top_freed_inode"   # meta key: the highest inode number freed while it was the highest (absent: none)
@@ -55,7 +55,6 @@ CREATE TABLE IF NOT EXISTS blocks (
     refs     INTEGER NOT NULL,
     pins     INTEGER NOT NULL DEFAULT 0,   -- references held outside the namespace (webfs put)
     created  INTEGER NOT NULL,             -- seconds since 1970 (UTC); an odd header's text as it is
-    name     TEXT NOT NULL DEFAULT '',     -- percent-encoded name hint, as in the header
     grp      TEXT NOT NULL,
     stripe   BLOB,                         -- parity stripe id (16 bytes), NULL while unprotected
     sha256   BLOB,                         -- the document's SHA-256; NULL: written before schema 2
@@ -131,7 +130,7 @@ CREATE TABLE IF NOT EXISTS xattrs (
     PRIMARY KEY (inode, name)) WITHOUT ROWID;
 """
 
-BLOCK_COLUMNS = "id, sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp, stripe, sha256"
+BLOCK_COLUMNS = "id, sig, overflow, disk, size, stored, codec, refs, pins, created, grp, stripe, sha256"
 
 
 @dataclass
@@ -146,7 +145,10 @@ class BlockRow:
     refs: int
     pins: int
     created: str
-    name: str
+    # The Name: hint (percent-encoded, as in the header). The catalog does not
+    # keep it (schema 5): None in a row read from it, until a reconstruction
+    # takes it from the stripe's Member line; the row of a block just stored has it.
+    name: Optional[str]
     grp: str
     stripe: Optional[str]
     sha256: Optional[bytes] = None      # the content digest (None: a block older than digests)
@@ -154,7 +156,7 @@ class BlockRow:
     @staticmethod
     def of(r) -> "BlockRow":
         """The row of a SELECT of BLOCK_COLUMNS (its ids as stored: 16 bytes)."""
-        return BlockRow(r[0], hex_of(r[1]), *r[2:9], created_of(r[9]), r[10], r[11], hex_of(r[12]), r[13])
+        return BlockRow(r[0], hex_of(r[1]), *r[2:9], created_of(r[9]), None, r[10], hex_of(r[11]), r[12])
 
     @property
     def block_name(self) -> str:
@@ -410,10 +412,10 @@ class Catalog:
         return [tuple(r) for g in groups for r in self.query(
             sql + " WHERE sig BETWEEN ? AND ? AND grp=? GROUP BY grp, disk", (*sig_range(g), g))]
 
-    def group_samples(self, grp: str, most: int = 5) -> list[tuple[str, str]]:
-        """(signature, Name: hint) of a group's first blocks, to show what it holds."""
-        return [(sig.hex(), name) for sig, name in self.query(
-            "SELECT sig, name FROM blocks WHERE sig BETWEEN ? AND ? AND grp=? ORDER BY id LIMIT ?",
+    def group_samples(self, grp: str, most: int = 5) -> list[BlockRow]:
+        """A group's first blocks, to show what it holds (their Name: hints are in their headers)."""
+        return [BlockRow.of(r) for r in self.query(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig BETWEEN ? AND ? AND grp=? ORDER BY id LIMIT ?",
             (*sig_range(grp), grp, most))]
 
     def block_by_id(self, block_id: int) -> Optional[BlockRow]:
@@ -437,12 +439,13 @@ class Catalog:
                      codec: str, refs: int, pins: int, created: str, name: str, grp: str,
                      stripe: Optional[str] = None, sha256: Optional[bytes] = None) -> Optional[BlockRow]:
         """A new block row; with a stripe (a catalog rebuilt from parity headers),
-        already its member. None if another machine's row of this signature and
+        already its member. The name hint is not stored, only kept in the row
+        returned (for its stripe's Member line). None if another machine's row of this signature and
         overflow was committed first (a shared engine)."""
         cur = self.execute(
-            "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, name, grp,"
-            " stripe, sha256) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (sig, overflow) DO NOTHING",
-            (key(sig), overflow, disk, size, stored, codec, refs, pins, seconds_of(created), name, grp,
+            "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, grp,"
+            " stripe, sha256) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (sig, overflow) DO NOTHING",
+            (key(sig), overflow, disk, size, stored, codec, refs, pins, seconds_of(created), grp,
              key(stripe), sha256))
         if not cur.rowcount:
             return None

@@ -481,12 +481,15 @@ class PostgresEngine:
     def migrate(self, db: PgConnection, schema: int) -> None:
         """Bring a database of an older schema to this one (3 -> 4: a block's
         created as seconds; a Created text in another form than webfs writes,
-        which only a hand-made header has, becomes 0; no index on grp)."""
+        which only a hand-made header has, becomes 0; no index on grp; 4 -> 5:
+        no name column, the Name: hint being in block and parity headers)."""
         if schema < 4:
             db.execute("DROP INDEX IF EXISTS blocks_grp")
             db.execute("ALTER TABLE blocks ALTER COLUMN created TYPE BIGINT USING CASE WHEN created ~ "
                        "'^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$' THEN "
                        "extract(epoch FROM created::timestamptz)::BIGINT ELSE 0 END")
+        if schema < 5:
+            db.execute("ALTER TABLE blocks DROP COLUMN IF EXISTS name")
 
 
 SQLITE = SqliteEngine()

@@ -690,8 +690,9 @@ def key_of(row: BlockRow) -> ContentKey:
 
 
 def header_of(row: BlockRow) -> BlockHeader:
-    """The header a block of this catalog row has (a rebuilt block gets it)."""
-    return BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created, row.name, row.sha256)
+    """The header a block of this catalog row has (a rebuilt block gets it; its
+    name hint as its stripe's Member line gave it to the row: reconstruct)."""
+    return BlockHeader(row.sig, row.size, row.stored, row.codec, row.refs, row.created, row.name or "", row.sha256)
 
 
 __all__ = ["Piece", "Store", "header_of", "key_of"]

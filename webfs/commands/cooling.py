@@ -37,8 +37,10 @@ from typing import Optional
 
 from ..admin import Progress, Result, human
 from ..block import percent_decode
-from ..errors import NoSpace
+from ..catalog import BlockRow
+from ..errors import NoSpace, WebfsError
 from ..store import Store
+from ..volume import search_order
 from .moves import MOVER, finish_interrupted, move_group
 
 log = logging.getLogger(__name__)
@@ -228,6 +230,17 @@ def background_step(store: Store, delta: float = DEFAULT_DELTA) -> None:
         MOVER.release()
 
 
+def _page_of(store: Store, row: BlockRow) -> str:
+    """A block's Name: hint, read from its header (the catalog keeps none), or its signature."""
+    for vol in search_order(store.archive.volumes, row.disk):
+        try:
+            name = vol.read_header(row.sig, row.overflow).name
+        except (OSError, WebfsError):
+            continue
+        return percent_decode(name).decode("utf-8", "replace") or row.sig
+    return row.sig
+
+
 def heat(store: Store, progress: Progress, top: int = 10) -> Result:
     """Per-disk heat, and the hottest groups with the pages in them (``webfs heat``)."""
     sv = survey(store)
@@ -241,7 +254,7 @@ def heat(store: Store, progress: Progress, top: int = 10) -> Result:
         res.say("hottest groups:")
     out = []
     for g in hot:
-        pages = [percent_decode(name).decode("utf-8", "replace") or sig for sig, name in store.catalog.group_samples(g.grp)]
+        pages = [_page_of(store, row) for row in store.catalog.group_samples(g.grp)]
         res.say(f"  {g.grp}  disk {g.disk}  {g.heat:8.1f} reads/s  {g.temperature * 1024:8.3f} per KiB  "
                 f"{g.blocks} block(s), {human(g.bytes)}")
         for p in pages:

@@ -8,7 +8,7 @@ the catalog, which ``webfs.parity.reconcile`` mends.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from .. import signature as sigmod
@@ -28,7 +28,9 @@ Key = tuple[str, int]                       # (signature, overflow): one block
 @dataclass(frozen=True)
 class Member:
     """One block of a stripe, as its parity header lists it: enough to rebuild
-    the block's header without the catalog (Refs aside)."""
+    the block's header without the catalog (Refs aside). Members are equal
+    without their name hint: the catalog has none to compare (None: not known
+    yet; StripeIO.named reads it from the block's header)."""
     sig: str
     overflow: int
     disk: int
@@ -36,7 +38,7 @@ class Member:
     size: int
     codec: str
     created: str
-    name: str = ""
+    name: Optional[str] = field(default="", compare=False)
 
     @classmethod
     def of(cls, row: BlockRow) -> "Member":
@@ -53,7 +55,7 @@ class Member:
 
     def line(self) -> str:
         return (f"Member: {self.block_name} {self.disk} {self.stored} {self.size} "
-                f"{self.codec} {self.created} {self.name}").rstrip(" ")
+                f"{self.codec} {self.created} {self.name or ''}").rstrip(" ")
 
     @classmethod
     def parse(cls, value: str, where: str) -> "Member":

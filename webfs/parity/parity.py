@@ -203,6 +203,8 @@ class Parity(Protection):
         members = [(m, p) for m, p in members if m.key not in header.keys()]   # a reconcile got here first
         if not members:
             return 0
+        # A row read from the catalog (a block protected later) has no name hint: its header's.
+        members = list(zip(self.io.named([m for m, _ in members]), (p for _, p in members)))
         header = ParityHeader(stripe_id, max(header.length, *(m.stored for m, _ in members)),
                               header.members + tuple(m for m, _ in members))
         payload = xor_payloads((parity, *(p for _, p in members)), header.length)

@@ -74,7 +74,7 @@ class Reconciler:
                 if set(header.members) == set(want) and stripe.state == "ok":
                     return None
             length = max(m.stored for m in want)
-            payload = self._xor_of(want, gate)
+            want, payload = self._xor_of(want, gate)
         with self.catalog.lock:
             now = self.layout.stripe(stripe_id)
             rows = self.layout.members(stripe_id)
@@ -91,12 +91,13 @@ class Reconciler:
         vol = self.io.parity_volume(stripe.id, stripe.parity_disk)
         length = max(m.stored for m in want)
         if force:
-            self.io.write_parity(vol, ParityHeader(stripe.id, length, tuple(want)), self._xor_of(want))
+            want, payload = self._xor_of(want)
+            self.io.write_parity(vol, ParityHeader(stripe.id, length, tuple(want)), payload)
             return "recomputed from its members"
         try:
             header, parity = self.io.read_parity_on(vol, stripe.id)
         except (OSError, CorruptParity) as exc:
-            payload, done = self._xor_of(want), f"parity file was unreadable ({exc}); recomputed it"
+            (want, payload), done = self._xor_of(want), f"parity file was unreadable ({exc}); recomputed it"
         else:
             if set(header.members) == set(want):
                 return None
@@ -105,25 +106,31 @@ class Reconciler:
             extra = [m for k, m in have.items() if k not in need]
             lacking = [m for k, m in need.items() if k not in have]
             try:
-                delta = [known.get(m.key) or self.io.read_member(m, verify=True) for m in extra + lacking]
-                payload = xor_payloads([parity, *delta], length)
+                delta = [known.get(m.key) or self.io.read_member(m, verify=True) for m in extra]
+                read = [self.io.read_named(m, verify=True) for m in lacking]
+                payload = xor_payloads([parity, *delta, *(p for _, p in read)], length)
+                # Name hints as the old header and the blocks read give them (the catalog has none).
+                want = self.io.named(want, header.members + tuple(m for m, _ in read))
                 done = (f"parity listed {len(extra)} block(s) the catalog does not and lacked "
                         f"{len(lacking)}; XOR-ed them out and in")
             except (OSError, WebfsError, OverflowError):
-                payload, done = self._xor_of(want), "parity disagreed with the catalog; recomputed it"
+                (want, payload), done = self._xor_of(want), "parity disagreed with the catalog; recomputed it"
         self.io.write_parity(vol, ParityHeader(stripe.id, length, tuple(want)), payload)
         return done
 
-    def _xor_of(self, members: list[Member], gate: Optional[Gate] = None) -> bytes:
-        """Parity recomputed from the members, each read and checked against its signature."""
-        payloads = []
+    def _xor_of(self, members: list[Member], gate: Optional[Gate] = None) -> tuple[list[Member], bytes]:
+        """Parity recomputed from the members, each read and checked against its
+        signature; and the members with the name hints of their headers."""
+        named, payloads = [], []
         for m in members:
             try:
-                payloads.append(self.io.read_member(m, verify=True, gate=gate))
+                m, payload = self.io.read_named(m, verify=True, gate=gate)
             except (OSError, WebfsError) as exc:
                 raise DataLost(f"cannot recompute the parity: block {m.block_name} on disk "
                                f"{m.disk} cannot be read ({exc})") from None
-        return xor_payloads(payloads, max(m.stored for m in members))
+            named.append(m)
+            payloads.append(payload)
+        return named, xor_payloads(payloads, max(m.stored for m in members))
 
     def _drop(self, stripe_id: str, stripe: Optional[Stripe]) -> str:
         """Remove the parity of a stripe that has no member (or no catalog row)."""

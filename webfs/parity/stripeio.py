@@ -43,7 +43,8 @@ class StripeIO:
 
     def reconstruct(self, row: BlockRow, gate: Optional[Gate] = None) -> bytes:
         """A block's payload from the rest of its stripe: the XOR of the parity
-        and every other member, cut to its stored length. ``gate(disk)`` (a
+        and every other member, cut to its stored length; the row gets its
+        name hint from its Member line if it had none. ``gate(disk)`` (a
         context manager) bounds the reads on each disk when many threads
         reconstruct at once (rebuild)."""
         where = f"block {row.block_name} on disk {row.disk} cannot be read"
@@ -69,6 +70,8 @@ class StripeIO:
             payloads = [parity]
             for m in header.members:
                 if m.key == (row.sig, row.overflow):
+                    if row.name is None:
+                        row.name = m.name       # for the header of the block rebuilt (store.header_of)
                     continue
                 m = replace(m, disk=disks.get(m.key, m.disk))
                 try:
@@ -80,6 +83,12 @@ class StripeIO:
 
     def read_member(self, m: Member, verify: bool = False, gate: Optional[Gate] = None) -> bytes:
         """A member's payload from its disk (or another, after an interrupted move)."""
+        return self.read_named(m, verify, gate)[1]
+
+    def read_named(self, m: Member, verify: bool = False,
+                   gate: Optional[Gate] = None) -> tuple[Member, bytes]:
+        """``read_member``, and the member with the name hint of the block's header
+        if it had none (the catalog keeps no name hints)."""
         for vol in search_order(self.archive.volumes, m.disk):
             disk = vol.index
             try:
@@ -94,9 +103,27 @@ class StripeIO:
                                    f"the stripe says {m.size}, {m.stored}, {m.codec})")
             if verify and not self.verified(m, payload):
                 raise CorruptBlock(f"disk {disk}: block {m.block_name}: content does not match its signature")
-            return payload
+            return (m if m.name is not None else replace(m, name=header.name)), payload
         state = "missing" if m.disk not in self.archive.volumes else "present"
         raise DataLost(f"block {m.block_name} is on no disk (its disk {m.disk} is {state})")
+
+    def named(self, members: list[Member], listed: tuple[Member, ...] = ()) -> list[Member]:
+        """The members, each with its name hint: as it had one, else as a parity
+        header listed it (``listed``), else from its block's header ("" if that
+        cannot be read: the hint is only a hint)."""
+        hints = {m.key: m.name for m in listed if m.name is not None}
+        return [m if m.name is not None else replace(m, name=hints.get(m.key) or self._header_name(m))
+                for m in members]
+
+    def _header_name(self, m: Member) -> str:
+        for vol in search_order(self.archive.volumes, m.disk):
+            try:
+                return vol.read_header(m.sig, m.overflow).name
+            except FileNotFoundError:
+                continue
+            except (OSError, WebfsError):
+                return ""
+        return ""
 
     def count_read(self, disk: int, n: int) -> None:
         with self._reads_lock:          # rebuild reads from several threads
