@@ -131,6 +131,9 @@ CREATE TABLE IF NOT EXISTS xattrs (
 """
 
 BLOCK_COLUMNS = "id, sig, overflow, disk, size, stored, codec, refs, pins, created, grp, stripe, sha256"
+# Blocks of a PostgreSQL catalog read under their rows' locks, those another
+# transaction holds skipped (webfs.refheaders writes Refs headers from them).
+LOCKED_BLOCKS_SQL = f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id = ANY(%s) ORDER BY id FOR UPDATE SKIP LOCKED"
 
 
 @dataclass
@@ -486,6 +489,14 @@ class Catalog:
 
     def delete_block(self, block_id: int) -> None:
         self.execute("DELETE FROM blocks WHERE id=?", (block_id,))
+
+    def drop_ref(self, block_id: int, pin: bool) -> None:
+        """One reference (and a pin) fewer, counted by the engine (webfs.sharedrefs)."""
+        self.execute("UPDATE blocks SET refs=refs-1, pins=pins-? WHERE id=?", (int(pin), block_id))
+
+    def delete_unused_block(self, block_id: int) -> None:
+        """Delete a block's row if the engine's count of it is 0 when the DELETE runs."""
+        self.execute("DELETE FROM blocks WHERE id=? AND refs<=0", (block_id,))
 
     def quick_check(self) -> str:
         """SQLite's quick_check of the file: "ok", or its first complaint

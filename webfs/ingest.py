@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 WINDOW = 256                # entries walked ahead of the names made
 BATCH_FILES = 512           # names per catalog commit ...
 BATCH_SECONDS = 0.5         # ... or fewer, when they took this long to come
+MADE_ELSEWHERE = "another machine made this name at the same moment; not imported (run the import again)"
 
 
 @dataclass
@@ -298,7 +299,8 @@ class Importer:
             first = item.first
             if first.ino is None:
                 raise FsError(errno.ENOENT, f"its other name {show_path(first.src)} could not be imported")
-            self.ns.add_name(parent.ino, item.name, first.ino)
+            if not self.ns.add_name(parent.ino, item.name, first.ino):
+                raise FsError(errno.EEXIST, MADE_ELSEWHERE)
             self.ns.bump_nlink(first.ino, 1)
             item.ino = first.ino
             if first.existing is not None:
@@ -323,7 +325,9 @@ class Importer:
         node = self.ns.add_inode(st.st_mode, st.st_uid, st.st_gid, size, 2 if is_dir else 1,
                                  st.st_atime_ns, st.st_mtime_ns, t, rdev)
         ino = item.ino = node.id
-        self.ns.add_name(parent.ino, item.name, ino)
+        if not self.ns.add_name(parent.ino, item.name, ino):
+            self._made_elsewhere(item, parent.ino, ino)
+            return
         if is_dir:
             nlinks[parent.ino] = nlinks.get(parent.ino, 0) + 1
         rows = item.rows
@@ -342,6 +346,20 @@ class Importer:
         else:
             self.counts.special += 1
         item.rows = []                            # not needed any more; keep memory flat
+
+    def _made_elsewhere(self, item: Item, parent: int, ino: int) -> None:
+        """Another machine's mount made the item's name at the same moment (its
+        commit came first): the inode made for it goes; a directory there is
+        merged into, as when the import found it; anything else is a problem
+        (the file's blocks are given back), for a rerun to resolve."""
+        self.ns.drop_unnamed(ino)
+        item.ino = None
+        there = self.ns.find(parent, item.name)
+        if item.kind == "dir" and there is not None and there.is_dir:
+            item.ino, item.existing = there.id, there
+            self.merged.append(item)
+            return
+        raise FsError(errno.EEXIST, MADE_ELSEWHERE)
 
     def _count_file(self, item: Item) -> None:
         self.counts.files += 1

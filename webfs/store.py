@@ -50,6 +50,8 @@ from .outages import Missed
 from .placement import first_disk, ranked_disks
 from .protection import Protection
 from .piece import Piece
+from .refheaders import headers_writer, mirror_refs
+from . import sharedrefs
 from .signature import ContentKey, SignatureFn
 from .volume import search_order
 from . import lockorder
@@ -93,6 +95,7 @@ class Store:
         # Blocks whose header's Refs is to follow the catalog, written after the next commit.
         self._refs_due: dict[int, None] = {}
         self.writers = BlockWriters(archive)    # a chunk's new block files, side by side
+        self.headers = headers_writer(catalog, self.mirror_refs)     # writes Refs headers after commits
 
     def close(self) -> None:
         with self.catalog.lock:
@@ -100,6 +103,7 @@ class Store:
         if due:
             self.background.submit(lambda: self._write_refs(due))
         self.background.close()
+        self.headers.close()
         self.writers.close()
         self.protection.close()
         self.catalog.close()
@@ -194,15 +198,15 @@ class Store:
                 self.catalog.commit()       # the stripes made clean again
 
     def _undo_pending(self) -> None:
+        # With other machines mounted a new block's file stays: one may be storing
+        # the same document under that name now (fsck --repair removes an orphan).
+        shared = sharedrefs.others_mounted(self.catalog)
         for row in self._pending_new:
             vol = self.archive.volumes.get(row.disk)
-            if vol is not None:
+            if vol is not None and not shared:
                 vol.remove_block(row.sig, row.overflow)
         self.protection.rolled_back(self._pending_new)
-        for block_id in self._pending_refs:
-            row = self.catalog.block_by_id(block_id)
-            if row is not None:
-                self.mirror_refs(row)
+        self.headers.write(list(self._pending_refs))
 
     # -- store ---------------------------------------------------------------
 
@@ -255,15 +259,20 @@ class Store:
             for (i, _), outcome in zip(made, self._store_new(
                     [(pieces[i], names[i], overflow) for i, overflow in made], pin)):
                 out[i] = outcome
-            self._count_twins(twin, out, pin)
+            again = self._count_twins(twin, out, pin)
+            if again:       # their blocks released by another machine meanwhile
+                for i, outcome in zip(again, self._store_new(sharedrefs.anew(
+                        self, [(pieces[i], names[i], twin[i]) for i in again]), pin)):
+                    out[i] = outcome
         return out
 
     def _count_twins(self, twin: dict[int, Union[BlockRow, int]],
-                     out: list[Union[BlockRow, Exception, None]], pin: bool) -> None:
+                     out: list[Union[BlockRow, Exception, None]], pin: bool) -> list[int]:
         """One more reference for each duplicate (index -> the row of its block,
         or the index of the new block it repeats), counted in one catalog
         statement; each outcome a row of its own, with the count the block
-        had then."""
+        had then. Returns the duplicates whose block another machine's
+        release removed meanwhile (``sharedrefs.vanished``), to store anew."""
         counted: dict[int, tuple[BlockRow, int]] = {}      # id -> (its row, references added)
         for i, j in twin.items():
             row = j if isinstance(j, BlockRow) else out[j]
@@ -278,10 +287,13 @@ class Store:
         try:
             if counted:
                 self._set_refs([(r, n, n * int(pin)) for r, n in counted.values()])
+            gone = sharedrefs.vanished(self.catalog, list(counted))
         except Exception as exc:            # (the catalog's disk is full: the commit fails too)
             for i in twin:
                 if isinstance(out[i], BlockRow):
                     out[i] = exc
+            return []
+        return [i for i in twin if isinstance(out[i], BlockRow) and out[i].id in gone]
 
     def encode(self, data: bytes) -> tuple[str, bytes]:
         """(codec, payload) of a document, as a new block of it would hold it."""
@@ -344,7 +356,7 @@ class Store:
                         self.archive.volumes[disk].remove_block(header.signature, overflow)
                         raise
                     if row is None:
-                        out.append(self._made_elsewhere(header, overflow, pin))
+                        out.append(sharedrefs.made_elsewhere(self, header, overflow, pin))
                         continue
                 except Exception as exc:
                     out.append(exc)
@@ -365,25 +377,14 @@ class Store:
             fresh = self.catalog.block_by_id(row.id)
             if fresh is None:
                 raise NoSuchBlock(f"block {row.block_name} is gone")
-            return self._add_ref(fresh, pin)
+            return self.add_counted(fresh, pin)
 
-    def _add_ref(self, row: BlockRow, pin: bool) -> BlockRow:
+    def add_counted(self, row: BlockRow, pin: bool) -> BlockRow:
+        """One more reference to a block whose row was just read (its signature lock held)."""
         row.refs += 1
         row.pins += int(pin)
         self._set_refs([(row, 1, int(pin))])
         return row
-
-    def _made_elsewhere(self, header: BlockHeader, overflow: int, pin: bool) -> BlockRow:
-        """The block another machine made of the same document at the same moment
-        (its row committed first; this one's file, written over its own, holds
-        the same payload): one more reference to it."""
-        row = next((r for r in self.catalog.blocks_with_sigs([header.signature]).get(header.signature, [])
-                    if r.overflow == overflow), None)
-        if row is None or (row.size, row.sha256) != (header.size, header.sha256):
-            raise NoSuchBlock(f"block {header.signature}~{overflow}: another machine stored another "
-                              "document under this signature at the same moment")
-        log.info("block %s: stored by another machine at the same moment; shared", row.block_name)
-        return self._add_ref(row, pin)
 
     def _set_refs(self, changes: list[tuple[BlockRow, int, int]]) -> None:
         """(row, references added, pins added): counted in the catalog by the
@@ -397,8 +398,13 @@ class Store:
         header to what the catalog kept."""
         with self.catalog.lock:
             self.catalog.add_refs_of([(r.id, n, p) for r, n, p in changes])
+            self.headers_due([r for r, _, _ in changes])
+
+    def headers_due(self, rows: list[BlockRow]) -> None:
+        """These blocks' counts changed in the open transaction: their headers follow its commit."""
+        with self.catalog.lock:
             lines = []
-            for row, _, _ in changes:
+            for row in rows:
                 self._pending_refs.add(row.id)
                 if row.id not in self._refs_due:
                     self._refs_due[row.id] = None
@@ -406,12 +412,19 @@ class Store:
             self._inflight += len(lines)
             self._intend("".join(lines))
 
+    def removal_due(self, row: BlockRow) -> None:
+        """A block deleted from the catalog: its file goes once the commit holds."""
+        self._pending_removals.append(row)
+
+    def leaving_blocks(self) -> list[BlockRow]:
+        """Blocks released whose files are not yet removed (under the catalog lock)."""
+        return self._pending_removals + self._removing
+
     def _write_refs(self, ids: list[int]) -> None:
         """Write these blocks' Refs headers as the catalog has them now (a
         count that changes again is due again, written by a later job)."""
         try:
-            for row in self.catalog.blocks_by_ids(ids):
-                self.mirror_refs(row)
+            self.headers.write(ids)
         finally:
             with self.catalog.lock:
                 self._inflight -= len(ids)
@@ -619,6 +632,8 @@ class Store:
     def release(self, row: BlockRow, pin: bool = False) -> int:
         """Drop one reference; the last one removes the block. Returns refs left."""
         with self._sig_locks(row.sig):
+            if self.catalog.engine.name == "postgresql":    # decided by the engine's count, under its row lock
+                return sharedrefs.release(self, row, pin)
             fresh = self.catalog.block_by_id(row.id)
             if fresh is None or fresh.refs <= 0:
                 raise NoSuchBlock(f"block {row.block_name} has no reference left to drop")
@@ -664,26 +679,7 @@ class Store:
     def mirror_refs(self, row: BlockRow) -> bool:
         """Write the catalog's count into the block's Refs header; False if its
         disk cannot take it now (a disk that is away remembers it: ``catch_up``)."""
-        vol = self.archive.volumes.get(row.disk)
-        if vol is None:
-            if row.disk in self.archive.lost:
-                self.missed.refs(row.disk, row.id)
-            return False
-        try:
-            vol.set_refs(row.sig, row.overflow, row.refs, fsync=self.fsync,
-                         offset=refs_offset_of(row.sig, row.size, row.stored, row.codec))
-            return True
-        except (OSError, CorruptBlock) as exc:
-            if isinstance(exc, OSError):
-                # Remembered whether or not the disk is known to be away yet (the
-                # first failed request may come before its endpoint is marked
-                # down): written again if it returns (``catch_up``).
-                self.missed.refs(row.disk, row.id)
-                if not vol.backend.known_present():
-                    return False
-            # The catalog is the truth; fsck and scrub mend the header.
-            log.warning("cannot update Refs in block %s on disk %d: %s", row.block_name, row.disk, exc)
-            return False
+        return mirror_refs(self, row)
 
 def key_of(row: BlockRow) -> ContentKey:
     return ContentKey(row.sig, row.overflow, row.disk)

@@ -263,6 +263,31 @@ class NamespaceRows:
         self.memo.made_name(parent, name, ino)
         return True
 
+    def drop_unnamed(self, ino: int) -> None:
+        """Take back an inode just added whose name another machine made first."""
+        self.cat.execute("DELETE FROM inodes WHERE id=?", (ino,))
+        self.memo.drop_node(ino)
+
+    def move_name(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes) -> bool:
+        """Move a directory entry to a free name (keeping its readdir offset).
+        False, and nothing moved, if the entry is gone or the new name taken by
+        another machine's (asked of the engine as ``add_name`` asks, which waits
+        for the other's commit; what this memo kept of both names is forgotten)."""
+        numbers = self.cat.inode_numbers
+        if numbers is None or not numbers.checked:
+            self.cat.execute("UPDATE dentries SET parent=?, name=? WHERE parent=? AND name=?",
+                             (new_parent, new_name, old_parent, old_name))
+            return True
+        # An UPDATE has no ON CONFLICT: a copy under the new name, then the old one
+        # goes; FOR UPDATE holds the old entry against another machine's change of it.
+        if not self.cat.execute("INSERT INTO dentries (rowid, parent, name, inode) SELECT rowid, ?, ?, inode "
+                                "FROM dentries WHERE parent=? AND name=? FOR UPDATE ON CONFLICT (parent, name) "
+                                "DO NOTHING", (new_parent, new_name, old_parent, old_name)).rowcount:
+            self.memo.forget_others(set(), {(old_parent, old_name), (new_parent, new_name)})
+            return False
+        self.cat.execute("DELETE FROM dentries WHERE parent=? AND name=?", (old_parent, old_name))
+        return True
+
     def add_symlink_target(self, ino: int, target: bytes) -> None:
         self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
 

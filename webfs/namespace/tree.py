@@ -27,6 +27,8 @@ from .rows import (BLOCK_COLUMNS_OF_B, INODE_COLUMNS, NAME_MAX, NO_XATTRS, ROOT_
 # copy is made in walk order, so the directories in use are few and recent,
 # and 100,000 of them (15 MB) grew the daemon with the archive for nothing.
 DIR_PATHS_KEPT = 10_000
+# Times a rename is done again after another machine changed one of its names meanwhile.
+RENAME_TRIES = 4
 
 
 class Namespace(NamespaceRows):
@@ -307,8 +309,7 @@ class Namespace(NamespaceRows):
             node = self.add_inode(mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev)
             ino = node.id
             if not self.add_name(parent, name, ino):        # made by another machine meanwhile
-                self.cat.execute("DELETE FROM inodes WHERE id=?", (ino,))
-                self.memo.drop_node(ino)
+                self.drop_unnamed(ino)
                 raise FsError(errno.EEXIST)
             self._touch_dir(parent, 1 if is_dir else 0)
             path = self._join(parent, name)
@@ -421,67 +422,82 @@ class Namespace(NamespaceRows):
 
     def rename(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes,
                noreplace: bool = False, exchange: bool = False) -> Optional[Inode]:
-        """Rename; returns the inode that lost its name to the target, if any."""
+        """Rename; returns the inode that lost its name to the target, if any.
+        A target name another machine made at the same moment, or a source it
+        removed, is met as if its change came first: the rename is done again
+        over what the catalog now holds (a target replaced, EEXIST with
+        ``noreplace``, ENOENT for a source gone)."""
         check_name(new_name)
-        with self._locked():
-            node = self.lookup(old_parent, old_name)
-            self._parent_dir(new_parent)
-            try:
-                target = self.lookup(new_parent, new_name)
-            except FsError:
-                target = None
-            if target is not None and target.id == node.id:
-                return None
-            if node.is_dir and self._is_ancestor(node.id, new_parent):
-                raise FsError(errno.EINVAL, "cannot move a directory into itself")
-            old_path, new_path = self._join(old_parent, old_name), self._join(new_parent, new_name)
-            if exchange:
-                if target is None:
-                    raise FsError(errno.ENOENT)
-                if target.is_dir and self._is_ancestor(target.id, old_parent):
-                    raise FsError(errno.EINVAL)
-                self.cat.execute("UPDATE dentries SET inode=? WHERE parent=? AND name=?",
-                                 (target.id, old_parent, old_name))
-                self.cat.execute("UPDATE dentries SET inode=? WHERE parent=? AND name=?",
-                                 (node.id, new_parent, new_name))
-                self.memo.drop_name(old_parent, old_name)
-                self.memo.drop_name(new_parent, new_name)
-                self.memo.complete.difference_update((old_parent, new_parent))
-                self.memo.drop_reading(node.id)
-                self.memo.drop_reading(target.id)
-                self._dir_paths.clear()
-                if node.is_dir != target.is_dir and old_parent != new_parent:
-                    delta = 1 if node.is_dir else -1
-                    self._touch_dir(new_parent, delta)
-                    self._touch_dir(old_parent, -delta)
-                self.journal("<>", None, old_path, new_path)
-                return None
-            replaced = None
-            if target is not None:
-                if noreplace:
-                    raise FsError(errno.EEXIST)
-                if target.is_dir:
-                    if not node.is_dir:
-                        raise FsError(errno.EISDIR)
-                    if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? LIMIT 1", (target.id,)):
-                        raise FsError(errno.ENOTEMPTY)
-                elif node.is_dir:
-                    raise FsError(errno.ENOTDIR)
-                self._drop_name(new_parent, new_name, target)
-                replaced = self.get(target.id)
+        for _ in range(RENAME_TRIES):
+            with self._locked():
+                done, replaced = self._rename(old_parent, old_name, new_parent, new_name, noreplace, exchange)
+            if done:
+                return replaced
+        raise FsError(errno.EIO, "rename: the names kept changing on other machines")
+
+    def _rename(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes,
+                noreplace: bool, exchange: bool) -> tuple[bool, Optional[Inode]]:
+        """(done, the inode that lost its name); not done: another machine changed one of the names."""
+        node = self.lookup(old_parent, old_name)
+        self._parent_dir(new_parent)
+        try:
+            target = self.lookup(new_parent, new_name)
+        except FsError:
+            target = None
+        if target is not None and target.id == node.id:
+            return True, None
+        if node.is_dir and self._is_ancestor(node.id, new_parent):
+            raise FsError(errno.EINVAL, "cannot move a directory into itself")
+        old_path, new_path = self._join(old_parent, old_name), self._join(new_parent, new_name)
+        if exchange:
+            if target is None:
+                raise FsError(errno.ENOENT)
+            if target.is_dir and self._is_ancestor(target.id, old_parent):
+                raise FsError(errno.EINVAL)
+            self.cat.execute("UPDATE dentries SET inode=? WHERE parent=? AND name=?",
+                             (target.id, old_parent, old_name))
+            self.cat.execute("UPDATE dentries SET inode=? WHERE parent=? AND name=?",
+                             (node.id, new_parent, new_name))
+            self.memo.drop_name(old_parent, old_name)
+            self.memo.drop_name(new_parent, new_name)
+            self.memo.complete.difference_update((old_parent, new_parent))
+            self.memo.drop_reading(node.id)
+            self.memo.drop_reading(target.id)
+            self._dir_paths.clear()
+            if node.is_dir != target.is_dir and old_parent != new_parent:
+                delta = 1 if node.is_dir else -1
+                self._touch_dir(new_parent, delta)
+                self._touch_dir(old_parent, -delta)
+            self.journal("<>", None, old_path, new_path)
+            return True, None
+        replaced = None
+        if target is not None:
+            if noreplace:
+                raise FsError(errno.EEXIST)
+            if target.is_dir:
+                if not node.is_dir:
+                    raise FsError(errno.EISDIR)
+                if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? LIMIT 1", (target.id,)):
+                    raise FsError(errno.ENOTEMPTY)
+            elif node.is_dir:
+                raise FsError(errno.ENOTDIR)
+            self._drop_name(new_parent, new_name, target)
+            replaced = self.get(target.id)
             self.cat.execute("UPDATE dentries SET parent=?, name=? WHERE parent=? AND name=?",
                              (new_parent, new_name, old_parent, old_name))
-            self.memo.drop_name(old_parent, old_name)
-            self.memo.made_name(new_parent, new_name, node.id)
-            self._dir_paths.clear()
-            delta = 1 if node.is_dir else 0
-            self._touch_dir(old_parent, -delta)
-            self._touch_dir(new_parent, delta)
-            self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), node.id))
-            self.memo.drop_node(node.id)
-            self.memo.drop_reading(node.id)
-            self.journal(">", None, old_path, new_path)
-            return replaced
+        elif not self.move_name(old_parent, old_name, new_parent, new_name):
+            return False, None          # nothing written yet: done again from the catalog
+        self.memo.drop_name(old_parent, old_name)
+        self.memo.made_name(new_parent, new_name, node.id)
+        self._dir_paths.clear()
+        delta = 1 if node.is_dir else 0
+        self._touch_dir(old_parent, -delta)
+        self._touch_dir(new_parent, delta)
+        self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), node.id))
+        self.memo.drop_node(node.id)
+        self.memo.drop_reading(node.id)
+        self.journal(">", None, old_path, new_path)
+        return True, replaced
 
     def _is_ancestor(self, ancestor: int, ino: int) -> bool:
         while ino != ROOT_INODE:
