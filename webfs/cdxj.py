@@ -295,7 +295,7 @@ def at_import(src: bytes, index: bytes, heads: bytes, sizes: dict[bytes, int],
     ``payloads``: the captures whose record names no payload digest (the
     indexer reads those). None if pywb is not installed."""
     try:
-        import pywb.indexer.cdxindexer  # noqa: F401
+        import pywb  # noqa: F401   (its indexer is imported where it is used)
     except ImportError:
         return None
     stem = warc.KEEP_DIR + b"/" + src

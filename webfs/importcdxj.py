@@ -16,6 +16,7 @@ t2_warc.py compares them with pywb's on its sample files and generated ones).
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Optional
 
@@ -32,11 +33,11 @@ def lines_of(name: str, vf) -> Optional[list[bytes]]:
     """The sorted CDXJ lines of a laid-out virtual file (``name``: the lines'
     filename field), as pywb's indexer with ``wb-manager add``'s options makes
     them; None when a record is one these rules do not cover."""
-    from pywb.indexer.cdxindexer import json_encode
     from pywb.utils.canonicalize import canonicalize
     from warcio.timeutils import iso_date_to_timestamp
     if not name.isascii() or len(vf.starts) != len(vf.lines):
         return None
+    encode = _json_encoder()
     out = []
     # a record's length is warcio's: up to its tail (the two CRLFs), which is checked
     for ln, start, parts in zip(vf.lines, vf.starts, vf.parts):
@@ -54,8 +55,23 @@ def lines_of(name: str, vf) -> Optional[list[bytes]]:
                                     ("length", str(sum(p[2] for p in parts) - len(_TAIL))), ("offset", str(start)))
                   if v and v != "-"}        # pywb leaves out what is empty or "-"
         fields["filename"] = name
-        out.append(f"{key} {stamp} {json_encode(fields)}\n".encode())
+        out.append(f"{key} {stamp} {encode(fields)}\n".encode())
     return sorted(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _json_encoder():
+    """pywb's JSON encoder, chosen as pywb.indexer.cdxindexer chooses it (ujson when
+    it is installed and leaves slashes alone, else the standard library's)
+    without importing that module, a quarter of a second of the import's start."""
+    try:
+        from ujson import dumps
+        if dumps("http://example.com/", escape_forward_slashes=False) == '"http://example.com/"':
+            return functools.partial(dumps, escape_forward_slashes=False)
+    except Exception:
+        pass
+    import json
+    return json.dumps
 
 
 def _entry(heads: bytes, ln, parts: list):
