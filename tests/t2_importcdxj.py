@@ -30,7 +30,7 @@ def _digest(body: bytes) -> str:
 
 def _crawl(path: Path, gz: bool) -> Path:
     """What a crawler writes: a warcinfo, responses (statuses, types with and
-    without parameters, none) each with its GET request, a revisit, a resource
+    without parameters, none, an 8-bit header) each with its GET request, a revisit, a resource
     with a payload digest, a metadata record of WARC fields."""
     with open(path, "wb") as f:
         w = WARCWriter(f, gzip=gz)
@@ -38,7 +38,8 @@ def _crawl(path: Path, gz: bool) -> Path:
         pages = [("http://example.com/", "200 OK", [("Content-Type", "text/html; charset=utf-8")]),
                  ("https://Example.org:443/a/b?q=1&r=2", "404 Not Found", [("content-type", "text/plain")]),
                  ("http://example.com/moved", "301 Moved Permanently", [("Location", "/")]),
-                 ("http://example.com/img.png", "200 OK", [("Content-Type", "image/png"), ("X-A", "b")])]
+                 ("http://example.com/img.png", "200 OK", [("Content-Type", "image/png"), ("X-A", "b")]),
+                 ("http://example.com/cookie", "200 OK", [("Set-Cookie", "n=caf\u00e9"), ("Content-Type", "text/html")])]
         for n, (url, status, headers) in enumerate(pages):
             body = b"page %d" % n
             http = StatusAndHeaders(status, headers, protocol="HTTP/1.1")
@@ -87,7 +88,7 @@ def test_the_lines_are_pywbs_for_a_crawlers_records(tmp_path):
     for src, fast, pywb in made:
         assert fast is not None, src
         assert fast == pywb, src
-        assert len(fast) == 6, src      # 4 responses, the revisit, the resource
+        assert len(fast) == 7, src      # 5 responses, the revisit, the resource
 
 
 @pytest.mark.skipif(not SAMPLES, reason="pywb's sample archive is not installed")

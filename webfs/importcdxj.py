@@ -8,11 +8,13 @@ crawls hold make their lines by a few of its rules, which are these: a
 response or revisit of a WARC file, with an HTTP header and a payload
 digest, gives ``SURT TIMESTAMP {"url", "mime", "status", "digest",
 "length", "offset", "filename"}``; a warcinfo record and a GET request give
-none. A source holding anything else (an ARC record, a resource, metadata or
-conversion record, a POST, a record without a payload digest, a header or
-URL that is not plain ASCII, ...) gets ``None``, and pywb's own indexer
-indexes it as before. Either way the lines are the same bytes (tests:
-t2_warc.py compares them with pywb's on its sample files and generated ones).
+none, nor does a record of WARC fields; a resource with a payload digest
+gives its line too. A source holding anything else (an ARC record, a
+metadata or conversion record of another type, a POST, a record without a
+payload digest, a URL or a Content-Type that is not plain ASCII, a folded
+HTTP header, ...) gets ``None``, and pywb's own indexer indexes it as
+before. Either way the lines are the same bytes (tests: t2_importcdxj.py
+compares them with pywb's on its sample files and generated crawls).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from .warcread import header_fields
 
 _PRINTABLE = re.compile(rb"[!-~]+\Z")       # one ASCII token: no space, no control, no 8-bit byte
 _STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?: [ -~]*)?\r?\n")
-_HEADER_LINE = re.compile(rb"[!-9;-~]+:[ -~\t]*\r?\n")     # name: value, ASCII, not folded
+_HEADER_LINE = re.compile(rb"[!-9;-~]+:[^\r\n]*\r?\n")   # name: value, not folded (pywb reads only the type)
 _MIME_END = re.compile(rb"[; ]")             # pywb's MIME_RE: the type before its parameters
 _TAIL = b"\r\n\r\n"
 
@@ -129,7 +131,8 @@ def _resource(fields: dict, http: bytes):
 
 def _http_mime(lines: bytes) -> Optional[bytes]:
     """The type of an HTTP header block's first Content-Type (b"unk" without
-    one), as pywb takes it; None when a line is not a plain ASCII header."""
+    one), as pywb takes it; None when a line is not a header of its own (folded,
+    no name) or the type is not plain ASCII."""
     mime = b"unk"
     found = False
     pos = 0
@@ -142,6 +145,6 @@ def _http_mime(lines: bytes) -> Optional[bytes]:
         if not found and lines[pos:pos + 13].lower() == b"content-type:":
             found = True
             mime = _MIME_END.split(lines[pos + 13:m.end()].strip(), 1)[0]
-            if not mime:
-                return None
+            if not _PRINTABLE.match(mime):
+                return None             # empty, or not ASCII: as warcio decodes it is not checked here
         pos = m.end()
