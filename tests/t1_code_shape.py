@@ -51,7 +51,7 @@ LAYERS = (
     ("entry", "cli", "cli_warc", "cli_query", "quicksearch", "commandline"),  # the edge: arguments, environment, exit codes
     ("daemon", "mountstart", "mountoptions"),                 # the running mount, and starting it
     ("admincommands", "control", "fs", "replay", "versions"),  # what a mount or a command serves
-    ("ingest", "importsource", "treesource", "preparation", "warc", "cdxj", "warcimport", "warcexport",
+    ("ingest", "importsource", "treesource", "preparation", "warc", "cdxj", "importcdxj", "warcimport", "warcexport",
      "warcread", "warcapart", "urlpath", "commands", "admin", "indexer", "searching", "stream",
      "searchtree", "openfiles", "readcache", "controltree", "warcview", "groupcommit"),  # the work they do
     ("recovery",),                                            # namespace and journal opened, crash mended

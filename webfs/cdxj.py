@@ -20,7 +20,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
-from . import lockorder, warc
+from . import importcdxj, lockorder, warc
 from .errors import WebfsError
 from .signature import signature
 
@@ -295,7 +295,7 @@ def at_import(src: bytes, index: bytes, heads: bytes, sizes: dict[bytes, int],
     ``payloads``: the captures whose record names no payload digest (the
     indexer reads those). None if pywb is not installed."""
     try:
-        import pywb.indexer.cdxindexer  # noqa: F401
+        import pywb  # noqa: F401   (its indexer is imported where it is used)
     except ImportError:
         return None
     stem = warc.KEEP_DIR + b"/" + src
@@ -309,7 +309,7 @@ def at_import(src: bytes, index: bytes, heads: bytes, sizes: dict[bytes, int],
     try:
         # warcio's warnings about a damaged record go to stderr: import-warc has said its own
         with contextlib.redirect_stderr(io.StringIO()):
-            lines = index_one(name, vf)
+            lines = importcdxj.lines_of(name, vf) or index_one(name, vf)
     except Exception as exc:     # a record pywb cannot read: replay indexes the source itself, and says
         log.debug("%r: not indexed at import (%s: %s)", src, type(exc).__name__, exc)
         return None

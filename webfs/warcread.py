@@ -117,7 +117,7 @@ class Problem:
     text: str
 
 
-def _header_fields(head: bytes) -> dict:
+def header_fields(head: bytes) -> dict:
     out: dict[bytes, bytes] = {}
     for line in head.split(b"\n")[1:]:
         name, sep, value = line.partition(b":")
@@ -157,7 +157,7 @@ def _cut(raw: bytes, gz: bool, offset: int, length: int, rtype: str, warcio_rec)
         if not m:
             raise ValueError("no end of the WARC header")
         head = raw[:m.end()]
-        fields = _header_fields(head)
+        fields = header_fields(head)
         try:
             n = int(fields.get(b"content-length", b""))
         except ValueError:
@@ -235,7 +235,7 @@ def _strict_record(prefix: bytes, total: int, fd: Optional[int], base: int, gz: 
     if not m:
         return None
     head = prefix[:m.end()]
-    fields = _header_fields(head)
+    fields = header_fields(head)
     rtype = fields.get(b"warc-type")
     try:
         n = int(fields.get(b"content-length", b""))
@@ -327,7 +327,7 @@ def _strict_plain(fh, start: int, size: int) -> Iterator[object]:
         if not m:
             return pos
         try:
-            n = int(_header_fields(prefix[:m.end()]).get(b"content-length", b""))
+            n = int(header_fields(prefix[:m.end()]).get(b"content-length", b""))
         except ValueError:
             return pos
         total = m.end() + n + 4

@@ -1,0 +1,150 @@
+"""The CDXJ lines of a source file being imported, made from what the import
+has already read: each record's WARC and HTTP headers (in ``F.heads``) and its
+place in the virtual file (``cdxj.VirtualFile.lay_out``).
+
+pywb's indexer (``cdxj.index_one``) parses every record again with warcio,
+which was most of the CPU of the CDXJ made at import. The records most
+crawls hold make their lines by a few of its rules, which are these: a
+response or revisit of a WARC file, with an HTTP header and a payload
+digest, gives ``SURT TIMESTAMP {"url", "mime", "status", "digest",
+"length", "offset", "filename"}``; a warcinfo record and a GET request give
+none, nor does a record of WARC fields; a resource with a payload digest
+gives its line too. A source holding anything else (an ARC record, a
+metadata or conversion record of another type, a POST, a record without a
+payload digest, a URL or a Content-Type that is not plain ASCII, a folded
+HTTP header, ...) gets ``None``, and pywb's own indexer indexes it as
+before. Either way the lines are the same bytes (tests: t2_importcdxj.py
+compares them with pywb's on its sample files and generated crawls).
+"""
+from __future__ import annotations
+
+import functools
+import re
+from typing import Optional
+
+from .warcread import header_fields
+
+_PRINTABLE = re.compile(rb"[!-~]+\Z")       # one ASCII token: no space, no control, no 8-bit byte
+_STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?: [ -~]*)?\r?\n")
+_HEADER_LINE = re.compile(rb"[!-9;-~]+:[^\r\n]*\r?\n")   # name: value, not folded (pywb reads only the type)
+_MIME_END = re.compile(rb"[; ]")             # pywb's MIME_RE: the type before its parameters
+_TAIL = b"\r\n\r\n"
+
+
+def lines_of(name: str, vf) -> Optional[list[bytes]]:
+    """The sorted CDXJ lines of a laid-out virtual file (``name``: the lines'
+    filename field), as pywb's indexer with ``wb-manager add``'s options makes
+    them; None when a record is one these rules do not cover."""
+    from pywb.utils.canonicalize import canonicalize
+    from warcio.timeutils import iso_date_to_timestamp
+    if not name.isascii() or len(vf.starts) != len(vf.lines):
+        return None
+    encode = _json_encoder()
+    out = []
+    # a record's length is warcio's: up to its tail (the two CRLFs), which is checked
+    for ln, start, parts in zip(vf.lines, vf.starts, vf.parts):
+        entry = _entry(vf.heads, ln, parts)
+        if entry is None:
+            return None
+        if entry is False:
+            continue                    # a warcinfo record, a GET request: no line
+        url, mime, status, digest, date = entry
+        try:
+            key, stamp = canonicalize(url), iso_date_to_timestamp(date)
+        except Exception:               # pywb's indexer would say what: it indexes this source
+            return None
+        fields = {k: v for k, v in (("url", url), ("mime", mime), ("status", status), ("digest", digest),
+                                    ("length", str(sum(p[2] for p in parts) - len(_TAIL))), ("offset", str(start)))
+                  if v and v != "-"}        # pywb leaves out what is empty or "-"
+        fields["filename"] = name
+        out.append(f"{key} {stamp} {encode(fields)}\n".encode())
+    return sorted(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _json_encoder():
+    """pywb's JSON encoder, chosen as pywb.indexer.cdxindexer chooses it (ujson when
+    it is installed and leaves slashes alone, else the standard library's)
+    without importing that module, a quarter of a second of the import's start."""
+    try:
+        from ujson import dumps
+        if dumps("http://example.com/", escape_forward_slashes=False) == '"http://example.com/"':
+            return functools.partial(dumps, escape_forward_slashes=False)
+    except Exception:
+        pass
+    import json
+    return json.dumps
+
+
+def _entry(heads: bytes, ln, parts: list):
+    """(url, mime, status, digest, WARC-Date) of one record's line; False for a
+    record pywb gives no line; None for one these rules do not cover."""
+    head = heads[ln.ho:ln.ho + ln.wl]
+    http = heads[ln.ho + ln.wl:ln.ho + ln.wl + ln.hl]
+    tail_at = ln.ho + ln.wl + ln.hl + (ln.pl if ln.where != "file" else 0)
+    if not head.startswith(b"WARC/"):
+        return None                     # an ARC record
+    fields = header_fields(head)
+    if ln.rtype == "warcinfo" or fields.get(b"content-type") == b"application/warc-fields":
+        return False
+    if any(p[0] == "b" for p in parts) or heads[tail_at:tail_at + ln.tl] != _TAIL:
+        return None                     # a record shown otherwise, an odd tail
+    if ln.rtype == "request":
+        return False if http.startswith(b"GET ") else None     # another method changes the key
+    if ln.rtype == "resource":
+        return _resource(fields, http)
+    if ln.rtype not in ("response", "revisit"):
+        return None
+    url, date = fields.get(b"warc-target-uri", b""), fields.get(b"warc-date", b"")
+    digest = fields.get(b"warc-payload-digest", b"")
+    if (not fields.get(b"content-type", b"").lower().startswith(b"application/http")
+            or not _PRINTABLE.match(url) or url.startswith(b"<") or b"WB_wombat_" in url
+            or not _PRINTABLE.match(date) or not _PRINTABLE.match(digest)
+            or b"warc-json-metadata" in fields or b"warc-identified-payload-type" in fields):
+        return None
+    m = _STATUS_LINE.match(http)
+    if m is None or m.group(1) == b"204":          # pywb makes some 204s '-'
+        return None
+    mime = b"warc/revisit" if ln.rtype == "revisit" else _http_mime(http[m.end():])
+    if mime is None:
+        return None
+    status = m.group(1).decode() if ln.rtype == "response" else "-"
+    digest = digest[5:] if digest.startswith(b"sha1:") else digest
+    return url.decode(), mime.decode(), status, digest.decode(), date.decode()
+
+
+def _resource(fields: dict, http: bytes):
+    """A resource record's entry: warcio gives it an HTTP header of its WARC
+    Content-Type, so that type is its mime; no status."""
+    url, date = fields.get(b"warc-target-uri", b""), fields.get(b"warc-date", b"")
+    digest, ctype = fields.get(b"warc-payload-digest", b""), fields.get(b"content-type", b"")
+    if (http or not _PRINTABLE.match(url) or url.startswith(b"<") or b"WB_wombat_" in url
+            or not _PRINTABLE.match(date) or not _PRINTABLE.match(digest) or not re.match(rb"[ -~]+\Z", ctype)
+            or b"warc-json-metadata" in fields or b"warc-identified-payload-type" in fields):
+        return None
+    mime = _MIME_END.split(ctype.strip(), 1)[0]
+    if not mime:
+        return None
+    digest = digest[5:] if digest.startswith(b"sha1:") else digest
+    return url.decode(), mime.decode(), "-", digest.decode(), date.decode()
+
+
+def _http_mime(lines: bytes) -> Optional[bytes]:
+    """The type of an HTTP header block's first Content-Type (b"unk" without
+    one), as pywb takes it; None when a line is not a header of its own (folded,
+    no name) or the type is not plain ASCII."""
+    mime = b"unk"
+    found = False
+    pos = 0
+    while True:
+        if lines.startswith(b"\r\n", pos) or lines.startswith(b"\n", pos):
+            return mime
+        m = _HEADER_LINE.match(lines, pos)
+        if m is None:
+            return None
+        if not found and lines[pos:pos + 13].lower() == b"content-type:":
+            found = True
+            mime = _MIME_END.split(lines[pos + 13:m.end()].strip(), 1)[0]
+            if not _PRINTABLE.match(mime):
+                return None             # empty, or not ASCII: as warcio decodes it is not checked here
+        pos = m.end()
