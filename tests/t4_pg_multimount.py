@@ -385,7 +385,7 @@ def test_an_import_meeting_another_machines_new_name_says_so_and_loses_nothing(m
     assert imported.returncode == 4, (out, err)
     assert b"f2.html" in out and b"another machine made this name at the same moment" in out, out
     for m in machines:
-        assert poll(lambda: sorted(os.listdir(m.mnt / "crawl")) == sorted(os.listdir(src)), 2.0)
+        assert poll(lambda: sorted(os.listdir(m.mnt / "crawl")) == sorted(os.listdir(src)), 10.0)
         assert (m.mnt / "crawl" / "f2.html").read_bytes() == b""          # B's file, left alone
         assert (m.mnt / "crawl" / "f3.html").read_bytes() == b"page 3 " * 200
         assert (m.mnt / "crawl" / "sub" / "inner.html").read_bytes() == b"inner" * 100
