@@ -43,7 +43,7 @@ def test_links_resolved_by_the_quick_ways_as_by_urljoin():
     """extract resolves absolute, root-relative and plain relative hrefs by
     string work on the page's key; whatever the base and href, it gives what
     urljoin gives (dot segments, parameters, empty queries, tabs, empty
-    segments in the base: urljoin's own way)."""
+    segments in the base: urljoin's own way), also when remembered across pages."""
     from hypothesis import HealthCheck, given, settings, strategies as st
     from webfs.extract import _Resolver
     part = st.lists(st.sampled_from(list("ab.%?#/:;=&@+ \t~-_") + ["..", "./", "é", "%2e"]),
@@ -59,6 +59,9 @@ def test_links_resolved_by_the_quick_ways_as_by_urljoin():
         if href and not href.startswith(("#", "javascript:", "mailto:", "data:")):
             resolver = _Resolver(page)
             assert resolver(href) == resolver.by_urljoin(href.split("#", 1)[0].rstrip())
+            # As a page's links are resolved: what the quick ways gave another page of this
+            # origin and folder is remembered (the examples before this one filled the memo).
+            assert resolver.link(href) == resolver(href)
     check()
 
 

@@ -38,7 +38,7 @@ from . import indexengine, lockorder, query, testkill, urlpath
 from .assembly import open_archive
 from .catalog import Catalog
 from .errors import WebfsError
-from .extract import extract, host_of, link_key
+from .extract import extract, key_and_host
 from .index import INDEX_DIR_META, Index, index_dir, pass_lock
 
 log = logging.getLogger(__name__)
@@ -228,9 +228,9 @@ def file_facts(path: str, xattrs: dict, size: int, mtime_ns: int) -> dict:
     ctype = xattrs.get(b"user.http.content-type", b"").decode("latin-1").strip()
     mime = ctype.split(";")[0].strip().lower() or (mimetypes.guess_type(path.split("@")[0])[0] or "")
     status = xattrs.get(b"user.http.status", b"")
-    return {"collection": collection, "url": url, "key": link_key(url) if url else None,
-            "host": host_of(url) if url else None, "date": date, "mime": mime, "content_type": ctype or mime,
-            "status": int(status) if status.isdigit() else None, "size": size}
+    key, host = key_and_host(url) if url else (None, None)
+    return {"collection": collection, "url": url, "key": key, "host": host, "date": date, "mime": mime,
+            "content_type": ctype or mime, "status": int(status) if status.isdigit() else None, "size": size}
 
 
 def _digits(warc_date: str) -> str:
@@ -249,27 +249,31 @@ _current: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 NOTHING_DONE = {"indexed": 0, "documents": 0, "dropped": 0, "dropped_documents": 0}
 
 
-def catch_up(store, progress=None) -> dict:
+def catch_up(store, progress=None, compact: bool = False) -> dict:
     """One pass: index what changed in the catalog since the last (none, when
     this process is the archive's one writer, nothing was written through its
     catalog and the index's files are as the last pass here left them; a
     reader's own count never moves, so the indexing process and other readers
-    always look)."""
+    always look). ``compact``: and write the index anew after it (an import
+    that made most of the archive's files)."""
     where = location(store)
     with _one_pass, pass_lock(where):
         writes = store.catalog.write_count() if store.archive.writer else None
         if writes is not None and _current.get(store.catalog) == (where, writes, indexengine.state(store, where)):
             return dict(NOTHING_DONE)
-        counts = _pass(store, progress)
+        counts = _pass(store, progress, compact)
         if writes is not None:
             _current[store.catalog] = (where, writes, indexengine.state(store, where))
         return counts
 
 
-def _pass(store, progress) -> dict:
+def _pass(store, progress, compact: bool = False) -> dict:
     index = indexengine.open_index(store, location(store))
     try:
-        return Pass(store, index, progress).run()
+        counts = Pass(store, index, progress).run()
+        if compact and index.engine == "sqlite":
+            index.compact()
+        return counts
     finally:
         index.close()
 
@@ -289,7 +293,7 @@ def rebuild(store, progress=None, directory: Optional[str] = None) -> dict:
             store.commit()
         for d in {old, location(store)}:
             indexengine.remove(store, d)
-        return _pass(store, progress)
+        return _pass(store, progress, compact=True)
 
 
 _enabled = True
@@ -336,9 +340,9 @@ class Apart:
         self.requests.send((store.archive.opened_from, store.archive.backend_options,
                             logging.getLogger().getEffectiveLevel()))
 
-    def run_pass(self) -> dict:
+    def run_pass(self, compact: bool = False) -> dict:
         try:
-            self.requests.send("pass")
+            self.requests.send("compact" if compact else "pass")
             kind, answer, said = self.replies.recv()
         except (EOFError, OSError):
             raise IndexerGone(f"the indexing process ended ({self._ended()})") from None
@@ -396,12 +400,12 @@ def serve_apart() -> None:
     try:
         while True:
             try:
-                requests.recv()
+                asked = requests.recv()
             except EOFError:
                 return
             try:
                 store = store or open_archive(where, lock=False, options=options)
-                answer = ("done", catch_up(store))
+                answer = ("done", catch_up(store, compact=asked == "compact"))
             except (OSError, sqlite3.Error, WebfsError) as exc:
                 answer = ("failed", str(exc))
             replies.send(answer + (said.take(),))
@@ -491,7 +495,7 @@ class Keeper:
             return True
         return False
 
-    def catch_up(self) -> dict:
+    def catch_up(self, compact: bool = False) -> dict:
         """One pass, in the indexing process once there is one; if that
         process ends, it is said and the pass made here (the next starts
         another); if its pass fails, it is made here too, which says why if
@@ -500,7 +504,7 @@ class Keeper:
             if self.apart is None and self.apart_after <= 0:
                 self.apart = Apart(self.store)
             if self.apart is not None:
-                return self.apart.run_pass()
+                return self.apart.run_pass(compact)
         except IndexingFailed as exc:
             log.debug("the indexing process's pass failed (%s); made here", exc)
         except IndexerGone as exc:
@@ -509,7 +513,7 @@ class Keeper:
             self.apart = None
         except OSError as exc:                  # no process could be started
             log.warning("the indexing process did not start (%s); indexing in this process", exc)
-        counts = catch_up(self.store)
+        counts = catch_up(self.store, compact=compact)
         if counts["indexed"] >= self.apart_after:
             self.apart_after = 0
         return counts
@@ -527,6 +531,7 @@ class Alongside:
 
     def __init__(self, store):
         self.keeper = Keeper(store, apart_after=1 << 62)
+        self.files_before = self.keeper.watch.file_totals()[0]
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="index alongside", daemon=True)
 
@@ -544,10 +549,12 @@ class Alongside:
 
     def finish(self) -> None:
         """The import ended: index the rest and wait for it, so that a search
-        right after the import finds every page."""
+        right after the import finds every page; an import that made most of
+        the archive's files has the index written anew after it (compact: its
+        cost is the index's size, at most about twice what this import added)."""
         self._stop()
         try:
-            self.keeper.catch_up()
+            self.keeper.catch_up(compact=self.keeper.watch.file_totals()[0] >= 2 * self.files_before)
         except (OSError, sqlite3.Error, WebfsError) as exc:
             log.warning("the query index was not brought up to date (%s); 'webfs reindex' rebuilds it", exc)
 
