@@ -135,9 +135,10 @@ class _Resolver:
     def link(self, href: str) -> str:
         """The link key of an href as the page has it ('' for none: a fragment,
         javascript:, mailto:, data:). What the quick ways give depends on the
-        href and on the page's origin and folder alone, so it is remembered
-        across pages: the pages of a site repeat their links."""
-        memo = (self.origin, self.folder, href)
+        href and on the page's origin and folder alone (an href from the root:
+        its origin alone), so it is remembered across pages: the pages of a
+        site repeat their links."""
+        memo = (self.origin, "" if href[:1] == "/" else self.folder, href)
         found = _quick_keys.get(memo, False)
         if found is False:
             plain = href.strip()
