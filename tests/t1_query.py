@@ -191,3 +191,24 @@ def test_words_fold_as_the_whole_text_would():
         assert query.tokens(text) == query._TOKEN.findall(whole.lower())
 
     check()
+
+
+def test_free_pages_go_back_and_a_compacted_index_answers_as_before(tmp_path):
+    """A commit a document makes a segment a commit; FTS5's merges free pages,
+    which free_pages_back gives back to the file system (auto_vacuum); compact
+    merges the segments into one, and the words are still found."""
+    ix = Index(str(tmp_path))
+    for i in range(40):
+        ix.add_doc(f"s{i}", "text", "", " ".join(f"w{i}x{j} common" for j in range(300)), [])
+        ix.commit()
+    free = lambda: ix.db.execute("PRAGMA freelist_count").fetchone()[0]       # noqa: E731
+    found = lambda word: ix.db.execute("SELECT count(*) FROM docs_text WHERE docs_text MATCH ?",  # noqa: E731
+                                       (word,)).fetchone()[0]
+    assert free() > 0
+    pages = ix.db.execute("PRAGMA page_count").fetchone()[0]
+    ix.free_pages_back()
+    assert free() == 0 and ix.db.execute("PRAGMA page_count").fetchone()[0] < pages
+    ix.compact()
+    assert free() == 0
+    assert (found("common"), found("w7x299"), found("w39x0"), found("nowhere")) == (40, 1, 1, 0)
+    ix.close()

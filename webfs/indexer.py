@@ -249,19 +249,18 @@ _current: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 NOTHING_DONE = {"indexed": 0, "documents": 0, "dropped": 0, "dropped_documents": 0}
 
 
-def catch_up(store, progress=None, compact: bool = False) -> dict:
+def catch_up(store, progress=None) -> dict:
     """One pass: index what changed in the catalog since the last (none, when
     this process is the archive's one writer, nothing was written through its
     catalog and the index's files are as the last pass here left them; a
     reader's own count never moves, so the indexing process and other readers
-    always look). ``compact``: and write the index anew after it (an import
-    that made most of the archive's files)."""
+    always look)."""
     where = location(store)
     with _one_pass, pass_lock(where):
         writes = store.catalog.write_count() if store.archive.writer else None
         if writes is not None and _current.get(store.catalog) == (where, writes, indexengine.state(store, where)):
             return dict(NOTHING_DONE)
-        counts = _pass(store, progress, compact)
+        counts = _pass(store, progress)
         if writes is not None:
             _current[store.catalog] = (where, writes, indexengine.state(store, where))
         return counts
@@ -271,8 +270,12 @@ def _pass(store, progress, compact: bool = False) -> dict:
     index = indexengine.open_index(store, location(store))
     try:
         counts = Pass(store, index, progress).run()
-        if compact and index.engine == "sqlite":
+        if index.engine != "sqlite":
+            return counts
+        if compact:
             index.compact()
+        elif counts["indexed"] or counts["dropped"]:
+            index.free_pages_back()         # what its segment merges freed: a twentieth of an import's index
         return counts
     finally:
         index.close()
@@ -340,9 +343,9 @@ class Apart:
         self.requests.send((store.archive.opened_from, store.archive.backend_options,
                             logging.getLogger().getEffectiveLevel()))
 
-    def run_pass(self, compact: bool = False) -> dict:
+    def run_pass(self) -> dict:
         try:
-            self.requests.send("compact" if compact else "pass")
+            self.requests.send("pass")
             kind, answer, said = self.replies.recv()
         except (EOFError, OSError):
             raise IndexerGone(f"the indexing process ended ({self._ended()})") from None
@@ -400,12 +403,12 @@ def serve_apart() -> None:
     try:
         while True:
             try:
-                asked = requests.recv()
+                requests.recv()
             except EOFError:
                 return
             try:
                 store = store or open_archive(where, lock=False, options=options)
-                answer = ("done", catch_up(store, compact=asked == "compact"))
+                answer = ("done", catch_up(store))
             except (OSError, sqlite3.Error, WebfsError) as exc:
                 answer = ("failed", str(exc))
             replies.send(answer + (said.take(),))
@@ -495,7 +498,7 @@ class Keeper:
             return True
         return False
 
-    def catch_up(self, compact: bool = False) -> dict:
+    def catch_up(self) -> dict:
         """One pass, in the indexing process once there is one; if that
         process ends, it is said and the pass made here (the next starts
         another); if its pass fails, it is made here too, which says why if
@@ -504,7 +507,7 @@ class Keeper:
             if self.apart is None and self.apart_after <= 0:
                 self.apart = Apart(self.store)
             if self.apart is not None:
-                return self.apart.run_pass(compact)
+                return self.apart.run_pass()
         except IndexingFailed as exc:
             log.debug("the indexing process's pass failed (%s); made here", exc)
         except IndexerGone as exc:
@@ -513,7 +516,7 @@ class Keeper:
             self.apart = None
         except OSError as exc:                  # no process could be started
             log.warning("the indexing process did not start (%s); indexing in this process", exc)
-        counts = catch_up(self.store, compact=compact)
+        counts = catch_up(self.store)
         if counts["indexed"] >= self.apart_after:
             self.apart_after = 0
         return counts
@@ -531,7 +534,6 @@ class Alongside:
 
     def __init__(self, store):
         self.keeper = Keeper(store, apart_after=1 << 62)
-        self.files_before = self.keeper.watch.file_totals()[0]
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="index alongside", daemon=True)
 
@@ -549,12 +551,10 @@ class Alongside:
 
     def finish(self) -> None:
         """The import ended: index the rest and wait for it, so that a search
-        right after the import finds every page; an import that made most of
-        the archive's files has the index written anew after it (compact: its
-        cost is the index's size, at most about twice what this import added)."""
+        right after the import finds every page."""
         self._stop()
         try:
-            self.keeper.catch_up(compact=self.keeper.watch.file_totals()[0] >= 2 * self.files_before)
+            self.keeper.catch_up()
         except (OSError, sqlite3.Error, WebfsError) as exc:
             log.warning("the query index was not brought up to date (%s); 'webfs reindex' rebuilds it", exc)
 
