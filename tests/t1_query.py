@@ -43,7 +43,7 @@ def test_links_resolved_by_the_quick_ways_as_by_urljoin():
     """extract resolves absolute, root-relative and plain relative hrefs by
     string work on the page's key; whatever the base and href, it gives what
     urljoin gives (dot segments, parameters, empty queries, tabs, empty
-    segments in the base: urljoin's own way)."""
+    segments in the base: urljoin's own way), also when remembered across pages."""
     from hypothesis import HealthCheck, given, settings, strategies as st
     from webfs.extract import _Resolver
     part = st.lists(st.sampled_from(list("ab.%?#/:;=&@+ \t~-_") + ["..", "./", "é", "%2e"]),
@@ -59,6 +59,9 @@ def test_links_resolved_by_the_quick_ways_as_by_urljoin():
         if href and not href.startswith(("#", "javascript:", "mailto:", "data:")):
             resolver = _Resolver(page)
             assert resolver(href) == resolver.by_urljoin(href.split("#", 1)[0].rstrip())
+            # As a page's links are resolved: what the quick ways gave another page of this
+            # origin and folder is remembered (the examples before this one filled the memo).
+            assert resolver.link(href) == resolver(href)
     check()
 
 
@@ -188,3 +191,24 @@ def test_words_fold_as_the_whole_text_would():
         assert query.tokens(text) == query._TOKEN.findall(whole.lower())
 
     check()
+
+
+def test_free_pages_go_back_and_a_compacted_index_answers_as_before(tmp_path):
+    """A commit a document makes a segment a commit; FTS5's merges free pages,
+    which free_pages_back gives back to the file system (auto_vacuum); compact
+    merges the segments into one, and the words are still found."""
+    ix = Index(str(tmp_path))
+    for i in range(40):
+        ix.add_doc(f"s{i}", "text", "", " ".join(f"w{i}x{j} common" for j in range(300)), [])
+        ix.commit()
+    free = lambda: ix.db.execute("PRAGMA freelist_count").fetchone()[0]       # noqa: E731
+    found = lambda word: ix.db.execute("SELECT count(*) FROM docs_text WHERE docs_text MATCH ?",  # noqa: E731
+                                       (word,)).fetchone()[0]
+    assert free() > 0
+    pages = ix.db.execute("PRAGMA page_count").fetchone()[0]
+    ix.free_pages_back()
+    assert free() == 0 and ix.db.execute("PRAGMA page_count").fetchone()[0] < pages
+    ix.compact()
+    assert free() == 0
+    assert (found("common"), found("w7x299"), found("w39x0"), found("nowhere")) == (40, 1, 1, 0)
+    ix.close()

@@ -106,15 +106,16 @@ def _links(tree: HTMLParser, base: str) -> list[str]:
         if not href or href in hrefs:
             continue
         hrefs.add(href)
-        href = href.strip()
-        if not href or href.startswith(("#", "javascript:", "mailto:", "data:")):
-            continue
-        full = resolve(href)
+        full = resolve.link(href)
         if full:
             seen.setdefault(full, None)
             if len(seen) >= MAX_LINKS:
                 break
     return list(seen)
+
+
+QUICK_KEYS_KEPT = 1 << 16       # hrefs remembered across pages (a site's pages share most of theirs)
+_quick_keys: dict[tuple[str, str, str], Optional[str]] = {}     # None: by urljoin
 
 
 class _Resolver:
@@ -131,7 +132,29 @@ class _Resolver:
         if "//" in self.folder[len(self.origin):] or "/." in self.folder[len(self.origin):]:
             self.origin = ""            # urljoin drops empty and dot segments of the base's path: its way only
 
+    def link(self, href: str) -> str:
+        """The link key of an href as the page has it ('' for none: a fragment,
+        javascript:, mailto:, data:). What the quick ways give depends on the
+        href and on the page's origin and folder alone (an href from the root:
+        its origin alone), so it is remembered across pages: the pages of a
+        site repeat their links."""
+        memo = (self.origin, "" if href[:1] == "/" else self.folder, href)
+        found = _quick_keys.get(memo, False)
+        if found is False:
+            plain = href.strip()
+            found = "" if not plain or plain.startswith(("#", "javascript:", "mailto:", "data:")) else \
+                self.quick(plain)
+            if len(_quick_keys) >= QUICK_KEYS_KEPT:
+                _quick_keys.clear()
+            _quick_keys[memo] = found
+        return found if found is not None else self.by_urljoin(href.strip().split("#", 1)[0].rstrip())
+
     def __call__(self, href: str) -> str:
+        found = self.quick(href)
+        return found if found is not None else self.by_urljoin(href.split("#", 1)[0].rstrip())
+
+    def quick(self, href: str) -> Optional[str]:
+        """The link key of an href by the quick ways, None if only urljoin gives it."""
         href = href.split("#", 1)[0].rstrip()      # link_key strips the whole URL
         absolute = href[:8].lower().startswith(("http://", "https://"))
         if _plain(href):
@@ -139,7 +162,7 @@ class _Resolver:
                 return _absolute_key(href)
             if self.origin and not href.startswith("?") and "//" not in href and ":" not in href.split("/", 1)[0]:
                 return self.origin + href if href.startswith("/") else self.folder + href
-        return self.by_urljoin(href)
+        return None
 
     def by_urljoin(self, href: str) -> str:
         """The link key of ``href`` (its fragment cut) by urljoin: what the
@@ -168,24 +191,36 @@ def _absolute_key(url: str) -> str:
 
 def host_of(url: str) -> str:
     """The host of a URL, lowercase, without port or a trailing dot ('' if none)."""
-    try:
-        return (urllib.parse.urlsplit(url).hostname or "").rstrip(".")
-    except ValueError:
-        return ""
+    return key_and_host(url)[1]
 
 
 def link_key(url: str) -> str:
     """A URL as links are counted: scheme and host in lowercase, no default port,
     no fragment, '/' for an empty path; the rest as written."""
+    return key_and_host(url)[0]
+
+
+def key_and_host(url: str) -> tuple[str, str]:
+    """(link_key, host_of) of a URL, from one parse of it (two if blanks pad it:
+    host_of parses it as it is)."""
+    plain = url.strip()
     try:
-        parts = urllib.parse.urlsplit(url.strip())
+        parts = urllib.parse.urlsplit(plain)
         host = (parts.hostname or "").rstrip(".")
         port = parts.port
     except ValueError:
-        return url
+        return url, _host_alone(url)
+    as_is = host if plain == url else _host_alone(url)
     if not host:
-        return url
+        return url, as_is
     scheme = parts.scheme.lower()
-    if port and (scheme, port) not in (("http", 80), ("https", 443)):
-        host = f"{host}:{port}"
-    return urllib.parse.urlunsplit((scheme, host, parts.path or "/", parts.query, ""))
+    netloc = f"{host}:{port}" if port and (scheme, port) not in (("http", 80), ("https", 443)) else host
+    return urllib.parse.urlunsplit((scheme, netloc, parts.path or "/", parts.query, "")), as_is
+
+
+def _host_alone(url: str) -> str:
+    """The host of a URL as it is (its port is not parsed)."""
+    try:
+        return (urllib.parse.urlsplit(url).hostname or "").rstrip(".")
+    except ValueError:
+        return ""

@@ -38,7 +38,7 @@ from . import indexengine, lockorder, query, testkill, urlpath
 from .assembly import open_archive
 from .catalog import Catalog
 from .errors import WebfsError
-from .extract import extract, host_of, link_key
+from .extract import extract, key_and_host
 from .index import INDEX_DIR_META, Index, index_dir, pass_lock
 
 log = logging.getLogger(__name__)
@@ -228,9 +228,9 @@ def file_facts(path: str, xattrs: dict, size: int, mtime_ns: int) -> dict:
     ctype = xattrs.get(b"user.http.content-type", b"").decode("latin-1").strip()
     mime = ctype.split(";")[0].strip().lower() or (mimetypes.guess_type(path.split("@")[0])[0] or "")
     status = xattrs.get(b"user.http.status", b"")
-    return {"collection": collection, "url": url, "key": link_key(url) if url else None,
-            "host": host_of(url) if url else None, "date": date, "mime": mime, "content_type": ctype or mime,
-            "status": int(status) if status.isdigit() else None, "size": size}
+    key, host = key_and_host(url) if url else (None, None)
+    return {"collection": collection, "url": url, "key": key, "host": host, "date": date, "mime": mime,
+            "content_type": ctype or mime, "status": int(status) if status.isdigit() else None, "size": size}
 
 
 def _digits(warc_date: str) -> str:
@@ -266,10 +266,17 @@ def catch_up(store, progress=None) -> dict:
         return counts
 
 
-def _pass(store, progress) -> dict:
+def _pass(store, progress, compact: bool = False) -> dict:
     index = indexengine.open_index(store, location(store))
     try:
-        return Pass(store, index, progress).run()
+        counts = Pass(store, index, progress).run()
+        if index.engine != "sqlite":
+            return counts
+        if compact:
+            index.compact()
+        elif counts["indexed"] or counts["dropped"]:
+            index.free_pages_back()         # what its segment merges freed: a twentieth of an import's index
+        return counts
     finally:
         index.close()
 
@@ -289,7 +296,7 @@ def rebuild(store, progress=None, directory: Optional[str] = None) -> dict:
             store.commit()
         for d in {old, location(store)}:
             indexengine.remove(store, d)
-        return _pass(store, progress)
+        return _pass(store, progress, compact=True)
 
 
 _enabled = True
