@@ -482,7 +482,8 @@ class WebfsPostgres(Webfs):
             WebfsPostgres.server = Postgres()
             WebfsPostgres.server.start()
             atexit.register(WebfsPostgres.server.stop)
-        url = WebfsPostgres.server.url(WebfsPostgres.server.new_database())
+        self.database = WebfsPostgres.server.new_database()
+        url = WebfsPostgres.server.url(self.database)
         run([self.cmd(), "mkfs", "--catalog", url] + shlex.split(self.mkfs_opts or "") + self.backing(),
             timeout=600)
 
