@@ -9,6 +9,7 @@ and decoding run in worker threads; the scheduling runs on the trio loop.
 """
 from __future__ import annotations
 
+import bisect
 import logging
 from collections import OrderedDict
 from typing import Callable, Optional
@@ -29,6 +30,9 @@ READ_AHEAD_FILES = 8            # files of a directory read in order are fetched
 READ_AHEAD_BYTES = 1 << 20      # ... when they are no larger than this
 PREFETCH_PIECES = 4             # pieces fetched ahead of a sequential reader of a large file
 DIRECTORIES_KEPT = 10_000       # directories remembered for read-ahead
+# Files a read-ahead lookup asks for at once: an in-order reader then costs a
+# lookup per 56 opens, not one per open (a round trip each with PostgreSQL).
+READ_AHEAD_WINDOW = 64
 
 
 PieceKey = tuple[str, int, int]          # (signature, overflow, size): what a piece is, not where
@@ -108,6 +112,8 @@ class PieceReader:
         self.nursery: Optional[trio.Nursery] = None
         self._listed: dict[int, None] = {}               # directories listed to the end, oldest first
         self._last_open: dict[int, int] = {}             # directory -> position of the file an in-order reader opens next
+        # directory -> (position looked up after, the files after it, whether they reach its end)
+        self._windows: dict[int, tuple[int, list[tuple[int, BlockRow]], bool]] = {}
 
     def _disk_limiter(self, disk: int) -> trio.CapacityLimiter:
         limiter = self.disk_limiters.get(disk)
@@ -202,7 +208,7 @@ class PieceReader:
             in_order = not self.ns.has_file_before(parent, pos)
         if len(self._last_open) > DIRECTORIES_KEPT:
             self._last_open.clear()
-        following = self.ns.first_pieces_after(parent, pos, READ_AHEAD_FILES)
+        following = self._following(parent, pos)
         if not following:
             self._last_open.pop(parent, None)
             return
@@ -211,6 +217,27 @@ class PieceReader:
             for _, row in following:
                 if row.size <= READ_AHEAD_BYTES:
                     self._fetch_ahead(row)
+
+    def _following(self, parent: int, pos: int) -> list[tuple[int, BlockRow]]:
+        """The next READ_AHEAD_FILES files with content after a position: from
+        the window the directory's last lookup fetched while it reaches that
+        far, else a new lookup of READ_AHEAD_WINDOW files. The lookup keeps
+        their blocks for their readers (Namespace.pieces), where another
+        machine's change drops them; the window only says what to fetch
+        ahead, so one outdated fetches a block nobody reads, nothing worse."""
+        window = self._windows.get(parent)
+        if window is not None and window[0] <= pos:
+            _, files, to_end = window
+            i = bisect.bisect_right(files, pos, key=lambda f: f[0])
+            ahead = files[i:i + READ_AHEAD_FILES]
+            if len(ahead) == READ_AHEAD_FILES or (to_end and ahead):
+                return ahead
+        self.count("read-ahead-lookup")
+        files = self.ns.first_pieces_after(parent, pos, READ_AHEAD_WINDOW)
+        if len(self._windows) > DIRECTORIES_KEPT:
+            self._windows.clear()
+        self._windows[parent] = (pos, files, len(files) < READ_AHEAD_WINDOW)
+        return files[:READ_AHEAD_FILES]
 
     def _fetch_ahead(self, row: BlockRow) -> bool:
         """Fetch a piece nobody asked for yet, if the cache can keep it and its disk
