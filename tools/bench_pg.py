@@ -11,7 +11,8 @@ sqlite, pg  `cp -r` of crawl 1 into the empty archive (with `sync`), then
             `cat` of every file after a cold remount (caches dropped).
 one         one mount copying crawl 1 and crawl 2 at once (two cp -r) into
             a PostgreSQL archive; then the database's size per file
-            (pg_total_relation_size of its tables / files copied).
+            (pg_total_relation_size of the catalog's tables, schema public,
+            over the files copied; the query index's schema apart).
 two         two mounts of one PostgreSQL archive (two state directories and
             mount points on this host: two "machines" sharing its cores),
             each copying one crawl at the same moment.
