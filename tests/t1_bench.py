@@ -246,3 +246,32 @@ def test_catscale_aim_shows_the_cpu_ratio_beside():
     label = "catalog insert of a file, ops/s at 10 M files within 1.5× of 1 M (sqlite, warm)"
     assert row(bench_report.goals_table(r), label)[1:] == [
         "2.00× (2,000 vs 1,000; per CPU second 1.10×)", "**not met**"]
+
+
+def postgres_table(lite_cp, pg_cp, one, two, error=None):
+    r = tiny_result()
+    runs = [{"kind": "sqlite", "rep": 0, "cp": lite_cp, "cold_cat": 1.0},
+            {"kind": "pg", "rep": 0, "cp": pg_cp, "cold_cat": 2.0},
+            {"kind": "one", "rep": 0, "copy": one, "db_bytes": 900000, "db_files": 1000},
+            {"kind": "two", "rep": 0, "copy": two},
+            {"kind": "two", "rep": 1, "error": "mount failed"}]
+    r["extra"]["postgres"] = {"runs": runs, "crawls": ["crawl-001", "crawl-002"], "files": [500, 500]}
+    return bench_report.goals_table(r)
+
+
+def test_postgres_aims_at_the_boundary():
+    cp = "`cp -r` crawl 1, catalog in PostgreSQL vs SQLite ≥ 0.8×"
+    two = "two machines copying a crawl each at once vs one copying both, files/s ≥ 1.5×"
+    t = postgres_table(4.0, 5.0, 3.0, 2.0)
+    assert row(t, cp)[1:] == ["0.80× (5.00 vs 4.00 s)", "met"]
+    assert row(t, "cold `cat` of everything, catalog in PostgreSQL")[1:] == ["0.50× (2.00 vs 1.00 s)", "**not met**"]
+    assert row(t, two)[1].startswith("1.50× (2.00 vs 3.00 s") and row(t, two)[2] == "met"
+    assert row(t, "PostgreSQL database per file (no aim)")[1:] == ["900 B (1000 files)", "–"]
+    t = postgres_table(4.0, 5.1, 3.0, 2.01)
+    assert row(t, cp)[2] == row(t, two)[2] == "**not met**"
+
+
+def test_postgres_aims_not_measured_when_the_section_did_not_run():
+    t = bench_report.goals_table(tiny_result())
+    assert row(t, "`cp -r` crawl 1, catalog in PostgreSQL")[1:] == ["not measured", "–"]
+    assert row(t, "PostgreSQL database per file (no aim)")[1:] == ["not measured", "–"]

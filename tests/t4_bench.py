@@ -51,3 +51,30 @@ def test_tiny_bench_run_of_the_new_sections(tmp_path):
     md = (out / "results.md").read_text()
     assert "Where webfs stands (the aims of issues 10, 12 and 13)" in md
     assert not [d for d in os.listdir(tmp_path) if d.startswith("webfs-bench-")]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs FUSE")
+def test_tiny_bench_run_of_the_postgres_section(tmp_path):
+    """The postgres section on a very small corpus: its four runs complete on
+    a server it starts itself, and the report has issue 25's rows."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from postgres import pg_bindir
+    if pg_bindir() is None:
+        pytest.skip("PostgreSQL is not installed (make deps installs it)")
+    env = dict(os.environ, PATH="%s:%s" % (BIN, os.environ["PATH"]))
+    out = tmp_path / "out"
+    argv = [sys.executable, os.path.join(TOOLS, "bench"), "--targets", "webfs", "--sections", "postgres",
+            "--corpus-size", "200K", "--repeat", "1", "--workdir", str(tmp_path), "--out", str(out),
+            "--webfs-cmd", str(BIN / "webfs")]
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads((out / "results.json").read_text())
+    assert r["complete"] and not r["failures"], r["failures"]
+    runs = r["extra"]["postgres"]["runs"]
+    assert sorted(x["kind"] for x in runs) == ["one", "pg", "sqlite", "two"]
+    assert all("error" not in x for x in runs), runs
+    assert next(x for x in runs if x["kind"] == "one")["db_bytes"] > 0
+    md = (out / "results.md").read_text()
+    assert "two machines copying a crawl each at once vs one copying both" in md
+    assert "PostgreSQL database per file (no aim)" in md
+    assert not [d for d in os.listdir(tmp_path) if d.startswith("webfs-bench-")]

@@ -5,6 +5,7 @@ module's ``mounted``), and what is PostgreSQL's own: the URL in webfs.conf
 and status without a password, a password from a file, a URL refused."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import urllib.parse
@@ -182,3 +183,18 @@ def test_a_database_of_schema_3_is_altered_at_open(tmp_path, postgres, pg_catalo
     assert postgres.psql(db, "SELECT to_char(to_timestamp(created) AT TIME ZONE 'UTC', "
                              "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') FROM blocks").split() == texts
     assert webfs("fsck", m.disks[0], check=False).returncode == 0
+
+
+def test_a_reader_in_order_asks_the_catalog_once_per_window_of_files(mounted):
+    """cat of a directory's 100 files, cold: the read-ahead looks up the next
+    files a window at a time (webfs.readcache.READ_AHEAD_WINDOW), not once per
+    open (a round trip each to the server)."""
+    d = mounted.mnt / "d"
+    d.mkdir()
+    for n in range(100):
+        (d / f"f{n:03d}.html").write_bytes(b"<p>%d</p>" % n * 40)
+    mounted.remount()
+    sh(f"cat '{d}'/* > /dev/null")
+    requests = json.loads(os.getxattr(mounted.mnt, "user.webfs.requests"))
+    assert requests["open"] >= 100
+    assert 1 <= requests.get("read-ahead-lookup", 0) <= 3, requests

@@ -465,3 +465,27 @@ def test_a_failed_commit_leaves_its_new_block_files_while_other_machines_are_mou
     assert check.returncode == 4 and len(problems) == 1 and problems[0].startswith("orphan: "), check.stdout
     assert webfs("fsck", "--repair", a.disk, check=False).returncode == 1
     assert webfs("fsck", a.disk).returncode == 0
+
+
+def test_files_in_a_fetched_read_ahead_window_changed_elsewhere_are_not_served_stale(machines):
+    """A opens the first file of a directory: the read-ahead lookup keeps the
+    blocks of the next files for their readers. B then overwrites one, renames
+    one and unlinks one: A's change notification drops what it kept of them."""
+    a, b = machines
+    d = a.mnt / "d"
+    d.mkdir()
+    for n in range(30):
+        (d / f"f{n:02d}").write_bytes(b"old %d " % n * 300)
+    a.umount()
+    a.mount()
+    assert (d / "f00").read_bytes() == b"old 0 " * 300        # the window: f01 .. f29
+    bd = b.mnt / "d"
+    with open(bd / "f10", "r+b") as f:
+        f.write(b"NEW")
+    os.rename(bd / "f11", bd / "f11.moved")
+    os.unlink(bd / "f12")
+    new10 = b"NEW" + (b"old 10 " * 300)[3:]
+    assert poll(lambda: (d / "f10").read_bytes() == new10, 2.0)
+    assert poll(lambda: not (d / "f12").exists() and not (d / "f11").exists(), 2.0)
+    assert (d / "f11.moved").read_bytes() == b"old 11 " * 300
+    assert (d / "f13").read_bytes() == b"old 13 " * 300

@@ -32,6 +32,7 @@ SECTION_TITLES = {
     "warc": "Web archives: import-warc and export-warc (webfs only)",
     "memory": "Daemon memory against archive size (webfs only)",
     "s3": "Disks on SeaweedFS (S3) against local disks and rclone mount",
+    "postgres": "The catalog in PostgreSQL against SQLite; two machines against one",
     "query": "Query access and streams: search, index size, import with indexing (webfs only)",
     "catscale": "Catalog operations against catalog size (generated catalogs, no mount)",
 }
@@ -199,7 +200,8 @@ def goals(result):
     return (datapath_aims({r["key"]: r for r in result["summary"]})
             + resolved_aims(extra) + import_aims(extra.get("import") or {})
             + warc_aims(extra.get("warc") or {}) + query_aims(extra.get("query") or {})
-            + s3_aims(extra.get("s3") or {}) + bench_catscale.catscale_aims(extra.get("catscale") or {}))
+            + s3_aims(extra.get("s3") or {}) + bench_pg.pg_aims(extra.get("postgres") or {})
+            + bench_catscale.catscale_aims(extra.get("catscale") or {}))
 
 
 MAIN, SMALL = "bench corpus", "small pages"
@@ -864,11 +866,12 @@ def render_scale(result):
 
 
 import bench_catscale  # noqa: E402
+import bench_pg  # noqa: E402
 import bench_query  # noqa: E402
 import bench_s3  # noqa: E402
 
 RENDERERS = {"warc": render_warc, "rebuild": render_rebuild, "readers": render_readers, "scale": render_scale, "cooling": render_cooling, "memory": render_memory,
-             "s3": bench_s3.render, "query": bench_query.render_query, "catscale": bench_catscale.render_catscale}
+             "s3": bench_s3.render, "postgres": bench_pg.render, "query": bench_query.render_query, "catscale": bench_catscale.render_catscale}
 
 
 # ----------------------------------------------------------------- chart

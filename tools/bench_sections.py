@@ -215,6 +215,7 @@ import bench_query  # noqa: E402
 import bench_warc  # noqa: E402
 import bench_webfs  # noqa: E402
 import bench_s3  # noqa: E402
+import bench_pg  # noqa: E402
 
 SECTIONS = {
     "ingest": (ingest, "cp -r and rsync -a of crawl 1 into an empty target, then crawl 2"),
@@ -226,6 +227,7 @@ SECTIONS = {
     **bench_datapath.SECTIONS,
     **bench_webfs.SECTIONS,
     **bench_s3.SECTIONS,
+    **bench_pg.SECTIONS,
     **bench_warc.SECTIONS,
     **bench_query.SECTIONS,
     **bench_catscale.SECTIONS,

@@ -30,8 +30,12 @@ READ_AHEAD_FILES = 8            # files of a directory read in order are fetched
 READ_AHEAD_BYTES = 1 << 20      # ... when they are no larger than this
 PREFETCH_PIECES = 4             # pieces fetched ahead of a sequential reader of a large file
 DIRECTORIES_KEPT = 10_000       # directories remembered for read-ahead
-WALKERS_KEPT = 256              # walks kept, by the file each expects next (each holds up to 16 files' rows)
+WALKERS_KEPT = 256              # walks kept, by the file each expects next (each holds up to 16 files' rows, about 70 once in order)
 WALK_LISTINGS = 6               # listings read at most to find the next files of a walk
+# Entries a walk in order lists at once: a reader in order then costs a
+# lookup per 56 or so opens, not one per 8 (a round trip each with PostgreSQL).
+# A walk not yet in order lists READ_AHEAD_FILES: random readers make many.
+READ_AHEAD_WINDOW = 64
 
 
 PieceKey = tuple[str, int, int]          # (signature, overflow, size): what a piece is, not where
@@ -109,8 +113,10 @@ class Walk:
         self.top: Optional[int] = parent      # the outermost directory walked; None past the root
         self.streak = 0                       # opens in order so far
 
-    def extend(self, ns: Namespace, wanted: int) -> None:
-        """List on until ``wanted`` files are known, in at most WALK_LISTINGS queries."""
+    def extend(self, ns: Namespace, wanted: int, count: Callable[[str], None]) -> None:
+        """List on until ``wanted`` files are known, in at most WALK_LISTINGS
+        queries (each told to ``count`` as a ``read-ahead-lookup``)."""
+        batch = READ_AHEAD_WINDOW if self.streak else READ_AHEAD_FILES
         for _ in range(WALK_LISTINGS):
             if len(self.files) >= wanted:
                 return
@@ -122,7 +128,8 @@ class Walk:
                 self.top = above[0]
                 self.walking.append(above)
             directory, after = self.walking.pop()
-            entries = ns.entries_ahead(directory, after, READ_AHEAD_FILES)
+            count("read-ahead-lookup")
+            entries = ns.entries_ahead(directory, after, batch)
             for off, ino, is_dir, row in entries:
                 if is_dir:
                     self.walking += [(directory, off), (ino, 0)]
@@ -130,7 +137,7 @@ class Walk:
                 if row is not None:
                     self.files.append((ino, row, directory))
             else:
-                if len(entries) == READ_AHEAD_FILES:    # more of it to list
+                if len(entries) == batch:               # more of it to list
                     self.walking.append((directory, entries[-1][0]))
 
 
@@ -252,7 +259,7 @@ class PieceReader:
                 # a walker opens the next ones, so fetch them now, not from the second.
                 in_order = not self.ns.has_file_before(parent, pos)
         # Out of order, the walk is only told which file would be in order next.
-        walk.extend(self.ns, READ_AHEAD_FILES if in_order else 1)
+        walk.extend(self.ns, READ_AHEAD_FILES if in_order else 1, self.count)
         if not walk.files:
             return
         self._expect(parent_of_opened, walk)

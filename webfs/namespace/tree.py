@@ -39,7 +39,9 @@ class Namespace(NamespaceRows):
         super().__init__(catalog or store.catalog)      # or a read-only snapshot of it
         self.store = store
         self.journal = journal or (lambda *args, **kwargs: None)
-        self._dir_paths: dict[int, bytes] = {}     # directory paths; renames clear it
+        # Paths of directories, and of files made here (their commit asks for
+        # the path: a round trip with PostgreSQL); renames clear it.
+        self._dir_paths: dict[int, bytes] = {}
         self._deferred = threading.local()
 
     @contextmanager
@@ -190,10 +192,13 @@ class Namespace(NamespaceRows):
         for node, name, mode in reversed(names):
             path = path + b"/" + name
             if mode is not None and stat.S_ISDIR(mode):
-                if len(self._dir_paths) >= DIR_PATHS_KEPT:
-                    self._dir_paths.clear()
-                self._dir_paths[node] = path
+                self._keep_path(node, path)
         return path
+
+    def _keep_path(self, ino: int, path: bytes) -> None:
+        if len(self._dir_paths) >= DIR_PATHS_KEPT:
+            self._dir_paths.clear()
+        self._dir_paths[ino] = path
 
     def contents(self, ino: int) -> list[BlockRow]:
         return [BlockRow.of(r) for r in self.cat.query(
@@ -313,6 +318,7 @@ class Namespace(NamespaceRows):
                 raise FsError(errno.EEXIST)
             self._touch_dir(parent, 1 if is_dir else 0)
             path = self._join(parent, name)
+            self._keep_path(ino, path)
             rows = []
             if target is not None:
                 self.add_symlink_target(ino, target)
