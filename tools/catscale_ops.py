@@ -158,7 +158,7 @@ def _run_traced(cat: Catalog, layout: Layout) -> None:
     ns.entries(layout.listing_ino, 0, 200)
     ns.path_of(layout.file_ino(k))
     ns.position(layout.file_ino(k))
-    ns.first_pieces_after(layout.file_parent(k), 0, 32)
+    ns.entries_ahead(layout.file_parent(k), 0, 64)
     ns.pieces(layout.file_ino(k))
     ns.listxattr(layout.file_ino(k))
     cat.get_meta("schema")
