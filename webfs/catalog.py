@@ -437,20 +437,31 @@ class Catalog:
 
     def insert_block(self, sig: str, overflow: int, disk: int, size: int, stored: int,
                      codec: str, refs: int, pins: int, created: str, name: str, grp: str,
-                     stripe: Optional[str] = None, sha256: Optional[bytes] = None) -> Optional[BlockRow]:
-        """A new block row; with a stripe (a catalog rebuilt from parity headers),
-        already its member. The name hint is not stored, only kept in the row
+                     stripe: Optional[str] = None, sha256: Optional[bytes] = None,
+                     room: bool = False) -> Optional[BlockRow]:
+        """A new block row; with a stripe (a catalog rebuilt from parity headers,
+        or chosen first), already its member. The name hint is not stored, only kept in the row
         returned (for its stripe's Member line). None if another machine's row of this signature and
-        overflow was committed first (a shared engine)."""
+        overflow was committed first (a shared engine). ``room``: see ``narrow``."""
+        wide = room and self.engine is SQLITE
         cur = self.execute(
             "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, grp,"
             " stripe, sha256) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (sig, overflow) DO NOTHING",
-            (key(sig), overflow, disk, size, stored, codec, refs, pins, seconds_of(created), grp,
+            (key(sig), overflow, disk, size, stored, codec, refs + wide, pins, seconds_of(created), grp,
              key(stripe), sha256))
         if not cur.rowcount:
             return None
         return BlockRow(cur.lastrowid, sig, overflow, disk, size, stored, codec, refs, pins,
                         created, name, grp, stripe, sha256)
+
+    def narrow(self, ids: list[int]) -> None:
+        """Set the count of rows inserted with ``room`` right, before the lock is
+        let go. SQLite stores 0 and 1 in no bytes, 2 to 127 in one, so a row
+        grows when a duplicate adds its second reference, and on a full page
+        that splits the page; rows inserted one wider and then narrowed leave
+        their pages a byte for each (a fill factor SQLite lacks)."""
+        if self.engine is SQLITE:
+            self.executemany("UPDATE blocks SET refs=refs-1 WHERE id=?", [(i,) for i in ids])
 
     def set_sha256(self, row: BlockRow, sha256: bytes, replace: bool = False) -> None:
         """Record the digest of a block that had none (its bytes were just

@@ -34,7 +34,7 @@ import os
 import time
 from typing import Optional, Union
 
-from . import codecs, testkill
+from . import blockrows, codecs, testkill
 from . import signature as sigmod
 from .archive import STORE_MODES, Archive
 from .block import HEADER_SIZE, BlockHeader, percent_encode, refs_offset_of, utc_timestamp
@@ -329,31 +329,28 @@ class Store:
         try:
             self._intend("".join(f"{h.signature}~{overflow} {first}\n"
                                  for _, h, _, overflow, _, _, first in blocks if first is not None))
-            added = []
             written = self.writers.write_all([(h, payload, overflow, first)
                                               for _, h, payload, overflow, _, _, first in blocks], self.fsync)
+            staged = []                     # (its place in out, row not yet inserted, payload)
             for (data, header, payload, overflow, grp, disks, first), disk in zip(blocks, written):
                 try:
                     if disk is None:        # not written by the writers: here, on any disk with room
                         disk = self._write_new(header, payload, overflow, disks, first)
-                    try:
-                        row = self.catalog.insert_block(
-                            header.signature, overflow, disk, header.size, header.stored, header.codec,
-                            1, int(pin), header.created, header.name, grp, sha256=header.sha256)
-                    except BaseException:
-                        self.archive.volumes[disk].remove_block(header.signature, overflow)
-                        raise
-                    if row is None:
-                        out.append(self._made_elsewhere(header, overflow, pin))
-                        continue
                 except Exception as exc:
                     out.append(exc)
                     continue
-                out.append(row)
-                added.append((row, payload))
-            with self.catalog.lock:
-                self._pending_new.extend(row for row, _ in added)
-            self.protection.blocks_added(added)
+                staged.append((len(out), BlockRow(0, header.signature, overflow, disk, header.size, header.stored,
+                                                  header.codec, 1, int(pin), header.created, header.name, grp,
+                                                  None, header.sha256), payload))
+                out.append(None)            # (its row or error, below)
+            added, placing, elsewhere = blockrows.insert_new(self.catalog, self.protection, self.archive.volumes,
+                                                             staged, out, self._pending_new)
+            self.protection.blocks_added(added, placing)
+            for i, row in elsewhere:    # (after: no stripe's lock is held)
+                try:
+                    out[i] = self._made_elsewhere(row, pin)
+                except Exception as exc:
+                    out[i] = exc
         finally:
             with self.catalog.lock:
                 self._inflight -= len(new)
@@ -373,14 +370,14 @@ class Store:
         self._set_refs([(row, 1, int(pin))])
         return row
 
-    def _made_elsewhere(self, header: BlockHeader, overflow: int, pin: bool) -> BlockRow:
+    def _made_elsewhere(self, mine: BlockRow, pin: bool) -> BlockRow:
         """The block another machine made of the same document at the same moment
         (its row committed first; this one's file, written over its own, holds
         the same payload): one more reference to it."""
-        row = next((r for r in self.catalog.blocks_with_sigs([header.signature]).get(header.signature, [])
-                    if r.overflow == overflow), None)
-        if row is None or (row.size, row.sha256) != (header.size, header.sha256):
-            raise NoSuchBlock(f"block {header.signature}~{overflow}: another machine stored another "
+        row = next((r for r in self.catalog.blocks_with_sigs([mine.sig]).get(mine.sig, [])
+                    if r.overflow == mine.overflow), None)
+        if row is None or (row.size, row.sha256) != (mine.size, mine.sha256):
+            raise NoSuchBlock(f"block {mine.block_name}: another machine stored another "
                               "document under this signature at the same moment")
         log.info("block %s: stored by another machine at the same moment; shared", row.block_name)
         return self._add_ref(row, pin)
