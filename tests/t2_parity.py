@@ -562,6 +562,41 @@ def test_a_failed_commit_takes_its_blocks_out_of_the_parity_again(tmp_path, monk
     assert webfs_here("fsck", disks[0]).returncode == 0
 
 
+def test_a_block_whose_row_cannot_be_inserted_leaves_its_stripe_as_it_was(tmp_path, monkeypatch):
+    # The stripe of a new block is chosen before its row is inserted
+    # (webfs.blockrows): a failed insert takes the block out of it again,
+    # and the stripe is reconciled (dropped if it was started for it alone).
+    disks = make_archive(tmp_path / "a", disks=4, group_size=3)
+    store = open_store(disks)
+    stored = fill(store, documents(12, seed=21))
+    real, calls = store.catalog.insert_block, []
+
+    def insert_block(*args, **kw):
+        calls.append(args[0])
+        if len(calls) == 3:
+            raise NoSpace("the disk that holds the catalog is full")
+        return real(*args, **kw)
+    monkeypatch.setattr(store.catalog, "insert_block", insert_block)
+    docs = documents(6, seed=22)
+    out = store.store_many([Piece(d) for d in docs], [b"/f"] * len(docs), pin=True)
+    monkeypatch.setattr(store.catalog, "insert_block", real)
+    assert isinstance(out[2], NoSpace) and all(isinstance(r, BlockRow) for i, r in enumerate(out) if i != 2)
+    assert not store.catalog.blocks_with_sigs([calls[2]])
+    assert store.protection.out_of_date() == 0
+    for stripe_id, members in store.catalog.query("SELECT id, members FROM stripes"):
+        assert members == store.catalog.scalar("SELECT COUNT(*) FROM blocks WHERE stripe=?", (stripe_id,))
+    assert all(r.refs == 1 for r in out if isinstance(r, BlockRow))
+    stored += [(r, d) for r, d in zip(out, docs) if isinstance(r, BlockRow)]
+    stored += fill(store, documents(6, seed=23))      # the stripe locks were let go
+    store.commit()
+    assert_parity_consistent(store)
+    for row, doc in stored:
+        assert store.read(row) == doc
+        assert store.catalog.block_by_id(row.id).refs == row.refs
+    store.close()
+    assert webfs_here("fsck", disks[0]).returncode == 0
+
+
 def test_stale_parity_is_found_by_fsck_and_repaired(tmp_path):
     disks = make_archive(tmp_path / "a", disks=4, group_size=4)
     store = open_store(disks)

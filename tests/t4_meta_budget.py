@@ -115,7 +115,7 @@ def test_meta_per_file_at_rest(copied):
 
 
 @pytest.mark.xfail(strict=True, reason="at 3,000 pages the catalog holds ~350 B per file (fixed costs "
-                   "weigh more than at 100,000, where meta/ is ~405 B); with two ~40 B MANIFEST.gz, ~430 B")
+                   "weigh more than at 100,000, where meta/ is ~398 B); with two ~40 B MANIFEST.gz, ~430 B")
 def test_meta_per_file_at_rest_meets_the_aim(copied):
     m, files, _, _ = copied
     assert meta_bytes(m.disks) / files <= AIM_AT_REST

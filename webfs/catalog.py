@@ -7,9 +7,8 @@ make each file, symlink targets, xattrs). It is an index, not the only
 record: block headers, parity headers and the plain-text MANIFEST and
 JOURNAL let ``webfs fsck`` rebuild it.
 
-One connection is shared by the threads of a process behind a lock; the
-caller decides when to commit (a file's close, an admin step), because
-commits are the cost that batching saves.
+One connection is shared by the threads of a process behind a lock; the caller
+decides when to commit (a file's close, an admin step): batching saves commits.
 
 With ``webfs mkfs --catalog postgresql://...`` the same tables live in a
 PostgreSQL database instead (``webfs.catalogengine``: the engine layer and
@@ -131,8 +130,7 @@ CREATE TABLE IF NOT EXISTS xattrs (
 """
 
 BLOCK_COLUMNS = "id, sig, overflow, disk, size, stored, codec, refs, pins, created, grp, stripe, sha256"
-# Blocks of a PostgreSQL catalog read under their rows' locks, those another
-# transaction holds skipped (webfs.refheaders writes Refs headers from them).
+# Rows read under their locks, those another transaction holds skipped (webfs.refheaders).
 LOCKED_BLOCKS_SQL = f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id = ANY(%s) ORDER BY id FOR UPDATE SKIP LOCKED"
 
 
@@ -440,20 +438,28 @@ class Catalog:
 
     def insert_block(self, sig: str, overflow: int, disk: int, size: int, stored: int,
                      codec: str, refs: int, pins: int, created: str, name: str, grp: str,
-                     stripe: Optional[str] = None, sha256: Optional[bytes] = None) -> Optional[BlockRow]:
-        """A new block row; with a stripe (a catalog rebuilt from parity headers),
-        already its member. The name hint is not stored, only kept in the row
+                     stripe: Optional[str] = None, sha256: Optional[bytes] = None,
+                     room: bool = False) -> Optional[BlockRow]:
+        """A new block row; with a stripe (a catalog rebuilt from parity headers,
+        or chosen first), already its member. The name hint is not stored, only kept in the row
         returned (for its stripe's Member line). None if another machine's row of this signature and
-        overflow was committed first (a shared engine)."""
+        overflow was committed first (a shared engine). ``room``: see ``narrow``."""
+        wide = room and self.engine is SQLITE
         cur = self.execute(
             "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, grp,"
             " stripe, sha256) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (sig, overflow) DO NOTHING",
-            (key(sig), overflow, disk, size, stored, codec, refs, pins, seconds_of(created), grp,
+            (key(sig), overflow, disk, size, stored, codec, refs + wide, pins, seconds_of(created), grp,
              key(stripe), sha256))
         if not cur.rowcount:
             return None
         return BlockRow(cur.lastrowid, sig, overflow, disk, size, stored, codec, refs, pins,
                         created, name, grp, stripe, sha256)
+
+    def narrow(self, ids: list[int]) -> None:
+        """The counts of rows inserted with ``room`` (one too high, so that their
+        page keeps a byte for a second reference: webfs.blockrows) set right."""
+        if self.engine is SQLITE:
+            self.executemany("UPDATE blocks SET refs=refs-1 WHERE id=?", [(i,) for i in ids])
 
     def set_sha256(self, row: BlockRow, sha256: bytes, replace: bool = False) -> None:
         """Record the digest of a block that had none (its bytes were just

@@ -7,10 +7,19 @@ archive of one disk, tests). Neither the store nor parity imports the other:
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from .catalog import BlockRow
 from .errors import DataLost
+
+
+class Placing(NamedTuple):
+    """What ``Protection.place`` chose for each row (None: nothing), what it
+    holds until ``blocks_added`` (parity: the locks of stripes it started),
+    and what ``unplace`` left for ``blocks_added`` to mend."""
+    chosen: list
+    held: dict
+    gone: list
 
 
 class Protection:
@@ -26,8 +35,21 @@ class Protection:
         those commands use the stripes' own methods (``webfs.parity.Parity``)."""
         return False
 
-    def blocks_added(self, added: list[tuple[BlockRow, bytes]]) -> None:
-        """New blocks (their rows and payloads), stored but not yet committed."""
+    def place(self, rows: list[BlockRow]) -> Placing:
+        """Choose the redundancy of new blocks whose rows are not yet inserted
+        (id 0), setting each row's ``stripe``, under the catalog lock that the
+        caller holds until it has inserted them: a row inserted whole does
+        not grow on a full page of the catalog and split it. Hand it to
+        ``blocks_added``, which releases what it holds."""
+        return Placing([None] * len(rows), {}, [])
+
+    def unplace(self, placing: Placing, row: BlockRow) -> None:
+        """A block ``place`` chose for whose row was not inserted after all."""
+
+    def blocks_added(self, added: list[tuple[BlockRow, bytes]], placing: Optional[Placing] = None) -> None:
+        """New blocks (their rows and payloads), stored but not yet committed;
+        ``placing``: what ``place`` chose for them (in their order), if it was
+        asked first."""
 
     def block_removed(self, row: BlockRow, payload: Optional[bytes]) -> None:
         pass

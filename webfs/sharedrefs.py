@@ -22,7 +22,6 @@ there.
 from __future__ import annotations
 
 import logging
-from .block import BlockHeader
 from .catalog import BlockRow, Catalog
 from .errors import NoSuchBlock
 from .piece import Piece
@@ -90,14 +89,14 @@ def anew(store, again: list[tuple[Piece, bytes, BlockRow]]) -> list[tuple[Piece,
     return new
 
 
-def made_elsewhere(store, header: BlockHeader, overflow: int, pin: bool) -> BlockRow:
+def made_elsewhere(store, mine: BlockRow, pin: bool) -> BlockRow:
     """The block another machine made of the same document at the same moment
     (its row committed first; this one's file, written over its own, holds
     the same payload): one more reference to it."""
-    row = next((r for r in store.catalog.blocks_with_sigs([header.signature]).get(header.signature, [])
-                if r.overflow == overflow), None)
-    if row is None or (row.size, row.sha256) != (header.size, header.sha256):
-        raise NoSuchBlock(f"block {header.signature}~{overflow}: another machine stored another "
+    row = next((r for r in store.catalog.blocks_with_sigs([mine.sig]).get(mine.sig, [])
+                if r.overflow == mine.overflow), None)
+    if row is None or (row.size, row.sha256) != (mine.size, mine.sha256):
+        raise NoSuchBlock(f"block {mine.block_name}: another machine stored another "
                           "document under this signature at the same moment")
     log.info("block %s: stored by another machine at the same moment; shared", row.block_name)
     return store.add_counted(row, pin)

@@ -34,10 +34,10 @@ import os
 import time
 from typing import Optional, Union
 
-from . import codecs, testkill
+from . import blockrows, codecs, testkill
 from . import signature as sigmod
 from .archive import STORE_MODES, Archive
-from .block import HEADER_SIZE, BlockHeader, percent_encode, refs_offset_of, utc_timestamp
+from .block import HEADER_SIZE, BlockHeader, percent_encode, utc_timestamp
 from .catalog import BlockRow, Catalog
 from .catalogfile import consistent_copy
 from .errors import CorruptBlock, DataLost, NoSpace, NoSuchBlock, WebfsError
@@ -341,31 +341,28 @@ class Store:
         try:
             self._intend("".join(f"{h.signature}~{overflow} {first}\n"
                                  for _, h, _, overflow, _, _, first in blocks if first is not None))
-            added = []
             written = self.writers.write_all([(h, payload, overflow, first)
                                               for _, h, payload, overflow, _, _, first in blocks], self.fsync)
+            staged = []                     # (its place in out, row not yet inserted, payload)
             for (data, header, payload, overflow, grp, disks, first), disk in zip(blocks, written):
                 try:
                     if disk is None:        # not written by the writers: here, on any disk with room
                         disk = self._write_new(header, payload, overflow, disks, first)
-                    try:
-                        row = self.catalog.insert_block(
-                            header.signature, overflow, disk, header.size, header.stored, header.codec,
-                            1, int(pin), header.created, header.name, grp, sha256=header.sha256)
-                    except BaseException:
-                        self.archive.volumes[disk].remove_block(header.signature, overflow)
-                        raise
-                    if row is None:
-                        out.append(sharedrefs.made_elsewhere(self, header, overflow, pin))
-                        continue
                 except Exception as exc:
                     out.append(exc)
                     continue
-                out.append(row)
-                added.append((row, payload))
-            with self.catalog.lock:
-                self._pending_new.extend(row for row, _ in added)
-            self.protection.blocks_added(added)
+                staged.append((len(out), BlockRow(0, header.signature, overflow, disk, header.size, header.stored,
+                                                  header.codec, 1, int(pin), header.created, header.name, grp,
+                                                  None, header.sha256), payload))
+                out.append(None)            # (its row or error, below)
+            added, placing, elsewhere = blockrows.insert_new(self.catalog, self.protection, self.archive.volumes,
+                                                             staged, out, self._pending_new)
+            self.protection.blocks_added(added, placing)
+            for i, row in elsewhere:    # (after: no stripe's lock is held)
+                try:
+                    out[i] = sharedrefs.made_elsewhere(self, row, pin)
+                except Exception as exc:
+                    out[i] = exc
         finally:
             with self.catalog.lock:
                 self._inflight -= len(new)

@@ -206,9 +206,17 @@ class StripeLayout:
             "VALUES (?, ?, ?, ?, ?, ?)",
             [(key(stripe_id), p, cls, length, members, disks)
              for stripe_id, (p, disks, members, cls, length) in started.items()])
-        self.catalog.executemany("UPDATE blocks SET stripe=? WHERE id=?",
-                                 [(key(r.stripe), r.id) for r, p in zip(rows, placed) if p is not None])
+        self.catalog.executemany("UPDATE blocks SET stripe=? WHERE id=?",       # (id 0: not inserted yet)
+                                 [(key(r.stripe), r.id) for r, p in zip(rows, placed) if p is not None and r.id])
         return placed
+
+    def unplace(self, row: BlockRow) -> None:
+        """A block placed before its row was inserted, whose insert failed (or
+        another machine's came first): its stripe counts it no more and is
+        marked dirty, as when a member's row is deleted (the blocks_leave_stripe
+        trigger), for the reconciler (``Parity.blocks_added``)."""
+        self.catalog.execute("UPDATE stripes SET state='dirty', members=members-1, disks=disks & ~(1 << ?) "
+                             "WHERE id=?", (row.disk, key(row.stripe)))
 
     def new_stripe_id(self) -> str:
         """32 hex digits, random but for the first ones (the directories of its

@@ -24,7 +24,7 @@ from ..archive import Archive
 from ..catalog import BlockRow, Catalog
 from ..errors import WebfsError
 from ..locks import KeyedLocks
-from ..protection import Protection
+from ..protection import Placing, Protection
 from ..signature import SignatureFn
 from .format import Key, Member, ParityHeader, xor_payloads
 from .intents import INTENT_FILE, IntentLog
@@ -149,17 +149,14 @@ class Parity(Protection):
 
     # -- a new block ---------------------------------------------------------
 
-    def blocks_added(self, added: list[tuple[BlockRow, bytes]]) -> None:
-        if self.width < 1 or not added:
-            return
-        stripes: dict[str, tuple[Placement, list[tuple[Member, bytes]]]] = {}
+    def place(self, rows: list[BlockRow]) -> Placing:
+        if self.width < 1 or not rows:
+            return Placing([None] * len(rows), {}, [])
         held: dict[str, contextlib.ExitStack] = {}
         with self.catalog.lock:
-            for (row, payload), placed in zip(added, self.layout.place([row for row, _ in added])):
-                if placed is None:
-                    continue
-                stripes.setdefault(placed.stripe_id, (placed, []))[1].append((Member.of(row), payload))
-                if placed.new and placed.stripe_id not in held:
+            chosen = self.layout.place(rows)
+            for placed in chosen:
+                if placed is not None and placed.new and placed.stripe_id not in held:
                     # The stripe is in the catalog from here on, its parity not
                     # yet anywhere: hold its lock (nobody else can) before the
                     # catalog's goes, so a block that joins it meanwhile waits
@@ -168,8 +165,27 @@ class Parity(Protection):
                     held[placed.stripe_id] = contextlib.ExitStack()
                     held[placed.stripe_id].enter_context(self.locks(placed.stripe_id, fresh=True))
             # every intent before any parity is written, as one append for the chunk
-            self.intents.begin_many([s for s, (_, members) in stripes.items() for _ in members])
-        failed = []
+            self.intents.begin_many([placed.stripe_id for placed in chosen if placed is not None])
+        return Placing(chosen, held, [])
+
+    def unplace(self, placing: Placing, row: BlockRow) -> None:
+        if row.stripe is not None:
+            with self.catalog.lock:
+                self.layout.unplace(row)
+                self.intents.done(row.stripe)
+            placing.gone.append(row.stripe)     # reconciled (or dropped, left empty) by blocks_added
+
+    def blocks_added(self, added: list[tuple[BlockRow, bytes]], placing: Optional[Placing] = None) -> None:
+        if self.width < 1 or not (added or placing):
+            return
+        if placing is None:
+            placing = self.place([row for row, _ in added])
+        stripes: dict[str, tuple[Placement, list[tuple[Member, bytes]]]] = {}
+        for (row, payload), placed in zip(added, placing.chosen):
+            if placed is not None:
+                stripes.setdefault(placed.stripe_id, (placed, []))[1].append((Member.of(row), payload))
+        held = dict(placing.held)
+        failed = list(placing.gone)
         try:
             # The new stripes first, whose locks are held: no lock is waited for
             # while another is held, so two threads adding blocks cannot deadlock.
@@ -190,7 +206,7 @@ class Parity(Protection):
         finally:
             for stack in held.values():
                 stack.close()
-        for stripe_id in failed:
+        for stripe_id in dict.fromkeys(failed):
             self.reconciler.reconcile_or_mark(stripe_id)
 
     def _xor_in(self, placed: Placement, members: list[tuple[Member, bytes]]) -> int:
