@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, REPO, sh, unmount, webfs
+from webfs.control import CONTROL_XATTR
 
 # Seconds between renewals of a mount's row: take-over after 3 s. Not less: under
 # a loaded machine's cp -r, 0.3 s periods let a busy mount's row go stale.
@@ -366,6 +367,9 @@ def test_an_import_meeting_another_machines_new_name_says_so_and_loses_nothing(m
     nameless inode)."""
     a, b = machines
     assert others_checked(postgres, pg_catalog)
+    # Each mount's own control socket (before: one per archive, the last mount's,
+    # so A's import ran in B's daemon, which may not have had A's "crawl" yet).
+    assert os.getxattr(a.mnt, CONTROL_XATTR) != os.getxattr(b.mnt, CONTROL_XATTR)
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
     for n in range(5):

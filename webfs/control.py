@@ -24,15 +24,17 @@ from .errors import ArchiveError, WebfsError
 RUN_DIR = "/run/webfs"
 
 
-def control_socket_path(archive_uuid: str) -> str:
+def control_socket_path(archive_uuid: str, machine: Optional[str] = None) -> str:
     """Where a mount's control socket is: /run/webfs for root, else
     ``webfs-UID`` in the temporary directory (the standard library's
     ``tempfile.gettempdir``: TMPDIR, else /tmp, as every command's temporary
-    files; the daemon and the commands that call it see one environment)."""
+    files; the daemon and the commands that call it see one environment).
+    ``machine``: the mount's machine id where several machines share the
+    archive's catalog, two of which may be on one host (one socket each)."""
     import tempfile
     base = RUN_DIR if os.access("/run", os.W_OK) else os.path.join(
         tempfile.gettempdir(), f"webfs-{os.getuid()}")
-    return os.path.join(base, f"{archive_uuid}.sock")
+    return os.path.join(base, f"{archive_uuid}.{machine}.sock" if machine else f"{archive_uuid}.sock")
 
 
 def report_path(socket_path: str) -> str:

@@ -163,7 +163,7 @@ class Daemon:
         return opts
 
     def start_control(self) -> None:
-        self.socket_path = control_socket_path(self.store.conf.uuid)
+        self.socket_path = control_socket_path(self.store.conf.uuid, self.lease.machine if self.lease else None)
         run_dir = os.path.dirname(self.socket_path)
         os.makedirs(run_dir, mode=0o700, exist_ok=True)
         st = os.lstat(run_dir)
