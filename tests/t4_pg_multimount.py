@@ -296,7 +296,7 @@ def others_checked(postgres, pg_catalog) -> bool:
                                       "(SELECT max(started) FROM mounts) + interval '200 ms'").strip() == "2", 10.0, 0.2)
 
 
-def hold_name(pg_catalog: str, parent: int, name: bytes):
+def hold_name(pg_catalog: str, parent: int, name: bytes, mode: int = 0o100644):
     """Another machine's new empty file ``name`` in directory ``parent``, in a
     transaction not yet committed: a mount's statement that meets the name
     waits for it, as for another mount's commit. The connection: commit() it."""
@@ -305,7 +305,7 @@ def hold_name(pg_catalog: str, parent: int, name: bytes):
     ino = conn.execute("SELECT nextval('inode_numbers')").fetchone()[0]
     t = time.time_ns()
     conn.execute("INSERT INTO inodes (id, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev) "
-                 "VALUES (%s, %s, 0, 0, 0, 1, %s, %s, %s, 0)", (ino, 0o100644, t, t, t))
+                 "VALUES (%s, %s, 0, 0, 0, %s, %s, %s, %s, 0)", (ino, mode, 2 if mode & 0o040000 else 1, t, t, t))
     conn.execute("INSERT INTO dentries (parent, name, inode) VALUES (%s, %s, %s)", (parent, name, ino))
     return conn
 
@@ -314,6 +314,21 @@ def someone_waits(postgres, pg_catalog) -> bool:
     """Does a statement on the catalog's database wait for a lock?"""
     return postgres.psql(database(pg_catalog), "SELECT count(*) FROM pg_stat_activity WHERE "
                          "datname = current_database() AND wait_event_type = 'Lock'").strip() not in ("", "0")
+
+
+def import_meeting_held_name(postgres, pg_catalog, other, src: Path, dest: Path):
+    """webfs import of src/ into dest, started while ``other`` (hold_name's
+    connection) holds a name it meets; committed once the import waits for
+    it: (the process, its stdout, its stderr)."""
+    imported = subprocess.Popen([str(BIN / "webfs"), "import", f"{src}/", str(dest)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert poll(lambda: someone_waits(postgres, pg_catalog), 60.0, 0.05)
+    finally:
+        other.commit()
+        other.close()
+    out, err = imported.communicate(timeout=120)
+    return imported, out, err
 
 
 def in_thread(fn, *args) -> tuple[threading.Thread, dict]:
@@ -377,15 +392,8 @@ def test_an_import_meeting_another_machines_new_name_says_so_and_loses_nothing(m
     (src / "sub" / "inner.html").write_bytes(b"inner" * 100)
     (a.mnt / "crawl").mkdir()
     crawl = os.stat(a.mnt / "crawl").st_ino
-    other = hold_name(pg_catalog, crawl, b"f2.html")
-    imported = subprocess.Popen([str(BIN / "webfs"), "import", f"{src}/", str(a.mnt / "crawl")],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert poll(lambda: someone_waits(postgres, pg_catalog), 60.0, 0.05)
-    finally:
-        other.commit()
-        other.close()
-    out, err = imported.communicate(timeout=120)
+    imported, out, err = import_meeting_held_name(postgres, pg_catalog, hold_name(pg_catalog, crawl, b"f2.html"),
+                                                  src, a.mnt / "crawl")
     assert imported.returncode == 4, (out, err)
     assert b"f2.html" in out and b"another machine made this name at the same moment" in out, out
     for m in machines:
@@ -398,6 +406,24 @@ def test_an_import_meeting_another_machines_new_name_says_so_and_loses_nothing(m
     assert postgres.psql(database(pg_catalog), "SELECT count(*) FROM inodes i WHERE id <> 1 AND NOT EXISTS "
                          "(SELECT 1 FROM dentries d WHERE d.inode = i.id)").strip() == "0"
     assert webfs("fsck", a.disk).returncode == 0
+
+
+def test_an_import_whose_new_destination_another_machine_makes_at_once_merges_into_it(machines, postgres,
+                                                                                     pg_catalog, tmp_path):
+    """DEST is missing; B makes it (not yet committed) as A's import makes it:
+    the import waits for B's commit and imports into B's directory, as
+    mkdir -p would (before: a bare "File exists", exit 1, nothing imported)."""
+    a, b = machines
+    assert others_checked(postgres, pg_catalog)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "page.html").write_bytes(b"a page" * 100)
+    imported, out, err = import_meeting_held_name(postgres, pg_catalog, hold_name(pg_catalog, 1, b"dest", 0o040755),
+                                                  src, a.mnt / "dest")
+    assert imported.returncode == 0, (out, err)
+    for m in machines:
+        assert poll(lambda: os.path.exists(m.mnt / "dest" / "page.html"), 10.0)
+        assert (m.mnt / "dest" / "page.html").read_bytes() == b"a page" * 100
 
 
 def test_a_block_another_machine_releases_as_this_one_adds_a_reference_is_stored_anew(machines, postgres,

@@ -144,8 +144,7 @@ class Importer:
                     raise WebfsError(f"{show_path(here)}: {exc}") from None
                 if ino == ROOT_INODE and part == CONTROL_DIR:
                     raise WebfsError(f"{show_path(here)}: the name is webfs's own") from None
-                node = self.ns.create(ino, part, stat.S_IFDIR | 0o755, self.uid, self.gid)
-                self.dirs_changed.add(ino)
+                node = self._make_dest_part(ino, part, here)
                 made = True
             if not node.is_dir:
                 raise WebfsError(f"{show_path(here)}: not a directory")
@@ -153,6 +152,18 @@ class Importer:
         if made:
             self.store.commit()
         return ino, here
+
+    def _make_dest_part(self, parent: int, part: bytes, here: bytes):
+        """A missing directory of DEST, made; made by another machine at the
+        same moment (its commit came first), that one (as ``mkdir -p``)."""
+        try:
+            node = self.ns.create(parent, part, stat.S_IFDIR | 0o755, self.uid, self.gid)
+        except FsError as exc:
+            if exc.errno != errno.EEXIST:
+                raise WebfsError(f"{show_path(here)}: {exc}") from None
+            node = self.ns.lookup(parent, part)
+        self.dirs_changed.add(parent)
+        return node
 
     # -- making names (this thread, in batches) -----------------------------------
 
