@@ -114,7 +114,7 @@ def _links(tree: HTMLParser, base: str) -> list[str]:
     return list(seen)
 
 
-QUICK_KEYS_KEPT = 1 << 16       # hrefs remembered across pages (a site's pages share most of theirs)
+QUICK_KEYS_KEPT = 1 << 12       # hrefs remembered across pages (a site's pages share most of theirs; the mount's daemon keeps them too)
 _quick_keys: dict[tuple[str, str, str], Optional[str]] = {}     # None: by urljoin
 
 
