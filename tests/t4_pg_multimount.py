@@ -479,13 +479,18 @@ def test_a_failed_commit_leaves_its_new_block_files_while_other_machines_are_mou
     assert others_checked(postgres, pg_catalog)
     doc = b"written on a machine cut off " * 200
     sig = signature(doc)
+    import psycopg
     machine = (a.state / "machine-id").read_text().strip()
-    postgres.psql(database(pg_catalog), f"UPDATE mounts SET token = token + 1000 WHERE machine = '{machine}'")
-    with pytest.raises(OSError):
-        with open(a.mnt / "lost", "wb") as f:
-            f.write(doc)
-            f.flush()
-            os.fsync(f.fileno())
+    with psycopg.connect(pg_catalog, autocommit=True) as cut:
+        with pytest.raises(OSError):
+            with open(a.mnt / "lost", "wb") as f:
+                f.write(doc)
+                f.flush()
+                # A's token changed just before its commit, not before the open:
+                # a renewal in between (every second) would turn the mount
+                # read-only first, and nothing would be stored to be kept.
+                cut.execute("UPDATE mounts SET token = token + 1000 WHERE machine = %s", (machine,))
+                os.fsync(f.fileno())
     kept = [p for p in a.disk.parent.glob(f"disk*/blocks/{sig[:2]}/{sig[2:4]}/{sig[4:]}")]
     assert len(kept) == 1
     for m in machines:
