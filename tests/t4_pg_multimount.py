@@ -346,6 +346,19 @@ def in_thread(fn, *args) -> tuple[threading.Thread, dict]:
     return thread, outcome
 
 
+def unmounted_with_one_problem_repaired(machines, kind: str) -> None:
+    """Both machines unmounted: fsck finds exactly one problem, of this kind,
+    that --repair mends (exit 1), and is clean after."""
+    for m in machines:
+        m.umount()
+    disk = machines[0].disk
+    check = webfs("fsck", disk, check=False)
+    problems = [x for x in check.stdout.decode().splitlines() if "[NOT repaired" in x]
+    assert check.returncode == 4 and len(problems) == 1 and problems[0].startswith(kind), check.stdout
+    assert webfs("fsck", "--repair", disk, check=False).returncode == 1
+    assert webfs("fsck", disk).returncode == 0
+
+
 def test_a_rename_onto_a_name_another_machine_makes_at_once_replaces_it(machines, postgres, pg_catalog):
     """A's rename meets B's new name, not yet committed, as its target: the
     engine waits for B's commit, and the rename then replaces B's file, as if
@@ -459,14 +472,8 @@ def test_a_block_another_machine_releases_as_this_one_adds_a_reference_is_stored
     for m in machines:
         assert poll(lambda: (m.mnt / "a-copy").read_bytes() == doc, 2.0)
     assert postgres.psql(db, "SELECT overflow, refs FROM blocks").split() == ["1|1"]
-    for m in machines:
-        m.umount()
     # The one thing the stand-in for B leaves undone: the gone block's stripe's parity (B's mount rewrites it).
-    check = webfs("fsck", a.disk, check=False)
-    problems = [x for x in check.stdout.decode().splitlines() if "[NOT repaired" in x]
-    assert check.returncode == 4 and len(problems) == 1 and problems[0].startswith("parity: "), check.stdout
-    assert webfs("fsck", "--repair", a.disk, check=False).returncode == 1
-    assert webfs("fsck", a.disk).returncode == 0
+    unmounted_with_one_problem_repaired(machines, "parity: ")
 
 
 def test_a_failed_commit_leaves_its_new_block_files_while_other_machines_are_mounted(machines, postgres, pg_catalog):
@@ -493,13 +500,7 @@ def test_a_failed_commit_leaves_its_new_block_files_while_other_machines_are_mou
                 os.fsync(f.fileno())
     kept = [p for p in a.disk.parent.glob(f"disk*/blocks/{sig[:2]}/{sig[2:4]}/{sig[4:]}")]
     assert len(kept) == 1
-    for m in machines:
-        m.umount()
-    check = webfs("fsck", a.disk, check=False)
-    problems = [x for x in check.stdout.decode().splitlines() if "[NOT repaired" in x]
-    assert check.returncode == 4 and len(problems) == 1 and problems[0].startswith("orphan: "), check.stdout
-    assert webfs("fsck", "--repair", a.disk, check=False).returncode == 1
-    assert webfs("fsck", a.disk).returncode == 0
+    unmounted_with_one_problem_repaired(machines, "orphan: ")
 
 
 def test_files_in_a_fetched_read_ahead_window_changed_elsewhere_are_not_served_stale(machines):
