@@ -493,9 +493,6 @@ class Catalog:
         self.execute("UPDATE blocks SET stripe=NULL WHERE id=?", (block_id,))
         self.execute("UPDATE blocks SET disk=? WHERE id=?", (disk, block_id))
 
-    def delete_block(self, block_id: int) -> None:
-        self.execute("DELETE FROM blocks WHERE id=?", (block_id,))
-
     def drop_ref(self, block_id: int, pin: bool) -> None:
         """One reference (and a pin) fewer, counted by the engine (webfs.sharedrefs)."""
         self.execute("UPDATE blocks SET refs=refs-1, pins=pins-? WHERE id=?", (int(pin), block_id))

@@ -1,13 +1,8 @@
 """Reference counts of blocks that other machines' mounts change too (a
 PostgreSQL catalog, webfs.machines): what ``webfs.store`` does differently
-there.
+there (a reference's release is decided the same way on both engines:
+``Store.release``).
 
-- ``release``: whether a block's last reference went is decided by the
-  engine's count, read back under the row's lock that the decrement took
-  (held until this mount's commit), not by a count read before: a reference
-  another machine adds at that moment waits for the commit and then finds
-  the row gone, or comes first and the block stays. The row is deleted only
-  if its count is 0 when the DELETE runs.
 - ``vanished``: a duplicate's new reference (UPDATE refs=refs+1) that found
   no row, because another machine released the block to 0 at that moment;
   asked only while other machines are mounted (one round trip), and the
@@ -27,28 +22,6 @@ from .errors import NoSuchBlock
 from .piece import Piece
 
 log = logging.getLogger(__name__)
-
-
-def release(store, row: BlockRow, pin: bool) -> int:
-    """``Store.release`` on a shared engine (the caller holds the block's
-    signature lock): references left."""
-    cat = store.catalog
-    with cat.lock:
-        cat.drop_ref(row.id, pin)
-        fresh = cat.block_by_id(row.id)         # this transaction's count: the row is locked until its commit
-        if fresh is not None and (fresh.refs < 0 or fresh.pins < 0):
-            cat.add_refs_of([(row.id, 1, int(pin))])
-            if fresh.refs >= 0:
-                raise NoSuchBlock(f"block {row.block_name} was not stored with 'webfs put'")
-            fresh = None
-        if fresh is None:
-            raise NoSuchBlock(f"block {row.block_name} has no reference left to drop")
-        if fresh.refs:
-            store.headers_due([fresh])
-            return fresh.refs
-        cat.delete_unused_block(row.id)
-        store.removal_due(fresh)
-    return 0
 
 
 def others_mounted(catalog: Catalog) -> bool:
@@ -102,4 +75,4 @@ def made_elsewhere(store, mine: BlockRow, pin: bool) -> BlockRow:
     return store.add_counted(row, pin)
 
 
-__all__ = ["anew", "made_elsewhere", "others_mounted", "release", "vanished"]
+__all__ = ["anew", "made_elsewhere", "others_mounted", "vanished"]

@@ -627,24 +627,30 @@ class Store:
     # -- delete --------------------------------------------------------------
 
     def release(self, row: BlockRow, pin: bool = False) -> int:
-        """Drop one reference; the last one removes the block. Returns refs left."""
-        with self._sig_locks(row.sig):
-            if self.catalog.engine.name == "postgresql":    # decided by the engine's count, under its row lock
-                return sharedrefs.release(self, row, pin)
-            fresh = self.catalog.block_by_id(row.id)
-            if fresh is None or fresh.refs <= 0:
+        """Drop one reference; the last one removes the block. Returns refs left.
+        Whether it was the last is decided by the engine's count, read back
+        under the row's lock that the decrement took (held until the commit),
+        not by a count read before: with other machines' mounts (a PostgreSQL
+        catalog), a reference one adds at that moment waits for the commit and
+        then finds the row gone (``sharedrefs.vanished``), or comes first and
+        the block stays. The row is deleted only if its count is 0 then."""
+        cat = self.catalog
+        with self._sig_locks(row.sig), cat.lock:
+            cat.drop_ref(row.id, pin)
+            fresh = cat.block_by_id(row.id)
+            if fresh is not None and (fresh.refs < 0 or fresh.pins < 0):
+                cat.add_refs_of([(row.id, 1, int(pin))])
+                if fresh.refs >= 0:
+                    raise NoSuchBlock(f"block {row.block_name} was not stored with 'webfs put'")
+                fresh = None
+            if fresh is None:
                 raise NoSuchBlock(f"block {row.block_name} has no reference left to drop")
-            if pin and fresh.pins <= 0:
-                raise NoSuchBlock(f"block {row.block_name} was not stored with 'webfs put'")
-            fresh.refs -= 1
-            fresh.pins -= int(pin)
             if fresh.refs:
-                self._set_refs([(fresh, -1, -int(pin))])
+                self.headers_due([fresh])
                 return fresh.refs
-            with self.catalog.lock:
-                self.catalog.delete_block(fresh.id)
-                self._pending_removals.append(fresh)
-            return 0
+            cat.delete_unused_block(row.id)
+            self._pending_removals.append(fresh)
+        return 0
 
     def correct_refs(self, row: BlockRow, refs: int, mirror: bool = True) -> None:
         """Make a block's count what really exists (fsck, crash recovery): the
