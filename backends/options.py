@@ -73,7 +73,7 @@ class BackendOptions:
                           ec2_metadata=env.get("AWS_EC2_METADATA_DISABLED", "true").lower() != "true",
                           lease_renew=_renew(env.get(LEASE_RENEW_ENV, "")),
                           take_lease=env.get(TAKE_LEASE_ENV, "") not in ("", "0"))
-        except ValueError as exc:
+        except ValueError:
             raise ValueError(f"{LEASE_RENEW_ENV}={env.get(LEASE_RENEW_ENV)!r}: not a number of seconds") from None
         for key, value in settings.items():
             try:

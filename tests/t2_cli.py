@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 
-import pytest
 
 from conftest import BIN, webfs, webfs_here
 

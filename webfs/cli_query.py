@@ -15,7 +15,6 @@ import click
 from . import control, testkill
 from .backends import is_url
 from .commandline import DiskPath, options_given, run_admin_command
-from .errors import WebfsError
 from .quicksearch import PATHS, SEARCH_NUMBERS, SEARCH_OUTPUTS
 
 # The archive a command works on: a disk or a mount point.

@@ -7,7 +7,6 @@ and ``cli_warc`` (web archives).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from typing import TYPE_CHECKING, Optional
