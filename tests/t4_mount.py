@@ -397,9 +397,9 @@ def test_small_files_are_stored_on_the_loop_and_a_large_or_slow_one_in_a_worker(
     counts = lambda what: json.loads(os.getxattr(mnt, f"user.webfs.{what}"))
     sh(f"cp -r '{src}' '{mnt}/c'")
     here, hops = counts("requests").get("stored-on-loop", 0), counts("handoffs").get("flush", 0)
-    assert here + hops == 201 and here >= 150 and hops >= 1, (here, hops)
+    assert here + hops == 201 and here >= 100 and hops >= 1, (here, hops)    # periodic work away: a hop
     sh(f"rsync -a '{src}/' '{mnt}/r/'")
-    assert counts("requests").get("stored-on-loop", 0) - here >= 150
+    assert counts("requests").get("stored-on-loop", 0) - here >= 100
     mounted.remount("disk_delay=0:0.001")
     before = counts("handoffs").get("flush", 0)
     sh(f"cp -r '{src}/d0' '{mnt}/slow'")
