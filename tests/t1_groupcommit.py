@@ -6,6 +6,7 @@ import time
 
 import pytest
 import trio
+import trio.testing
 
 from webfs.groupcommit import GroupCommit
 
@@ -118,3 +119,57 @@ def test_jobs_of_requests_that_arrive_together_run_in_one_trip_before_its_commit
     assert log.count("commit") == gc.commits
     # Every job ran before the commit of its trip.
     assert log[-1] == "commit" and all(log.index(i) < len(log) - 1 for i in range(10))
+
+
+def test_a_close_alone_stores_and_commits_on_the_loop_with_no_hand_off():
+    """commit_here runs the job and the commit at once, on the loop, when no
+    commit runs or waits and nothing is away in another thread; a failed job
+    is heard by its caller and the commit still ran."""
+    from webfs.groupcommit import HANDOFFS
+    log = []
+    gc = GroupCommit(lambda: log.append(("commit", threading.current_thread().name)))
+
+    def failing():
+        log.append("job")
+        raise OSError(28, "No space left on device")
+
+    async def main():
+        before = sum(HANDOFFS.values())
+        assert gc.commit_here(lambda: log.append("job"))
+        with pytest.raises(OSError):
+            gc.commit_here(failing)
+        assert sum(HANDOFFS.values()) == before
+
+    trio.run(main)
+    me = threading.current_thread().name
+    assert log == ["job", ("commit", me), "job", ("commit", me)]
+    assert gc.commits == gc.here == 2
+
+
+def test_a_close_goes_to_a_worker_while_a_commit_runs_or_work_is_away():
+    """commit_here does nothing (False) while a commit runs in a worker, while
+    a trip of any request is in a worker, or while an admin operation holds
+    ``away``: the loop then never waits for a lock those may hold."""
+    from webfs.groupcommit import away, to_worker
+    ran = []
+    release = threading.Event()
+    gc = GroupCommit(lambda: release.wait(10))
+
+    async def main():
+        async with trio.open_nursery() as n:
+            n.start_soon(gc.commit)                     # a commit in a worker, held
+            await trio.testing.wait_all_tasks_blocked()
+            assert not gc.commit_here(lambda: ran.append("running"))
+            release.set()
+        release.clear()
+        async with trio.open_nursery() as n:
+            n.start_soon(to_worker, release.wait, 10)   # another request's trip
+            await trio.testing.wait_all_tasks_blocked()
+            assert not gc.commit_here(lambda: ran.append("trip"))
+            release.set()
+        with away():
+            assert not gc.commit_here(lambda: ran.append("admin"))
+        assert gc.commit_here(lambda: ran.append("alone"))
+
+    trio.run(main)
+    assert ran == ["alone"]

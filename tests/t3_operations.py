@@ -238,3 +238,24 @@ def test_a_walker_in_order_gets_the_files_after_its_directory_fetched_ahead(ops)
             assert await fetched_after_open(g1) == set()      # back again: out of order
             nursery.cancel_scope.cancel()
     trio.run(main)
+
+
+def test_a_chmod_to_the_mode_a_file_has_changes_its_ctime_alone(store):
+    """rsync fchmods each new file to the mode it was made with: that setattr
+    moves the ctime (as chmod(2) must) and writes no JOURNAL record; a real
+    change writes one."""
+    records = []
+    ns = Namespace(store, journal=lambda *args, **kwargs: records.append(args[0]))
+    ns.ensure_root()
+    ops = Operations(store, ns, buffer_bound=1 << 16)
+
+    async def main():
+        ino = await write_file(ops, b"f", b"page")
+        before, n = await ops.getattr(ino), len(records)
+        same = await ops.setattr(ino, before, Fields(update_mode=True), None, CTX)
+        assert len(records) == n and same.st_mode == before.st_mode
+        assert same.st_ctime_ns > before.st_ctime_ns
+        before.st_mode = stat.S_IFREG | 0o600
+        changed = await ops.setattr(ino, before, Fields(update_mode=True), None, CTX)
+        assert len(records) == n + 1 and stat.S_IMODE(changed.st_mode) == 0o600
+    trio.run(main)

@@ -377,3 +377,35 @@ def test_allow_other(tmp_path):
     finally:
         m.umount()
         m.mnt.rmdir()
+
+
+def test_small_files_are_stored_on_the_loop_and_a_large_or_slow_one_in_a_worker(mounted, tmp_path):
+    """cp -r and rsync -a of small files: their closes store them on the event
+    loop (``stored-on-loop`` in user.webfs.requests), with no hand-off each
+    (a close that finds the mount's periodic work in a worker still makes
+    one); a file past 64 KiB, and any file on a disk with a delay (a stand-in
+    for a slow disk), goes to a worker. Every file reads back identical after
+    a remount."""
+    src = tmp_path / "src"
+    rng = random.Random(5)
+    for d in range(4):
+        (src / f"d{d}").mkdir(parents=True)
+        for i in range(50):
+            (src / f"d{d}" / f"p{i}.html").write_bytes(rng.randbytes(rng.randrange(1, 8192)))
+    (src / "big.bin").write_bytes(rng.randbytes(100_000))
+    mnt = mounted.mnt
+    counts = lambda what: json.loads(os.getxattr(mnt, f"user.webfs.{what}"))
+    sh(f"cp -r '{src}' '{mnt}/c'")
+    here, hops = counts("requests").get("stored-on-loop", 0), counts("handoffs").get("flush", 0)
+    assert here + hops == 201 and here >= 100 and hops >= 1, (here, hops)    # periodic work away: a hop
+    sh(f"rsync -a '{src}/' '{mnt}/r/'")
+    assert counts("requests").get("stored-on-loop", 0) - here >= 100
+    mounted.remount("disk_delay=0:0.001")
+    before = counts("handoffs").get("flush", 0)
+    sh(f"cp -r '{src}/d0' '{mnt}/slow'")
+    assert counts("requests").get("stored-on-loop", 0) == 0
+    assert counts("handoffs").get("flush", 0) - before == 50
+    mounted.remount()
+    for top in ("c", "r"):
+        sh(f"diff -r '{src}' '{mnt}/{top}'")
+    sh(f"diff -r '{src}/d0' '{mnt}/slow'")

@@ -48,6 +48,11 @@ class Background:
             self._pending += 1
         self._queue.put(job)
 
+    @property
+    def busy(self) -> bool:
+        """Jobs submitted and not yet done (read without the lock: a hint)."""
+        return self._pending > 0
+
     def drain(self) -> None:
         """Wait until every job submitted so far is done."""
         with self._idle:

@@ -30,6 +30,7 @@ from . import admin, changes, indexer, machines, outages, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations, work_answered
+from .groupcommit import away
 from .manifest import manifest_chunks
 from .mountoptions import MountOptions
 from .namespace import Namespace
@@ -211,10 +212,8 @@ class Daemon:
                 fn = self.admin_commands.get(name)
                 if fn is None:
                     raise WebfsError(f"the daemon knows no operation {name!r}")
-                progress = admin.Progress(lambda kind, n, total, what: send(
-                    {"progress": kind, "n": n, "total": total, "what": what}))
-                result = fn(self.archive, progress, **req.get("options", {}))
-                self.store.commit()
+                with away():     # run here, in the control thread
+                    result = self._admin(fn, req, send)
             send({"result": result.to_json()})
         except WebfsError as exc:
             send({"error": str(exc)})
@@ -224,12 +223,20 @@ class Daemon:
             log.exception("admin operation failed")
             send({"error": f"internal error: {exc}"})
 
+    def _admin(self, fn, req: dict, send) -> admin.Result:
+        progress = admin.Progress(lambda kind, n, total, what: send(
+            {"progress": kind, "n": n, "total": total, "what": what}))
+        result = fn(self.archive, progress, **req.get("options", {}))
+        self.store.commit()
+        return result
+
     async def flush_all(self) -> None:
         """Store every open file's buffer, commit, write the MANIFEST. A file that
         cannot be stored now (a full disk) does not keep the others from it: it
         stays open and dirty for its writer, and the sync fails naming it."""
         failed = await self.fs.files.commit_all()
-        await trio.to_thread.run_sync(self.checkpoint)
+        with away():
+            await trio.to_thread.run_sync(self.checkpoint)
         if failed:
             raise WebfsError(f"synced, except {len(failed)} open file(s) that could not be stored: "
                              + ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else ""))
@@ -248,8 +255,9 @@ class Daemon:
 
         def run():
             try:
-                if self.journal.wants_checkpoint():     # not done meanwhile by another
-                    self.checkpoint()
+                with away():
+                    if self.journal.wants_checkpoint():     # not done meanwhile by another
+                        self.checkpoint()
             except Exception:
                 log.exception("checkpoint (the JOURNAL passed its size bound) failed")
             finally:
@@ -396,7 +404,8 @@ class Daemon:
 
     async def _run_once(self, fn, what: str, seconds: float) -> None:
         try:
-            await trio.to_thread.run_sync(fn)
+            with away():
+                await trio.to_thread.run_sync(fn)
         except WebfsError as exc:
             log.warning("%s failed: %s; it runs again in %g s", what, exc, seconds)
         except Exception:

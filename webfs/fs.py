@@ -47,6 +47,7 @@ READDIR_BATCH = 200             # entries a readdir reads from the catalog at on
 # import) go through take_misses. At most NEGATIVE_MAX
 # misses are remembered (about 150 bytes each); beyond that a miss is not cached.
 NEGATIVE_TIMEOUT = 60.0
+UNCHANGED_IF_SAME = ("mode", "uid", "gid")      # setattr fields dropped when the inode has them already
 NEGATIVE_MAX = 1 << 14
 # FUSE requests answered since the mount, by type: always counted (one dict
 # update per request), read as JSON from the root's ``user.webfs.requests``
@@ -311,7 +312,12 @@ class Operations(pyfuse3.Operations):
             a = self._attrs(self.ns.get(inode))
             a.st_mtime_ns = self.files.pending_mtime(inode) or a.st_mtime_ns
             return a
-        node = self.ns.set_attrs(inode, **changes) if changes else self.ns.get(inode)
+        node = self.ns.get(inode)
+        if changes:
+            # A chmod or chown to what the file has already (rsync's fchmod of
+            # a new file to its mode) changes its ctime alone: no JOURNAL record.
+            node = self.ns.set_attrs(inode, **{k: v for k, v in changes.items()
+                                               if k not in UNCHANGED_IF_SAME or getattr(node, k) != v})
         self._changed()
         return self._attrs(node)
 
@@ -543,7 +549,8 @@ class Operations(pyfuse3.Operations):
         if inode == ROOT_INODE and name in self.root_xattrs:
             return self.root_xattrs[name]
         if inode == ROOT_INODE and name == XATTR_PREFIX + b"requests":
-            return json.dumps(dict(sorted(REQUESTS.items()))).encode()
+            counts = dict(REQUESTS, **({"stored-on-loop": self.commits.here} if self.commits.here else {}))
+            return json.dumps(dict(sorted(counts.items()))).encode()
         if inode == ROOT_INODE and name == XATTR_PREFIX + b"handoffs":
             return json.dumps(dict(sorted(HANDOFFS.items()))).encode()
         if not name.startswith(XATTR_PREFIX) or is_virtual(inode):

@@ -8,7 +8,8 @@ and, when storing fails (ENOSPC, EIO), dropping the file's new content and
 telling each of its descriptors once. A ``close()`` returns only after its
 blocks are written and the commit that names them has ended, so a closed
 file survives ``kill -9``. Hashing, compression and disk I/O run in worker
-threads, never on the trio loop. Nothing here speaks FUSE: ``webfs.fs``
+threads, except the store of a small file at its close when nothing else
+runs in one (``STORE_HERE_MAX``; ``GroupCommit.commit_here``). Nothing here speaks FUSE: ``webfs.fs``
 calls it, and a test can drive it without a kernel. What the kernel must
 forget of a file whose changes were dropped is the caller's to do
 (``forget_kernel_copy``).
@@ -26,6 +27,7 @@ from typing import Callable, Optional
 import trio
 
 from .catalog import BlockRow
+from .catalogengine import SQLITE
 from .errors import FsError, WebfsError, errno_of
 from .groupcommit import GroupCommit, to_worker
 from .namespace import Namespace, now_ns
@@ -37,6 +39,7 @@ from . import lockorder
 log = logging.getLogger(__name__)
 
 MAX_PIECES = 1 << 18            # the largest file: 262,144 pieces (1 TiB at max_block 4 MiB); EFBIG beyond
+STORE_HERE_MAX = 64 << 10       # a file this small is stored on the loop when no worker is busy
 FAILURES_KEPT = 1000            # files whose changes were dropped, listed at umount
 
 
@@ -402,7 +405,8 @@ class OpenFiles:
         """Store a dirty file's buffer as blocks and make them its content (lock
         held); True if it did, with a commit that holds whatever the catalog
         held before. A file of one piece is stored in the commit's own worker
-        trip: one hand-off, shared with the closes that arrive together."""
+        trip: one hand-off, shared with the closes that arrive together; a
+        small one on the loop when no worker is busy (no hand-off)."""
         if of.error:
             raise FsError(of.error)
         if not of.dirty or of.buffer is None:
@@ -412,7 +416,9 @@ class OpenFiles:
         path = self.ns.path_of(of.ino)
         mtime_ns = of.mtime_ns or now_ns()
         if size <= self.max_block:
-            await self.commits.commit(lambda: self._store_small(of.ino, buf, path, mtime_ns))
+            job = lambda: self._store_small(of.ino, buf, path, mtime_ns)
+            if not self._may_store_here(size) or not self.commits.commit_here(job):
+                await self.commits.commit(job)
         else:
             rows = await self._store_pieces(buf, path)
             try:
@@ -426,6 +432,15 @@ class OpenFiles:
         of.dirty = False
         of.pieces = None
         return True
+
+    def _may_store_here(self, size: int) -> bool:
+        """Whether a file this size may be stored on the loop: small, every disk
+        a local directory (no simulated delay), the catalog SQLite's, and no
+        removal or parity write behind running (they hold stripe locks)."""
+        if size > STORE_HERE_MAX or self.store.background.busy or self.store.catalog.engine is not SQLITE:
+            return False
+        return all(v.local_blocks is not None and not getattr(v.backend, "delay", 0)
+                   for v in self.store.archive.volumes.values())
 
     def _store_small(self, ino: int, buf: FileBuffer, path: bytes, mtime_ns: int) -> None:
         """(in the commit's worker trip) A file of at most one piece made its content."""
