@@ -488,7 +488,8 @@ class Keeper:
             return False
         self.poked.clear()
         files = self.watch.file_totals()[0]
-        if self.files_seen is not None and files - self.files_seen >= self.apart_after:
+        before = self.files_seen if self.files_seen is not None else self._files_indexed()
+        if files - before >= self.apart_after:
             self.apart_after = 0                # a copy or an import made many: apart from now on
         counts = self.catch_up()
         self.seen, self.files_seen, self.last_pass = version, files, time.monotonic()
@@ -497,6 +498,20 @@ class Keeper:
                      counts["indexed"], counts["documents"], counts["dropped"])
             return True
         return False
+
+    def _files_indexed(self) -> int:
+        """Files in the index (0 while there is none): what the first pass
+        compares the catalog with. The mount's first pass comes when a copy
+        into it has gone on for ``INDEX_BUSY_INTERVAL``, thousands of files
+        that would be parsed here, under the interpreter the copy needs."""
+        try:
+            index = indexengine.open_index(self.store, location(self.store), read_only=True)
+        except FileNotFoundError:
+            return 0
+        try:
+            return index.file_count()
+        finally:
+            index.close()
 
     def catch_up(self) -> dict:
         """One pass, in the indexing process once there is one; if that
