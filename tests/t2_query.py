@@ -336,6 +336,8 @@ def test_a_mount_s_first_pass_goes_apart_if_the_index_lacks_many_files(tmp_path,
     try:
         keeper.step()
         assert (keeper.apart is not None) is not indexed_at_import
+        # Its catalog connection counts files, a scan: its page cache is kept small.
+        assert keeper.watch.db.execute("PRAGMA cache_size").fetchone()[0] == -indexer.WATCH_CACHE_KIB
     finally:
         keeper.close()
         store.close()

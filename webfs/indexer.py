@@ -34,7 +34,7 @@ import weakref
 from multiprocessing.connection import Connection
 from typing import Optional
 
-from . import indexengine, lockorder, query, testkill, urlpath
+from . import heapmemory, indexengine, lockorder, query, testkill, urlpath
 from .assembly import open_archive
 from .catalog import Catalog
 from .errors import WebfsError
@@ -57,8 +57,8 @@ def location(store) -> str:
     return index_dir(store.catalog.path, store.catalog.get_meta(INDEX_DIR_META))
 
 
-def open_catalog_reader(store) -> Catalog:
-    return Catalog.reader(store.catalog.path, store.catalog.engine)
+def open_catalog_reader(store, cache_kib: int = 0) -> Catalog:
+    return Catalog.reader(store.catalog.path, store.catalog.engine, cache_kib=cache_kib)
 
 
 def open_for_queries(store) -> Index:
@@ -411,6 +411,7 @@ def serve_apart() -> None:
                 answer = ("done", catch_up(store))
             except (OSError, sqlite3.Error, WebfsError) as exc:
                 answer = ("failed", str(exc))
+            heapmemory.trim()                   # what the pass parsed, given back while the next waits
             replies.send(answer + (said.take(),))
     finally:
         if store is not None:
@@ -420,6 +421,7 @@ def serve_apart() -> None:
 KEEP_INTERVAL = 2.0             # seconds between the mount's looks at the catalog
 APART_AFTER = 500               # files to index at once before a mount's passes move to a process of their own
 IMPORT_BUSY_INTERVAL = 30.0     # seconds a mount's index may fall behind an import running in it
+WATCH_CACHE_KIB = 128           # SQLite page cache of the keeper's catalog connection
 
 
 class Imports:
@@ -459,7 +461,9 @@ class Keeper:
         self.store = store
         self.seen: Optional[int] = None
         self.poked = threading.Event()
-        self.watch = open_catalog_reader(store)
+        # It only counts the files, a scan of the inodes: SQLite's default cache
+        # kept the table's pages, the daemon's RSS growing with the archive.
+        self.watch = open_catalog_reader(store, WATCH_CACHE_KIB)
         self.apart_after = apart_after
         self.apart: Optional[Apart] = None
         self.files_seen: Optional[int] = None       # files in the catalog at the last pass
