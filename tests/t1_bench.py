@@ -37,7 +37,7 @@ def tiny_result():
                              {"rate": 400.0, "plain_rate": 2000.0}],
                   "at": {"10": {"files_done": 2000, "rss": 40 << 20},
                          "50": {"files_done": 10000, "rss": 44 << 20},
-                         "100": {"files_done": 20000, "rss": 46 << 20}}},
+                         "100": {"files_done": 20000, "rss": 46 << 20, "indexer_rss": 35 << 20}}},
         "import": {"median": {"main": {"cp_plain_1": 2.0, "import_1": 1.6, "import_2": 0.4}},
                    "files": {"main": [1000, 1000]}},
     }
@@ -67,7 +67,7 @@ def test_aims_table_met_and_not_met():
     assert row(t, "rebuild of a lost disk (C = 6, G = 6)")[1:] == ["42.0 MB/s", "**not met**"]
     assert row(t, "scrub (C = 6, G = 6)")[2] == "–"
     assert row(t, "daemon RSS after 20,000 files ≤ 1.2× RSS after 2,000")[1:] == [
-        "1.15× (40.0 → 46.0 MiB)", "met"]
+        "1.15× (40.0 → 46.0 MiB; its indexing process 35.0 MiB beside it)", "met"]
     assert row(t, "`meta/` per file at rest")[1:] == ["650 B (peak during the ingest 900 B)", "**not met**"]
     assert row(t, "ingest rate at the end")[1:] == [
         "0.80× (500 → 400 files/s; plain directory 2,000 → 2,000; daemon CPU per file 1.10×)",

@@ -322,6 +322,28 @@ def test_every_page_is_indexed_when_the_import_returns_even_if_its_indexer_dies(
         assert kill is not None or said not in proc.stderr
 
 
+@pytest.mark.parametrize("indexed_at_import", [False, True])
+def test_a_mount_s_first_pass_goes_apart_if_the_index_lacks_many_files(tmp_path, indexed_at_import):
+    """The keeper's first pass (a mount's comes once a copy into it has gone on
+    for INDEX_BUSY_INTERVAL: thousands of files) is the indexing process's when
+    the catalog has ``apart_after`` files more than the index; here when the
+    index already has them (an archive mounted again)."""
+    disk = make_archive(tmp_path / "a", 2)[0]
+    env = os.environ if indexed_at_import else dict(os.environ, WEBFS_INDEX="0")
+    webfs("import", crawl(tmp_path / "src", "crawl-2014", "20140301000000", {}), f"{disk}:/", env=env)
+    store = open_archive(str(disk), holder="test")
+    keeper = indexer.Keeper(store, apart_after=3)
+    try:
+        keeper.step()
+        assert (keeper.apart is not None) is not indexed_at_import
+        # Its catalog connection counts files, a scan: its page cache is kept small.
+        assert keeper.watch.db.execute("PRAGMA cache_size").fetchone()[0] == -indexer.WATCH_CACHE_KIB
+    finally:
+        keeper.close()
+        store.close()
+    assert indexed_files(disk, "zebra") == 1
+
+
 def test_a_mount_leaves_its_index_behind_an_import_running_in_it(tmp_path):
     """The mount's keeper makes no pass while an import runs in the mount
     (within IMPORT_BUSY_INTERVAL of its last), and one as soon as it ends."""

@@ -20,7 +20,8 @@ underload the small section's cp -r and cold cat again, with two CPU-bound
           target holds up when its wake-ups wait for a core.
 scale     a --scale-files ingest of small pages (20,000; 100,000 with
           --full) with cp -r in ten slices by host: files/s of each slice,
-          daemon RSS and meta/ bytes (every disk) after each (and its peak,
+          the daemon's RSS and CPU per file, those of its indexing process
+          apart, and meta/ bytes (every disk) after each (and its peak,
           sampled every 0.5 s during the copy), and meta/ after `webfs
           umount` (at rest).  Figures at 10 %, 50 %, 100 %.
 """
@@ -348,6 +349,20 @@ class MetaSampler:
         self._thread.join()
 
 
+def slice_figures(before, after, files):
+    """CPU per file and RSS of the daemon alone and of the processes it started
+    (webfs's indexing process, whose passes come every 30 s while a copy goes
+    on: a slice has one or none), from daemon_stats before and after a slice."""
+    own0, own = before.get("alone") or {}, after.get("alone") or {}
+    if None in (before.get("cpu"), after.get("cpu"), own0.get("cpu"), own.get("cpu")):
+        return {"daemon_cpu_per_file": None, "indexer_cpu_per_file": None, "rss": own.get("rss"),
+                "hwm": own.get("hwm"), "indexer_rss": None}
+    own_cpu = own["cpu"] - own0["cpu"]
+    return {"daemon_cpu_per_file": own_cpu / files,
+            "indexer_cpu_per_file": (after["cpu"] - before["cpu"] - own_cpu) / files,
+            "rss": own["rss"], "hwm": own["hwm"], "indexer_rss": after["rss"] - own["rss"]}
+
+
 def scale(ctx):
     if not any(t.name == "webfs" for t in ctx.targets):
         log("scale: skipped (webfs is not among the targets)")
@@ -389,7 +404,7 @@ def scale(ctx):
         t.create()
         dst = os.path.join(t.path, "crawl-001")
         os.makedirs(dst)
-        info["rss_empty"] = (t.daemon_stats() or {}).get("rss")
+        info["rss_empty"] = ((t.daemon_stats() or {}).get("alone") or {}).get("rss")
         done = nbytes_done = 0
         peak_meta = 0
         for i, (hosts, files, nbytes) in enumerate(parts):
@@ -397,26 +412,24 @@ def scale(ctx):
             sh(warm_cmd, cwd=src, check=False)
             os.sync()
             cmd = "cp -r %s %s/" % (" ".join(shlex.quote(h) for h in hosts), shlex.quote(dst))
-            cpu0 = (t.daemon_stats() or {}).get("cpu")
+            before = t.daemon_stats() or {}
             with MetaSampler(t) as sampler:
                 dt, _, rc, err, _ = timed(cmd, cwd=src, timeout=o.timeout)
             if rc != 0:
                 raise BenchError("cp -r slice %d: %s" % (i + 1, err.strip()[-300:]))
             done += files
             nbytes_done += nbytes
-            st = t.daemon_stats() or {}
             mb = meta_bytes(t)
             peak_meta = max(peak_meta, mb, sampler.peak or 0)
-            cpu = st.get("cpu") - cpu0 if st.get("cpu") is not None and cpu0 is not None else None
             s = {"slice": i + 1, "files": files, "bytes": nbytes, "seconds": dt,
                  "rate": files / dt if dt else None, "plain_rate": plain_rates[i],
-                 "daemon_cpu_per_file": cpu / files if cpu is not None else None,
-                 "files_done": done,
-                 "rss": st.get("rss"), "hwm": st.get("hwm"), "meta_bytes": mb,
+                 "files_done": done, "meta_bytes": mb,
                  "meta_per_file": mb / done, "meta_peak_during": sampler.peak}
+            s.update(slice_figures(before, t.daemon_stats() or {}, files))
             info["slices"].append(s)
-            log("scale: %d files (%d%%): %.0f files/s, RSS %.1f MiB, meta/ %.0f B a file", done,
-                round(100 * (i + 1) / len(parts)), s["rate"] or 0, (s["rss"] or 0) / 2**20,
+            log("scale: %d files (%d%%): %.0f files/s, daemon RSS %.1f MiB (indexing process "
+                "%.1f MiB), meta/ %.0f B a file", done, round(100 * (i + 1) / len(parts)),
+                s["rate"] or 0, (s["rss"] or 0) / 2**20, (s["indexer_rss"] or 0) / 2**20,
                 s["meta_per_file"])
         info["files"], info["bytes"] = done, nbytes_done
         t.sync()

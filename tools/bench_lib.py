@@ -247,12 +247,12 @@ def descendants(pid):
     return out
 
 
-def proc_cpu(pid):
+def proc_cpu(pid, alone=False):
     """utime+stime (+ waited-for children) of pid and its live descendants, in
-    seconds; None when the process is gone."""
+    seconds (alone: utime+stime of pid itself); None when the process is gone."""
     total = 0.0
     found = False
-    for p in [pid] + descendants(pid):
+    for p in [pid] + ([] if alone else descendants(pid)):
         try:
             with open("/proc/%d/stat" % p) as f:
                 st = f.read()
@@ -261,7 +261,7 @@ def proc_cpu(pid):
         fields = st[st.rindex(")") + 2:].split()
         # fields[0] is state (field 3); utime is field 14 -> index 11
         utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
-        total += (utime + stime + cutime + cstime) / CLK_TCK
+        total += (utime + stime + (0 if alone else cutime + cstime)) / CLK_TCK
         found = True
     return total if found else None
 
@@ -277,11 +277,11 @@ def proc_status(pid, key):
     return None
 
 
-def proc_mem(pid):
-    """(peak RSS, current RSS) in bytes, summed over pid and descendants."""
+def proc_mem(pid, alone=False):
+    """(peak RSS, current RSS) in bytes, summed over pid and descendants (alone: pid's)."""
     hwm = rss = 0
     found = False
-    for p in [pid] + descendants(pid):
+    for p in [pid] + ([] if alone else descendants(pid)):
         h, r = proc_status(p, "VmHWM"), proc_status(p, "VmRSS")
         if h is not None:
             hwm += h

@@ -302,9 +302,12 @@ def scale_aims(scl):
     at = scl.get("at") or {}
     if at.get("10") and at.get("100") and at["10"].get("rss") and at["100"].get("rss"):
         x = at["100"]["rss"] / at["10"]["rss"]
+        beside = at["100"].get("indexer_rss")
         out.append(("daemon RSS after %s files ≤ 1.2× RSS after %s (`cp -r` of small pages)" % (
             "{:,}".format(at["100"]["files_done"]), "{:,}".format(at["10"]["files_done"])),
-            "%.2f× (%s → %s MiB)" % (x, _num(at["10"]["rss"] / 2**20), _num(at["100"]["rss"] / 2**20)),
+            "%.2f× (%s → %s MiB%s)" % (
+                x, _num(at["10"]["rss"] / 2**20), _num(at["100"]["rss"] / 2**20),
+                "; its indexing process %s MiB beside it" % _num(beside / 2**20) if beside else ""),
             x <= 1.2))
     else:
         out.append(("daemon RSS after 100,000 files ≤ 1.2× RSS after 10,000", "not measured", None))
@@ -843,20 +846,22 @@ def render_scale(result):
         return failure_lines(sc)
     out = ["`tools/make-corpus --small-pages --pages N --crawls 1` (%s files, %s), copied into "
            "a fresh %d-disk archive with `cp -r` in %d slices of hosts; after each slice the "
-           "daemon's RSS (VmRSS), its CPU time per file and the bytes under `meta/` on every disk. "
+           "daemon's RSS (VmRSS) and CPU time per file, the same of its indexing process (started "
+           "at the first index pass, every 30 s during the copy) and the bytes under `meta/` on every disk. "
            "The same slices are first copied into a plain directory; every slice of both starts "
            "after `sync`. At rest: after `webfs umount`." % ("{:,}".format(sc["files"]), _mb(sc["bytes"]),
                                  result["options"].get("disks") or 4, len(sl)), "",
            "| files | files/s (slice) | plain directory, files/s | daemon CPU per file | RSS "
-           "| `meta/` (peak during the slice) | per file |",
-           "|--:|--:|--:|--:|--:|--:|--:|"]
+           "| indexing process: CPU per file, RSS | `meta/` (peak during the slice) | per file |",
+           "|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    ms = lambda v: "%.2f ms" % (v * 1000) if v is not None else "?"
     for x in sl:
-        cpu = x.get("daemon_cpu_per_file")
-        out.append("| %s | %s | %s | %s | %s MiB | %s (%s) | %.0f B |" % (
+        out.append("| %s | %s | %s | %s | %s MiB | %s, %s MiB | %s (%s) | %.0f B |" % (
             "{:,}".format(x["files_done"]), _num(x["rate"]), _num(x.get("plain_rate")),
-            "%.2f ms" % (cpu * 1000) if cpu else "?", _num((x["rss"] or 0) / 2**20),
+            ms(x.get("daemon_cpu_per_file")), _num((x["rss"] or 0) / 2**20),
+            ms(x.get("indexer_cpu_per_file")), _num((x.get("indexer_rss") or 0) / 2**20),
             _mb(x["meta_bytes"]), _mb(x.get("meta_peak_during")), x["meta_per_file"]))
-    out.append("| at rest | | | %s | **%.0f B** |" % (_mb(sc["meta_at_rest"]),
+    out.append("| at rest | | | | | | %s | **%.0f B** |" % (_mb(sc["meta_at_rest"]),
                                                      sc["meta_per_file_at_rest"]))
     out.append("")
     out.append("Peak `meta/` during the ingest: %s, %.0f B a file of the %s." % (

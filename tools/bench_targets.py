@@ -99,14 +99,18 @@ class Target:
             run(["cp", "-a", os.path.join(corpus, c), os.path.join(self.path, c)])
 
     def daemon_stats(self):
-        """{"cpu": s, "hwm": bytes, "rss": bytes} of the daemon, or None."""
+        """{"cpu": s, "hwm": bytes, "rss": bytes} of the daemon with the
+        processes it started (webfs's indexing process), and under "alone"
+        the same of the daemon's own process; or None."""
         if not self.pid:
             return None
         cpu = proc_cpu(self.pid)
         hwm, rss = proc_mem(self.pid)
         if cpu is None:
             return None
-        return {"cpu": cpu, "hwm": hwm, "rss": rss, "pid": self.pid}
+        own_hwm, own_rss = proc_mem(self.pid, alone=True)
+        return {"cpu": cpu, "hwm": hwm, "rss": rss, "pid": self.pid,
+                "alone": {"cpu": proc_cpu(self.pid, alone=True), "hwm": own_hwm, "rss": own_rss}}
 
     # -- helpers for FUSE daemons
     def start_daemon(self, argv, mnt, timeout=60.0):

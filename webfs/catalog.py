@@ -249,10 +249,10 @@ class Catalog:
         return self.db.total_changes
 
     @staticmethod
-    def reader(path: str, engine=SQLITE, snapshot: bool = False) -> "Catalog":
-        """A read-only connection to the catalog file ``path`` (for fsck, a private
-        copy: even a read-only open of a WAL database makes files beside it);
-        with PostgreSQL, a connection of its own in one snapshot."""
+    def reader(path: str, engine=SQLITE, snapshot: bool = False, cache_kib: int = 0) -> "Catalog":
+        """A read-only connection to the catalog file ``path`` (for fsck, a private copy: even a
+        read-only open of a WAL database makes files beside it), its page cache ``cache_kib``
+        (0: SQLite's default); with PostgreSQL, a connection of its own in one snapshot."""
         view = Catalog.__new__(Catalog)
         view.path = path
         view.engine = engine
@@ -264,6 +264,8 @@ class Catalog:
         if engine is SQLITE:
             view.db = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True,
                                       check_same_thread=False)
+            if cache_kib:
+                view.db.execute(f"PRAGMA cache_size=-{cache_kib}")
         else:
             view.db = engine.connect(snapshot=snapshot)
         return view

@@ -26,7 +26,7 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from . import admin, changes, indexer, machines, outages, recovery, testkill
+from . import admin, changes, heapmemory, indexer, machines, outages, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations, work_answered
@@ -287,7 +287,7 @@ class Daemon:
         with cat.lock:
             self.journal.install(staged, covered, n)
         self.store.sync()
-        _trim_heap()
+        heapmemory.trim()
 
     async def main(self, ready) -> None:
         self.trio_token = trio.lowlevel.current_trio_token()
@@ -316,10 +316,10 @@ class Daemon:
 
     def _trace_memory(self) -> None:
         """With WEBFS_TRACEMALLOC=FILE in the environment: every 10 s, append to
-        FILE the RSS, the bytes Python allocated and the 15 lines of code that
-        hold most of them (SQLite's page cache is outside Python: it shows as
-        RSS that the traced total does not explain); and the snapshot itself
-        as FILE.N (N counts from 1), for Snapshot.load and compare_to."""
+        FILE the RSS, the bytes Python allocated, those SQLite holds (its page
+        caches, outside Python), and the 15 lines of code that hold most of
+        Python's; and the snapshot itself as FILE.N (N counts from 1), for
+        Snapshot.load and compare_to."""
         import tracemalloc
         if not tracemalloc.is_tracing():
             tracemalloc.start(1)
@@ -331,6 +331,7 @@ class Daemon:
         rss = next((line.split()[1] for line in open("/proc/self/status") if line.startswith("VmRSS")), "?")
         with open(os.environ["WEBFS_TRACEMALLOC"], "a") as f:
             f.write(f"{time.strftime('%H:%M:%S')} rss {rss} kB, traced {sum(s.size for s in stats) >> 10} kB, "
+                    f"SQLite's {heapmemory.sqlite_bytes() >> 10} kB, "
                     f"inodes known to the kernel {len(self.fs.lookups)}\n")
             f.write("".join(f"  {s.size >> 10:8d} kB {s.count:8d} {s.traceback}\n" for s in stats[:15]))
 
@@ -440,7 +441,7 @@ class Daemon:
             with self.store.heat.unrecorded():
                 self.index_keeper.step()
         finally:
-            _trim_heap()
+            heapmemory.trim()
 
     def close(self) -> None:
         """Write everything out; what could not be (files whose changes were
@@ -509,16 +510,6 @@ class Daemon:
             write_file(path, "".join(line.replace("\n", " ") + "\n" for line in problems).encode())
         except OSError as exc:
             log.error("cannot write the unmount report %s: %s", path, exc)
-
-
-def _trim_heap() -> None:
-    """Give the free pages of every malloc arena back to the system (after a
-    checkpoint, which builds the MANIFEST in memory, and an index pass)."""
-    try:
-        import ctypes
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _log_to_disk(store: Store) -> str:

@@ -34,7 +34,7 @@ import weakref
 from multiprocessing.connection import Connection
 from typing import Optional
 
-from . import indexengine, lockorder, query, testkill, urlpath
+from . import heapmemory, indexengine, lockorder, query, testkill, urlpath
 from .assembly import open_archive
 from .catalog import Catalog
 from .errors import WebfsError
@@ -57,8 +57,8 @@ def location(store) -> str:
     return index_dir(store.catalog.path, store.catalog.get_meta(INDEX_DIR_META))
 
 
-def open_catalog_reader(store) -> Catalog:
-    return Catalog.reader(store.catalog.path, store.catalog.engine)
+def open_catalog_reader(store, cache_kib: int = 0) -> Catalog:
+    return Catalog.reader(store.catalog.path, store.catalog.engine, cache_kib=cache_kib)
 
 
 def open_for_queries(store) -> Index:
@@ -411,6 +411,7 @@ def serve_apart() -> None:
                 answer = ("done", catch_up(store))
             except (OSError, sqlite3.Error, WebfsError) as exc:
                 answer = ("failed", str(exc))
+            heapmemory.trim()                   # what the pass parsed, given back while the next waits
             replies.send(answer + (said.take(),))
     finally:
         if store is not None:
@@ -420,6 +421,7 @@ def serve_apart() -> None:
 KEEP_INTERVAL = 2.0             # seconds between the mount's looks at the catalog
 APART_AFTER = 500               # files to index at once before a mount's passes move to a process of their own
 IMPORT_BUSY_INTERVAL = 30.0     # seconds a mount's index may fall behind an import running in it
+WATCH_CACHE_KIB = 128           # SQLite page cache of the keeper's catalog connection
 
 
 class Imports:
@@ -459,7 +461,9 @@ class Keeper:
         self.store = store
         self.seen: Optional[int] = None
         self.poked = threading.Event()
-        self.watch = open_catalog_reader(store)
+        # It only counts the files, a scan of the inodes: SQLite's default cache
+        # kept the table's pages, the daemon's RSS growing with the archive.
+        self.watch = open_catalog_reader(store, WATCH_CACHE_KIB)
         self.apart_after = apart_after
         self.apart: Optional[Apart] = None
         self.files_seen: Optional[int] = None       # files in the catalog at the last pass
@@ -488,7 +492,8 @@ class Keeper:
             return False
         self.poked.clear()
         files = self.watch.file_totals()[0]
-        if self.files_seen is not None and files - self.files_seen >= self.apart_after:
+        before = self.files_seen if self.files_seen is not None else self._files_indexed()
+        if files - before >= self.apart_after:
             self.apart_after = 0                # a copy or an import made many: apart from now on
         counts = self.catch_up()
         self.seen, self.files_seen, self.last_pass = version, files, time.monotonic()
@@ -497,6 +502,20 @@ class Keeper:
                      counts["indexed"], counts["documents"], counts["dropped"])
             return True
         return False
+
+    def _files_indexed(self) -> int:
+        """Files in the index (0 while there is none): what the first pass
+        compares the catalog with. The mount's first pass comes when a copy
+        into it has gone on for ``INDEX_BUSY_INTERVAL``, thousands of files
+        that would be parsed here, under the interpreter the copy needs."""
+        try:
+            index = indexengine.open_index(self.store, location(self.store), read_only=True)
+        except FileNotFoundError:
+            return 0
+        try:
+            return index.file_count()
+        finally:
+            index.close()
 
     def catch_up(self) -> dict:
         """One pass, in the indexing process once there is one; if that
