@@ -15,6 +15,8 @@ import pytest
 
 from conftest import BIN, cases, make_archive, webfs_here
 from webfs import importcdxj, replay, warc
+from webfs.warcapart import Preparing, read_records_apart
+from webfs.warcread import Record
 from webfs.backends import BackendOptions
 
 pytest.importorskip("pywb")
@@ -133,3 +135,32 @@ def test_records_the_rules_do_not_cover_are_left_to_pywb(tmp_path, odd):
     finally:
         t.close()
     assert kept.splitlines(keepends=True) == pywb      # made by pywb's indexer at import
+
+
+def test_the_reading_process_makes_the_keys_and_lines_of_checks_them(tmp_path):
+    """The SURT keys and timestamps the import's reading process made are
+    pywb's, one for each record with a line; lines_of uses them only where
+    the record's URL and date are the ones they were made of."""
+    src = _crawl(tmp_path / "a.warc.gz", True)
+    keys: dict = {}
+    recs = [r for r in read_records_apart(str(src), Preparing(1 << 20, False, "gzip", 1, cdx_keys=True), keys)
+            if isinstance(r, Record)]
+    keyed = [r for r in recs if r.rtype in ("response", "revisit", "resource")]
+    assert sorted(keys) == sorted(r.offset for r in keyed) and len(keyed) == 7
+    for r in keyed:
+        url, date = r.fields[b"warc-target-uri"].decode(), r.fields[b"warc-date"].decode()
+        assert keys[r.offset] == (url, date) + importcdxj.surt_and_stamp(url, date)
+    disks = make_archive(tmp_path, 3)
+    [(_, fast, pywb)] = _lines(disks[0], [src])
+    assert fast == pywb
+    t = warc.DiskTree(str(disks[0]), "/k0", BackendOptions())
+    try:
+        [(name, vf)] = replay.virtual_files(t).items()
+        first = keyed[0].offset
+        url, date = keys[first][:2]
+        used = importcdxj.lines_of(name, vf, {first: (url, date, "made,here)/", "20240101120000")})
+        other = importcdxj.lines_of(name, vf, {first: (url + "x", date, "made,here)/", "20240101120000")})
+    finally:
+        t.close()
+    assert sum(line.startswith(b"made,here)/ ") for line in used) == 1
+    assert other == pywb

@@ -287,13 +287,14 @@ class _Memory:
 
 
 def at_import(src: bytes, index: bytes, heads: bytes, sizes: dict[bytes, int],
-              payloads: dict[bytes, bytes]) -> Optional[bytes]:
+              payloads: dict[bytes, bytes], keys: Optional[dict] = None) -> Optional[bytes]:
     """The ``@warc/F.cdxj`` of a source being imported: its key line and its
     CDXJ lines, laid out as replay lays it out in a collection that holds every
     revisit's original (the usual case; otherwise replay's key differs and it
     indexes the source itself). ``sizes``: the capture files' sizes;
     ``payloads``: the captures whose record names no payload digest (the
-    indexer reads those). None if pywb is not installed."""
+    indexer reads those); ``keys``: the lines' keys made already
+    (importcdxj.KeyMaker). None if pywb is not installed."""
     try:
         import pywb  # noqa: F401   (its indexer is imported where it is used)
     except ImportError:
@@ -309,7 +310,7 @@ def at_import(src: bytes, index: bytes, heads: bytes, sizes: dict[bytes, int],
     try:
         # warcio's warnings about a damaged record go to stderr: import-warc has said its own
         with contextlib.redirect_stderr(io.StringIO()):
-            lines = importcdxj.lines_of(name, vf) or index_one(name, vf)
+            lines = importcdxj.lines_of(name, vf, keys) or index_one(name, vf)
     except Exception as exc:     # a record pywb cannot read: replay indexes the source itself, and says
         log.debug("%r: not indexed at import (%s: %s)", src, type(exc).__name__, exc)
         return None

@@ -135,6 +135,11 @@ class Daemon:
         these directories: an admin operation made names in them. Call it after
         the commit, without the catalog lock, from a thread other than the loop's."""
         lockorder.holding_none("the event loop")
+        # A miss is recorded on the loop in the lookup that found nothing, so
+        # one before the commit is seen here: none in these parents, no hop
+        # to the loop (one an import batch).
+        if not any(parent in self.fs.misses for parent in parents):
+            return
         missed = trio.from_thread.run_sync(self.fs.take_misses, list(parents),
                                            trio_token=self.trio_token)
         invalidate_entries(missed)

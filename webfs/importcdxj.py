@@ -15,11 +15,17 @@ payload digest, a URL or a Content-Type that is not plain ASCII, a folded
 HTTP header, ...) gets ``None``, and pywb's own indexer indexes it as
 before. Either way the lines are the same bytes (tests: t2_importcdxj.py
 compares them with pywb's on its sample files and generated crawls).
+
+A line's SURT key and timestamp (pywb's canonicalize, most of a line's
+cost, and its import a third of a second) are made by the import's reading
+process (``KeyMaker``, which has the cores' spare time) and handed to
+``lines_of``, which makes those it was not given.
 """
 from __future__ import annotations
 
 import functools
 import re
+import threading
 from typing import Optional
 
 from .warcread import header_fields
@@ -31,15 +37,16 @@ _MIME_END = re.compile(rb"[; ]")             # pywb's MIME_RE: the type before i
 _TAIL = b"\r\n\r\n"
 
 
-def lines_of(name: str, vf) -> Optional[list[bytes]]:
+def lines_of(name: str, vf, keys: Optional[dict] = None) -> Optional[list[bytes]]:
     """The sorted CDXJ lines of a laid-out virtual file (``name``: the lines'
     filename field), as pywb's indexer with ``wb-manager add``'s options makes
-    them; None when a record is one these rules do not cover."""
-    from pywb.utils.canonicalize import canonicalize
-    from warcio.timeutils import iso_date_to_timestamp
+    them; None when a record is one these rules do not cover. ``keys``:
+    ``KeyMaker``'s, by the records' offsets in the source (used where the
+    URL and date they were made of are the record's)."""
     if not name.isascii() or len(vf.starts) != len(vf.lines):
         return None
     encode = _json_encoder()
+    keys = keys or {}
     out = []
     # a record's length is warcio's: up to its tail (the two CRLFs), which is checked
     for ln, start, parts in zip(vf.lines, vf.starts, vf.parts):
@@ -49,16 +56,83 @@ def lines_of(name: str, vf) -> Optional[list[bytes]]:
         if entry is False:
             continue                    # a warcinfo record, a GET request: no line
         url, mime, status, digest, date = entry
-        try:
-            key, stamp = canonicalize(url), iso_date_to_timestamp(date)
-        except Exception:               # pywb's indexer would say what: it indexes this source
-            return None
+        made = keys.get(ln.offset)
+        if made is not None and made[:2] == (url, date):
+            key, stamp = made[2:]
+        else:
+            try:
+                key, stamp = surt_and_stamp(url, date)
+            except Exception:           # pywb's indexer would say what: it indexes this source
+                return None
         fields = {k: v for k, v in (("url", url), ("mime", mime), ("status", status), ("digest", digest),
                                     ("length", str(sum(p[2] for p in parts) - len(_TAIL))), ("offset", str(start)))
                   if v and v != "-"}        # pywb leaves out what is empty or "-"
         fields["filename"] = name
         out.append(f"{key} {stamp} {encode(fields)}\n".encode())
     return sorted(out)
+
+
+def surt_and_stamp(url: str, date: str) -> tuple[str, str]:
+    """A line's key (pywb's SURT of the URL) and its 14-digit timestamp."""
+    from pywb.utils.canonicalize import canonicalize
+    from warcio.timeutils import iso_date_to_timestamp
+    return canonicalize(url), iso_date_to_timestamp(date)
+
+
+class KeyMaker:
+    """The SURT keys and timestamps of a source's records, made by the
+    import's reading process: pywb's canonicalize is imported by a thread of
+    its own, so the first records are sent meanwhile; ``take`` gives the
+    keys made since it was last asked ({offset: (url, date, SURT, stamp)}),
+    those of the records read before pywb was there included. Nothing when
+    pywb cannot be imported: ``lines_of`` then does without."""
+
+    def __init__(self):
+        self.waiting: list[tuple[int, str, str]] = []
+        self.made: dict[int, tuple] = {}
+        self.usable = False             # pywb imported and working
+        self.loaded = threading.Event() # ... or found missing
+        threading.Thread(target=self._load, name="cdxj keys", daemon=True).start()
+
+    def _load(self) -> None:
+        try:
+            surt_and_stamp("http://example.com/", "2024-01-01T00:00:00Z")
+            self.usable = True
+        except Exception:
+            pass                        # no pywb: no keys
+        finally:
+            self.loaded.set()
+
+    def add(self, offset: int, rtype: str, fields: dict) -> None:
+        """A record read: its key, if it is one that gets a line by these rules."""
+        if rtype not in ("response", "revisit", "resource"):
+            return
+        url, date = fields.get(b"warc-target-uri", b""), fields.get(b"warc-date", b"")
+        if _PRINTABLE.match(url) and _PRINTABLE.match(date):
+            self.waiting.append((offset, url.decode(), date.decode()))
+        if self.loaded.is_set():
+            self._make()
+
+    def _make(self) -> None:
+        if not self.usable:
+            self.waiting = []
+            return
+        for offset, url, date in self.waiting:
+            try:
+                self.made[offset] = (url, date) + surt_and_stamp(url, date)
+            except Exception:
+                pass                    # lines_of tries it again, and leaves the source to pywb
+        self.waiting = []
+
+    def take(self, wait: bool = False) -> dict:
+        """The keys made since the last call; ``wait``: once pywb is imported
+        (or could not be), all of them."""
+        if wait:
+            self.loaded.wait()
+        if self.loaded.is_set():
+            self._make()
+        made, self.made = self.made, {}
+        return made
 
 
 @functools.lru_cache(maxsize=None)

@@ -27,6 +27,7 @@ from typing import Iterator, Optional
 from . import codecs, testkill
 from . import signature as sigmod
 from .catalog import SignatureLookup
+from .importcdxj import KeyMaker
 from .placement import first_disk, ranked_disks
 from .signature import signature
 from .warcread import DigestCheck, Payload, Problem, Record, read_records, record_at, whole_file_gzip
@@ -38,6 +39,10 @@ FIRST_BATCH = 8             # ... after batches of 8, 16 and 32: the importing p
 APART_PIPE = 1 << 20        # the pipe's buffer: it reads on while a batch waits (Linux's default bound)
 PR_SET_PDEATHSIG = 1         # prctl(2)
 SEEN_KEPT = 200_000         # signatures it remembers having encoded (~100 B each)
+# It makes the CDXJ keys of a file this long (read for longer than pywb takes
+# to import, so its keys are made as it goes); a shorter file's are the
+# importing process's, which imports pywb once.
+CDX_KEYS_FROM = 8 << 20
 _APART_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from webfs.warcapart import _read_and_send; _read_and_send()"
 
 
@@ -51,7 +56,8 @@ class Preparing:
     it encodes, it also makes the directory of the capture's placement group
     (``depth``) on the disk its block will go to, when that disk is a local
     directory (``disks``: [index, uuid, weight, present, its blocks/ directory
-    or None] of every disk)."""
+    or None] of every disk). ``cdx_keys``: make the CDXJ keys
+    (importcdxj.KeyMaker)."""
     max_block: int
     sign: bool
     codec: str
@@ -59,6 +65,13 @@ class Preparing:
     catalog: Optional[str] = None
     depth: int = 0
     disks: list = field(default_factory=list)
+    cdx_keys: bool = False
+
+
+@dataclass
+class CdxKeys:
+    """SURT keys and timestamps the reading process made (``KeyMaker.take``)."""
+    keys: dict
 
 
 @dataclass
@@ -68,15 +81,19 @@ class Again:
     offset: int
 
 
-def read_records_apart(path: str, preparing: Preparing) -> Iterator[object]:
+def read_records_apart(path: str, preparing: Preparing, cdx_keys: Optional[dict] = None) -> Iterator[object]:
     """``read_records(path)``, read by a process of its own when the file is
     gzipped per record. A capture that process prepared comes with
     ``prepared``: (its signature, or None unless ``preparing.sign``; what
     ``DigestCheck.matches`` says of its WARC-Payload-Digest, None without
-    one; its (codec, payload) as a new block would hold it, or None)."""
+    one; its (codec, payload) as a new block would hold it, or None). The
+    CDXJ keys that process made are put in ``cdx_keys`` (``KeyMaker``), if
+    given, for a file of CDX_KEYS_FROM bytes or more (or ``preparing.cdx_keys``)."""
     try:
         with open(path, "rb") as fh:
             apart = fh.read(2) == b"\x1f\x8b" and not whole_file_gzip(fh)
+            preparing = dataclasses.replace(preparing, cdx_keys=cdx_keys is not None and (
+                preparing.cdx_keys or os.fstat(fh.fileno()).st_size >= CDX_KEYS_FROM))
         code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         child = subprocess.Popen([sys.executable, "-c", _APART_MAIN, code, path,
                                   json.dumps(dataclasses.asdict(preparing)), str(os.getpid())],
@@ -103,6 +120,10 @@ def read_records_apart(path: str, preparing: Preparing) -> Iterator[object]:
                 break
             ended = batch is None
             for rec in batch or ():
+                if isinstance(rec, CdxKeys):
+                    if cdx_keys is not None:
+                        cdx_keys.update(rec.keys)
+                    continue
                 if isinstance(rec, Again):
                     rec = record_at(path, rec.offset)
                 if isinstance(rec, Record):
@@ -156,10 +177,13 @@ def _die_with(parent: int) -> None:
 
 def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
     encoder = _Encoder(preparing)
+    keys = KeyMaker() if preparing.cdx_keys else None
     batch: list = []
     size = FIRST_BATCH
     for rec in read_records(path):
         if isinstance(rec, Record):
+            if keys is not None:
+                keys.add(rec.offset, rec.rtype, rec.fields)
             if isinstance(rec.payload, Payload):
                 rec = Again(rec.offset)
             elif rec.rtype in ("response", "resource") and len(rec.payload) <= preparing.max_block:
@@ -168,10 +192,12 @@ def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
                 rec.prepared = (signature(rec.payload) if preparing.sign else None, check.matches(), None)
         batch.append(rec)
         if len(batch) >= size:
-            conn.send(encoder.encoded(batch))
+            conn.send(encoder.encoded(batch) + ([CdxKeys(keys.take())] if keys is not None else []))
             batch, size = [], min(2 * size, APART_BATCH)
             testkill.point("warc-reader-after-batch")
     conn.send(encoder.encoded(batch))
+    if keys is not None:        # after the last records, which the importing process stores meanwhile
+        conn.send([CdxKeys(keys.take(wait=True))])
     conn.send(None)
 
 

@@ -197,7 +197,8 @@ class WarcSource(Source):
                                for d in conf.disks])
         sizes: dict[bytes, int] = {}        # the capture files of the records shown from them,
         payloads: dict[bytes, bytes] = {}   # and those the CDXJ indexer reads (no payload digest)
-        for rec in read_records_apart(os.fsdecode(src), preparing):
+        cdx_keys: dict[int, tuple] = {}     # the CDXJ keys the reading process made
+        for rec in read_records_apart(os.fsdecode(src), preparing, cdx_keys):
             if isinstance(rec, Problem):
                 self._report(f"{show_path(src)}: offset {rec.offset}: {rec.text}")
                 continue
@@ -243,7 +244,7 @@ class WarcSource(Source):
         idx = b"".join(index)
         hd = heads.getvalue()
         ident = name + b"\t" + hashlib.sha1(idx).hexdigest().encode()
-        lines = cdxj.at_import(name, idx, hd, sizes, payloads)
+        lines = cdxj.at_import(name, idx, hd, sizes, payloads, cdx_keys)
         for suffix, data in ((INDEX_SUFFIX, idx), (HEADS_SUFFIX, hd), (cdxj.CDXJ_SUFFIX, lines)):
             if data is None:
                 continue
