@@ -18,6 +18,7 @@ from .base import Backend
 from .. import lockorder
 
 TMP_SUFFIX = ".webfs-tmp"
+READ_ON = 1 << 20           # bytes a read asks for past a file's size at its fstat (it grew)
 
 
 class LocalBackend(Backend):
@@ -25,9 +26,14 @@ class LocalBackend(Backend):
         self.root = root
         self.delay = delay
         self._arm = lockorder.lock("simulated I/O")     # one simulated I/O at a time
+        self._noatime = getattr(os, "O_NOATIME", 0)
 
     def __repr__(self) -> str:
         return f"LocalBackend({self.root!r})"
+
+    @property
+    def quick_reads(self) -> bool:
+        return not self.delay
 
     def _makedirs(self, path: str) -> None:
         """Make directories below the root, never the root itself: a disk whose
@@ -48,11 +54,39 @@ class LocalBackend(Backend):
                 time.sleep(self.delay)
 
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
+        """One open, one fstat (to the end only) and one pread: a whole block
+        file in one read, where Python's open and read took seven calls."""
         self._wait()
-        with open(self._path(path), "rb", buffering=0) as f:
-            if offset:
-                f.seek(offset)
-            return f.read() if size < 0 else f.read(size)
+        fd = self._open_to_read(self._path(path))
+        try:
+            if size >= 0:
+                return os.pread(fd, size, offset)
+            # One byte more than the file holds: the short read is its end,
+            # without a read more to find it; a file that grew is read on.
+            want = max(os.fstat(fd).st_size - offset, 0) + 1
+            parts = []
+            while True:
+                data = os.pread(fd, want, offset)
+                parts.append(data)
+                if len(data) < want:
+                    return b"".join(parts)
+                offset += len(data)
+                want = READ_ON
+        finally:
+            os.close(fd)
+
+    def _open_to_read(self, full: str) -> int:
+        """O_NOATIME where allowed (the disk's files are ours): reading a cold
+        archive does not write every block file's inode back (relatime
+        updates a day-old atime at its first read)."""
+        if self._noatime:
+            try:
+                return os.open(full, os.O_RDONLY | os.O_CLOEXEC | self._noatime)
+            except PermissionError as exc:
+                if exc.errno != errno.EPERM:
+                    raise
+                self._noatime = 0           # not the files' owner: plain opens from now on
+        return os.open(full, os.O_RDONLY | os.O_CLOEXEC)
 
     def write_atomic(self, path: str, data: bytes, fsync: bool = False) -> None:
         self._wait()

@@ -230,3 +230,33 @@ def test_text_that_is_not_a_webfs_conf_says_where(tmp_path, text, says):
     (disks[0] / "webfs.conf").write_text(text)
     line = _one_line_error(webfs_here("status", disks[0], check=False), str(disks[0] / "webfs.conf"), says)
     assert f"cp {disks[1] / 'webfs.conf'}" in line, line
+
+
+def test_a_mount_asks_the_catalog_file_into_the_page_cache(tmp_path):
+    """catalogfile.prefetch: a catalog file whose pages were dropped from the
+    kernel's cache is read back in (fincore counts them), in the background;
+    a path that is not there is passed over without a word."""
+    import shutil
+    import subprocess
+    import time
+    from webfs.catalogfile import prefetch
+    if not shutil.which("fincore"):
+        pytest.skip("fincore (util-linux) is not installed")
+    path = tmp_path / "catalog.db"
+    path.write_bytes(os.urandom(4 << 20))
+
+    def resident() -> int:
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                             capture_output=True, text=True, check=True).stdout
+        return int(out.split()[0])
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    assert resident() < 1 << 20
+    prefetch(str(path))
+    deadline = time.monotonic() + 60
+    while resident() < 4 << 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert resident() == 4 << 20
+    prefetch(str(tmp_path / "absent.db"))

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 
 import pytest
@@ -533,3 +534,27 @@ def test_a_chunk_whose_disk_vanishes_is_written_on_the_others(disks):
     for row, doc in zip(rows, docs):
         assert store.read(row) == doc
     store.close()
+
+
+def test_local_reads_whole_files_and_parts_and_fall_back_without_noatime(tmp_path):
+    """A block file is read in one pread (to its end, or a part); O_NOATIME,
+    refused (EPERM) to a reader that does not own the file, gives way to a
+    plain open, for that read and the ones after."""
+    from webfs.backends.local import LocalBackend
+    (tmp_path / "f").write_bytes(b"x" * 1000 + b"yyyyy")
+    (tmp_path / "empty").write_bytes(b"")
+    disk = LocalBackend(str(tmp_path))
+    assert disk.read("f") == b"x" * 1000 + b"yyyyy"
+    assert disk.read("f", 1000) == b"yyyyy" and disk.read("f", 998, 4) == b"xxyy"
+    assert disk.read("f", 2000) == b"" and disk.read("empty") == b""
+    with pytest.raises(FileNotFoundError):
+        disk.read("absent")
+    script = ("import os, sys; from webfs.backends.local import LocalBackend; os.setuid(65534); "
+              "d = LocalBackend(sys.argv[1]); a = d.read('f'); b = d.read('f', 1000); "
+              "print(len(a), b.decode(), d._noatime)")
+    with tempfile.TemporaryDirectory(dir="/tmp") as shared:      # tmp_path is root's alone
+        os.chmod(shared, 0o755)
+        shutil.copy(tmp_path / "f", shared)
+        out = subprocess.run([sys.executable, "-c", script, shared], capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert out == ["1005", "yyyyy", "0"]

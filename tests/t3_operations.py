@@ -14,7 +14,7 @@ import trio.testing
 
 from webfs.assembly import open_archive
 from webfs.controltree import CONTROL_DIR
-from webfs.fs import Operations
+from webfs.fs import REQUESTS, Operations
 from webfs.namespace import ROOT_INODE, Namespace
 
 
@@ -232,10 +232,17 @@ def test_a_walker_in_order_gets_the_files_after_its_directory_fetched_ahead(ops)
         async with trio.open_nursery() as nursery:
             ops.running(nursery)
             assert await fetched_after_open(h1) == set()      # out of order: no guess
-            assert await fetched_after_open(f1) == set()      # out of order; the walk expects g1
-            assert await fetched_after_open(g1) == {g2, f2}   # 2 ahead at the first in order
-            assert await fetched_after_open(g2) == {f2, h1}   # then 4 (all there is)
+            assert await fetched_after_open(g1) == set()      # out of order: held, nothing listed
+            before = dict(REQUESTS)
+            assert await fetched_after_open(g2) == {f2, h1}   # next of its directory: 2 ahead
+            assert REQUESTS.get("read-ahead-lookup", 0) > before.get("read-ahead-lookup", 0)
+            assert await fetched_after_open(f2) == {h1}       # then 4 (all there is)
             assert await fetched_after_open(g1) == set()      # back again: out of order
+            before = dict(REQUESTS)
+            assert await fetched_after_open(f1) == set()      # out of order, before the one held
+            assert await fetched_after_open(h1) == set()      # another directory: out of order
+            # a random reader's opens (out of order, or before the file held) list nothing
+            assert REQUESTS.get("read-ahead-lookup", 0) == before.get("read-ahead-lookup", 0)
             nursery.cancel_scope.cancel()
     trio.run(main)
 

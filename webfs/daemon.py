@@ -26,7 +26,7 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from . import admin, changes, heapmemory, indexer, machines, outages, recovery, testkill
+from . import admin, catalogfile, changes, heapmemory, indexer, machines, outages, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations, work_answered
@@ -88,6 +88,8 @@ class Daemon:
                            delays=self.opts.disk_delay, heat_k=self.opts.heat_k, background=True,
                            private=True, options=self.backend_options, shared=True)
         self.store = store
+        if store.catalog.engine.name == "sqlite":
+            catalogfile.prefetch(store.catalog.path)
         self.lease = machines.lease_for(store.catalog, (self.backend_options or BackendOptions()).state_base(),
                                         self.opts.machine_renew)
         log_path = _log_to_disk(store)

@@ -36,6 +36,10 @@ WALK_LISTINGS = 6               # listings read at most to find the next files o
 # lookup per 56 or so opens, not one per 8 (a round trip each with PostgreSQL).
 # A walk not yet in order lists READ_AHEAD_FILES: random readers make many.
 READ_AHEAD_WINDOW = 64
+# A piece this small, wanted by a reader while no other piece is being read,
+# is read and decoded on the loop: a trip to a worker and back costs two
+# wake-ups, longer than the read itself on a busy machine.
+LOOP_READ_BYTES = 64 << 10
 
 
 PieceKey = tuple[str, int, int]          # (signature, overflow, size): what a piece is, not where
@@ -161,6 +165,7 @@ class PieceReader:
         self._listed: dict[int, None] = {}               # directories listed to the end, oldest first
         self._expected: dict[int, Walk] = {}             # file an in-order reader opens next -> its walk, oldest first
         self._expecting: dict[int, int] = {}             # directory of the file opened -> that next file
+        self._held: dict[int, Walk] = {}                 # directory -> the walk of its last open out of order
 
     def _disk_limiter(self, disk: int) -> trio.CapacityLimiter:
         limiter = self.disk_limiters.get(disk)
@@ -168,8 +173,9 @@ class PieceReader:
             limiter = self.disk_limiters[disk] = lockorder.limiter("disk reads", self.read_threads_per_disk)
         return limiter
 
-    async def piece(self, row: BlockRow) -> bytes:
-        """One piece's decoded bytes, checked against its signature."""
+    async def piece(self, row: BlockRow, ahead: bool = False) -> bytes:
+        """One piece's decoded bytes, checked against its signature (``ahead``:
+        fetched for no reader yet, so never on the loop)."""
         data = self.cache.get(row)
         if data is not None:
             return data
@@ -179,6 +185,11 @@ class PieceReader:
             await event.wait()
             data = self.cache.get(row)
             if data is not None:
+                return data
+        if not ahead:
+            data = self._read_here(row)
+            if data is not None:
+                self.cache.put(row, data)
                 return data
         event = self.cache.inflight[key] = trio.Event()
         try:
@@ -192,6 +203,29 @@ class PieceReader:
             if self.cache.inflight.get(key) is event:
                 del self.cache.inflight[key]
             event.set()
+
+    def _read_here(self, row: BlockRow) -> Optional[bytes]:
+        """A small piece read and decoded on the loop, from a disk that is a
+        local directory in place (no simulated delay, not an object store),
+        while no other piece is being read: a fetch ahead's result is never
+        kept waiting by the loop (when it was, a cold cat of small pages
+        missed more pieces: webfs-internals(7)). None where that does not
+        hold or anything is not as the catalog says: the worker's
+        ``Store.read`` then looks elsewhere (other disks, parity)."""
+        if row.stored > LOOP_READ_BYTES or self.cache.inflight:
+            return None
+        vol = self.store.archive.volumes.get(row.disk)
+        if vol is None or not vol.backend.quick_reads:
+            return None
+        try:
+            header, payload = vol.read_block(row.sig, row.overflow)
+            if (header.codec, header.stored) != (row.codec, row.stored):
+                return None
+            data = self.store.decode_checked(row, payload)
+        except (OSError, WebfsError):
+            return None
+        self.store.heat.record(row.grp)
+        return data
 
     async def read(self, pieces: list[BlockRow], off: int, size: int,
                    state: Optional[ReadState] = None) -> bytes:
@@ -244,33 +278,55 @@ class PieceReader:
         if self.nursery is None or self.cache.limit < READ_AHEAD_BYTES:
             return                          # no room to keep what is fetched ahead
         walk = self._expected.pop(ino, None)
-        in_order = walk is not None
         if walk is not None:
             parent_of_opened = walk.files.popleft()[2]
         else:
             found = self.ns.position(ino)
             if found is None:
                 return
-            parent, pos = found
-            parent_of_opened = parent
-            walk = Walk(parent, pos)
-            if parent in self._listed:
+            parent_of_opened, pos = found
+            walk = self._resumed(parent_of_opened, pos, ino)
+            if walk is None:
+                walk = Walk(parent_of_opened, pos)
                 # The first file of a directory just listed (grep -r, tar, cp -r):
                 # a walker opens the next ones, so fetch them now, not from the second.
-                in_order = not self.ns.has_file_before(parent, pos)
-        # Out of order, the walk is only told which file would be in order next.
-        walk.extend(self.ns, READ_AHEAD_FILES if in_order else 1, self.count)
+                if parent_of_opened not in self._listed or self.ns.has_file_before(parent_of_opened, pos):
+                    self._hold(parent_of_opened, walk)
+                    return
+        walk.extend(self.ns, READ_AHEAD_FILES, self.count)
         if not walk.files:
             return
         self._expect(parent_of_opened, walk)
-        if in_order:
-            # As the kernel's read-ahead window: 2 files ahead at the first open
-            # in order, doubling to READ_AHEAD_FILES, so that a random reader
-            # that lands on the next file by chance costs the disks little.
-            walk.streak += 1
-            for _, row, _ in itertools.islice(walk.files, min(READ_AHEAD_FILES, 1 << walk.streak)):
-                if row.size <= READ_AHEAD_BYTES:
-                    self._fetch_ahead(row)
+        # As the kernel's read-ahead window: 2 files ahead at the first open
+        # in order, doubling to READ_AHEAD_FILES, so that a random reader
+        # that lands on the next file by chance costs the disks little.
+        walk.streak += 1
+        for _, row, _ in itertools.islice(walk.files, min(READ_AHEAD_FILES, 1 << walk.streak)):
+            if row.size <= READ_AHEAD_BYTES:
+                self._fetch_ahead(row)
+
+    def _hold(self, directory: int, walk: Walk) -> None:
+        """An open out of order: its walk is kept, not listed, until the
+        directory's next open asks whether it came in order. Listing the next
+        file at every open cost a random reader a query each (2,607 for 2,000
+        Zipf reads); the price is a walk that begins at a directory's last
+        file, whose next open in another directory is taken as out of order."""
+        self._held[directory] = walk
+        if len(self._held) > WALKERS_KEPT:
+            self._held.pop(next(iter(self._held)))
+
+    def _resumed(self, directory: int, pos: int, ino: int) -> Optional[Walk]:
+        """The walk held for this directory, if the file opened is the one it
+        gives next (a query, only when the file comes after the held one)."""
+        walk = self._held.get(directory)
+        if walk is None or walk.walking[0][1] >= pos:      # held walks are never listed
+            return None
+        del self._held[directory]
+        walk.extend(self.ns, 1, self.count)
+        if not walk.files or walk.files[0][0] != ino:
+            return None
+        walk.files.popleft()
+        return walk
 
     def _expect(self, directory: int, walk: Walk) -> None:
         """The walk's next file is what an in-order reader opens next. One such
@@ -298,7 +354,7 @@ class PieceReader:
 
     async def _quiet_piece(self, row: BlockRow) -> None:
         try:
-            await self.piece(row)
+            await self.piece(row, ahead=True)
         except WebfsError:
             pass            # the reader that needs it will see the error
         except Exception:
