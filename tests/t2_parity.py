@@ -597,6 +597,15 @@ def test_a_block_whose_row_cannot_be_inserted_leaves_its_stripe_as_it_was(tmp_pa
     assert webfs_here("fsck", disks[0]).returncode == 0
 
 
+def test_a_new_blocks_insert_takes_every_field_of_its_row():
+    # blockrows hands insert_block the row's fields one by one (astuple deep-copies
+    # each, under the catalog lock): a field added to BlockRow must be added there too.
+    from dataclasses import astuple, fields
+    from webfs.blockrows import _columns
+    row = BlockRow(*(f"value {i}" for i in range(len(fields(BlockRow)))))
+    assert _columns(row) == astuple(row)[1:]
+
+
 def test_stale_parity_is_found_by_fsck_and_repaired(tmp_path):
     disks = make_archive(tmp_path / "a", disks=4, group_size=4)
     store = open_store(disks)

@@ -344,6 +344,25 @@ def test_a_mount_s_first_pass_goes_apart_if_the_index_lacks_many_files(tmp_path,
     assert indexed_files(disk, "zebra") == 1
 
 
+def test_a_fresh_mount_makes_no_pass_beside_an_import_that_starts_at_once(tmp_path):
+    """A mount's start counts as its last pass: an import run into a fresh
+    mount is not met by a pass at its first commit (made in the daemon, it
+    took the import's CPU), only by the one when it ends."""
+    disk = make_archive(tmp_path / "a", 2)[0]
+    webfs("import", crawl(tmp_path / "src", "crawl-2014", "20140301000000", {}), f"{disk}:/",
+          env=dict(os.environ, WEBFS_INDEX="0"))        # files the index has not seen, as a copy leaves them
+    store = open_archive(str(disk), holder="test")
+    keeper = indexer.Keeper(store)
+    try:
+        with indexer.imports_running:
+            assert keeper.step() is False
+        assert keeper.step() is True
+        assert indexed_files(disk, "perennial OR home OR zebra OR creme") == 3
+    finally:
+        keeper.close()
+        store.close()
+
+
 def test_a_mount_leaves_its_index_behind_an_import_running_in_it(tmp_path):
     """The mount's keeper makes no pass while an import runs in the mount
     (within IMPORT_BUSY_INTERVAL of its last), and one as soon as it ends."""

@@ -11,8 +11,6 @@ thread sees a row without its stripe or with its count one too high.
 """
 from __future__ import annotations
 
-from dataclasses import astuple
-
 from .catalog import BlockRow, Catalog
 from .protection import Placing, Protection
 
@@ -32,7 +30,7 @@ def insert_new(catalog: Catalog, protection: Protection, volumes, staged: list[t
             for (i, row, payload), placed in zip(staged, placing.chosen):
                 try:
                     try:
-                        new = catalog.insert_block(*astuple(row)[1:], room=True)
+                        new = catalog.insert_block(*_columns(row), room=True)
                     except BaseException:
                         protection.unplace(placing, row)
                         volumes[row.disk].remove_block(row.sig, row.overflow)
@@ -53,3 +51,11 @@ def insert_new(catalog: Catalog, protection: Protection, volumes, staged: list[t
         # (here: the catalog lock is not taken again while a new stripe's is held)
         pending.extend(row for row, _ in added)
     return added, Placing(chosen, placing.held, placing.gone), elsewhere
+
+
+def _columns(row: BlockRow) -> tuple:
+    """The row's values after its id, as ``Catalog.insert_block`` takes them
+    (not ``dataclasses.astuple``: it deep-copies every field, under the
+    catalog lock here)."""
+    return (row.sig, row.overflow, row.disk, row.size, row.stored, row.codec, row.refs, row.pins,
+            row.created, row.name, row.grp, row.stripe, row.sha256)

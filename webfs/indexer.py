@@ -455,7 +455,9 @@ class Keeper:
     import asked; the first step catches up what a crash left unindexed.
     Passes are made here until one has ``apart_after`` files to index (a
     copy or an import into the mount), then by an ``Apart`` process; while
-    an import runs in the mount, at most every ``IMPORT_BUSY_INTERVAL``."""
+    an import runs in the mount, at most every ``IMPORT_BUSY_INTERVAL`` (the
+    start counts as a pass: an import into a fresh mount is not met by one
+    at its first commit)."""
 
     def __init__(self, store, apart_after: int = APART_AFTER):
         self.store = store
@@ -467,7 +469,7 @@ class Keeper:
         self.apart_after = apart_after
         self.apart: Optional[Apart] = None
         self.files_seen: Optional[int] = None       # files in the catalog at the last pass
-        self.last_pass = 0.0                        # time.monotonic() of the last pass
+        self.last_pass = time.monotonic()           # of the last pass; the start counts as one
 
     def poke(self) -> None:
         self.poked.set()
