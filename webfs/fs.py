@@ -160,6 +160,7 @@ class Operations(pyfuse3.Operations):
                                known_to_kernel=lambda ino: bool(self.lookups.get(ino)))
         self.control = ControlTree(store.catalog, store.conf.depth, self.owner)
         self.control.search.answer = lambda query, limit: searching.answers(store, query, limit)
+        self.control.warc.reader = self.reader          # a replayed record's pieces fetched at its lookup
 
     def running(self, nursery: trio.Nursery) -> None:
         """The mount runs: background work (read-ahead, telling the kernel) may start."""
@@ -619,7 +620,7 @@ class Operations(pyfuse3.Operations):
     async def forget(self, inode_list):
         for ino, nlookup in inode_list:
             if is_virtual(ino):
-                self.control.forget(ino)
+                self.control.forget(ino, nlookup)
                 continue
             left = self.lookups.get(ino, 0) - nlookup
             if left > 0:
