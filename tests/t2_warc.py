@@ -875,20 +875,3 @@ def test_import_keeps_the_cdxj_pywb_makes(tmp_path):
         finally:
             t.close()
     assert checked >= len(sources) - 2
-
-
-def test_replay_names_each_record_file_in_the_index_of_a_mount():
-    """by_record: each line's filename becomes NAME@OFFSET and its offset 0,
-    in place as the indexers write the fields, by JSON otherwise (other order,
-    an escaped name)."""
-    from webfs import replay
-    plain = (b'a,b)/ 20240101120000 {"url": "http://b.a/", "length": "10", "offset": "7109", "filename": "x.warc"}\n'
-             b'a,c)/ 20240101120000 {"url": "http://c.a/", "length": "12", "offset": "0", "filename": "y \\"q\\".warc"}\n')
-    fields = lambda out: [json.loads(line.split(b" ", 2)[2]) for line in out.splitlines()]  # noqa: E731
-    want = [{"url": "http://b.a/", "length": "10", "offset": "0", "filename": "x.warc@7109"},
-            {"url": "http://c.a/", "length": "12", "offset": "0", "filename": 'y "q".warc@0'}]
-    assert fields(replay.by_record(plain)) == want
-    other = plain.replace(b'"offset": "7109", "filename": "x.warc"', b'"filename": "x.warc", "offset": "7109"')
-    assert fields(replay.by_record(other)) == want
-    assert [line.split(b" ", 2)[:2] for line in replay.by_record(other).splitlines()] == \
-        [line.split(b" ", 2)[:2] for line in plain.splitlines()]

@@ -18,7 +18,7 @@ warc      a WARC of at least --warc-captures response records (10,000 by
           lines made by import-warc) against 1 s; a second start beside.
           Figure warc.latency: ms of a capture (every 50th, id_) through
           `webfs replay` + wayback (pywb reading the mount's .webfs/warc
-          files, a record file, NAME@OFFSET, a capture) against plain pywb (`wb-manager add` of the same WARC +
+          files) against plain pywb (`wb-manager add` of the same WARC +
           wayback), the requests interleaved (which server goes first
           alternates), each server's first answer (pywb loading its
           modules) left out, medians (aim <= 1.2x); the load average at the

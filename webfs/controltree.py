@@ -31,7 +31,7 @@ VIRTUAL_TIMEOUT = 1.0           # blocks come and go: the kernel keeps these ent
 # second. A view itself may be dropped (replaced): its entry lasts a second, and
 # its files go with it (one opened through a directory held open: ENOENT).
 FIXED_TIMEOUT = 300.0
-FIXED_KINDS = frozenset({"root", "warc", "vfile", "vrecord"})
+FIXED_KINDS = frozenset({"root", "warc", "vfile"})
 ROOT_DIRS = {b"blocks": "dir", b"search": "search", VIEW_DIR: "warc"}      # .webfs's names, and their kinds
 
 
@@ -71,8 +71,7 @@ class ControlTree:
     def forget(self, ino: int, nlookup: int) -> None:
         """The kernel dropped ``nlookup`` of its references. A node goes with
         the last: a FORGET the kernel sent for an inode it evicted may come
-        after a new lookup of the same name was answered with it (drop_caches
-        evicting thousands of a replay's record files made that happen)."""
+        after a new lookup of the same name was answered with it."""
         node = self.nodes.get(ino)
         if node is None:
             return
@@ -133,38 +132,26 @@ class ControlTree:
         return self._node_for("block", sig, int(ovf or 0))
 
     def _warc_node(self, node: VirtualNode, name: bytes) -> VirtualNode:
-        """A view of .webfs/warc, or a virtual WARC file of a view, or one of
-        its records as a file (whose capture starts being decoded now: its
-        open and read come next)."""
-        key = node.key + "\0" + name.decode("utf-8", "surrogateescape")
-        if name in self.warc.names(None if node.kind == "warc" else node.key):
-            return self._node_for("view", name.decode()) if node.kind == "warc" else self._node_for("vfile", key)
-        if node.kind == "warc":
+        """A view of .webfs/warc, or a virtual WARC file of a view."""
+        if name not in self.warc.names(None if node.kind == "warc" else node.key):
             raise FsError(errno.ENOENT)
-        self.warc.looked_up(node.key, name)
-        return self._node_for("vrecord", key)
+        if node.kind == "warc":
+            return self._node_for("view", name.decode())
+        return self._node_for("vfile", node.key + "\0" + name.decode("utf-8", "surrogateescape"))
 
     def _view_file(self, node: VirtualNode):
         view_id, _, name = node.key.partition("\0")
         return self.warc.file(view_id, name.encode("utf-8", "surrogateescape"))
 
-    def _record_file(self, node: VirtualNode):
-        """(view file, start, end) of a record file's node."""
-        view_id, _, name = node.key.partition("\0")
-        return self.warc.record(view_id, name.encode("utf-8", "surrogateescape"))
-
     def file_info(self, ino: int) -> pyfuse3.FileInfo:
         """How a virtual file is opened: a block kept in the kernel's cache; a
         virtual WARC file read as asked, each read ending at its record's end
         (``ViewFile.read``), which only direct_io passes on as it is (the page
-        cache would take a short read for the file's end); a record file, which
-        ends where its record does, kept in the cache."""
+        cache would take a short read for the file's end)."""
         node = self.node(ino)
         if node.kind == "vfile":
             self._view_file(node)           # ENOENT if its view was dropped since
             return pyfuse3.FileInfo(fh=ino, direct_io=True)
-        if node.kind == "vrecord":
-            self._record_file(node)
         return pyfuse3.FileInfo(fh=ino, keep_cache=True)
 
     async def read(self, ino: int, off: int, size: int, reader) -> bytes:
@@ -172,9 +159,6 @@ class ControlTree:
         node = self.node(ino)
         if node.kind == "vfile":
             return await self._view_file(node).read(reader, off, size)
-        if node.kind == "vrecord":
-            vf, start, end = self._record_file(node)
-            return await vf.read(reader, start + off, min(size, end - start - off)) if start + off < end else b""
         return (await reader.piece(self.block(ino)))[off:off + size]
 
     def block(self, ino: int) -> BlockRow:
@@ -197,11 +181,6 @@ class ControlTree:
         elif node.kind == "vfile":
             a.st_mode = stat.S_IFREG | 0o400
             a.st_size = self._view_file(node).size
-            a.st_nlink = 1
-        elif node.kind == "vrecord":
-            _, start, end = self._record_file(node)
-            a.st_mode = stat.S_IFREG | 0o400
-            a.st_size = end - start
             a.st_nlink = 1
         elif node.kind == "link":
             a.st_mode = stat.S_IFLNK | 0o777

@@ -160,7 +160,6 @@ class Operations(pyfuse3.Operations):
                                known_to_kernel=lambda ino: bool(self.lookups.get(ino)))
         self.control = ControlTree(store.catalog, store.conf.depth, self.owner)
         self.control.search.answer = lambda query, limit: searching.answers(store, query, limit)
-        self.control.warc.reader = self.reader          # a replayed record's pieces fetched at its lookup
 
     def running(self, nursery: trio.Nursery) -> None:
         """The mount runs: background work (read-ahead, telling the kernel) may start."""

@@ -221,13 +221,6 @@ class PieceReader:
             state.read_end = off + size
         return b"".join(out)
 
-    def fetch_soon(self, pieces: list[BlockRow], off: int, size: int) -> None:
-        """Start fetching the pieces that hold bytes [off, off+size) of a file,
-        for a read known to come (a replayed record looked up before its open)."""
-        if self.nursery is not None:
-            for row in pieces[off // self.max_block:(off + max(size, 1) - 1) // self.max_block + 1]:
-                self._fetch_ahead(row)
-
     def _prefetch(self, pieces: list[BlockRow], index: int, ahead: int = 1) -> None:
         """Start fetching the next pieces of a large file (they sit on other disks)."""
         if self.nursery is None:

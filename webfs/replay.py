@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import heapq
 import http.server
-import json
 import logging
 import os
 import re
@@ -134,39 +133,12 @@ def _cached(path: str, key: bytes):
         return None
 
 
-# Where a CDXJ line of pywb's indexer (and of import-warc's) says its record is.
-_WHERE = re.compile(rb'"offset": "(\d+)", "filename": "((?:[^"\\]|\\.)*)"')
-
-
-def by_record(lines: bytes) -> bytes:
-    """CDXJ lines that name each record's own file in a mount's view
-    (``warcview.record_file``: NAME@OFFSET, read from its start) in place of
-    its offset in the view's virtual file: the daemon then knows at the lookup
-    which record pywb is about to read, and the kernel keeps it cached. The
-    fields are rewritten in place where they are as the indexers write them
-    (10,000 lines in a fifth of the time of parsing each)."""
-    moved, count = _WHERE.subn(lambda m: b'"offset": "0", "filename": "%s%s%s"' % (
-        m.group(2), warcview.RECORD_MARK, m.group(1)), lines)
-    if count == lines.count(b"\n"):
-        return moved
-    out = []
-    for line in lines.splitlines(keepends=True):
-        key, stamp, fields = line.split(b" ", 2)
-        found = json.loads(fields)
-        found["filename"] = warcview.record_file(found["filename"], int(found["offset"]))
-        found["offset"] = "0"
-        out.append(b"%s %s %s\n" % (key, stamp, json.dumps(found).encode()))
-    return b"".join(out)
-
-
-def current(coll: str, files, pywb_dir: str, tree=None, sources: Optional[dict] = None,
-            record_files: bool = False) -> tuple[str, str]:
+def current(coll: str, files, pywb_dir: str, tree=None, sources: Optional[dict] = None) -> tuple[str, str]:
     """(the path of the collection's sorted CDXJ index, a line to say), indexing
     again only the virtual files whose key changed. ``files``: name ->
     VirtualFile, or what makes them (called only if a source must be indexed
     again); ``sources``: name -> (source, key), as a mount's daemon laid them
-    out (``webfs.warcview``; default: from ``files``), with ``tree``;
-    ``record_files``: the index names each record's own file (``by_record``)."""
+    out (``webfs.warcview``; default: from ``files``), with ``tree``."""
     top = _own_dir(os.path.join(os.path.abspath(pywb_dir), CACHE_DIR))
     cache = _own_dir(os.path.join(top, coll))
     if sources is None:
@@ -188,8 +160,6 @@ def current(coll: str, files, pywb_dir: str, tree=None, sources: Optional[dict] 
     for stale in set(os.listdir(cache)) - {n + ".cdxj" for n in sources}:
         os.unlink(os.path.join(cache, stale))          # a source no longer kept
     merged = b"".join(heapq.merge(*per_file))
-    if record_files:
-        merged = by_record(merged)
     index = os.path.join(top, coll + ".cdxj")
     try:
         with open(index, "rb") as f:
@@ -330,8 +300,7 @@ def prepare(target: str, pywb_dir: str, port: int, options: BackendOptions, host
                 archives[coll], shown[coll] = f"http://{host}:{port}/{coll}/", None
             else:
                 archives[coll] = shown[coll] = view[0]
-                indexes[coll], said = current(coll, lambda t=tree: virtual_files(t), pywb_dir, tree, view[1],
-                                               record_files=True)
+                indexes[coll], said = current(coll, lambda t=tree: virtual_files(t), pywb_dir, tree, view[1])
             lines.append(said)
         write_file(os.path.join(pywb_dir, "config.yaml"), pywb_config(indexes, archives).encode())
         server = serve(served, port, host) if served else None

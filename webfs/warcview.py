@@ -17,12 +17,6 @@ record's read with EIO, and nothing else. Views live as long as the mount,
 one per collection (a newer layout of it replaces the older); after a
 remount ``webfs replay`` makes them again, under the same id if nothing
 changed.
-
-Each record is also a file of its own, ``NAME@OFFSET`` (not listed), and the
-CDXJ replay writes for pywb names those: the daemon learns which record is
-wanted at the lookup, before the open, and starts decoding its capture then;
-and a record file, which never changes, is kept in the kernel's page cache, so
-a record asked again costs no read and no getattr.
 """
 from __future__ import annotations
 
@@ -39,12 +33,6 @@ from .errors import FsError
 from .signature import signature
 
 VIEW_DIR = b"warc"          # .webfs/warc
-RECORD_MARK = b"@"          # NAME@OFFSET: the record of NAME that starts at OFFSET
-
-
-def record_file(name: str, offset: int) -> str:
-    """The name of a view file's record as a file of its own."""
-    return f"{name}{RECORD_MARK.decode()}{offset}"
 
 
 class ViewFile:
@@ -71,26 +59,6 @@ class ViewFile:
         """Where the record that holds byte ``off`` ends (the next one starts)."""
         i = bisect.bisect_right(self.starts, off)
         return self.starts[i] if i < len(self.starts) else self.size
-
-    def record_at(self, start: int) -> tuple[int, int]:
-        """[start, end) of the record that starts at ``start``; ENOENT if none does."""
-        i = bisect.bisect_left(self.starts, start)
-        if i == len(self.starts) or self.starts[i] != start:
-            raise FsError(errno.ENOENT)
-        return start, self.record_end(start)
-
-    def fetch_ahead(self, reader, start: int, end: int) -> None:
-        """Start decoding the pieces of bytes [start, end) (the heads' and the
-        captures') for a read about to come: a record file looked up, not yet
-        opened. A capture that cannot be found is left to the read to report."""
-        for (kind, where, n), lo, hi in spans(self.starts, self.parts, start, end):
-            if kind != "b":
-                try:
-                    ino = self._inode(self.heads if kind == "h" else where)
-                except FsError:
-                    continue
-                base = where if kind == "h" else 0
-                reader.fetch_soon(self.ns.pieces(ino), base + lo, hi - lo)
 
     async def read(self, reader, off: int, size: int) -> bytes:
         """Bytes [off, off+size), cut at the end of the record ``off`` is in: the
@@ -126,7 +94,6 @@ class WarcViews:
     def __init__(self):
         self.views: dict[str, dict[bytes, ViewFile]] = {}
         self.of_collection: dict[int, str] = {}        # its directory's inode -> its view's id
-        self.reader = None          # the mount's webfs.readcache.PieceReader, set by webfs.fs
 
     def add(self, ns, top: int, files: dict, keys: dict[str, str]) -> str:
         """Keep a collection's laid out virtual files (name -> ``cdxj.VirtualFile``,
@@ -152,22 +119,6 @@ class WarcViews:
         if found is None:
             raise FsError(errno.ENOENT)
         return found
-
-    def record(self, view_id: str, name: bytes) -> tuple[ViewFile, int, int]:
-        """A record file NAME@OFFSET of a view: its view file and [start, end) in it.
-        ENOENT unless OFFSET, written plainly, is where one of NAME's records starts."""
-        base, mark, offset = name.rpartition(RECORD_MARK)
-        if not mark or not offset.isdigit() or offset != b"%d" % int(offset):
-            raise FsError(errno.ENOENT)
-        vf = self.file(view_id, base)
-        return (vf, *vf.record_at(int(offset)))
-
-    def looked_up(self, view_id: str, name: bytes) -> None:
-        """A record file was looked up (ENOENT if there is none): pywb opens and
-        reads it next, so its capture's pieces start being fetched now."""
-        vf, start, end = self.record(view_id, name)
-        if self.reader is not None:
-            vf.fetch_ahead(self.reader, start, end)
 
 
 def warc_view(archive, progress: Progress, collection: str) -> Result:
