@@ -152,7 +152,14 @@ def test_names_directories_and_the_control_tree(ops, store):
         with pytest.raises(pyfuse3.FUSEError) as info:
             await ops.open(block.st_ino, os.O_WRONLY, CTX)
         assert info.value.errno == errno.EROFS
+        again = await ops.lookup(node.st_ino, sig[chars:].encode(), CTX)     # the kernel looked it up anew ...
+        assert again.st_ino == block.st_ino
+        await ops.forget([(block.st_ino, 1)])          # ... before the FORGET of its older reference came
+        assert (await ops.getattr(block.st_ino, CTX)).st_size == block.st_size
         await ops.forget([(block.st_ino, 1)])
+        with pytest.raises(pyfuse3.FUSEError) as info:
+            await ops.getattr(block.st_ino, CTX)
+        assert info.value.errno == errno.ENOENT
     trio.run(main)
 
 

@@ -46,6 +46,7 @@ class VirtualNode:
 
     def __init__(self, ino: int, kind: str, key: str, overflow: int = 0):
         self.ino, self.kind, self.key, self.overflow = ino, kind, key, overflow
+        self.refs = 0           # the kernel's lookup count of it, as answered
 
 
 class ControlTree:
@@ -67,12 +68,20 @@ class ControlTree:
             raise FsError(errno.ENOENT)
         return node
 
-    def forget(self, ino: int) -> None:
-        node = self.nodes.pop(ino, None)
-        if node is not None:
-            self.by_key.pop((node.kind, node.key, node.overflow), None)
-            if node.kind == "query":
-                self.search.forget(node.key)
+    def forget(self, ino: int, nlookup: int) -> None:
+        """The kernel dropped ``nlookup`` of its references. A node goes with
+        the last: a FORGET the kernel sent for an inode it evicted may come
+        after a new lookup of the same name was answered with it."""
+        node = self.nodes.get(ino)
+        if node is None:
+            return
+        node.refs -= nlookup
+        if node.refs > 0:
+            return
+        del self.nodes[ino]
+        self.by_key.pop((node.kind, node.key, node.overflow), None)
+        if node.kind == "query":
+            self.search.forget(node.key)
 
     def _node_for(self, kind: str, key: str, overflow: int = 0) -> VirtualNode:
         ident = (kind, key, overflow)
@@ -86,6 +95,12 @@ class ControlTree:
         return self.nodes[ino]
 
     def lookup(self, parent: int, name: bytes) -> VirtualNode:
+        """The entry ``name`` of a directory (a reference the kernel now holds)."""
+        node = self._find(parent, name)
+        node.refs += 1
+        return node
+
+    def _find(self, parent: int, name: bytes) -> VirtualNode:
         if parent == ROOT_INODE:
             return self._node_for("root", "")
         node = self.node(parent)
@@ -210,3 +225,4 @@ class ControlTree:
         for i, (name, child) in enumerate(children[start_id:], start_id + 1):
             if not pyfuse3.readdir_reply(token, name, self.attrs(child, times_ns), i):
                 return
+            child.refs += 1         # readdirplus: an entry listed is looked up

@@ -626,7 +626,7 @@ class Operations(pyfuse3.Operations):
     async def forget(self, inode_list):
         for ino, nlookup in inode_list:
             if is_virtual(ino):
-                self.control.forget(ino)
+                self.control.forget(ino, nlookup)
                 continue
             left = self.lookups.get(ino, 0) - nlookup
             if left > 0:
