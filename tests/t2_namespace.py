@@ -99,6 +99,33 @@ def test_contents_replace_and_free_give_the_blocks_back(ns, store):
     assert store.catalog.block(row.sig) is None
 
 
+def test_a_new_files_first_content_asks_nothing_of_its_old_blocks(ns, store):
+    """A file made here holds no blocks: its first content does not look up
+    old ones (a round trip on PostgreSQL); the next does, and releases them;
+    so does the first while other machines are mounted (one may have written
+    it a moment ago)."""
+    statements = []
+    store.catalog.db.set_trace_callback(statements.append)
+    asked = lambda: sum("FROM contents c JOIN" in s for s in statements)     # noqa: E731
+    f = mkfile(ns, ROOT_INODE, b"f")
+    first = store.store(b"first page", name=b"/f")
+    ns.set_contents(f.id, [first], 10, 1)
+    assert asked() == 0
+    ns.set_contents(f.id, [store.store(b"second page", name=b"/f")], 11, 2)
+    store.commit()
+    assert asked() == 1 and store.catalog.block(first.sig) is None
+
+    class OthersMounted:
+        checked = True
+    g = mkfile(ns, ROOT_INODE, b"g")
+    store.catalog.inode_numbers = OthersMounted()
+    ns.set_contents(g.id, [store.store(b"third page", name=b"/g")], 10, 3)
+    store.catalog.inode_numbers = None
+    store.commit()
+    assert asked() == 2
+    store.catalog.db.set_trace_callback(None)
+
+
 def test_inode_numbers_are_not_reused_by_names_made_in_bulk(ns):
     """webfs import into a mount makes its inodes through the mount's rows: a
     number freed while mounted (the kernel may still hold it) is not given

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import threading
+import time
 import urllib.parse
 
 import pytest
@@ -200,3 +203,50 @@ def test_a_reader_in_order_asks_the_catalog_once_per_window_of_files(mounted):
     # The directory in three listings (8, then 64 once in order, then the
     # rest) and its parent's next entries, where a walker of the tree goes next.
     assert 1 <= requests.get("read-ahead-lookup", 0) <= 4, requests
+
+
+def _buffered(sock) -> int:
+    """Bytes waiting in a socket, not read (the listener's, while it is busy)."""
+    try:
+        return len(sock.recv(1 << 16, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return 0
+
+
+def test_the_listener_hands_on_the_notices_that_piled_up_as_one_change(pg_catalog):
+    """Notices that arrive while the daemon handles one are handed on together
+    (a hand-off to its loop each), the mount's own left out; one call per
+    notice before."""
+    from webfs import changes
+    from webfs.catalogengine import PostgresEngine
+    engine = PostgresEngine(pg_catalog)
+    calls, first, release = [], threading.Event(), threading.Event()
+
+    def changed(inodes, names, everything):
+        calls.append((inodes, names, everything))
+        first.set()
+        release.wait(60)
+    listener = changes.Listener(engine, "here", changed)
+    sender = engine.connect().conn
+    try:
+        sender.execute(changes.NOTIFY_SQL, ("there 5",))
+        assert first.wait(60)
+        later = ["here 6", "there 7 1/6162", "elsewhere 8"]
+        for text in later:
+            sender.execute(changes.NOTIFY_SQL, (text,))
+        # All three in the listener's socket before it reads again (a NotificationResponse
+        # is its type, length, sender pid, channel and payload).
+        size = sum(1 + 4 + 4 + len(changes.CHANNEL) + 1 + len(t) + 1 for t in later)
+        sock = socket.socket(fileno=os.dup(listener._conn.pgconn.socket))
+        deadline = time.monotonic() + 60
+        while _buffered(sock) < size and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sock.close()
+        release.set()
+        while len(calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert calls == [({5}, set(), False), ({7, 8}, {(1, b"ab")}, False)]
+    finally:
+        release.set()
+        listener.close()
+        sender.close()

@@ -246,6 +246,55 @@ def test_a_transaction_the_server_aborts_for_a_deadlock_is_sent_again(postgres):
     first.close(), second.close()
 
 
+def test_a_deadlock_at_a_commit_carrying_the_notice_and_the_fence_is_sent_again(postgres):
+    """The lock a commit takes last (the fence's FOR SHARE of its lease row)
+    closes a cycle with another machine's transaction: PostgreSQL aborts this
+    one at its COMMIT (the other waits with a long deadlock_timeout, so the
+    victim is known); it is sent again, notice and fence with it, and holds,
+    its notice delivered once."""
+    import psycopg
+    from webfs import changes
+    from webfs.catalogengine import PostgresEngine
+    db = postgres.new_database()
+    postgres.psql(db, "CREATE TABLE counts (id INT PRIMARY KEY, n INT); INSERT INTO counts VALUES (1, 0);"
+                      "CREATE TABLE lease (id INT PRIMARY KEY); INSERT INTO lease VALUES (1)")
+    engine = PostgresEngine(postgres.url(db))
+    listening = psycopg.connect(postgres.url(db), autocommit=True)
+    listening.execute(f"LISTEN {changes.CHANNEL}")
+    mine = engine.connect()
+    mine.fence = ("SELECT 1 / (SELECT count(*) FROM (SELECT 1 FROM lease WHERE id = %s FOR SHARE) AS held)", (1,))
+    mine.notice = lambda: (changes.NOTIFY_SQL, ("here 5",))
+    assert mine.execute("UPDATE counts SET n=n+1 WHERE id=?", (1,)).rowcount == 1      # holds the row
+    other = psycopg.connect(postgres.url(db))
+    other.execute("SET deadlock_timeout = '120s'")
+    other.execute("SELECT 1 FROM lease WHERE id=1 FOR UPDATE")
+    other_pid = other.info.backend_pid
+    errors = []
+
+    def other_machine():
+        try:
+            other.execute("UPDATE counts SET n=n+1 WHERE id=1")         # waits for mine
+            other.commit()
+        except Exception as exc:        # noqa: BLE001 - reported below
+            errors.append(exc)
+    thread = threading.Thread(target=other_machine)
+    thread.start()
+    assert poll(lambda: postgres.psql(db, f"SELECT count(*) FROM pg_locks WHERE pid={other_pid} "
+                                          "AND NOT granted").strip() == "1", 60.0)
+    mine.commit()
+    thread.join(60)
+    assert errors == [] and mine.replays == 1
+    assert postgres.psql(db, "SELECT n FROM counts").strip() == "2"
+    assert [n.payload for n in listening.notifies(timeout=60, stop_after=1)] == ["here 5"]
+    assert list(listening.notifies(timeout=0)) == []
+    assert mine.execute("SELECT n FROM counts").fetchone() == (2,)     # the connection goes on
+    mine.execute("UPDATE counts SET n=n+1 WHERE id=?", (1,))
+    mine.commit()
+    assert postgres.psql(db, "SELECT n FROM counts").strip() == "3"
+    for conn in (mine, other, listening):
+        conn.close()
+
+
 def test_one_name_made_on_both_machines_at_once_is_made_once(machines, postgres, pg_catalog):
     """mkdir, ln -s and open(O_CREAT|O_EXCL) of one name on both at the same
     moment: one wins, the other gets EEXIST (as from a local race), and the

@@ -88,15 +88,31 @@ class Listener:
     def _run(self) -> None:
         try:
             while not self._stopping.is_set():
-                # A timeout, so that close() is heard within it.
-                for notice in self._conn.notifies(timeout=WAKE):
-                    machine, inodes, names, everything = parse(notice.payload)
-                    if machine != self.machine:
-                        self.changed(inodes, names, everything)
+                # A timeout, so that close() is heard within it; then whatever
+                # else came meanwhile (timeout 0), all handed on at once.
+                notices = list(self._conn.notifies(timeout=WAKE, stop_after=1))
+                if notices:
+                    notices += self._conn.notifies(timeout=0)
+                    self._hand_on(notices)
         except Exception as exc:
             if not self._stopping.is_set():
                 log.error("no longer hears the other machines' changes (%s): what they change may show "
                           "here only after the kernel's timeouts", exc)
+
+    def _hand_on(self, notices) -> None:
+        """The other machines' notices among these, as one change (a call to
+        ``changed`` costs the daemon a hand-off to its loop: one per batch)."""
+        inodes: set[int] = set()
+        names: set[tuple[int, bytes]] = set()
+        everything = False
+        for notice in notices:
+            machine, its_inodes, its_names, its_everything = parse(notice.payload)
+            if machine != self.machine:
+                inodes |= its_inodes
+                names |= its_names
+                everything = everything or its_everything
+        if inodes or names or everything:
+            self.changed(inodes, names, everything)
 
     def close(self) -> None:
         self._stopping.set()

@@ -354,9 +354,14 @@ class Daemon:
                 pyfuse3.invalidate_inode(ino)
             except OSError:
                 pass
-        # A file's size the kernel keeps as its own (the writeback cache): it must let go of the inode.
-        trio.from_thread.run_sync(self.fs.others_changed, inodes, trio_token=self.trio_token)
-        self.forget_misses({parent for parent, _ in names})
+        parents = list({parent for parent, _ in names})
+
+        def on_loop() -> list[tuple[int, bytes]]:
+            # A file's size the kernel keeps as its own (the writeback cache): it must let go of the inode.
+            self.fs.others_changed(inodes)
+            return self.fs.take_misses(parents)
+        # One hand-off to the loop per notice (two wake-ups on a busy host), not one for each.
+        invalidate_entries(trio.from_thread.run_sync(on_loop, trio_token=self.trio_token))
 
     def _renew_lease(self) -> None:
         """Renew this machine's row; one that another machine took over (this

@@ -327,7 +327,7 @@ class Journal:
         with self.lock:
             lines, self.lines = self.lines, []
         added = [item[1].id for item in lines if isinstance(item, tuple)]
-        xattrs = self.namespace.xattrs_of(added) if added and self.namespace else {}
+        xattrs = self.namespace.xattrs_of(added, kept=True) if added and self.namespace else {}
         return b"".join(item if isinstance(item, bytes) else
                         item[0] + attribute_lines(item[1], xattrs.get(item[1].id, ())) for item in lines)
 

@@ -108,6 +108,9 @@ class NamespaceMemo:
         # ahead (entries_ahead).
         self.pieces: dict[int, list[BlockRow]] = {}
         self.positions: dict[int, tuple[int, int]] = {}
+        # Regular files made here that hold no blocks yet: their first content
+        # has no old one to look up (a round trip with a PostgreSQL catalog).
+        self.empty: dict[int, bool] = {}
         # The highest inode number made or seen (0: ask the catalog), kept
         # through a clear: numbers only grow, as the kernel may still hold a
         # freed inode (its attributes and page cache) under its number.
@@ -117,7 +120,7 @@ class NamespaceMemo:
         self.changes = None
 
     def clear(self) -> None:
-        for table in (self.nodes, self.names, self.xattrs, self.complete, self.pieces, self.positions):
+        for table in (self.nodes, self.names, self.xattrs, self.complete, self.pieces, self.positions, self.empty):
             table.clear()
 
     def keep_pieces(self, ino: int, parent: int, offset: int, rows: list[BlockRow]) -> None:
@@ -127,6 +130,11 @@ class NamespaceMemo:
             self.positions.pop(next(iter(self.positions)))
         self.pieces[ino] = rows
         self.positions[ino] = (parent, offset)
+
+    def made_empty(self, ino: int) -> None:
+        if len(self.empty) >= self.bound:
+            self.empty.pop(next(iter(self.empty)))
+        self.empty[ino] = True
 
     def keep_node(self, node: Inode) -> None:
         if len(self.nodes) >= self.bound:
@@ -173,6 +181,7 @@ class NamespaceMemo:
         them goes (and is not told back)."""
         for ino in inodes:
             self.nodes.pop(ino, None)
+            self.empty.pop(ino, None)
             self.xattrs.pop(ino, None)
             self.pieces.pop(ino, None)
             self.positions.pop(ino, None)

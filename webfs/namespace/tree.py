@@ -348,6 +348,8 @@ class Namespace(NamespaceRows):
             self.journal("+", node, path, rows=rows)
             self.memo.keep_node(node)
             self.memo.xattrs[ino] = NO_XATTRS
+            if stat.S_ISREG(mode):
+                self.memo.made_empty(ino)
             if is_dir:
                 self.memo.complete.add(ino)        # new, so every name of it will be known
             return node
@@ -371,7 +373,12 @@ class Namespace(NamespaceRows):
             return node
 
     def _journal_every_name(self, node: Inode, rows: Optional[list[BlockRow]] = None) -> None:
-        """A ``+`` record for every name of ``node`` (its attributes changed)."""
+        """A ``+`` record for every name of ``node`` (its attributes changed);
+        a file of one name whose path is kept (from its create) asks nothing."""
+        path = self._dir_paths.get(node.id) if node.nlink == 1 and not node.is_dir else None
+        if path is not None:
+            self.journal("+", node, path, rows=rows)
+            return
         for (parent, name) in self.cat.query("SELECT parent, name FROM dentries WHERE inode=?", (node.id,)):
             self.journal("+", node, self._join(parent, name), rows=rows)
 
@@ -547,8 +554,13 @@ class Namespace(NamespaceRows):
         with self.cat.lock:
             self.cat.execute(f"UPDATE inodes SET {', '.join(k + '=?' for k in attrs)} WHERE id=?",
                              (*attrs.values(), ino))
+            kept = self.memo.nodes.get(ino)
             self.memo.drop_node(ino)
-            node = self.get(ino)
+            if kept is None:
+                node = self.get(ino)
+            else:               # the row as the UPDATE left it, without reading it back (a round trip)
+                node = dataclasses.replace(kept, **attrs)
+                self.memo.keep_node(node)
             if set(attrs) - {"atime_ns", "ctime_ns"}:
                 self._journal_every_name(node, rows)
             return node
@@ -558,7 +570,7 @@ class Namespace(NamespaceRows):
         the old blocks lose the references this file held (once per name)."""
         with self._locked():
             node = self.get(ino)
-            old = self.contents(ino)
+            old = [] if self._known_empty(ino) else self.contents(ino)
             self.cat.execute("DELETE FROM contents WHERE inode=?", (ino,))
             self.memo.drop_reading(ino)
             self.add_contents(ino, [row.id for row in rows])
@@ -570,6 +582,14 @@ class Namespace(NamespaceRows):
                 for row in old:
                     self._later(self.store.release, row)
             return self.set_attrs(ino, rows=rows, size=size, mtime_ns=mtime_ns, ctime_ns=now_ns())
+
+    def _known_empty(self, ino: int) -> bool:
+        """Is this a file made here that holds no blocks yet (taken: its content
+        is being set)? Not while other machines are mounted: one of them may
+        have given it blocks a moment ago, its notice not yet heard."""
+        made_empty = self.memo.empty.pop(ino, False)
+        numbers = self.cat.inode_numbers
+        return made_empty and (numbers is None or not numbers.checked)
 
     # -- xattrs ----------------------------------------------------------------
 
@@ -613,9 +633,17 @@ class Namespace(NamespaceRows):
                 raise FsError(errno.ENODATA)
             self._journal_every_name(self.get(ino))
 
-    def xattrs_of(self, inodes: list[int]) -> dict[int, list[tuple[bytes, bytes]]]:
-        """inode -> its (name, value) xattrs in name order, for many inodes at once."""
+    def xattrs_of(self, inodes: list[int], kept: bool = False) -> dict[int, list[tuple[bytes, bytes]]]:
+        """inode -> its (name, value) xattrs in name order, for many inodes at once;
+        ``kept``: those the memo keeps from it (the live catalog, under its lock:
+        a commit's journal records, for a new file of none no round trip)."""
         found: dict[int, list[tuple[bytes, bytes]]] = {}
+        if kept:
+            known = {ino: self.memo.xattrs.get(ino) for ino in inodes}
+            found = {ino: sorted(x.items()) for ino, x in known.items() if x}
+            inodes = [ino for ino, x in known.items() if x is None]
+            if not inodes:
+                return found
         for ino, name, value in self.cat.query_in(
                 "SELECT inode, name, value FROM xattrs WHERE inode IN ({}) ORDER BY inode, name", inodes):
             found.setdefault(ino, []).append((bytes(name), bytes(value)))
