@@ -40,8 +40,8 @@ apt:
 # request loop without a lock per request, before the rest, which then keeps
 # it; PYFUSE3=stock installs the release (3.5.0) as it is. Unset (the default):
 # pip installs pyfuse3 as setup.cfg asks. Not the default: it lowers the loop's
-# CPU per request, but cp -r into webfs measured slower (webfs-internals(7),
-# PYFUSE3 FROM SOURCE).
+# CPU per request and copies faster at load 7-17, but cp -r into webfs measured
+# slower at load 15-28 (webfs-internals(7), PYFUSE3 FROM SOURCE).
 PYFUSE3       ?=
 PYFUSE3_STAMP := $(if $(PYFUSE3),$(VENV)/.pyfuse3-$(PYFUSE3))
 
