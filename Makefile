@@ -22,7 +22,7 @@ help:
 	@echo 'make bench       tools/bench against a plain directory, bindfs, mergerfs, JuiceFS and tools/memfs'
 	@echo 'make bench-full  the same on 10 GB crawls (hours)'
 	@echo 'make install     man pages, webfs in $(PREFIX)/bin, mount.webfs and mount.fuse.webfs in /sbin'
-	@echo 'make deps        Debian packages when missing, everything Python in .venv (PYFUSE3=patched: pyfuse3 with tools/pyfuse3/one-reader.patch)'
+	@echo 'make deps        Debian packages when missing, everything Python in .venv; pyfuse3 built with tools/pyfuse3/one-reader.patch (PYFUSE3=stock: the release as it is)'
 	@echo 'make clean       demo, bench results and caches; make distclean also .venv'
 
 # Install only the Debian packages that are missing, so a ready machine pays nothing.
@@ -35,14 +35,14 @@ apt:
 	fi
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-dev >/dev/null; }
 
-# PYFUSE3=patched builds pyfuse3 from its release's source (as pip builds it
-# anyway: PyPI has no wheel of it) with tools/pyfuse3/one-reader.patch, its
-# request loop without a lock per request, before the rest, which then keeps
-# it; PYFUSE3=stock installs the release (3.5.0) as it is. Unset (the default):
-# pip installs pyfuse3 as setup.cfg asks. Not the default: it lowers the loop's
-# CPU per request, but cp -r into webfs measured slower (webfs-internals(7),
-# PYFUSE3 FROM SOURCE).
-PYFUSE3       ?=
+# pyfuse3 is built from its release's source (as pip builds it anyway: PyPI
+# has no wheel of it) with tools/pyfuse3/one-reader.patch, its request loop
+# without a lock per request, before the rest, which then keeps it: the
+# default, PYFUSE3=patched (interleaved A/B at load 1-17: cp -r, rsync -a, cold
+# cat and grep -r faster, less daemon CPU; at load 15-28 cp -r slower:
+# webfs-internals(7), PYFUSE3 FROM SOURCE). PYFUSE3=stock installs the release
+# (3.5.0) as it is; PYFUSE3= (empty) leaves pyfuse3 to pip, as setup.cfg asks.
+PYFUSE3       ?= patched
 PYFUSE3_STAMP := $(if $(PYFUSE3),$(VENV)/.pyfuse3-$(PYFUSE3))
 
 $(VENV)/.pyfuse3-%: tools/pyfuse3/build tools/pyfuse3/one-reader.patch tools/pyfuse3/build-constraints.txt
