@@ -163,10 +163,21 @@ def webfs_here(*args, check=True, input=None) -> subprocess.CompletedProcess:
 
 
 def unmount(mnt: Path) -> None:
-    """Unmount through webfs; if the daemon is gone, make sure the kernel lets go."""
+    """Unmount through webfs; if the daemon is gone, make sure the kernel lets go
+    (a dead daemon's mount point fails stat with ENOTCONN, which os.path.ismount
+    reads as "not a mount": /proc/self/mounts still lists it)."""
     if os.path.ismount(mnt):
         if webfs("umount", mnt, check=False).returncode != 0:
             subprocess.run(["fusermount3", "-uz", str(mnt)], check=False)
+    elif listed_mount(mnt):
+        subprocess.run(["fusermount3", "-uz", str(mnt)], check=False)
+
+
+def listed_mount(mnt: Path) -> bool:
+    """Whether the kernel lists MNT as a mount point (spaces are \\040 there)."""
+    wanted = os.path.abspath(mnt).replace(" ", "\\040")
+    with open("/proc/self/mounts") as mounts:
+        return any(line.split()[1] == wanted for line in mounts)
 
 
 class Mounted:
