@@ -7,6 +7,7 @@ import stat
 
 import pytest
 
+from webfs.commands.moves import move_group
 from webfs.errors import FsError
 from webfs.namespace import ROOT_INODE, Namespace
 
@@ -245,3 +246,19 @@ def test_the_memo_answers_what_the_catalog_says_through_every_change(store, seed
         kept = max(kept, len(ns.memo.names))
         read_ahead = max(read_ahead, len(ns.memo.pieces))
     assert kept >= 3 and read_ahead >= 1
+
+
+def test_blocks_kept_by_a_lookup_serve_one_open_then_the_catalog_answers(ns, store):
+    """A cold lookup keeps the file's block for the open after it; an open
+    after a move of the block's group (webfs cool, rebalance) must get the
+    catalog's disk, not look for the block on its old one first."""
+    f = mkfile(ns, ROOT_INODE, b"f")
+    row = store.store(b"a page that moves", name=b"/f")
+    ns.set_contents(f.id, [row], 17, 1)
+    store.commit()
+    cold = Namespace(store, journal=lambda *args, **kwargs: None)
+    assert cold.find(ROOT_INODE, b"f").id == f.id
+    moved_to = next(vol.index for vol in store.archive.volumes.values() if vol.index != row.disk)
+    move_group(store, row.grp, moved_to)
+    assert [r.disk for r in cold.pieces(f.id)] == [row.disk]       # kept by the lookup, for its open
+    assert [r.disk for r in cold.pieces(f.id)] == [moved_to]       # the next open asks the catalog

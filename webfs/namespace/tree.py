@@ -229,9 +229,17 @@ class Namespace(NamespaceRows):
     def pieces(self, ino: int) -> list[BlockRow]:
         """A file's blocks for a reader: ``contents``, or what the read-ahead of
         its directory kept (no SQL then). Their refs, disk and stripe may be
-        older than the catalog's; what each block is (and so its bytes) is not."""
+        older than the catalog's; what each block is (and so its bytes) is not.
+        Kept blocks serve the one open they were fetched for: kept longer, a
+        block that ``webfs cool`` or rebalance moved since was looked for on
+        its old disk first at every open (webfs-internals(7), READS THROUGH
+        THE MOUNT)."""
         found = self.memo.pieces.get(ino)
-        return found if found is not None else self.contents(ino)
+        if found is None:
+            return self.contents(ino)
+        with self.cat.lock:             # the memo changes only under the lock
+            self.memo.pieces.pop(ino, None)
+        return found
 
     def forget_pieces(self, ino: int) -> None:
         """A reader found the kept blocks wrong (a read failed): ask the catalog next."""
