@@ -132,12 +132,14 @@ def copy_then_cat(ctx, t, crawl, nbytes):
 
 def both_at_once(ctx, pairs):
     """A shell line copying each (crawl, mount point) at the same moment; it
-    fails when any copy fails."""
+    fails when any copy fails. Each copy is waited for by its PID: ``wait -n``
+    found no child when both had ended before it ran (exit 127, a tiny run)."""
     for crawl, _ in pairs:
         ctx.warm_source(crawl)
-    cps = ["cp -r %s %s" % (shlex.quote(os.path.join(ctx.corpus, c)), shlex.quote(os.path.join(m, c)))
-           for c, m in pairs]
-    return " & ".join(cps) + " & wait -n && wait -n"
+    cps = ["cp -r %s %s & p%d=$!" % (shlex.quote(os.path.join(ctx.corpus, c)), shlex.quote(os.path.join(m, c)), i)
+           for i, (c, m) in enumerate(pairs)]
+    waits = " ".join("$p%d" % i for i in range(len(pairs)))
+    return "; ".join(cps) + "; s=0; for p in %s; do wait $p || s=1; done; exit $s" % waits
 
 
 def one_machine(ctx, pg, crawls):
