@@ -16,7 +16,7 @@ class Backend(abc.ABC):
 
     root: str
     bounded = True              # has a size (free_space means something); an object store has none
-    quick_reads = False         # a small read is a local system call, short enough for the event loop
+    quick_io = False            # a small read or write is a local system call, short enough for the event loop
 
     @abc.abstractmethod
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:

@@ -32,7 +32,7 @@ class LocalBackend(Backend):
         return f"LocalBackend({self.root!r})"
 
     @property
-    def quick_reads(self) -> bool:
+    def quick_io(self) -> bool:
         return not self.delay
 
     def _makedirs(self, path: str) -> None:

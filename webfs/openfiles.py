@@ -439,8 +439,7 @@ class OpenFiles:
         removal or parity write behind running (they hold stripe locks)."""
         if size > STORE_HERE_MAX or self.store.background.busy or self.store.catalog.engine is not SQLITE:
             return False
-        return all(v.local_blocks is not None and not getattr(v.backend, "delay", 0)
-                   for v in self.store.archive.volumes.values())
+        return all(v.backend.quick_io for v in self.store.archive.volumes.values())
 
     def _store_small(self, ino: int, buf: FileBuffer, path: bytes, mtime_ns: int) -> None:
         """(in the commit's worker trip) A file of at most one piece made its content."""

@@ -215,7 +215,7 @@ class PieceReader:
         if row.stored > LOOP_READ_BYTES or self.cache.inflight:
             return None
         vol = self.store.archive.volumes.get(row.disk)
-        if vol is None or not vol.backend.quick_reads:
+        if vol is None or not vol.backend.quick_io:
             return None
         try:
             header, payload = vol.read_block(row.sig, row.overflow)
