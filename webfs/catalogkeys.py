@@ -9,6 +9,7 @@ never see them.
 from __future__ import annotations
 
 import calendar
+import functools
 import time
 from typing import Optional
 
@@ -40,10 +41,12 @@ def sig_range(prefix: str) -> tuple[bytes, bytes]:
     return (bytes.fromhex(prefix.ljust(SIG_DIGITS, "0")), bytes.fromhex(prefix.ljust(SIG_DIGITS, "f")))
 
 
+@functools.lru_cache(maxsize=64)
 def seconds_of(created: str):
     """A header's Created (2026-11-25T21:00:00Z) as the catalog stores it:
     seconds since 1970, UTC; a text in any other form is kept as it is, so
-    the header a block is rebuilt with says what it said."""
+    the header a block is rebuilt with says what it said. Memoized: the
+    blocks stored in one second share their Created, and strptime is slow."""
     try:
         seconds = calendar.timegm(time.strptime(created, CREATED_FORMAT))
     except (ValueError, OverflowError):

@@ -576,7 +576,12 @@ class Operations(pyfuse3.Operations):
             return value
         if is_virtual(inode) or name.startswith(b"system."):
             raise FsError(errno.ENODATA)        # ls -l asks every file for ACLs; we keep none
-        return self.ns.getxattr(inode, name)
+        value = self.ns.xattr(inode, name)
+        if value is None:
+            # The kernel asks for security.capability before each file's first
+            # write: answered with no FsError to make and translate.
+            raise pyfuse3.FUSEError(errno.ENODATA)
+        return value
 
     @translate_errors
     async def setxattr(self, inode, name, value, ctx):

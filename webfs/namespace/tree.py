@@ -578,8 +578,10 @@ class Namespace(NamespaceRows):
         the old blocks lose the references this file held (once per name)."""
         with self._locked():
             node = self.get(ino)
-            old = [] if self._known_empty(ino) else self.contents(ino)
-            self.cat.execute("DELETE FROM contents WHERE inode=?", (ino,))
+            empty = self._known_empty(ino)
+            old = [] if empty else self.contents(ino)
+            if not empty:           # a file made here holds no rows yet: nothing to delete
+                self.cat.execute("DELETE FROM contents WHERE inode=?", (ino,))
             self.memo.drop_reading(ino)
             self.add_contents(ino, [row.id for row in rows])
             # A file with n names holds n references to each of its blocks.
@@ -611,10 +613,14 @@ class Namespace(NamespaceRows):
         return found
 
     def getxattr(self, ino: int, name: bytes) -> bytes:
-        value = self._xattrs(ino).get(name)
+        value = self.xattr(ino, name)
         if value is None:
             raise FsError(errno.ENODATA)
         return value
+
+    def xattr(self, ino: int, name: bytes) -> Optional[bytes]:
+        """An xattr's value, or None if the file has none of that name."""
+        return self._xattrs(ino).get(name)
 
     def listxattr(self, ino: int) -> list[bytes]:
         return sorted(self._xattrs(ino))
