@@ -127,6 +127,45 @@ def test_a_new_files_first_content_asks_nothing_of_its_old_blocks(ns, store):
     store.catalog.db.set_trace_callback(None)
 
 
+def test_attribute_changes_after_a_close_journal_its_blocks_without_asking(store):
+    """rsync's utimens and chmod after a close are JOURNAL records that list
+    the file's blocks: those the close stored are given (no SQL); once its
+    content may have changed (a new content, a rename, a rollback) they are
+    not, and the record asks the catalog. A file made here has no contents
+    rows to delete at its first content."""
+    records = []
+    ns = Namespace(store, journal=lambda op, node, path, *_, **kw: records.append((path, kw.get("rows"))))
+    ns.ensure_root()
+    statements = []
+    store.catalog.db.set_trace_callback(statements.append)
+    f = mkfile(ns, ROOT_INODE, b"f")
+    first = store.store(b"first page", name=b"/f")
+    ns.set_contents(f.id, [first], 10, 1)
+    assert not any(s.startswith("DELETE FROM contents") for s in statements)
+    records.clear()
+    ns.set_attrs(f.id, mtime_ns=5)
+    assert [(p, [r.sig for r in rows]) for p, rows in records] == [(b"/f", [first.sig])]
+    second = store.store(b"second page", name=b"/f")
+    ns.set_contents(f.id, [second], 11, 2)
+    assert sum(s.startswith("DELETE FROM contents") for s in statements) == 1
+    records.clear()
+    ns.set_attrs(f.id, mode=stat.S_IFREG | 0o600)
+    assert [[r.sig for r in rows] for _, rows in records] == [[second.sig]]
+    store.commit()
+    ns.rename(ROOT_INODE, b"f", ROOT_INODE, b"g")
+    records.clear()
+    ns.set_attrs(f.id, mtime_ns=6)
+    assert [rows for _, rows in records] == [None]          # the journal asks the catalog
+    h = mkfile(ns, ROOT_INODE, b"h")
+    store.commit()
+    ns.set_contents(h.id, [store.store(b"third page", name=b"/h")], 10, 3)
+    store.catalog.rollback()            # the content it was given is no more
+    records.clear()
+    ns.set_attrs(h.id, mtime_ns=7)
+    assert [rows for _, rows in records] == [None]
+    store.catalog.db.set_trace_callback(None)
+
+
 def test_inode_numbers_are_not_reused_by_names_made_in_bulk(ns):
     """webfs import into a mount makes its inodes through the mount's rows: a
     number freed while mounted (the kernel may still hold it) is not given
@@ -163,6 +202,8 @@ def _memo_agrees_with_the_catalog(ns) -> None:
         assert xattrs == dict(ns.cat.query("SELECT name, value FROM xattrs WHERE inode=?", (ino,)))
     for ino, rows in list(memo.pieces.items()):
         assert [(r.id, r.sig, r.size) for r in rows] == [(r.id, r.sig, r.size) for r in ns.contents(ino)], ino
+    for ino, rows in list(memo.stored.items()):
+        assert [r.block_name for r in rows] == [r.block_name for r in ns.contents(ino)], ino
     for ino, (parent, offset) in list(memo.positions.items()):
         assert ns.cat.scalar("SELECT inode FROM dentries WHERE parent=? AND rowid=?", (parent, offset)) == ino
 

@@ -111,6 +111,11 @@ class NamespaceMemo:
         # Regular files made here that hold no blocks yet: their first content
         # has no old one to look up (a round trip with a PostgreSQL catalog).
         self.empty: dict[int, bool] = {}
+        # A file's blocks as this process's last close of it stored them, for
+        # the JOURNAL records of the attribute changes that follow (rsync's
+        # utimens and chmod after its close): what a record needs is which
+        # blocks they are, which their later refs, disk or stripe do not change.
+        self.stored: dict[int, list[BlockRow]] = {}
         # The highest inode number made or seen (0: ask the catalog), kept
         # through a clear: numbers only grow, as the kernel may still hold a
         # freed inode (its attributes and page cache) under its number.
@@ -120,7 +125,8 @@ class NamespaceMemo:
         self.changes = None
 
     def clear(self) -> None:
-        for table in (self.nodes, self.names, self.xattrs, self.complete, self.pieces, self.positions, self.empty):
+        for table in (self.nodes, self.names, self.xattrs, self.complete, self.pieces, self.positions, self.empty,
+                      self.stored):
             table.clear()
 
     def keep_pieces(self, ino: int, parent: int, offset: int, rows: list[BlockRow]) -> None:
@@ -130,6 +136,11 @@ class NamespaceMemo:
             self.positions.pop(next(iter(self.positions)))
         self.pieces[ino] = rows
         self.positions[ino] = (parent, offset)
+
+    def keep_stored(self, ino: int, rows: list[BlockRow]) -> None:
+        if len(self.stored) >= self.bound:
+            self.stored.pop(next(iter(self.stored)))
+        self.stored[ino] = rows
 
     def made_empty(self, ino: int) -> None:
         if len(self.empty) >= self.bound:
@@ -158,6 +169,7 @@ class NamespaceMemo:
     def drop_reading(self, ino: int) -> None:
         """A file's blocks or names changed: what readers kept of it goes."""
         self.pieces.pop(ino, None)
+        self.stored.pop(ino, None)
         self.positions.pop(ino, None)
         if self.changes is not None:
             self.changes.inode(ino)
@@ -184,6 +196,7 @@ class NamespaceMemo:
             self.empty.pop(ino, None)
             self.xattrs.pop(ino, None)
             self.pieces.pop(ino, None)
+            self.stored.pop(ino, None)
             self.positions.pop(ino, None)
         for parent, name in names:
             self.names.pop((parent, name), None)

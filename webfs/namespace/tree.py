@@ -570,7 +570,7 @@ class Namespace(NamespaceRows):
                 node = dataclasses.replace(kept, **attrs)
                 self.memo.keep_node(node)
             if set(attrs) - {"atime_ns", "ctime_ns"}:
-                self._journal_every_name(node, rows)
+                self._journal_every_name(node, rows if rows is not None else self.memo.stored.get(ino))
             return node
 
     def set_contents(self, ino: int, rows: list[BlockRow], size: int, mtime_ns: int) -> Inode:
@@ -591,7 +591,9 @@ class Namespace(NamespaceRows):
             for _ in range(max(node.nlink, 1)):
                 for row in old:
                     self._later(self.store.release, row)
-            return self.set_attrs(ino, rows=rows, size=size, mtime_ns=mtime_ns, ctime_ns=now_ns())
+            node = self.set_attrs(ino, rows=rows, size=size, mtime_ns=mtime_ns, ctime_ns=now_ns())
+            self.memo.keep_stored(ino, rows)
+            return node
 
     def _known_empty(self, ino: int) -> bool:
         """Is this a file made here that holds no blocks yet (taken: its content
