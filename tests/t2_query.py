@@ -8,12 +8,13 @@ import logging
 import os
 import shutil
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import make_archive, webfs, webfs_here
+from conftest import BIN, make_archive, webfs, webfs_here
 from webfs import indexengine, indexer, indexprocess
 from webfs.commands.moves import move_block
 from webfs.index import pass_lock
@@ -326,27 +327,32 @@ def test_a_search_after_an_import_finds_every_page_even_if_its_indexer_dies(tmp_
         assert kill is not None or said not in proc.stderr
 
 
-def test_an_import_does_not_wait_for_a_long_last_pass(tmp_path):
+def test_an_import_does_not_wait_for_a_long_last_pass_and_a_search_does(tmp_path):
     """An import that ends with LEAVE_AFTER files or more unindexed hands its
     last pass to its indexing process and exits without waiting for it, nor
     holding the stderr its caller reads to the end: here the index's lock is
-    held all through the import (an import that waited would hang). Once it
-    goes, that process indexes every page on its own; a search waits for it."""
+    held all through the import (an import that waited would hang). A search
+    started then (webfs(1)'s promise: right after the import) waits for that
+    pass and answers for every page."""
     disk = make_archive(tmp_path / "a", 2)[0]
     pages = {f"http/example.org/p{i}.html": b"<title>P %d</title>quokka" % i for i in range(indexer.LEAVE_AFTER)}
     src = crawl(tmp_path / "src", "crawl-2014", "20140301000000", pages)
     with pass_lock(str(disk / "meta")):
         proc = webfs("import", src, f"{disk}:/", timeout=300)
         assert proc.stderr == b"" and not (disk / "meta" / "index.db").exists()
+        searching = subprocess.Popen([str(BIN / "webfs"), "search", "--count", "quokka", str(disk)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert searching.poll() is None
+    out, err = searching.communicate(timeout=300)
+    assert (out, err, searching.returncode) == (b"%d\n" % indexer.LEAVE_AFTER, b"", 0)
     assert wait_for(lambda: indexed_files_once_there(disk, "quokka") == indexer.LEAVE_AFTER)
-    assert search(disk, "quokka", "--count") == [str(indexer.LEAVE_AFTER)]
     assert not (disk / "meta" / indexprocess.LEFT_LOG).exists()
 
 
 def test_a_failed_last_pass_not_waited_for_is_written_to_index_log(tmp_path):
     """No one reads what the indexing process says after its import ended: a
-    last pass that fails (index.db cannot be opened) is written to index.log
-    beside it."""
+    last pass that fails (index.db cannot be opened), made on its own once
+    the lock goes, is written to index.log beside it."""
     disk = make_archive(tmp_path / "a", 2)[0]
     pages = {f"http/example.org/p{i}.html": b"<title>P %d</title>quokka" % i for i in range(indexer.LEAVE_AFTER)}
     with pass_lock(str(disk / "meta")):
