@@ -11,7 +11,8 @@ the last one missed. A document is read and parsed once per signature.
 
 The mount runs a pass in the background every few seconds while the catalog
 changes (``PRAGMA data_version``); ``webfs import`` and ``import-warc`` run
-them as they commit and a last one when they finish (``Alongside``);
+them as they commit and a last one when they finish (``Alongside``), not
+waited for when it is long;
 ``webfs reindex`` runs one on an empty index. The passes of a mount and of
 an import run in a process of their own (``Apart``), which opens the
 archive read-only: reading and parsing pages then uses another core instead
