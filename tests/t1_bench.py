@@ -186,10 +186,11 @@ def test_warc_aims_at_the_boundary():
 
 
 QUERY = {"search": 0.1, "grep": 10.0, "index_bytes": 500, "covered_bytes": 1000, "import_plain": 0.7,
-         "import_index": 1.0, "stream_pages_s": 900.0, "random_pages_s": 10.0}
+         "import_index": 1.0, "index_done": 1.4, "stream_pages_s": 900.0, "random_pages_s": 10.0}
 QUERY_ROWS = {"search": "`webfs search` of a rare word vs `grep -rl` over the mount, cold, ≥ 100× faster",
               "index": "index size vs the compressed text it covers ≤ 0.5×",
               "import": "`webfs import` with indexing vs without ≥ 0.7×",
+              "index_done": "`webfs import` with indexing, until its index is complete, vs without (no aim)",
               "stream": "subset stream pages/s vs random reads, cold (no aim; WebBase 75–180×)"}
 
 
@@ -204,6 +205,7 @@ def test_query_aims_at_the_boundary():
     assert row(t, QUERY_ROWS["search"] + " (10,000 small pages)")[1:] == ["100× (0.100 vs 10.00 s)", "met"]
     assert row(t, QUERY_ROWS["index"])[1:] == ["0.50× (500 B vs 1.0 KB)", "met"]
     assert row(t, QUERY_ROWS["import"])[1:] == ["0.70× (1.00 vs 0.70 s)", "met"]
+    assert row(t, QUERY_ROWS["index_done"])[1:] == ["0.50× (1.40 vs 0.70 s)", "–"]
     assert row(t, QUERY_ROWS["stream"])[1:] == ["90.0× (900 vs 10.0 pages/s)", "–"]
     assert all(len(line) < 200 for line in t), max(t, key=len)
     t = query_table(grep=9.9, index_bytes=501, import_plain=0.69)

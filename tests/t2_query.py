@@ -8,13 +8,16 @@ import logging
 import os
 import shutil
 import sqlite3
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import make_archive, webfs, webfs_here
-from webfs import indexengine, indexer
+from conftest import BIN, make_archive, webfs, webfs_here
+from webfs import indexengine, indexer, indexprocess
 from webfs.commands.moves import move_block
+from webfs.index import pass_lock
 from webfs.assembly import open_archive
 from t2_warc import write_warc
 
@@ -302,10 +305,12 @@ def indexed_files(disk: Path, word: str) -> int:
         db.close()
 
 
-def test_every_page_is_indexed_when_the_import_returns_even_if_its_indexer_dies(tmp_path):
-    """When an import returns, the index holds every page it made, though in
+def test_a_search_after_an_import_finds_every_page_even_if_its_indexer_dies(tmp_path):
+    """A search right after an import finds every page it made, though in
     the second import (2,000 new pages) its indexing process, if it went
-    apart, was killed at its first file (the import indexes the rest itself)."""
+    apart, was killed at its first file (the import indexes what it can
+    itself; the search's own pass the rest: an import that leaves more than
+    LEAVE_AFTER files does not wait for them)."""
     disk = make_archive(tmp_path / "a", 2)[0]
     said = b"the indexing process ended (killed by signal 9); indexing in this process instead"
     pages_made = 0
@@ -314,12 +319,68 @@ def test_every_page_is_indexed_when_the_import_returns_even_if_its_indexer_dies(
         src = crawl(tmp_path / f"src{n}", "crawl-2016", "20160301000000", pages)
         proc = webfs("import", src, f"{disk}:/import{n}", env=dict(os.environ, **({"WEBFS_TEST_KILL_AT": kill} if kill else {})))
         pages_made += size
-        assert indexed_files(disk, "wildebeest") == pages_made
+        assert search(disk, "wildebeest", "--count") == [str(pages_made)]
         # Whether an import lasts past its first look (ALONGSIDE_INTERVAL) to
         # index apart depends on the machine: the kill is said when it does
         # (test_a_killed_indexing_process_is_said_and_its_pass_made_here makes
         # it happen every time), never without one.
         assert kill is not None or said not in proc.stderr
+
+
+def test_an_import_does_not_wait_for_a_long_last_pass_and_a_search_does(tmp_path):
+    """An import that ends with LEAVE_AFTER files or more unindexed hands its
+    last pass to its indexing process and exits without waiting for it, nor
+    holding the stderr its caller reads to the end: here the index's lock is
+    held all through the import (an import that waited would hang). A search
+    started then (webfs(1)'s promise: right after the import) waits for that
+    pass and answers for every page."""
+    disk = make_archive(tmp_path / "a", 2)[0]
+    pages = {f"http/example.org/p{i}.html": b"<title>P %d</title>quokka" % i for i in range(indexer.LEAVE_AFTER)}
+    src = crawl(tmp_path / "src", "crawl-2014", "20140301000000", pages)
+    with pass_lock(str(disk / "meta")):
+        proc = webfs("import", src, f"{disk}:/", timeout=300)
+        assert proc.stderr == b"" and not (disk / "meta" / "index.db").exists()
+        searching = subprocess.Popen([str(BIN / "webfs"), "search", "--count", "quokka", str(disk)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert searching.poll() is None
+    out, err = searching.communicate(timeout=300)
+    assert (out, err, searching.returncode) == (b"%d\n" % indexer.LEAVE_AFTER, b"", 0)
+    assert wait_for(lambda: indexed_files_once_there(disk, "quokka") == indexer.LEAVE_AFTER)
+    assert not (disk / "meta" / indexprocess.LEFT_LOG).exists()
+
+
+def test_a_failed_last_pass_not_waited_for_is_written_to_index_log(tmp_path):
+    """No one reads what the indexing process says after its import ended: a
+    last pass that fails (index.db cannot be opened), made on its own once
+    the lock goes, is written to index.log beside it."""
+    disk = make_archive(tmp_path / "a", 2)[0]
+    pages = {f"http/example.org/p{i}.html": b"<title>P %d</title>quokka" % i for i in range(indexer.LEAVE_AFTER)}
+    with pass_lock(str(disk / "meta")):
+        webfs("import", crawl(tmp_path / "src", "crawl-2014", "20140301000000", pages), f"{disk}:/", timeout=300)
+        (disk / "meta" / "index.db").mkdir()
+    log_file = disk / "meta" / indexprocess.LEFT_LOG
+    assert wait_for(lambda: log_file.exists() and b"not brought up to date" in log_file.read_bytes())
+    assert b"webfs reindex" in log_file.read_bytes()
+
+
+def wait_for(condition, seconds: float = 120) -> bool:
+    """Poll ``condition`` until it holds or a generous deadline passes."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def indexed_files_once_there(disk: Path, word: str) -> int:
+    """indexed_files, 0 while index.db is not made yet or not yet committed to (locked, no tables)."""
+    if not (disk / "meta" / "index.db").exists():
+        return 0
+    try:
+        return indexed_files(disk, word)
+    except sqlite3.OperationalError:
+        return 0
 
 
 @pytest.mark.parametrize("indexed_at_import", [False, True])

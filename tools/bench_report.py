@@ -414,6 +414,8 @@ def query_aims(q):
             lambda x: x <= 0.5, lambda a, b: "%s vs %s" % (_bytes(a), _bytes(b))),
         row("`webfs import` with indexing vs without ≥ 0.7×", "import_plain", "import_index",
             lambda x: x >= 0.7, lambda a, b: "%.2f vs %.2f s" % (b, a)),
+        row("`webfs import` with indexing, until its index is complete, vs without (no aim)", "import_plain",
+            "index_done", None, lambda a, b: "%.2f vs %.2f s" % (b, a)),
         row("subset stream pages/s vs random reads, cold (no aim; WebBase 75–180×)", "stream_pages_s",
             "random_pages_s", None, lambda a, b: "%s vs %s pages/s" % (_num(a), _num(b))),
     ]

@@ -11,7 +11,8 @@ the last one missed. A document is read and parsed once per signature.
 
 The mount runs a pass in the background every few seconds while the catalog
 changes (``PRAGMA data_version``); ``webfs import`` and ``import-warc`` run
-them as they commit and a last one when they finish (``Alongside``);
+them as they commit and a last one when they finish (``Alongside``), not
+waited for when it is long;
 ``webfs reindex`` runs one on an empty index. The passes of a mount and of
 an import run in a process of their own (``Apart``), which opens the
 archive read-only: reading and parsing pages then uses another core instead
@@ -24,22 +25,18 @@ import datetime
 import logging
 import mimetypes
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 import weakref
-from multiprocessing.connection import Connection
 from typing import Optional
 
-from . import heapmemory, indexengine, lockorder, query, testkill, urlpath
-from .assembly import open_archive
+from . import indexengine, indexprocess, lockorder, query, testkill, urlpath
 from .catalog import Catalog
 from .errors import WebfsError
 from .extract import extract, key_and_host
 from .index import INDEX_DIR_META, Index, index_dir, pass_lock
+from .indexprocess import NOTHING_DONE, Apart, IndexerGone, IndexingFailed
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +243,6 @@ _one_pass = lockorder.lock("index pass")        # a search's pass and the mount'
 # has nothing to look at (it compared the stamps of an import's slack window,
 # most of a search's time).
 _current: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-NOTHING_DONE = {"indexed": 0, "documents": 0, "dropped": 0, "dropped_documents": 0}
 
 
 def catch_up(store, progress=None) -> dict:
@@ -313,109 +309,9 @@ def enabled() -> bool:
     return _enabled
 
 
-class IndexingFailed(WebfsError):
-    """A pass in the indexing process failed (the index could not be written)."""
-
-
-class IndexerGone(WebfsError):
-    """The indexing process ended without answering (killed, or crashed)."""
-
-
-APART_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from webfs.indexer import serve_apart; serve_apart()"
-APART_STOP_SECONDS = 10         # a pass that outlasts this at unmount is killed: the next one redoes its batch
-
-
-class Apart:
-    """Index passes made by a process of its own, one at a time, each when
-    asked (``run_pass``): it opens the archive read-only (as ``webfs status``
-    does) and makes the pass as ``catch_up`` would here, while the asking
-    thread waits on a pipe without holding the interpreter. What it logs is
-    logged here, with its answer."""
-
-    def __init__(self, store):
-        code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        self.child = subprocess.Popen([sys.executable, "-c", APART_MAIN, code],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.requests = Connection(os.dup(self.child.stdin.fileno()))
-        self.replies = Connection(os.dup(self.child.stdout.fileno()))
-        self.child.stdin.close()
-        self.child.stdout.close()
-        self.requests.send((store.archive.opened_from, store.archive.backend_options,
-                            logging.getLogger().getEffectiveLevel()))
-
-    def run_pass(self) -> dict:
-        try:
-            self.requests.send("pass")
-            kind, answer, said = self.replies.recv()
-        except (EOFError, OSError):
-            raise IndexerGone(f"the indexing process ended ({self._ended()})") from None
-        for level, name, text in said:
-            logging.getLogger(name).log(level, "%s", text)
-        if kind == "failed":
-            raise IndexingFailed(answer)
-        return answer
-
-    def _ended(self) -> str:
-        code = self._wait()
-        return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-
-    def _wait(self) -> int:
-        try:
-            return self.child.wait(APART_STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            self.child.kill()
-            return self.child.wait()
-
-    def close(self) -> None:
-        """End the process (its requests closed, it ends after its pass)."""
-        self.requests.close()
-        self._wait()
-        self.replies.close()
-
-
-class _Said(logging.Handler):
-    """The indexing process's log records, kept to go with its answer."""
-
-    def __init__(self):
-        super().__init__()
-        self.records: list[tuple[int, str, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append((record.levelno, record.name, record.getMessage()))
-
-    def take(self) -> list[tuple[int, str, str]]:
-        taken, self.records = self.records, []
-        return taken
-
-
 def serve_apart() -> None:
-    """The indexing process (``Apart``): a pass for each request on standard
-    input, its answer on standard output; ends when its input closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)        # Ctrl-C is the importing process's to act on
-    testkill.arm()
-    requests, replies = Connection(os.dup(0)), Connection(os.dup(1))
-    os.dup2(2, 1)                                       # nothing else reaches the pipe
-    where, options, level = requests.recv()
-    said = _Said()
-    logging.getLogger().handlers[:] = [said]
-    logging.getLogger().setLevel(level)
-    store = None
-    try:
-        while True:
-            try:
-                requests.recv()
-            except EOFError:
-                return
-            try:
-                store = store or open_archive(where, lock=False, options=options)
-                answer = ("done", catch_up(store))
-            except (OSError, sqlite3.Error, WebfsError) as exc:
-                answer = ("failed", str(exc))
-            heapmemory.trim()                   # what the pass parsed, given back while the next waits
-            replies.send(answer + (said.take(),))
-    finally:
-        if store is not None:
-            store.catalog.close()
+    """The indexing process (``indexprocess.Apart``): its passes are this module's."""
+    indexprocess.serve(catch_up, location)
 
 
 KEEP_INTERVAL = 2.0             # seconds between the mount's looks at the catalog
@@ -468,6 +364,7 @@ class Keeper:
         self.watch = open_catalog_reader(store, WATCH_CACHE_KIB)
         self.apart_after = apart_after
         self.apart: Optional[Apart] = None
+        self.nice = 0                               # of its indexing process
         self.files_seen: Optional[int] = None       # files in the catalog at the last pass
         self.last_pass = time.monotonic()           # of the last pass; the start counts as one
 
@@ -526,7 +423,7 @@ class Keeper:
         it fails again (an archive the process could not open is indexed)."""
         try:
             if self.apart is None and self.apart_after <= 0:
-                self.apart = Apart(self.store)
+                self.apart = Apart(self.store, self.nice)
             if self.apart is not None:
                 return self.apart.run_pass()
         except IndexingFailed as exc:
@@ -544,6 +441,8 @@ class Keeper:
 
 
 ALONGSIDE_INTERVAL = 0.5       # seconds between an unmounted import's looks at its own commits
+LEAVE_AFTER = 500               # files left to index when an import ends that it does not wait for
+IMPORT_NICE = 5                 # the import's indexing process yields the CPU to the import (os.nice)
 
 
 class Alongside:
@@ -551,11 +450,16 @@ class Alongside:
     (by an ``Apart`` process: the import's interpreter is left to it) each
     time the import commits a batch, so that when the import ends only its
     last batches are left to index; ``finish`` makes that last pass (here,
-    if the import ended before the first look: a small one)."""
+    if the import ended before the first look: a small one), or, with
+    ``LEAVE_AFTER`` files or more left, hands it to the indexing process and
+    does not wait: a pass of a search (or of anything) waits for it on
+    ``index.lock``."""
 
     def __init__(self, store):
         self.keeper = Keeper(store, apart_after=1 << 62)
+        self.keeper.nice = IMPORT_NICE
         self.done = threading.Event()
+        self.left = False
         self.thread = threading.Thread(target=self._run, name="index alongside", daemon=True)
 
     def __enter__(self) -> "Alongside":
@@ -563,6 +467,8 @@ class Alongside:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.left:
+            return                              # the thread ends with the process; its pass is the other's
         self._stop()
         self.keeper.close()
 
@@ -572,12 +478,32 @@ class Alongside:
 
     def finish(self) -> None:
         """The import ended: index the rest and wait for it, so that a search
-        right after the import finds every page."""
+        right after the import finds every page; or leave it to the
+        indexing process where that is long."""
+        self.done.set()
+        try:
+            if self._leave():
+                return
+        except (OSError, sqlite3.Error, WebfsError) as exc:
+            log.debug("the last index pass not handed over (%s); made here", exc)
+            self.left, self.keeper.apart = False, None      # it ends when its requests close
         self._stop()
         try:
             self.keeper.catch_up()
         except (OSError, sqlite3.Error, WebfsError) as exc:
-            log.warning("the query index was not brought up to date (%s); 'webfs reindex' rebuilds it", exc)
+            log.warning(indexprocess.NOT_UP_TO_DATE, exc)
+
+    def _leave(self) -> bool:
+        """Hand the last pass to the indexing process (started for it if the
+        import was quick) if ``LEAVE_AFTER`` files or more are left to index."""
+        keeper = self.keeper
+        if keeper.store.catalog.file_totals()[0] - keeper._files_indexed() < LEAVE_AFTER:
+            return False
+        if keeper.apart is None:
+            keeper.apart = Apart(keeper.store, keeper.nice)
+        keeper.apart.leave()
+        self.left = True
+        return True
 
     def _run(self) -> None:
         if self.done.wait(ALONGSIDE_INTERVAL):
