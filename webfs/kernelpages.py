@@ -26,7 +26,7 @@ from typing import Callable
 import pyfuse3
 
 from .namespace import Namespace
-from .readcache import PieceReader, piece_key
+from .readcache import KERNEL_STORE_BYTES, PieceReader
 
 log = logging.getLogger(__name__)
 
@@ -47,25 +47,25 @@ class KernelPages:
         self.count = count
         self.store = store
         self.enabled = True
-        # Files stored, by inode, with the hash of the piece stored: a file
-        # opened again (a popular page) is in the kernel's cache already,
-        # unless the kernel let it go, and then its read comes as it would
-        # without this (a hash that collides costs no more than that).
-        self.stored: OrderedDict[int, int] = OrderedDict()
+        # Files stored, by inode. The kernel keeps a file's pages across opens
+        # (keep_cache: every write comes through it), so a file opened again
+        # (a popular page) asks nothing here, not even its blocks; if the
+        # kernel let the pages go, its read comes as it would without this.
+        # Its copy dropped (forget_kernel_copy) takes it out.
+        self.stored: OrderedDict[int, None] = OrderedDict()
 
     def opened(self, ino: int, of, flags: int) -> None:
         """A regular file was opened (``of``: its OpenFile, this handle counted)."""
         if (not self.enabled or flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_DIRECT
                 or of.handles != 1 or of.buffer is not None or of.dirty):
             return
-        if of.pieces is None:
-            of.pieces = self.ns.pieces(ino)
-        if len(of.pieces) != 1:
-            return
-        key = hash(piece_key(of.pieces[0]))
-        if self.stored.get(ino) == key:
+        if ino in self.stored:
             self.stored.move_to_end(ino)
             return
+        if not 0 < self.ns.get(ino).size <= KERNEL_STORE_BYTES:
+            return
+        if of.pieces is None:
+            of.pieces = self.ns.pieces(ino)
         data = self.reader.at_hand(of.pieces)
         if data is None or len(data) != self.ns.get(ino).size:
             return
@@ -77,7 +77,7 @@ class KernelPages:
             log.debug("inode %d: the kernel did not take its pages: %s", ino, exc)
             return
         self.count("kernel-store")
-        self.stored[ino] = key
+        self.stored[ino] = None
         if len(self.stored) > KERNEL_STORES_KEPT:
             self.stored.popitem(last=False)
 
