@@ -53,7 +53,7 @@ LAYERS = (
     ("admincommands", "control", "fs", "replay", "versions"),  # what a mount or a command serves
     ("ingest", "importsource", "treesource", "preparation", "warc", "cdxj", "importcdxj", "warcimport", "warcexport",
      "warcread", "warcapart", "urlpath", "commands", "admin", "indexer", "indexprocess", "searching", "stream",
-     "searchtree", "openfiles", "readcache", "controltree", "warcview", "groupcommit"),  # the work they do
+     "searchtree", "openfiles", "readcache", "kernelpages", "controltree", "warcview", "groupcommit"),  # the work they do
     ("recovery",),                                            # namespace and journal opened, crash mended
     ("assembly",),                                            # an archive's parts put together
 )

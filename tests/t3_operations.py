@@ -234,7 +234,8 @@ def test_a_walker_in_order_gets_the_files_after_its_directory_fetched_ahead(ops)
             await trio.testing.wait_all_tasks_blocked()    # every fetch ahead started
             for fetch in list(ops.reader.cache.inflight.values()):
                 await fetch.wait()
-            return {i for i, row in piece.items() if ops.reader.cache.get(row) is not None}
+            # the opened file's own piece may be read at its open (webfs/kernelpages.py)
+            return {i for i, row in piece.items() if i != ino and ops.reader.cache.get(row) is not None}
 
         async with trio.open_nursery() as nursery:
             ops.running(nursery)

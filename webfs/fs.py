@@ -27,6 +27,7 @@ import trio
 from .controltree import CONTROL_DIR, ControlTree, VirtualNode, is_virtual
 from .errors import CorruptBlock, DataLost, FsError, NoSpace, WebfsError, errno_of
 from .groupcommit import HANDOFFS, REQUEST, GroupCommit, to_worker
+from .kernelpages import KernelPages
 from .namespace import NAME_MAX, ROOT_INODE, Inode, Namespace
 from .openfiles import OpenFiles
 from .readcache import PieceReader
@@ -152,6 +153,7 @@ class Operations(pyfuse3.Operations):
         self.nursery: Optional[trio.Nursery] = None
         self.commits = GroupCommit(store.commit)   # commits in a worker thread, shared by requests
         self.reader = PieceReader(store, namespace, cache_bytes, count_request)
+        self.pages = KernelPages(namespace, self.reader, count_request)
         # Storing is CPU work (hashing, compression): a few threads for two cores.
         # Reading waits on disks: the reader gives each disk its own threads.
         self.limiter = lockorder.limiter("store threads", threads)
@@ -443,6 +445,7 @@ class Operations(pyfuse3.Operations):
         fh = await self.files.open(inode, flags)
         if not flags & (os.O_TRUNC | os.O_WRONLY):
             self.reader.opened(inode)
+            self.pages.opened(inode, self.files.of_handle(fh), flags)
         # A file's blocks never change in place, and every write comes through
         # this kernel, so its page cache stays true across opens.
         return pyfuse3.FileInfo(fh=fh, keep_cache=True)
@@ -506,6 +509,7 @@ class Operations(pyfuse3.Operations):
         # A new generation: if the kernel still holds the old inode when it next
         # looks the name up (a RELEASE in flight keeps it), it drops it as stale.
         self.generations[ino] = self.generations.get(ino, 0) + 1
+        self.pages.forget(ino)
 
         def work():
             try:

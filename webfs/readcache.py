@@ -40,6 +40,10 @@ READ_AHEAD_WINDOW = 64
 # is read and decoded on the loop: a trip to a worker and back costs two
 # wake-ups, longer than the read itself on a busy machine.
 LOOP_READ_BYTES = 64 << 10
+# A file of one piece this small, opened to read with its bytes at hand, is
+# given to the kernel's page cache with the open's answer: its reader's read
+# then asks the daemon nothing (webfs-internals(7), READS THROUGH THE MOUNT).
+KERNEL_STORE_BYTES = 1 << 20
 
 
 PieceKey = tuple[str, int, int]          # (signature, overflow, size): what a piece is, not where
@@ -225,6 +229,23 @@ class PieceReader:
         except (OSError, WebfsError):
             return None
         self.store.heat.record(row.grp)
+        return data
+
+    def at_hand(self, pieces: list[BlockRow]) -> Optional[bytes]:
+        """A small file of one piece, if its bytes come without a wait:
+        decoded already, or read on the loop as ``_read_here`` reads a
+        reader's piece. None otherwise (its reader's read fetches it)."""
+        if len(pieces) != 1 or not 0 < pieces[0].size <= KERNEL_STORE_BYTES:
+            return None
+        row = pieces[0]
+        data = self.cache.get(row)
+        if data is not None:
+            self.count("piece-hit")
+            return data
+        data = self._read_here(row)
+        if data is not None:
+            self.count("piece-miss")
+            self.cache.put(row, data)
         return data
 
     async def read(self, pieces: list[BlockRow], off: int, size: int,

@@ -1,0 +1,69 @@
+"""Small files given to the kernel's page cache at their open (webfs/kernelpages.py):
+their readers' reads ask the daemon nothing, and no writer's pages are ever
+overwritten by what the archive held before."""
+from __future__ import annotations
+
+import json
+import os
+import random
+
+from conftest import sh
+
+
+def requests(mnt) -> dict:
+    return json.loads(os.getxattr(mnt, "user.webfs.requests"))
+
+
+def test_a_cold_cat_of_small_files_sends_almost_no_reads(mounted, tmp_path):
+    """cat of every file after a remount: the small ones come from the page
+    cache the opens filled (kernel-store), identical; a file larger than
+    1 MiB, and one of several pieces, are read as before."""
+    src = tmp_path / "src"
+    rng = random.Random(7)
+    small = 0
+    for d in range(3):
+        (src / f"d{d}").mkdir(parents=True)
+        for i in range(40):
+            (src / f"d{d}" / f"p{i}.html").write_bytes(rng.randbytes(rng.randrange(1, 20_000)))
+            small += 1
+    (src / "empty").write_bytes(b"")
+    (src / "over-a-mib.bin").write_bytes(rng.randbytes((1 << 20) + 1))
+    (src / "pieces.bin").write_bytes(rng.randbytes(9 << 20))
+    sh(f"cp -r '{src}' '{mounted.mnt}/c'")
+    mounted.remount()
+    before = requests(mounted.mnt)
+    sh(f"diff -r '{src}' '{mounted.mnt}/c'")
+    after = requests(mounted.mnt)
+    stored = after.get("kernel-store", 0) - before.get("kernel-store", 0)
+    reads = after.get("read", 0) - before.get("read", 0)
+    assert small // 2 <= stored <= small, (stored, after)
+    assert reads >= 2 + (small - stored), (reads, stored)   # the two large files are read
+    assert reads < small, (reads, stored)
+
+
+def test_a_file_being_written_is_never_stored_over(mounted):
+    """With the writeback cache a writer's bytes sit in the kernel's pages
+    until its close: a second open to read (the writer still open) must see
+    them, not the stored content, and the new content after the close."""
+    path = mounted.mnt / "page.html"
+    path.write_bytes(b"old content " * 100)
+    mounted.remount()
+    writer = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(writer, b"NEW", 0)
+        before = requests(mounted.mnt).get("kernel-store", 0)
+        with open(path, "rb") as f:
+            assert f.read(15) == b"NEW content old"
+        assert requests(mounted.mnt).get("kernel-store", 0) == before
+    finally:
+        os.close(writer)
+    assert path.read_bytes() == b"NEW" + (b"old content " * 100)[3:]
+    # changed since it was stored: the kernel is given the new bytes, and
+    # a truncation (no open) and a rewrite by cp are what the next reader sees
+    sh(f"truncate -s 5 '{path}'")
+    assert sh(f"cat '{path}'").stdout == b"NEW c"
+    (mounted.mnt / "other").write_bytes(b"replacement")
+    sh(f"cp '{mounted.mnt}/other' '{path}'")
+    assert sh(f"cat '{path}'").stdout == b"replacement"
+    mounted.remount()
+    assert sh(f"cat '{path}'").stdout == b"replacement"
