@@ -289,6 +289,40 @@ def test_the_memo_answers_what_the_catalog_says_through_every_change(store, seed
     assert kept >= 3 and read_ahead >= 1
 
 
+def test_every_table_of_the_memo_and_the_paths_kept_hold_their_bounds(store, monkeypatch):
+    """A copy of many files (created, stored, half of them renamed after their
+    close as rsync does, read ahead, listed) leaves no table of the memo past
+    its bound (the xattrs of renamed files once stayed for ever), the paths
+    of files made past theirs, and a lookup still finds every file."""
+    from webfs.namespace import NamespaceMemo, tree
+    monkeypatch.setattr(tree, "FILE_PATHS_KEPT", 8)
+    store.catalog.memo = NamespaceMemo(32)
+    ns = Namespace(store)
+    ns.ensure_root()
+    memo = ns.memo
+    made = []
+    for d in range(3):
+        top = mkdir(ns, ROOT_INODE, b"d%d" % d)
+        for i in range(60):
+            f = mkfile(ns, top.id, b".f%d.tmp" % i)
+            row = store.store(b"page %d %d" % (d, i), name=b"x")
+            ns.set_contents(f.id, [row], len(b"page %d %d" % (d, i)), i)
+            name = b"f%d" % i
+            if i % 2:
+                ns.rename(top.id, b".f%d.tmp" % i, top.id, name)
+            else:
+                name = b".f%d.tmp" % i
+            made.append((top.id, name, f.id))
+        ns.entries_ahead(top.id, 0, 100)
+        ns.entries(top.id, 0, 200, keep=True)
+        for table in (memo.nodes, memo.names, memo.xattrs, memo.pieces, memo.positions, memo.empty,
+                      memo.complete):
+            assert len(table) <= 32
+        assert len(ns._file_paths) <= 8
+    for parent, name, ino in made:
+        assert ns.lookup(parent, name).id == ino
+
+
 def test_blocks_kept_by_a_lookup_serve_one_open_then_the_catalog_answers(ns, store):
     """A cold lookup keeps the file's block for the open after it; an open
     after a move of the block's group (webfs cool, rebalance) must get the

@@ -27,6 +27,7 @@ import trio
 from .controltree import CONTROL_DIR, ControlTree, VirtualNode, is_virtual
 from .errors import CorruptBlock, DataLost, FsError, NoSpace, WebfsError, errno_of
 from .groupcommit import HANDOFFS, REQUEST, GroupCommit, to_worker
+from .kernelcounts import KernelCounts
 from .kernelpages import KernelPages
 from .namespace import NAME_MAX, ROOT_INODE, Inode, Namespace
 from .openfiles import OpenFiles
@@ -144,7 +145,7 @@ class Operations(pyfuse3.Operations):
         # The kernel's lookup count per inode: an inode it still knows (a path
         # walk that has not reached open yet, a cached dentry) stays in the
         # catalog after its last name goes, until the kernel forgets it.
-        self.lookups: dict[int, int] = {}
+        self.lookups = KernelCounts()
         self.owner = (os.getuid(), os.getgid())     # who mounted: the only user of .webfs
         self.root_xattrs: dict[bytes, bytes] = {}
         self.generations: dict[int, int] = {}  # inode -> generation, bumped when the kernel must forget it
@@ -189,7 +190,7 @@ class Operations(pyfuse3.Operations):
     def _entry(self, node: Inode) -> pyfuse3.EntryAttributes:
         """Attributes for a reply that makes the kernel know the inode (lookup count + 1)."""
         a = self._attrs(node)
-        self.lookups[node.id] = self.lookups.get(node.id, 0) + 1
+        self.lookups.add(node.id)
         return a
 
     def _virtual_attrs(self, node: VirtualNode) -> pyfuse3.EntryAttributes:
@@ -413,7 +414,7 @@ class Operations(pyfuse3.Operations):
             for off, name, node in batch:
                 if not pyfuse3.readdir_reply(token, name, self._attrs(node), off):
                     return
-                self.lookups[node.id] = self.lookups.get(node.id, 0) + 1
+                self.lookups.add(node.id)
             if len(batch) < READDIR_BATCH:      # the end: no query more to find it empty
                 self.reader.listed(fh)
                 return
@@ -637,11 +638,8 @@ class Operations(pyfuse3.Operations):
             if is_virtual(ino):
                 self.control.forget(ino, nlookup)
                 continue
-            left = self.lookups.get(ino, 0) - nlookup
-            if left > 0:
-                self.lookups[ino] = left
+            if self.lookups.forget(ino, nlookup) > 0:
                 continue
-            self.lookups.pop(ino, None)
             if self.files.is_open(ino):
                 continue                    # freed at its last close
             try:

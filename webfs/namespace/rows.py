@@ -11,6 +11,7 @@ No other module writes the SQL of these tables.
 from __future__ import annotations
 
 import errno
+import itertools
 import stat
 import time
 from dataclasses import dataclass
@@ -74,12 +75,29 @@ def check_name(name: bytes) -> None:
 
 # Inodes, names and xattrs kept in memory (NamespaceMemo): what a copy of
 # a crawl asks about again and again (getattr, lookup, the kernel's
-# security.capability before each write) answered without SQLite. About
-# 580 bytes an inode with its name (measured), so at most 4.7 MiB: the bound
-# is the daemon's memory that grows with the files made (webfs-internals(7),
-# THE FUSE REQUEST PATH); a copy in progress needs the names of the
-# directories it is writing, a reader the files read ahead. The oldest go first.
-MEMO_INODES = 8192
+# security.capability before each write) answered without SQLite; a copy in
+# progress needs the names of the directories it is writing, a reader the
+# files read ahead. The oldest go first. About 450 bytes an inode with its
+# name and xattrs (measured), so under 2 MiB: the bound is the daemon's
+# memory that grows with the files made (webfs-internals(7), DAEMON RSS).
+MEMO_INODES = 4096
+# A full table drops its oldest eighth at once and is built anew: dropping
+# one at a time left a table of twice the slots (a dict does not shrink)
+# and a walk over the dropped ones at each eviction.
+EVICT_SHARE = 8
+
+
+def make_room(table: dict, bound: int) -> tuple[dict, list]:
+    """Room for one more in a table kept to ``bound`` entries, oldest out:
+    the table to keep using (a new one when some went: callers swap it in,
+    so a reader without the lock sees the old or the new, never a half) and
+    the keys that went."""
+    if len(table) < bound:
+        return table, []
+    drop = max(1, bound // EVICT_SHARE)
+    return dict(itertools.islice(table.items(), drop, None)), list(itertools.islice(table, drop))
+
+
 # The xattrs of an inode that has none: one shared, unchangeable mapping, not
 # an empty dict for each file (64 bytes each).
 NO_XATTRS: Mapping[bytes, bytes] = MappingProxyType({})
@@ -130,10 +148,8 @@ class NamespaceMemo:
             table.clear()
 
     def keep_pieces(self, ino: int, parent: int, offset: int, rows: list[BlockRow]) -> None:
-        if len(self.pieces) >= self.bound:
-            self.pieces.pop(next(iter(self.pieces)))
-        if len(self.positions) >= self.bound:
-            self.positions.pop(next(iter(self.positions)))
+        self.pieces, _ = make_room(self.pieces, self.bound)
+        self.positions, _ = make_room(self.positions, self.bound)
         self.pieces[ino] = rows
         self.positions[ino] = (parent, offset)
 
@@ -143,23 +159,31 @@ class NamespaceMemo:
         self.stored[ino] = rows
 
     def made_empty(self, ino: int) -> None:
-        if len(self.empty) >= self.bound:
-            self.empty.pop(next(iter(self.empty)))
+        self.empty, _ = make_room(self.empty, self.bound)
         self.empty[ino] = True
 
     def keep_node(self, node: Inode) -> None:
-        if len(self.nodes) >= self.bound:
-            old = next(iter(self.nodes))
-            del self.nodes[old]
+        self.nodes, gone = make_room(self.nodes, self.bound)
+        for old in gone:
             self.xattrs.pop(old, None)
         self.nodes[node.id] = node
 
+    def keep_xattrs(self, ino: int, xattrs: Mapping[bytes, bytes]) -> None:
+        self.xattrs, _ = make_room(self.xattrs, self.bound)
+        self.xattrs[ino] = xattrs
+
     def keep_name(self, parent: int, name: bytes, ino: int) -> None:
-        if len(self.names) >= self.bound:
-            old = next(iter(self.names))
-            del self.names[old]
-            self.complete.discard(old[0])
+        names, gone = make_room(self.names, self.bound)
+        for old_parent, _ in gone:      # first: no reader sees a complete directory short of a name
+            self.complete.discard(old_parent)
+        self.names = names
         self.names[(parent, name)] = ino
+
+    def made_complete(self, ino: int) -> None:
+        """A directory made here: every name of it will be known."""
+        if len(self.complete) >= self.bound:
+            self.complete.pop()
+        self.complete.add(ino)
 
     def drop_node(self, ino: int) -> None:
         self.nodes.pop(ino, None)

@@ -20,13 +20,16 @@ from ..errors import FsError
 from ..signature import block_name
 from ..store import Store
 from .rows import (BLOCK_COLUMNS_OF_B, INODE_COLUMNS, NAME_MAX, NO_XATTRS, ROOT_INODE, Inode,
-                   NamespaceRows, check_name, now_ns)
+                   NamespaceRows, check_name, make_room, now_ns)
 
 
 # Directory paths kept for path_of (~150 B each with the dict's slot): a
 # copy is made in walk order, so the directories in use are few and recent,
 # and 100,000 of them (15 MB) grew the daemon with the archive for nothing.
 DIR_PATHS_KEPT = 10_000
+# Paths of files made here, kept for their store and commit (a close's hint
+# and journal record, moments after the create): the newest, oldest out.
+FILE_PATHS_KEPT = 1024
 # Times a rename is done again after another machine changed one of its names meanwhile.
 RENAME_TRIES = 4
 
@@ -40,8 +43,9 @@ class Namespace(NamespaceRows):
         self.store = store
         self.journal = journal or (lambda *args, **kwargs: None)
         # Paths of directories, and of files made here (their commit asks for
-        # the path: a round trip with PostgreSQL); renames clear it.
+        # the path: a round trip with PostgreSQL); renames clear them.
         self._dir_paths: dict[int, bytes] = {}
+        self._file_paths: dict[int, bytes] = {}
         self._deferred = threading.local()
 
     @contextmanager
@@ -198,6 +202,9 @@ class Namespace(NamespaceRows):
         directories deep."""
         names: list[tuple[int, bytes, Optional[int]]] = []     # (inode, name, mode), deepest first
         here, path = ino, b""
+        made = self._file_paths.get(ino)
+        if made is not None:
+            return made
         while here != ROOT_INODE:
             cached = self._dir_paths.get(here)
             if cached is not None:
@@ -220,6 +227,10 @@ class Namespace(NamespaceRows):
         if len(self._dir_paths) >= DIR_PATHS_KEPT:
             self._dir_paths.clear()
         self._dir_paths[ino] = path
+
+    def _forget_paths(self) -> None:
+        self._dir_paths.clear()
+        self._file_paths.clear()
 
     def contents(self, ino: int) -> list[BlockRow]:
         return [BlockRow.of(r) for r in self.cat.query(
@@ -255,7 +266,7 @@ class Namespace(NamespaceRows):
             else:
                 self.memo.forget_others(inodes, names)
             if everything or names:
-                self._dir_paths.clear()
+                self._forget_paths()
 
     def _pieces_of(self, inodes: list[int], cols: str) -> Iterator[tuple]:
         """(inode, *cols of its blocks joined as b) of many files, in piece order, a query per 500."""
@@ -347,7 +358,11 @@ class Namespace(NamespaceRows):
                 raise FsError(errno.EEXIST)
             self._touch_dir(parent, 1 if is_dir else 0)
             path = self._join(parent, name)
-            self._keep_path(ino, path)
+            if is_dir:
+                self._keep_path(ino, path)
+            else:
+                self._file_paths, _ = make_room(self._file_paths, FILE_PATHS_KEPT)
+                self._file_paths[ino] = path
             rows = []
             if target is not None:
                 self.add_symlink_target(ino, target)
@@ -355,11 +370,11 @@ class Namespace(NamespaceRows):
                 self.add_contents(ino, [row.id])
             self.journal("+", node, path, rows=rows)
             self.memo.keep_node(node)
-            self.memo.xattrs[ino] = NO_XATTRS
+            self.memo.keep_xattrs(ino, NO_XATTRS)
             if stat.S_ISREG(mode):
                 self.memo.made_empty(ino)
             if is_dir:
-                self.memo.complete.add(ino)        # new, so every name of it will be known
+                self.memo.made_complete(ino)
             return node
 
     def link(self, ino: int, parent: int, name: bytes) -> Inode:
@@ -383,7 +398,7 @@ class Namespace(NamespaceRows):
     def _journal_every_name(self, node: Inode, rows: Optional[list[BlockRow]] = None) -> None:
         """A ``+`` record for every name of ``node`` (its attributes changed);
         a file of one name whose path is kept (from its create) asks nothing."""
-        path = self._dir_paths.get(node.id) if node.nlink == 1 and not node.is_dir else None
+        path = self._file_paths.get(node.id) if node.nlink == 1 and not node.is_dir else None
         if path is not None:
             self.journal("+", node, path, rows=rows)
             return
@@ -424,6 +439,7 @@ class Namespace(NamespaceRows):
         self.memo.drop_node(node.id)
         self.memo.drop_reading(node.id)
         self._dir_paths.pop(node.id, None)
+        self._file_paths.pop(node.id, None)
         if node.is_dir:
             self.cat.execute("UPDATE inodes SET nlink=0, ctime_ns=? WHERE id=?", (now_ns(), node.id))
             self._touch_dir(parent, -1)
@@ -505,7 +521,7 @@ class Namespace(NamespaceRows):
             self.memo.complete.difference_update((old_parent, new_parent))
             self.memo.drop_reading(node.id)
             self.memo.drop_reading(target.id)
-            self._dir_paths.clear()
+            self._forget_paths()
             if node.is_dir != target.is_dir and old_parent != new_parent:
                 delta = 1 if node.is_dir else -1
                 self._touch_dir(new_parent, delta)
@@ -531,7 +547,7 @@ class Namespace(NamespaceRows):
             return False, None          # nothing written yet: done again from the catalog
         self.memo.drop_name(old_parent, old_name)
         self.memo.made_name(new_parent, new_name, node.id)
-        self._dir_paths.clear()
+        self._forget_paths()
         delta = 1 if node.is_dir else 0
         self._touch_dir(old_parent, -delta)
         self._touch_dir(new_parent, delta)
@@ -611,7 +627,7 @@ class Namespace(NamespaceRows):
             with self.cat.lock:
                 found = dict(self.cat.query("SELECT name, value FROM xattrs WHERE inode=?", (ino,))) or NO_XATTRS
                 if ino in self.memo.nodes:          # kept as long as its inode is
-                    self.memo.xattrs[ino] = found
+                    self.memo.keep_xattrs(ino, found)
         return found
 
     def getxattr(self, ino: int, name: bytes) -> bytes:
