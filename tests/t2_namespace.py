@@ -316,7 +316,7 @@ def test_every_table_of_the_memo_and_the_paths_kept_hold_their_bounds(store, mon
         ns.entries_ahead(top.id, 0, 100)
         ns.entries(top.id, 0, 200, keep=True)
         for table in (memo.nodes, memo.names, memo.xattrs, memo.pieces, memo.positions, memo.empty,
-                      memo.complete):
+                      memo.complete, memo.stored):
             assert len(table) <= 32
         assert len(ns._file_paths) <= 8
     for parent, name, ino in made:

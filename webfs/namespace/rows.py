@@ -154,8 +154,7 @@ class NamespaceMemo:
         self.positions[ino] = (parent, offset)
 
     def keep_stored(self, ino: int, rows: list[BlockRow]) -> None:
-        if len(self.stored) >= self.bound:
-            self.stored.pop(next(iter(self.stored)))
+        self.stored, _ = make_room(self.stored, self.bound)
         self.stored[ino] = rows
 
     def made_empty(self, ino: int) -> None:
