@@ -899,3 +899,33 @@ def test_full_stripes_are_written_by_the_parity_writer_each_file_created_once(tm
         assert archive_figures(store)["protection"]["unprotected_blocks"] == 0
     finally:
         store.close()
+
+
+def test_a_full_stripe_the_parity_writer_fails_on_is_written_by_the_next_flush(tmp_path, monkeypatch, caplog):
+    """The parity writer meets an error it does not know: it says so, and the
+    stripe's parity still waits in memory (its intents listed) for the next
+    flush, which writes it."""
+    from webfs.parity.stripeio import StripeIO
+    real_write = StripeIO.write_parity
+    failed = []
+
+    def write(self, vol, header, payload, new=False):
+        if not failed and len(header.members) == 3:
+            failed.append(header.stripe)
+            raise RuntimeError("an error of nobody's foresight")
+        real_write(self, vol, header, payload, new)
+    monkeypatch.setattr(StripeIO, "write_parity", write)
+    disks = make_archive(tmp_path, 4, group_size=4)
+    store = open_store(disks)
+    try:
+        docs = documents(30, seed=41, median=7.0, sigma=0.3)
+        store.store_many([Piece(d) for d in docs], [b"/d"] * len(docs), pin=True)
+        store.commit()
+        store.protection.writer.close()
+        assert failed and "writing its parity file failed" in caplog.text
+        assert store.protection.busy(failed[0]) and failed[0] in store.protection.interrupted()
+        store.protection.flush()
+        assert_parity_consistent(store)
+        assert not store.protection.busy(failed[0])
+    finally:
+        store.close()

@@ -2,8 +2,9 @@
 
 It puts the pieces of this package together and keeps stripes current as
 blocks come and go: a new block joins a stripe (``layout``) and is XOR-ed
-into its parity, which is written at once when the stripe fills (or with
-``-o sync``) and otherwise waits in memory (``writebehind``); a removed
+into its parity, which waits in memory (``writebehind``) until the parity
+writer thread writes it as the stripe fills, or a flush does (with ``-o
+sync``, written at once by the storing thread); a removed
 block is XOR-ed out after its commit (``reconcile``); a block its disk
 cannot give is rebuilt from its stripe (``stripeio``).
 
