@@ -454,13 +454,13 @@ CRASH_CHILD = textwrap.dedent("""
     real_removed = parity.Parity.block_removed
     def die():
         os.kill(os.getpid(), signal.SIGKILL)
-    def write(self, vol, header, payload):
+    def write(self, vol, header, payload, new=False):
         if where == "before-parity":
             die()
         if where == "committed-before-parity":
             store.catalog.commit()
             die()
-        real_write(self, vol, header, payload)
+        real_write(self, vol, header, payload, new)
         if where == "after-parity":
             die()
     def removed(self, row, payload):
@@ -864,3 +864,68 @@ def test_a_chunks_intents_are_one_append(tmp_path, monkeypatch):
     log.done(b)
     assert not log.busy(b) and log.listed() == set()
     log.close()
+
+
+def test_full_stripes_are_written_by_the_parity_writer_each_file_created_once(tmp_path, monkeypatch):
+    """A stripe that fills has its parity file written by the parity writer
+    thread, not by the thread storing the blocks; a stripe whose parity never
+    reached its disk (begun in one chunk, filled in a later one) is created
+    in place, never through a temporary file and a rename."""
+    import threading
+    from webfs.parity.stripeio import StripeIO
+    writes = []                 # (thread name, new, members, stripe) of every parity file written
+    real_write = StripeIO.write_parity
+
+    def write(self, vol, header, payload, new=False):
+        writes.append((threading.current_thread().name, new, len(header.members), header.stripe))
+        real_write(self, vol, header, payload, new)
+    monkeypatch.setattr(StripeIO, "write_parity", write)
+    disks = make_archive(tmp_path, 4, group_size=4)
+    store = open_store(disks)
+    docs = documents(120, seed=31, median=7.0, sigma=0.5)
+    try:
+        for i in range(0, len(docs), 7):            # chunks that leave stripes open between them
+            store.store_many([Piece(d) for d in docs[i:i + 7]], [b"/c%d" % i] * 7, pin=True)
+            store.commit()
+        store.protection.writer.close()             # (waits for what was handed over)
+        full = [w for w in writes if w[2] == store.protection.width]
+        assert full and all(name.startswith("webfs-parity-writer") for name, _, _, _ in full), writes
+        # A stripe's first file is made in place (a stripe written behind for
+        # long enough is written while open, then replaced when it fills).
+        firsts = {sid: i for i, (_, _, _, sid) in reversed(list(enumerate(writes)))}
+        assert [new for _, new, _, _ in writes] == [firsts[sid] == i for i, (_, _, _, sid) in enumerate(writes)]
+        store.protection.flush()
+        assert_parity_consistent(store)
+        assert archive_figures(store)["protection"]["unprotected_blocks"] == 0
+    finally:
+        store.close()
+
+
+def test_a_full_stripe_the_parity_writer_fails_on_is_written_by_the_next_flush(tmp_path, monkeypatch, caplog):
+    """The parity writer meets an error it does not know: it says so, and the
+    stripe's parity still waits in memory (its intents listed) for the next
+    flush, which writes it."""
+    from webfs.parity.stripeio import StripeIO
+    real_write = StripeIO.write_parity
+    failed = []
+
+    def write(self, vol, header, payload, new=False):
+        if not failed and len(header.members) == 3:
+            failed.append(header.stripe)
+            raise RuntimeError("an error of nobody's foresight")
+        real_write(self, vol, header, payload, new)
+    monkeypatch.setattr(StripeIO, "write_parity", write)
+    disks = make_archive(tmp_path, 4, group_size=4)
+    store = open_store(disks)
+    try:
+        docs = documents(30, seed=41, median=7.0, sigma=0.3)
+        store.store_many([Piece(d) for d in docs], [b"/d"] * len(docs), pin=True)
+        store.commit()
+        store.protection.writer.close()
+        assert failed and "writing its parity file failed" in caplog.text
+        assert store.protection.busy(failed[0]) and failed[0] in store.protection.interrupted()
+        store.protection.flush()
+        assert_parity_consistent(store)
+        assert not store.protection.busy(failed[0])
+    finally:
+        store.close()

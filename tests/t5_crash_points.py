@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -61,18 +62,25 @@ def fsck_clean(m: Mounted) -> None:
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
 
 
-@pytest.mark.parametrize("point", ["commit-after-catalog:6", "commit-after-journal:6",
-                                   "parity-before-write", "parity-after-write"])
-def test_kill_inside_commit_and_parity_write_behind(tmp_path, monkeypatch, point):
+def killed_while_writing(tmp_path, monkeypatch, point: str) -> tuple[Mounted, dict[str, bytes]]:
+    """A mount armed to die at a kill point, written to until it did, then
+    mounted again (recovery at open); it and the files whose close returned."""
     monkeypatch.setenv(testkill.ENV, point)
     m = Mounted(tmp_path)
     monkeypatch.delenv(testkill.ENV)
+    pid = m.pid()
+    closed = write_until_dead(m, pid)
+    after_kill(m, pid)              # (at a parity point: when the write-behind flush comes)
+    assert closed
+    m.mount()
+    return m, closed
+
+
+@pytest.mark.parametrize("point", ["commit-after-catalog:6", "commit-after-journal:6",
+                                   "parity-before-write", "parity-after-write"])
+def test_kill_inside_commit_and_parity_write_behind(tmp_path, monkeypatch, point):
+    m, closed = killed_while_writing(tmp_path, monkeypatch, point)
     try:
-        pid = m.pid()
-        closed = write_until_dead(m, pid)
-        after_kill(m, pid)              # (at a parity point: when the write-behind flush comes)
-        assert closed
-        m.mount()
         check_survivors(m, closed)
         # Everything is protected again after recovery: no block waits for parity.
         st = webfs("status", "--json", m.mnt)
@@ -80,6 +88,25 @@ def test_kill_inside_commit_and_parity_write_behind(tmp_path, monkeypatch, point
     finally:
         m.umount()
     fsck_clean(m)
+
+
+@pytest.mark.parametrize("point", ["parity-full-before-write:3", "parity-full-after-write:3"])
+def test_kill_while_the_parity_writer_holds_full_stripes(tmp_path, monkeypatch, point):
+    """A full stripe's parity file is written by the parity writer thread,
+    after the storing thread has gone on (and often after the commit that
+    names the stripe). Killed there, the stripe is still in
+    meta/parity-intent: the next mount recomputes its parity, so a disk lost
+    after that loses no file closed before the kill."""
+    m, closed = killed_while_writing(tmp_path, monkeypatch, point)
+    try:
+        check_survivors(m, closed)
+        m.umount()
+        fsck_clean(m)
+        shutil.rmtree(m.disks[2])       # a disk dies: its blocks are read through parity
+        m.mount()
+        check_survivors(m, closed)
+    finally:
+        m.umount()
 
 
 # The MANIFEST and JOURNAL are on two disks (webfs.manifest.record_disks), so

@@ -25,6 +25,8 @@ POINTS = {
     "commit-after-journal": "a commit and its JOURNAL lines are on the disks; removals and parity not yet",
     "parity-before-write": "a written-behind parity file is about to be written",
     "parity-after-write": "a written-behind parity file is on its disk; its intent not yet released",
+    "parity-full-before-write": "a full stripe's parity file is about to be written by the parity writer",
+    "parity-full-after-write": "a full stripe's parity file is on its disk; its intent not yet released",
     "checkpoint-after-marker": "the checkpoint marker is appended to every JOURNAL; no MANIFEST written",
     "checkpoint-after-manifest": "the new MANIFEST is on the first disk; its JOURNAL not yet cut",
     "checkpoint-after-journal": "MANIFEST and JOURNAL are replaced on the first disk; not on the others",

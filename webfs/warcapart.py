@@ -37,6 +37,10 @@ from .warcread import DigestCheck, Payload, Problem, Record, read_records, recor
 APART_BATCH = 64            # records it sends at once ...
 FIRST_BATCH = 8             # ... after batches of 8, 16 and 32: the importing process waits for the first
 APART_PIPE = 1 << 20        # the pipe's buffer: it reads on while a batch waits (Linux's default bound)
+# ... and a batch ends after this many bytes of payload, so that it fits in
+# the pipe whole with its encoding beside: the importing process's receive
+# does not wait for this process to be given a core again mid-batch.
+APART_BATCH_BYTES = APART_PIPE // 3
 PR_SET_PDEATHSIG = 1         # prctl(2)
 SEEN_KEPT = 200_000         # signatures it remembers having encoded (~100 B each)
 # It makes the CDXJ keys of a file this long (read for longer than pywb takes
@@ -179,7 +183,7 @@ def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
     encoder = _Encoder(preparing)
     keys = KeyMaker() if preparing.cdx_keys else None
     batch: list = []
-    size = FIRST_BATCH
+    size, held = FIRST_BATCH, 0
     for rec in read_records(path):
         if isinstance(rec, Record):
             if keys is not None:
@@ -191,9 +195,10 @@ def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
                 check.update(rec.payload)
                 rec.prepared = (signature(rec.payload) if preparing.sign else None, check.matches(), None)
         batch.append(rec)
-        if len(batch) >= size:
+        held += len(rec.payload) if isinstance(rec, Record) else 0
+        if len(batch) >= size or held >= APART_BATCH_BYTES:
             conn.send(encoder.encoded(batch) + ([CdxKeys(keys.take())] if keys is not None else []))
-            batch, size = [], min(2 * size, APART_BATCH)
+            batch, size, held = [], min(2 * size, APART_BATCH), 0
             testkill.point("warc-reader-after-batch")
     conn.send(encoder.encoded(batch))
     if keys is not None:        # after the last records, which the importing process stores meanwhile

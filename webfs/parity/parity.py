@@ -2,8 +2,9 @@
 
 It puts the pieces of this package together and keeps stripes current as
 blocks come and go: a new block joins a stripe (``layout``) and is XOR-ed
-into its parity, which is written at once when the stripe fills (or with
-``-o sync``) and otherwise waits in memory (``writebehind``); a removed
+into its parity, which waits in memory (``writebehind``) until the parity
+writer thread writes it as the stripe fills, or a flush does (with ``-o
+sync``, written at once by the storing thread); a removed
 block is XOR-ed out after its commit (``reconcile``); a block its disk
 cannot give is rebuilt from its stripe (``stripeio``).
 
@@ -32,7 +33,7 @@ from .layout import Placement, Stripe, StripeLayout
 from .reconcile import Reconciler
 from .status import parity_status
 from .stripeio import Gate, StripeIO
-from .writebehind import WRITE_BEHIND, WriteBehind
+from .writebehind import WRITE_BEHIND, ParityWriter, WriteBehind
 
 log = logging.getLogger("webfs.parity")
 
@@ -58,6 +59,7 @@ class Parity(Protection):
         self.layout = StripeLayout(archive, catalog)
         self.io = StripeIO(archive, self.layout, self.write_behind, self.locks, signature_fn, fsync)
         self.reconciler = Reconciler(self.io, self.intents)
+        self.writer = ParityWriter(self._write_full)     # full stripes' files, off the storing thread
         self.recovered: list[tuple[str, str]] = self.reconciler.recover() if recover else []
 
     # -- what callers read of it --------------------------------------------------
@@ -224,10 +226,14 @@ class Parity(Protection):
         header = ParityHeader(stripe_id, max(header.length, *(m.stored for m, _ in members)),
                               header.members + tuple(m for m, _ in members))
         payload = xor_payloads((parity, *(p for _, p in members)), header.length)
-        if len(header.members) >= self.width or self.fsync:     # -o sync: no write-behind
+        if self.fsync:      # -o sync: no write-behind
             self.io.write_parity(vol, header, payload, new=placed.new)
             return 0
-        self.write_behind.hold(stripe_id, vol, header, payload, len(members))
+        self.write_behind.hold(stripe_id, vol, header, payload, len(members), new=placed.new)
+        if len(header.members) >= self.width:
+            # Full: its file is made by the parity writer, not by the storing
+            # thread; its intents stay listed until then, as written-behind parity's.
+            self.writer.due(stripe_id)
         return len(members)
 
     def protect(self, row: BlockRow, payload: bytes) -> bool:
@@ -239,20 +245,27 @@ class Parity(Protection):
     def flush(self, older_than: float = 0.0) -> None:
         """Write the parity files waiting in memory (those older than some seconds)."""
         for stripe_id in self.write_behind.due(older_than):
-            with self.locks(stripe_id):
-                waiting = self.write_behind.get(stripe_id)
-                if waiting is None:
-                    continue
-                try:
-                    testkill.point("parity-before-write")
-                    self.io.write_parity(waiting.volume, waiting.header, waiting.payload)
-                    testkill.point("parity-after-write")
-                except OSError as exc:
-                    log.warning("stripe %s: cannot write its parity on disk %d (%s); marked dirty",
-                                stripe_id, waiting.volume.index, exc)
-                    self.write_behind.forget(stripe_id)
-                    with self.catalog.lock:
-                        self.layout.mark_dirty(stripe_id)
+            self._write_waiting(stripe_id)
+
+    def _write_full(self, stripe_id: str) -> None:
+        self._write_waiting(stripe_id, "parity-full")
+
+    def _write_waiting(self, stripe_id: str, kill_prefix: str = "parity") -> None:
+        """Write a stripe's parity that waits in memory (if it still does)."""
+        with self.locks(stripe_id):
+            waiting = self.write_behind.get(stripe_id)
+            if waiting is None:
+                return
+            try:
+                testkill.point(f"{kill_prefix}-before-write")
+                self.io.write_parity(waiting.volume, waiting.header, waiting.payload, new=waiting.new)
+                testkill.point(f"{kill_prefix}-after-write")
+            except OSError as exc:
+                log.warning("stripe %s: cannot write its parity on disk %d (%s); marked dirty",
+                            stripe_id, waiting.volume.index, exc)
+                self.write_behind.forget(stripe_id)
+                with self.catalog.lock:
+                    self.layout.mark_dirty(stripe_id)
 
     # -- a block leaves ------------------------------------------------------
 
@@ -280,6 +293,7 @@ class Parity(Protection):
         self.flush(older_than=WRITE_BEHIND)
 
     def close(self) -> None:
+        self.writer.close()
         self.flush()
         self.intents.committed()
         self.intents.close()

@@ -6,11 +6,18 @@ or at sync and close: a stripe of G-1 small blocks costs one parity file
 write instead of G-1. Until it is written, the intents of the blocks it
 holds stay listed in ``meta/parity-intent``, so a crash recomputes it at the
 next open (crash window 1 of ``webfs.parity``).
+
+A stripe that fills waits here too, for ``ParityWriter``: one thread that
+writes full stripes' parity files as they fill, so that the thread storing
+the blocks (an import's) does not create them. Its intents are kept the
+same way until its file is written.
 """
 from __future__ import annotations
 
+import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from ..locks import SYSTEM_CLOCK, Clock
 from ..volume import Volume
@@ -21,6 +28,8 @@ from .. import lockorder
 WRITE_BEHIND = 1.0
 WRITE_BEHIND_BYTES = 64 << 20
 
+log = logging.getLogger("webfs.parity")
+
 
 @dataclass(frozen=True)
 class UnwrittenParity:
@@ -30,6 +39,7 @@ class UnwrittenParity:
     payload: bytes
     intents: int                # intents it holds, released when it is written or given up
     since: float                # clock.monotonic() of its first change since the last write
+    new: bool = False           # no parity file of the stripe on its disk yet: created in place
 
 
 class WriteBehind:
@@ -49,15 +59,16 @@ class WriteBehind:
         return stripe_id in self._waiting
 
     def hold(self, stripe_id: str, volume: Volume, header: ParityHeader, payload: bytes,
-             intents: int) -> None:
-        """Keep a stripe's new parity in memory, with this many more intents."""
+             intents: int, new: bool = False) -> None:
+        """Keep a stripe's new parity in memory, with this many more intents;
+        ``new``: the stripe has no parity file yet (it stays so until written)."""
         with self._lock:
             held, since = 0, self.clock.monotonic()
             old = self._waiting.pop(stripe_id, None)
             if old is not None:
-                held, since = old.intents, old.since
+                held, since, new = old.intents, old.since, old.new
                 self._bytes -= len(old.payload)
-            self._waiting[stripe_id] = UnwrittenParity(volume, header, payload, held + intents, since)
+            self._waiting[stripe_id] = UnwrittenParity(volume, header, payload, held + intents, since, new)
             self._bytes += len(payload)
 
     def due(self, older_than: float) -> list[str]:
@@ -81,3 +92,27 @@ class WriteBehind:
         """Blocks whose parity is still only in memory."""
         with self._lock:
             return sum(len(e.header.members) for e in self._waiting.values())
+
+
+class ParityWriter:
+    """One thread writing the parity files of stripes that filled
+    (``write(stripe_id)``, which takes the stripe's lock and writes what
+    waits in memory, if anything still does), in the order they filled.
+    The thread starts with the first stripe; ``close`` waits for those
+    handed over."""
+
+    def __init__(self, write: Callable[[str], None]):
+        self._write = write
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="webfs-parity-writer")
+
+    def due(self, stripe_id: str) -> None:
+        self.pool.submit(self._run, stripe_id)
+
+    def _run(self, stripe_id: str) -> None:
+        try:
+            self._write(stripe_id)
+        except Exception:       # it still waits in memory: a flush (sync, close) tries again
+            log.exception("stripe %s: writing its parity file failed", stripe_id)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
