@@ -747,6 +747,48 @@ def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeyp
     assert records_of(out) == records_of(src)
 
 
+def test_the_reading_process_sends_batches_bounded_in_bytes(tmp_path, monkeypatch):
+    """Batches end at BATCH_BYTES of payload (so several fit the pipe), not only
+    at a count: killed after its second batch, the reading process had sent
+    the records of two batches of 100 KB pages, which the rest follows once."""
+    pages = [(b"http://example.com/%d" % i, b"%06d" % i * 17_000) for i in range(40)]
+    src = tmp_path / "big.warc.gz"
+    src.write_bytes(b"".join(_gz(_one(url, body)) for url, body in pages))
+    want = [_as_read(r) for r in warcread.read_records(str(src))]
+    monkeypatch.setenv("WEBFS_TEST_KILL_AT", "warc-reader-after-batch:2")
+    got = [_as_read(r) for r in warcapart.read_records_apart(str(src), _preparing())]
+    said = [r for r in got if r[0] == "problem"]
+    per_batch = -(-warcapart.BATCH_BYTES // len(pages[0][1]))        # records to reach the bound
+    assert per_batch < warcapart.FIRST_BATCH
+    assert len(said) == 1 and said[0][1] == want[2 * per_batch][0]
+    assert [r for r in got if r not in said] == want
+
+
+def test_a_walk_stopped_early_ends_the_reading_process_and_its_receiver(tmp_path):
+    """The walk stops after one record (Ctrl-C, a failed import): the reading
+    process, blocked on a full pipe and a full queue of received batches, is
+    ended, and so is the thread that received them; nothing is left running."""
+    import threading
+    src, _ = _per_record_gzip(tmp_path / "a.warc.gz", 2000)
+    before = set(os.listdir("/proc/self/task"))
+    walk = warcapart.read_records_apart(str(src), _preparing())
+    next(walk)
+    children = [p for p in os.listdir("/proc") if p.isdigit() and _parent_of(p) == os.getpid()]
+    assert children
+    walk.close()
+    assert not [p for p in children if os.path.exists(f"/proc/{p}") and _parent_of(p) == os.getpid()]
+    assert not [t for t in threading.enumerate() if t.name == "warc-receiver"]
+    assert set(os.listdir("/proc/self/task")) <= before
+
+
+def _parent_of(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rpartition(")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 def _gzip_bomb(mb: int) -> bytes:
     """A gzip member holding a WARC header line that never ends: ``mb`` MiB of 'a'
     inflated from a few hundred KiB."""
