@@ -917,3 +917,61 @@ def test_import_keeps_the_cdxj_pywb_makes(tmp_path):
         finally:
             t.close()
     assert checked >= len(sources) - 2
+
+
+def test_a_batch_of_names_that_cannot_be_written_gives_its_blocks_back(tmp_path, store, monkeypatch):
+    """The batch's new files are written in one statement a table: when that
+    fails (here the catalog's disk full at that moment), the import fails
+    saying so, and the blocks its files took are given back (a mount's store
+    goes on and commits: no block is left referenced by no file)."""
+    import functools
+    from webfs import admin
+    from webfs.errors import NoSpace
+    from webfs.ingest import Importer
+    from webfs.namespace import NamespaceRows
+    from webfs.recovery import close_namespace, open_namespace
+    from webfs.warcimport import WarcSource
+    src = write_warc(tmp_path / "a.warc.gz", [(f"http://example.com/{i}", b"page %d" % i) for i in range(40)])
+
+    real = NamespaceRows.add_many
+
+    def full(self, nodes, names, contents):
+        if contents:                    # a batch with files (the first may hold directories only)
+            raise NoSpace("the catalog's disk is full")
+        real(self, nodes, names, contents)
+    monkeypatch.setattr(NamespaceRows, "add_many", full)
+    ns, journal, _ = open_namespace(store)
+    importer = Importer(store, ns, admin.Progress(), source=functools.partial(WarcSource, collection=b"c"))
+    with pytest.raises(NoSpace, match="the catalog's disk is full"):
+        importer.run([bytes(src)], b"/c")
+    store.commit()
+    close_namespace(store, ns, journal)
+    refs = store.catalog.query("SELECT coalesce(sum(refs), 0) FROM blocks")[0][0]
+    assert refs == store.catalog.query("SELECT count(*) FROM contents")[0][0]
+
+
+def test_the_journal_says_each_capture_s_xattrs_as_the_catalog_holds_them(tmp_path, store):
+    """An import hands each new file's xattrs to its JOURNAL line instead of
+    the commit asking the catalog for them again: the lines say what the
+    catalog holds, name by name (the recovery tools rebuild xattrs from them)."""
+    import functools
+    from webfs import admin
+    from webfs.ingest import Importer
+    from webfs.manifest import attribute_lines, escape_path
+    from webfs.recovery import close_namespace, open_namespace
+    from webfs.warcimport import WarcSource
+    src = write_warc(tmp_path / "a.warc.gz", [(f"http://example.com/{i}", b"page %d" % i) for i in range(5)])
+    ns, journal, _ = open_namespace(store)
+    try:
+        Importer(store, ns, admin.Progress(), source=functools.partial(WarcSource, collection=b"c")).run(
+            [bytes(src)], b"/")
+        store.commit()
+        said = b"".join((Path(d.root) / "meta" / "JOURNAL").read_bytes() for d in store.archive.volumes.values()
+                        if (Path(d.root) / "meta" / "JOURNAL").exists())
+        captures = [(p, node) for p, node in ns.walk() if b"example.com/" in p and not node.is_dir]
+        assert len(captures) == 5
+        for path, node in captures:
+            lines = attribute_lines(node, ns.xattrs_of([node.id])[node.id])
+            assert b"\t" + escape_path(path) + b"\n" + lines in said, path
+    finally:
+        close_namespace(store, ns, journal)
