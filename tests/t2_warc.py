@@ -748,10 +748,10 @@ def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeyp
 
 
 def test_the_reading_process_sends_batches_bounded_in_bytes(tmp_path, monkeypatch):
-    """Batches end at BATCH_BYTES of payload (so several fit the pipe), not only
+    """Batches end at BATCH_BYTES of payload (what is received ahead is bounded), not only
     at a count: killed after its second batch, the reading process had sent
-    the records of two batches of 100 KB pages, which the rest follows once."""
-    pages = [(b"http://example.com/%d" % i, b"%06d" % i * 17_000) for i in range(40)]
+    the records of two batches of 300 KB pages, which the rest follows once."""
+    pages = [(b"http://example.com/%d" % i, b"%06d" % i * 50_000) for i in range(40)]
     src = tmp_path / "big.warc.gz"
     src.write_bytes(b"".join(_gz(_one(url, body)) for url, body in pages))
     want = [_as_read(r) for r in warcread.read_records(str(src))]

@@ -38,7 +38,7 @@ from .warcread import DigestCheck, Payload, Problem, Record, read_records, recor
 # The reading process of an import (read_records_apart).
 APART_BATCH = 64            # records it sends at once ...
 FIRST_BATCH = 8             # ... after batches of 8, 16 and 32: the importing process waits for the first
-BATCH_BYTES = 256 << 10     # ... or fewer, once their payloads hold this much: several batches fit the pipe
+BATCH_BYTES = 1 << 20       # ... or fewer, once their payloads hold this much (memory: RECEIVED_AHEAD of them)
 APART_PIPE = 1 << 20        # the pipe's buffer: it reads on while a batch waits (Linux's default bound)
 RECEIVED_AHEAD = 4          # batches received and not yet walked (the receiving thread's bound)
 PR_SET_PDEATHSIG = 1         # prctl(2)
