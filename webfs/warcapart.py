@@ -171,7 +171,7 @@ class _Receiver:
         while batch is not None and batch is not self.BROKEN:
             try:
                 batch = self.conn.recv()
-            except (EOFError, OSError):
+            except Exception:      # EOF, or a batch that does not unpickle: read on without it
                 batch = self.BROKEN
             while not self.closing.is_set():
                 try:
