@@ -747,6 +747,48 @@ def test_a_killed_reading_process_is_said_and_the_file_read_on(tmp_path, monkeyp
     assert records_of(out) == records_of(src)
 
 
+def test_the_reading_process_sends_batches_bounded_in_bytes(tmp_path, monkeypatch):
+    """Batches end at BATCH_BYTES of payload (what is received ahead is bounded), not only
+    at a count: killed after its second batch, the reading process had sent
+    the records of two batches of 300 KB pages, which the rest follows once."""
+    pages = [(b"http://example.com/%d" % i, b"%06d" % i * 50_000) for i in range(40)]
+    src = tmp_path / "big.warc.gz"
+    src.write_bytes(b"".join(_gz(_one(url, body)) for url, body in pages))
+    want = [_as_read(r) for r in warcread.read_records(str(src))]
+    monkeypatch.setenv("WEBFS_TEST_KILL_AT", "warc-reader-after-batch:2")
+    got = [_as_read(r) for r in warcapart.read_records_apart(str(src), _preparing())]
+    said = [r for r in got if r[0] == "problem"]
+    per_batch = -(-warcapart.BATCH_BYTES // len(pages[0][1]))        # records to reach the bound
+    assert per_batch < warcapart.FIRST_BATCH
+    assert len(said) == 1 and said[0][1] == want[2 * per_batch][0]
+    assert [r for r in got if r not in said] == want
+
+
+def test_a_walk_stopped_early_ends_the_reading_process_and_its_receiver(tmp_path):
+    """The walk stops after one record (Ctrl-C, a failed import): the reading
+    process, blocked on a full pipe and a full queue of received batches, is
+    ended, and so is the thread that received them; nothing is left running."""
+    import threading
+    src, _ = _per_record_gzip(tmp_path / "a.warc.gz", 2000)
+    before = set(os.listdir("/proc/self/task"))
+    walk = warcapart.read_records_apart(str(src), _preparing())
+    next(walk)
+    children = [p for p in os.listdir("/proc") if p.isdigit() and _parent_of(p) == os.getpid()]
+    assert children
+    walk.close()
+    assert not [p for p in children if os.path.exists(f"/proc/{p}") and _parent_of(p) == os.getpid()]
+    assert not [t for t in threading.enumerate() if t.name == "warc-receiver"]
+    assert set(os.listdir("/proc/self/task")) <= before
+
+
+def _parent_of(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rpartition(")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 def _gzip_bomb(mb: int) -> bytes:
     """A gzip member holding a WARC header line that never ends: ``mb`` MiB of 'a'
     inflated from a few hundred KiB."""
@@ -875,3 +917,61 @@ def test_import_keeps_the_cdxj_pywb_makes(tmp_path):
         finally:
             t.close()
     assert checked >= len(sources) - 2
+
+
+def test_a_batch_of_names_that_cannot_be_written_gives_its_blocks_back(tmp_path, store, monkeypatch):
+    """The batch's new files are written in one statement a table: when that
+    fails (here the catalog's disk full at that moment), the import fails
+    saying so, and the blocks its files took are given back (a mount's store
+    goes on and commits: no block is left referenced by no file)."""
+    import functools
+    from webfs import admin
+    from webfs.errors import NoSpace
+    from webfs.ingest import Importer
+    from webfs.namespace import NamespaceRows
+    from webfs.recovery import close_namespace, open_namespace
+    from webfs.warcimport import WarcSource
+    src = write_warc(tmp_path / "a.warc.gz", [(f"http://example.com/{i}", b"page %d" % i) for i in range(40)])
+
+    real = NamespaceRows.add_many
+
+    def full(self, nodes, names, contents):
+        if contents:                    # a batch with files (the first may hold directories only)
+            raise NoSpace("the catalog's disk is full")
+        real(self, nodes, names, contents)
+    monkeypatch.setattr(NamespaceRows, "add_many", full)
+    ns, journal, _ = open_namespace(store)
+    importer = Importer(store, ns, admin.Progress(), source=functools.partial(WarcSource, collection=b"c"))
+    with pytest.raises(NoSpace, match="the catalog's disk is full"):
+        importer.run([bytes(src)], b"/c")
+    store.commit()
+    close_namespace(store, ns, journal)
+    refs = store.catalog.query("SELECT coalesce(sum(refs), 0) FROM blocks")[0][0]
+    assert refs == store.catalog.query("SELECT count(*) FROM contents")[0][0]
+
+
+def test_the_journal_says_each_capture_s_xattrs_as_the_catalog_holds_them(tmp_path, store):
+    """An import hands each new file's xattrs to its JOURNAL line instead of
+    the commit asking the catalog for them again: the lines say what the
+    catalog holds, name by name (the recovery tools rebuild xattrs from them)."""
+    import functools
+    from webfs import admin
+    from webfs.ingest import Importer
+    from webfs.manifest import attribute_lines, escape_path
+    from webfs.recovery import close_namespace, open_namespace
+    from webfs.warcimport import WarcSource
+    src = write_warc(tmp_path / "a.warc.gz", [(f"http://example.com/{i}", b"page %d" % i) for i in range(5)])
+    ns, journal, _ = open_namespace(store)
+    try:
+        Importer(store, ns, admin.Progress(), source=functools.partial(WarcSource, collection=b"c")).run(
+            [bytes(src)], b"/")
+        store.commit()
+        said = b"".join((Path(d.root) / "meta" / "JOURNAL").read_bytes() for d in store.archive.volumes.values()
+                        if (Path(d.root) / "meta" / "JOURNAL").exists())
+        captures = [(p, node) for p, node in ns.walk() if b"example.com/" in p and not node.is_dir]
+        assert len(captures) == 5
+        for path, node in captures:
+            lines = attribute_lines(node, ns.xattrs_of([node.id])[node.id])
+            assert b"\t" + escape_path(path) + b"\n" + lines in said, path
+    finally:
+        close_namespace(store, ns, journal)

@@ -256,7 +256,7 @@ class Journal:
 
     def __init__(self, archive: "Archive", limit: int = JOURNAL_LIMIT):
         self.archive = archive
-        self.lines: list = []                  # a line, or (a + line, its inode): see take
+        self.lines: list = []                  # a line, or (a + line, its inode, its xattrs or None): see take
         self.lock = lockorder.lock("journal lines")
         self.namespace: Optional["Namespace"] = None
         self._fds: dict[int, int] = {}          # disk -> open JOURNAL (appends stay cheap)
@@ -305,14 +305,17 @@ class Journal:
         return sorted(i for i, n in found.items() if n == newest), True
 
     def record(self, op: str, node: Optional["Inode"], path: bytes, new_path: bytes = b"",
-               rows: Optional[list[BlockRow]] = None) -> None:
+               rows: Optional[list[BlockRow]] = None,
+               xattrs: Optional[list[tuple[bytes, bytes]]] = None) -> None:
         if op == "+":
             if rows is None:
                 rows = [] if stat.S_ISDIR(node.mode) else self.namespace.contents(node.id)
             # Its attribute lines are made at take(): xattrs set later in the same
-            # commit (an import sets a batch's at once) are in them, asked once per commit.
+            # commit (an import sets a batch's at once) are in them, asked once per
+            # commit, unless given here (a new inode's, all of them).
             with self.lock:
-                self.lines.append((b"+\t" + entry(rows, node, path) + b"\n", node))
+                self.lines.append((b"+\t" + entry(rows, node, path) + b"\n", node,
+                                   None if xattrs is None else sorted(dict(xattrs).items())))
             return
         if op in (">", "<>"):
             line = op.encode() + b"\t" + escape_path(path) + b"\t" + escape_path(new_path)
@@ -326,10 +329,11 @@ class Journal:
         commit, under the catalog lock, and appends them right after)."""
         with self.lock:
             lines, self.lines = self.lines, []
-        added = [item[1].id for item in lines if isinstance(item, tuple)]
+        added = [item[1].id for item in lines if isinstance(item, tuple) and item[2] is None]
         xattrs = self.namespace.xattrs_of(added, kept=True) if added and self.namespace else {}
         return b"".join(item if isinstance(item, bytes) else
-                        item[0] + attribute_lines(item[1], xattrs.get(item[1].id, ())) for item in lines)
+                        item[0] + attribute_lines(item[1], xattrs.get(item[1].id, ()) if item[2] is None
+                                                  else item[2]) for item in lines)
 
     def append(self, data: bytes) -> None:
         self._append(data, False)

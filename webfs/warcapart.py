@@ -17,9 +17,11 @@ import dataclasses
 import fcntl
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Iterator, Optional
@@ -36,11 +38,9 @@ from .warcread import DigestCheck, Payload, Problem, Record, read_records, recor
 # The reading process of an import (read_records_apart).
 APART_BATCH = 64            # records it sends at once ...
 FIRST_BATCH = 8             # ... after batches of 8, 16 and 32: the importing process waits for the first
+BATCH_BYTES = 1 << 20       # ... or fewer, once their payloads hold this much (memory: RECEIVED_AHEAD of them)
 APART_PIPE = 1 << 20        # the pipe's buffer: it reads on while a batch waits (Linux's default bound)
-# ... and a batch ends after this many bytes of payload, so that it fits in
-# the pipe whole with its encoding beside: the importing process's receive
-# does not wait for this process to be given a core again mid-batch.
-APART_BATCH_BYTES = APART_PIPE // 3
+RECEIVED_AHEAD = 4          # batches received and not yet walked (the receiving thread's bound)
 PR_SET_PDEATHSIG = 1         # prctl(2)
 SEEN_KEPT = 200_000         # signatures it remembers having encoded (~100 B each)
 # It makes the CDXJ keys of a file this long (read for longer than pywb takes
@@ -113,14 +113,14 @@ def read_records_apart(path: str, preparing: Preparing, cdx_keys: Optional[dict]
         pass                    # a smaller bound: the reading process waits more
     conn = Connection(os.dup(child.stdout.fileno()))
     child.stdout.close()
+    receiver = _Receiver(conn)
     read_on = 0                 # where a record not received yet starts
     said: set = set()           # problems received after it
     ended = False
     try:
         while not ended:
-            try:
-                batch = conn.recv()
-            except (EOFError, OSError):
+            batch = receiver.get()
+            if batch is _Receiver.BROKEN:
                 break
             ended = batch is None
             for rec in batch or ():
@@ -138,6 +138,7 @@ def read_records_apart(path: str, preparing: Preparing, cdx_keys: Optional[dict]
     finally:
         if not ended:
             child.kill()
+        receiver.close()
         child.wait()
         conn.close()
     if ended:
@@ -147,6 +148,51 @@ def read_records_apart(path: str, preparing: Preparing, cdx_keys: Optional[dict]
     for rec in read_records(path, read_on):
         if isinstance(rec, Record) or (rec.offset, rec.text) not in said:
             yield rec
+
+
+class _Receiver:
+    """The reading process's batches, received from its pipe by a thread of
+    their own, at most RECEIVED_AHEAD ahead of the walk: the walk takes a
+    batch already unpickled instead of waiting on the pipe for the reading
+    process, which at load, for a batch longer than what the pipe held, woke
+    for every part of it. Ends with None (that process's end) or BROKEN (its
+    pipe closed first: it died)."""
+    BROKEN = object()
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.batches: queue.Queue = queue.Queue(RECEIVED_AHEAD)
+        self.closing = threading.Event()
+        self.thread = threading.Thread(target=self._receive, name="warc-receiver", daemon=True)
+        self.thread.start()
+
+    def _receive(self) -> None:
+        batch: object = ()
+        while batch is not None and batch is not self.BROKEN:
+            try:
+                batch = self.conn.recv()
+            except Exception:      # EOF, or a batch that does not unpickle: read on without it
+                batch = self.BROKEN
+            while not self.closing.is_set():
+                try:
+                    self.batches.put(batch, timeout=0.1)
+                    break
+                except queue.Full:
+                    pass
+
+    def get(self) -> object:
+        return self.batches.get()
+
+    def close(self) -> None:
+        """Stop receiving (the walk stopped, or the process ended or was killed:
+        its pipe gives EOF), and wait for the thread."""
+        self.closing.set()
+        while self.thread.is_alive():
+            try:
+                self.batches.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        self.thread.join()
 
 
 def _read_and_send() -> None:
@@ -196,7 +242,7 @@ def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
                 rec.prepared = (signature(rec.payload) if preparing.sign else None, check.matches(), None)
         batch.append(rec)
         held += len(rec.payload) if isinstance(rec, Record) else 0
-        if len(batch) >= size or held >= APART_BATCH_BYTES:
+        if len(batch) >= size or held >= BATCH_BYTES:
             conn.send(encoder.encoded(batch) + ([CdxKeys(keys.take())] if keys is not None else []))
             batch, size, held = [], min(2 * size, APART_BATCH), 0
             testkill.point("warc-reader-after-batch")

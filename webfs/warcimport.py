@@ -324,24 +324,24 @@ class WarcSource(Source):
             if rec.rtype != "revisit" and digest_of(f) and digest_of(f) not in self.by_digest:
                 self.by_digest[digest_of(f)] = self._stored_with_digest(digest_of(f))
             return None, path          # already imported: its index line names it all the same
-        xattrs = [(b"user.warc.source", identity)]
+        found = {b"user.warc.source": identity}
         for xname, key in XATTR_FIELDS:
             if key in f:
-                xattrs.append((xname, f[key]))
+                found[xname] = f[key]
         if rec.arc:
-            xattrs.append((b"user.warc.type", rec.rtype.encode()))
+            found[b"user.warc.type"] = rec.rtype.encode()
         if rec.http:
             first = rec.http.split(b"\n", 1)[0].split()
             if len(first) >= 2:
-                xattrs.append((b"user.http.status", first[1]))
+                found[b"user.http.status"] = first[1]
             for line in rec.http.split(b"\n")[1:]:
                 k, sep, v = line.partition(b":")
-                header = k.strip().lower()
-                if sep and header in HTTP_XATTRS and HTTP_XATTRS[header] not in dict(xattrs):
-                    xattrs.append((HTTP_XATTRS[header], v.strip(b" \t\r")))
+                xname = HTTP_XATTRS.get(k.strip().lower()) if sep else None
+                if xname is not None and xname not in found:
+                    found[xname] = v.strip(b" \t\r")
         elif f.get(b"content-type") and rec.rtype == "resource":
-            xattrs.append((b"user.http.content-type", f[b"content-type"]))
-        xattrs = list(dict(xattrs).items())
+            found[b"user.http.content-type"] = f[b"content-type"]
+        xattrs = list(found.items())
         mtime = _date_ns(date)
         digest = f.get(b"warc-payload-digest")
         if rec.rtype == "revisit":
