@@ -269,6 +269,8 @@ class PgConnection:
 
     def _close_pipeline(self, quiet: bool = True) -> None:
         """Leave the transaction's pipeline; ``quiet``: after its error was raised."""
+        if quiet:
+            self._drain()
         pipeline, self._pipeline = self._pipeline_cm, None
         self.in_transaction = False
         self._writes = []
@@ -280,6 +282,23 @@ class PgConnection:
         except Exception:
             if not quiet:
                 raise
+
+    def _drain(self) -> None:
+        """Fetch what a failed pipeline still owes. psycopg raises a
+        pipeline's first error before it has read the results after it (the
+        skipped statements', the sync's); left in the socket, they were read
+        as the answers to the next transaction's statements: a replay
+        aborted again by the same deadlock, or "unexpected result status:
+        PIPELINE_SYNC". Each sync reads up to its own marker."""
+        import psycopg
+        for _ in range(REPLAYS):
+            if self._pipeline is None:
+                return
+            try:
+                self._pipeline.sync()
+                return
+            except psycopg.Error:
+                continue
 
     def _retrying(self, step: Callable[[], object]):
         """``step()`` of the open transaction; if the server aborted the
