@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from typing import Optional
 
@@ -39,6 +40,7 @@ DEFAULT_RENEW = 2.0          # seconds between renewals of a mount's row
 STALE_RENEWALS = 3           # renewals missed before the row is taken over
 MACHINE_ID_FILE = "machine-id"
 INODE_BLOCK = 64             # inode numbers a mount takes from the sequence at once
+MAX_WAIT_RENEW = 10.0        # a newcomer waits for others' renewals at most this period's worth
 
 MOUNTS_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS mounts (machine TEXT PRIMARY KEY, host TEXT NOT NULL, pid BIGINT NOT NULL, "
@@ -133,7 +135,33 @@ class MachineLease:
                 "ON CONFLICT (machine) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
                 "token = excluded.token, renew = excluded.renew, started = now(), renewed_at = now() "
                 "RETURNING token", (self.machine, host, pid, self.renew)).fetchone()[0]
-            self._count_others()
+        # Counted after the commit: of two mounts made at once, the later one
+        # sees the earlier's row and waits until it has heard of the later.
+        self._count_others()
+        if self.others_mounted:
+            self._until_others_heard()
+
+    def _until_others_heard(self) -> None:
+        """Wait until every other live mount has renewed its row since this
+        one's was made: each then knows it is not alone (its renewal counts
+        the others, in the transaction that renews), and goes on as it must
+        with others mounted (names checked, blocks' rows waited for:
+        webfs-internals(7)). This row is renewed meanwhile, so that another
+        mount waiting for this one at the same moment goes on too."""
+        # A renewal that began after this row was committed sees it.
+        since = self._conn.execute("SELECT now()").fetchone()[0]
+        deadline = time.monotonic() + STALE_RENEWALS * MAX_WAIT_RENEW
+        while time.monotonic() < deadline:
+            self._conn.execute("UPDATE mounts SET renewed_at = now() WHERE machine = %s AND token = %s",
+                               (self.machine, self.token))
+            waiting = self._conn.execute(
+                f"SELECT max(renew) FROM mounts WHERE machine != %s AND NOT ({_STALE}) AND renewed_at <= %s",
+                (self.machine, since)).fetchone()[0]
+            if waiting is None:
+                return
+            time.sleep(min(waiting, MAX_WAIT_RENEW) / 8)
+        log.warning("other mounts of the archive did not renew their leases within %.0f s; going on",
+                    STALE_RENEWALS * MAX_WAIT_RENEW)
 
     def _count_others(self) -> None:
         self.others_mounted = self._conn.execute("SELECT 1 FROM mounts WHERE machine != %s LIMIT 1",
@@ -265,6 +293,7 @@ def lease_for(catalog, state_dir: str, renew: float) -> Optional[MachineLease]:
     with catalog.lock:
         catalog.db.conn.execute("SELECT set_config('webfs.machine', %s, false)", (lease.machine,))
     catalog.db.fence = lease.fence
+    catalog.db.alone = lambda: not lease.others_mounted
     catalog.inode_numbers = InodeNumbers(lease)
     catalog.own_stripes = OWN_STRIPES
     return lease
