@@ -100,6 +100,25 @@ def test_contents_replace_and_free_give_the_blocks_back(ns, store):
     assert store.catalog.block(row.sig) is None
 
 
+def test_kept_paths_outlive_another_machines_new_names_but_not_a_rename_on_them(ns, store):
+    """Another machine's notice of names (webfs.changes) clears the kept paths
+    only when one of those names is on a kept path: its new files elsewhere
+    change no path here (each cleared them all: a path walk, a round trip a
+    directory on PostgreSQL, at every file's commit while two machines copied)."""
+    statements = []
+    store.catalog.db.set_trace_callback(statements.append)
+    walked = lambda: sum("FROM dentries WHERE inode=" in s for s in statements)     # noqa: E731
+    crawl = mkdir(ns, ROOT_INODE, b"crawl")
+    site = mkdir(ns, crawl.id, b"site")
+    ns.forget_others(set(), set(), False)
+    assert ns.path_of(site.id) == b"/crawl/site" and walked() == 0
+    ns.forget_others({999}, {(site.id, b"made-elsewhere.html"), (ROOT_INODE, b"other")}, False)
+    assert ns.path_of(site.id) == b"/crawl/site" and walked() == 0
+    store.catalog.execute("UPDATE dentries SET name=? WHERE parent=? AND name=?", (b"moved", ROOT_INODE, b"crawl"))
+    ns.forget_others({crawl.id}, {(ROOT_INODE, b"crawl"), (ROOT_INODE, b"moved")}, False)
+    assert ns.path_of(site.id) == b"/moved/site" and walked() == 2
+
+
 def test_a_new_files_first_content_asks_nothing_of_its_old_blocks(ns, store):
     """A file made here holds no blocks: its first content does not look up
     old ones (a round trip on PostgreSQL); the next does, and releases them;

@@ -42,6 +42,9 @@ class Namespace(NamespaceRows):
         # Paths of directories, and of files made here (their commit asks for
         # the path: a round trip with PostgreSQL); renames clear it.
         self._dir_paths: dict[int, bytes] = {}
+        # The names (parent, name) those paths go through: only another machine's
+        # change to one of these clears them (``forget_others``).
+        self._path_names: set[tuple[int, bytes]] = set()
         self._deferred = threading.local()
 
     @contextmanager
@@ -208,18 +211,20 @@ class Namespace(NamespaceRows):
             if not row:
                 return b""
             parent, name, mode = row[0]
-            names.append((here, name, mode))
+            names.append((here, parent, name, mode))
             here = parent
-        for node, name, mode in reversed(names):
+        for node, parent, name, mode in reversed(names):
             path = path + b"/" + name
             if mode is not None and stat.S_ISDIR(mode):
-                self._keep_path(node, path)
+                self._keep_path(node, path, parent, name)
         return path
 
-    def _keep_path(self, ino: int, path: bytes) -> None:
-        if len(self._dir_paths) >= DIR_PATHS_KEPT:
+    def _keep_path(self, ino: int, path: bytes, parent: int, name: bytes) -> None:
+        if len(self._dir_paths) >= DIR_PATHS_KEPT or len(self._path_names) >= 2 * DIR_PATHS_KEPT:
             self._dir_paths.clear()
+            self._path_names.clear()
         self._dir_paths[ino] = path
+        self._path_names.add((parent, name))
 
     def contents(self, ino: int) -> list[BlockRow]:
         return [BlockRow.of(r) for r in self.cat.query(
@@ -254,8 +259,9 @@ class Namespace(NamespaceRows):
                 self.memo.clear()
             else:
                 self.memo.forget_others(inodes, names)
-            if everything or names:
+            if everything or not self._path_names.isdisjoint(names):
                 self._dir_paths.clear()
+                self._path_names.clear()
 
     def _pieces_of(self, inodes: list[int], cols: str) -> Iterator[tuple]:
         """(inode, *cols of its blocks joined as b) of many files, in piece order, a query per 500."""
@@ -347,7 +353,7 @@ class Namespace(NamespaceRows):
                 raise FsError(errno.EEXIST)
             self._touch_dir(parent, 1 if is_dir else 0)
             path = self._join(parent, name)
-            self._keep_path(ino, path)
+            self._keep_path(ino, path, parent, name)
             rows = []
             if target is not None:
                 self.add_symlink_target(ino, target)
