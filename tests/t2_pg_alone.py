@@ -11,7 +11,7 @@ import pytest
 
 from webfs.catalog import Catalog
 from webfs.catalogengine import BLOCK_IDS, PostgresEngine
-from webfs.machines import MachineLease
+from webfs.machines import MachineLease, renewed_meanwhile
 
 SIG, OTHER = "ab" * 16, "cd" * 16
 
@@ -114,3 +114,25 @@ def test_two_mounts_waiting_for_each_other_go_on_without_waiting_to_the_end(cata
     finally:
         thread.join(60)
         second.release(), first.release()
+
+
+def test_while_the_mount_unmounts_its_row_is_renewed_by_a_thread_of_its_own(catalog, postgres):
+    """The daemon's loop, which renews the row, has stopped at an unmount: its
+    last writes took more than three periods on a loaded host, and another
+    mount took the row over and refused its last commit."""
+    cat, db = catalog
+    lease = MachineLease(cat.engine, "machine-a", renew=0.1)
+    lease.take()
+    renewed = lambda: postgres.psql(db, "SELECT renewed_at FROM mounts WHERE machine = 'machine-a'").strip()  # noqa: E731
+    seen = {renewed()}
+    try:
+        with renewed_meanwhile(lease):
+            deadline = time.monotonic() + 60
+            while len(seen) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+                seen.add(renewed())
+        assert len(seen) >= 3
+        after = renewed()
+        assert lease.touch() and renewed() != after      # the thread stopped; the row is still this mount's
+    finally:
+        lease.release()

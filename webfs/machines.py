@@ -26,9 +26,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 from .errors import ArchiveBusy, WebfsError
 
@@ -152,8 +154,7 @@ class MachineLease:
         since = self._conn.execute("SELECT now()").fetchone()[0]
         deadline = time.monotonic() + STALE_RENEWALS * MAX_WAIT_RENEW
         while time.monotonic() < deadline:
-            self._conn.execute("UPDATE mounts SET renewed_at = now() WHERE machine = %s AND token = %s",
-                               (self.machine, self.token))
+            self.touch()
             waiting = self._conn.execute(
                 f"SELECT max(renew) FROM mounts WHERE machine != %s AND NOT ({_STALE}) AND renewed_at <= %s",
                 (self.machine, since)).fetchone()[0]
@@ -162,6 +163,11 @@ class MachineLease:
             time.sleep(min(waiting, MAX_WAIT_RENEW) / 8)
         log.warning("other mounts of the archive did not renew their leases within %.0f s; going on",
                     STALE_RENEWALS * MAX_WAIT_RENEW)
+
+    def touch(self) -> bool:
+        """Renew this mount's row only (no take-over of others): False when it is gone."""
+        return bool(self._conn.execute("UPDATE mounts SET renewed_at = now() WHERE machine = %s AND token = %s",
+                                       (self.machine, self.token)).rowcount)
 
     def _count_others(self) -> None:
         self.others_mounted = self._conn.execute("SELECT 1 FROM mounts WHERE machine != %s LIMIT 1",
@@ -280,6 +286,34 @@ def _alive(host: str, pid: int) -> bool:
     except PermissionError:
         pass
     return True
+
+
+@contextmanager
+def renewed_meanwhile(lease: Optional[MachineLease]) -> Iterator[None]:
+    """The lease's row renewed by a thread of its own while the daemon's loop,
+    which renews it otherwise, has stopped: the unmount's MANIFEST, parity
+    and last commit took longer than three periods on a loaded host, and
+    another mount then took the row over and the last commit was refused."""
+    if lease is None or lease.lost:
+        yield
+        return
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(lease.renew):
+            try:
+                if not lease.touch():
+                    return
+            except Exception:       # noqa: BLE001 - the last commit's fence then says what is wrong
+                log.warning("cannot renew this mount's lease while it unmounts", exc_info=True)
+                return
+    thread = threading.Thread(target=renew, name="lease at unmount", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def lease_for(catalog, state_dir: str, renew: float) -> Optional[MachineLease]:
