@@ -100,6 +100,39 @@ def test_contents_replace_and_free_give_the_blocks_back(ns, store):
     assert store.catalog.block(row.sig) is None
 
 
+def test_kept_paths_outlive_another_machines_new_names_but_not_a_rename_on_them(ns, store):
+    """Another machine's notice of names (webfs.changes) clears the kept paths
+    only when one of those names is on a kept path: its new files elsewhere
+    change no path here (each cleared them all: a path walk, a round trip a
+    directory on PostgreSQL, at every file's commit while two machines copied)."""
+    statements = []
+    store.catalog.db.set_trace_callback(statements.append)
+    walked = lambda: sum("FROM dentries WHERE inode=" in s for s in statements)     # noqa: E731
+    crawl = mkdir(ns, ROOT_INODE, b"crawl")
+    site = mkdir(ns, crawl.id, b"site")
+    ns.forget_others(set(), set(), False)
+    assert ns.path_of(site.id) == b"/crawl/site" and walked() == 0
+    ns.forget_others({999}, {(site.id, b"made-elsewhere.html"), (ROOT_INODE, b"other")}, False)
+    assert ns.path_of(site.id) == b"/crawl/site" and walked() == 0
+    store.catalog.execute("UPDATE dentries SET name=? WHERE parent=? AND name=?", (b"moved", ROOT_INODE, b"crawl"))
+    ns.forget_others({crawl.id}, {(ROOT_INODE, b"crawl"), (ROOT_INODE, b"moved")}, False)
+    assert ns.path_of(site.id) == b"/moved/site" and walked() == 2
+
+
+def test_a_kept_file_path_goes_with_another_machines_change_of_its_name(ns, store):
+    """A file made here keeps its path for its close; another machine renaming
+    that file (a name no directory path goes through) drops that path alone."""
+    statements = []
+    store.catalog.db.set_trace_callback(statements.append)
+    walked = lambda: sum("FROM dentries WHERE inode=" in s for s in statements)     # noqa: E731
+    crawl = mkdir(ns, ROOT_INODE, b"crawl")
+    f, g = mkfile(ns, crawl.id, b"f.html"), mkfile(ns, crawl.id, b"g.html")
+    store.catalog.execute("UPDATE dentries SET name=? WHERE parent=? AND name=?", (b"h.html", crawl.id, b"f.html"))
+    ns.forget_others({f.id}, {(crawl.id, b"f.html"), (crawl.id, b"h.html")}, False)
+    assert ns.path_of(g.id) == b"/crawl/g.html" and walked() == 0
+    assert ns.path_of(f.id) == b"/crawl/h.html" and walked() == 1
+
+
 def test_a_new_files_first_content_asks_nothing_of_its_old_blocks(ns, store):
     """A file made here holds no blocks: its first content does not look up
     old ones (a round trip on PostgreSQL); the next does, and releases them;
@@ -294,8 +327,8 @@ def test_every_table_of_the_memo_and_the_paths_kept_hold_their_bounds(store, mon
     close as rsync does, read ahead, listed) leaves no table of the memo past
     its bound (the xattrs of renamed files once stayed for ever), the paths
     of files made past theirs, and a lookup still finds every file."""
-    from webfs.namespace import NamespaceMemo, tree
-    monkeypatch.setattr(tree, "FILE_PATHS_KEPT", 8)
+    from webfs.namespace import NamespaceMemo, paths
+    monkeypatch.setattr(paths, "FILE_PATHS_KEPT", 8)
     store.catalog.memo = NamespaceMemo(32)
     ns = Namespace(store)
     ns.ensure_root()
@@ -318,7 +351,7 @@ def test_every_table_of_the_memo_and_the_paths_kept_hold_their_bounds(store, mon
         for table in (memo.nodes, memo.names, memo.xattrs, memo.pieces, memo.positions, memo.empty,
                       memo.complete, memo.stored):
             assert len(table) <= 32
-        assert len(ns._file_paths) <= 8
+        assert len(ns.paths.files) <= 8
     for parent, name, ino in made:
         assert ns.lookup(parent, name).id == ino
 

@@ -22,6 +22,7 @@ places (``PGPASSWORD``, ``PGPASSFILE``, ``~/.pgpass``).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sqlite3
@@ -34,6 +35,9 @@ from .errors import CatalogUnreadable
 SCHEMES = ("postgresql", "postgres")
 # How often a transaction the server aborted (deadlock, serialization) is sent again.
 REPLAYS = 5
+# New blocks' ids taken from the identity's sequence at once while a mount is alone.
+BLOCK_IDS = 64
+_TAKE_BLOCK_IDS = "SELECT nextval(pg_get_serial_sequence('blocks', 'id')) FROM generate_series(1, %s)"
 
 log = logging.getLogger("webfs.catalog")
 
@@ -230,6 +234,11 @@ class PgConnection:
         self.replays = 0                  # transactions sent again, for tests and status
         # What tells the other mounts what this commit changed (webfs.changes); None: nothing.
         self.notice: Optional[Callable[[], Optional[tuple[str, tuple]]]] = None
+        # Does no other machine's mount write the catalog now (webfs.machines)?
+        # Then a new block's id is one taken ahead and its INSERT a write not
+        # waited for (``_insert_block_ahead``). None: never.
+        self.alone: Optional[Callable[[], bool]] = None
+        self._block_ids: list[int] = []
 
     def _prepared(self, sql: str) -> tuple[str, Optional[list[int]], bool]:
         found = self._sql.get(sql)
@@ -269,6 +278,8 @@ class PgConnection:
 
     def _close_pipeline(self, quiet: bool = True) -> None:
         """Leave the transaction's pipeline; ``quiet``: after its error was raised."""
+        if quiet:
+            self._drain()
         pipeline, self._pipeline = self._pipeline_cm, None
         self.in_transaction = False
         self._writes = []
@@ -280,6 +291,23 @@ class PgConnection:
         except Exception:
             if not quiet:
                 raise
+
+    def _drain(self) -> None:
+        """Fetch what a failed pipeline still owes. psycopg raises a
+        pipeline's first error before it has read the results after it (the
+        skipped statements', the sync's); left in the socket, they were read
+        as the answers to the next transaction's statements: a replay
+        aborted again by the same deadlock, or "unexpected result status:
+        PIPELINE_SYNC". Each sync reads up to its own marker."""
+        import psycopg
+        for _ in range(REPLAYS):
+            if self._pipeline is None:
+                return
+            try:
+                self._pipeline.sync()
+                return
+            except psycopg.Error:
+                continue
 
     def _retrying(self, step: Callable[[], object]):
         """``step()`` of the open transaction; if the server aborted the
@@ -334,6 +362,8 @@ class PgConnection:
         if order is not None:
             args = [args[i] for i in order]
         returning = writes and text.endswith(" RETURNING id")
+        if returning and self.alone is not None and text.startswith("INSERT INTO blocks ") and self.alone():
+            return self._insert_block_ahead(text, args)
 
         def run():
             cur = self.conn.execute(text, args or None)
@@ -347,6 +377,23 @@ class PgConnection:
                 self._writes.append(_as_replayed(text, args, rows) if returning else (text, args or None, False))
         lastrowid = rows[0][0] if rows and writes else None
         return PgCursor(rows, lastrowid, cur, self._sync)
+
+    def _insert_block_ahead(self, text: str, args) -> PgCursor:
+        """A new block's row under an id taken ahead, sent and not waited for.
+        Without ON CONFLICT: alone, no other mount inserts its signature (the
+        store looked it up in this transaction), and should one have, the
+        commit fails rather than lose the row."""
+        with self._lock:
+            self._begin()
+            self.total_changes += 1
+            if not self._block_ids:
+                take = lambda: self.conn.execute(_TAKE_BLOCK_IDS, (BLOCK_IDS,)).fetchall()     # noqa: E731
+                self._block_ids = sorted((r[0] for r in self._retrying(take)), reverse=True)
+            block_id = self._block_ids.pop()
+            text, args = _with_id(text, keep_conflict=False), [block_id, *args]
+            cur = self._retrying(lambda: self.conn.execute(text, args))
+            self._writes.append((text, args, False))
+        return PgCursor([(block_id,)], block_id, cur, self._sync)
 
     def executemany(self, sql: str, rows) -> None:
         text, order, _ = self._prepared(sql)
@@ -390,11 +437,22 @@ def _as_replayed(text: str, args, rows: list) -> Optional[tuple[str, object, boo
     transaction is not sent again."""
     if not rows:
         return text, args or None, False
-    m = re.match(r"\s*INSERT INTO (\w+) \(([^)]*)\) VALUES \(([^)]*)\)(.*) RETURNING id$", text, re.S)
-    if m is None:
+    if not _INSERT_RETURNING.match(text):
         return None
-    return (f"INSERT INTO {m.group(1)} (id, {m.group(2)}) VALUES (%s, {m.group(3)}){m.group(4)}",
-            [rows[0][0], *args], False)
+    return _with_id(text, keep_conflict=True), [rows[0][0], *args], False
+
+
+_INSERT_RETURNING = re.compile(r"\s*INSERT INTO (\w+) \(([^)]*)\) VALUES \(([^)]*)\)(.*) RETURNING id$", re.S)
+
+
+@functools.lru_cache(maxsize=64)
+def _with_id(text: str, keep_conflict: bool) -> str:
+    """An INSERT .. RETURNING id as it is sent with the id given: its
+    ON CONFLICT clause kept or dropped."""
+    table, columns, values, rest = _INSERT_RETURNING.match(text).groups()
+    if not keep_conflict:
+        rest = re.sub(r"\s*ON CONFLICT .*", "", rest, flags=re.S)
+    return f"INSERT INTO {table} (id, {columns}) VALUES (%s, {values}){rest}"
 
 
 def _numeric_loader():

@@ -478,28 +478,8 @@ class Daemon:
                 pass
         if self.store is not None:
             try:
-                # Inodes with no name that the kernel knew until the unmount
-                # (and so were kept) go now; they are no one's any more.
-                if self.ns is not None and not self.opts.read_only:
-                    for ino in self.ns.orphans():
-                        self.ns.free(ino)
-                try:
-                    self.checkpoint()
-                except Exception as exc:
-                    log.exception("cannot write the MANIFEST at unmount")
-                    problems.append(f"cannot write the MANIFEST and JOURNAL: {exc}")
-                try:
-                    self.store.protection.flush()
-                except Exception as exc:
-                    log.exception("cannot write parity at unmount")
-                    problems.append(f"cannot write parity: {exc}")
-                stale = self.store.protection.out_of_date()
-                if stale:
-                    problems.append(f"{stale} parity stripe(s) out of date (the blocks are intact; "
-                                    "run 'webfs scrub --repair' or 'webfs fsck --repair')")
-                if self.lease is None or not self.lease.others():     # the last mount out marks it clean
-                    self.store.catalog.set_meta("clean", "1")
-                self.store.commit()
+                with machines.renewed_meanwhile(self.lease):     # the loop that renews it has stopped
+                    self._last_writes(problems)
             except Exception as exc:
                 log.exception("unmount did not finish")
                 problems.append(f"unmount did not finish: {exc}")
@@ -513,6 +493,31 @@ class Daemon:
                     if self.lease is not None:
                         self.lease.release()
                     self._write_report(problems)
+
+    def _last_writes(self, problems: list[str]) -> None:
+        """The unmount's writes: orphans freed, MANIFEST, parity, the last commit."""
+        # Inodes with no name that the kernel knew until the unmount
+        # (and so were kept) go now; they are no one's any more.
+        if self.ns is not None and not self.opts.read_only:
+            for ino in self.ns.orphans():
+                self.ns.free(ino)
+        try:
+            self.checkpoint()
+        except Exception as exc:
+            log.exception("cannot write the MANIFEST at unmount")
+            problems.append(f"cannot write the MANIFEST and JOURNAL: {exc}")
+        try:
+            self.store.protection.flush()
+        except Exception as exc:
+            log.exception("cannot write parity at unmount")
+            problems.append(f"cannot write parity: {exc}")
+        stale = self.store.protection.out_of_date()
+        if stale:
+            problems.append(f"{stale} parity stripe(s) out of date (the blocks are intact; "
+                            "run 'webfs scrub --repair' or 'webfs fsck --repair')")
+        if self.lease is None or not self.lease.others():     # the last mount out marks it clean
+            self.store.catalog.set_meta("clean", "1")
+        self.store.commit()
 
     def _write_report(self, problems: list[str]) -> None:
         if not self.socket_path:

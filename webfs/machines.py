@@ -26,8 +26,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import time
 import uuid
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 from .errors import ArchiveBusy, WebfsError
 
@@ -39,6 +42,7 @@ DEFAULT_RENEW = 2.0          # seconds between renewals of a mount's row
 STALE_RENEWALS = 3           # renewals missed before the row is taken over
 MACHINE_ID_FILE = "machine-id"
 INODE_BLOCK = 64             # inode numbers a mount takes from the sequence at once
+MAX_WAIT_RENEW = 10.0        # a newcomer waits for others' renewals at most this period's worth
 
 MOUNTS_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS mounts (machine TEXT PRIMARY KEY, host TEXT NOT NULL, pid BIGINT NOT NULL, "
@@ -133,7 +137,37 @@ class MachineLease:
                 "ON CONFLICT (machine) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
                 "token = excluded.token, renew = excluded.renew, started = now(), renewed_at = now() "
                 "RETURNING token", (self.machine, host, pid, self.renew)).fetchone()[0]
-            self._count_others()
+        # Counted after the commit: of two mounts made at once, the later one
+        # sees the earlier's row and waits until it has heard of the later.
+        self._count_others()
+        if self.others_mounted:
+            self._until_others_heard()
+
+    def _until_others_heard(self) -> None:
+        """Wait until every other live mount has renewed its row since this
+        one's was made: each then knows it is not alone (its renewal counts
+        the others, in the transaction that renews), and goes on as it must
+        with others mounted (names checked, blocks' rows waited for:
+        webfs-internals(7)). This row is renewed meanwhile, so that another
+        mount waiting for this one at the same moment goes on too."""
+        # A renewal that began after this row was committed sees it.
+        since = self._conn.execute("SELECT now()").fetchone()[0]
+        deadline = time.monotonic() + STALE_RENEWALS * MAX_WAIT_RENEW
+        while time.monotonic() < deadline:
+            self.touch()
+            waiting = self._conn.execute(
+                f"SELECT max(renew) FROM mounts WHERE machine != %s AND NOT ({_STALE}) AND renewed_at <= %s",
+                (self.machine, since)).fetchone()[0]
+            if waiting is None:
+                return
+            time.sleep(min(waiting, MAX_WAIT_RENEW) / 8)
+        log.warning("other mounts of the archive did not renew their leases within %.0f s; going on",
+                    STALE_RENEWALS * MAX_WAIT_RENEW)
+
+    def touch(self) -> bool:
+        """Renew this mount's row only (no take-over of others): False when it is gone."""
+        return bool(self._conn.execute("UPDATE mounts SET renewed_at = now() WHERE machine = %s AND token = %s",
+                                       (self.machine, self.token)).rowcount)
 
     def _count_others(self) -> None:
         self.others_mounted = self._conn.execute("SELECT 1 FROM mounts WHERE machine != %s LIMIT 1",
@@ -254,6 +288,34 @@ def _alive(host: str, pid: int) -> bool:
     return True
 
 
+@contextmanager
+def renewed_meanwhile(lease: Optional[MachineLease]) -> Iterator[None]:
+    """The lease's row renewed by a thread of its own while the daemon's loop,
+    which renews it otherwise, has stopped: the unmount's MANIFEST, parity
+    and last commit took longer than three periods on a loaded host, and
+    another mount then took the row over and the last commit was refused."""
+    if lease is None or lease.lost:
+        yield
+        return
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(lease.renew):
+            try:
+                if not lease.touch():
+                    return
+            except Exception:       # noqa: BLE001 - the last commit's fence then says what is wrong
+                log.warning("cannot renew this mount's lease while it unmounts", exc_info=True)
+                return
+    thread = threading.Thread(target=renew, name="lease at unmount", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def lease_for(catalog, state_dir: str, renew: float) -> Optional[MachineLease]:
     """A mount's lease, taken, its fence put on the catalog's connection
     (None: an SQLite catalog, which the archive's flock alone guards)."""
@@ -265,6 +327,7 @@ def lease_for(catalog, state_dir: str, renew: float) -> Optional[MachineLease]:
     with catalog.lock:
         catalog.db.conn.execute("SELECT set_config('webfs.machine', %s, false)", (lease.machine,))
     catalog.db.fence = lease.fence
+    catalog.db.alone = lambda: not lease.others_mounted
     catalog.inode_numbers = InodeNumbers(lease)
     catalog.own_stripes = OWN_STRIPES
     return lease

@@ -20,16 +20,9 @@ from ..errors import FsError
 from ..signature import block_name
 from ..store import Store
 from .rows import (BLOCK_COLUMNS_OF_B, INODE_COLUMNS, NAME_MAX, NO_XATTRS, ROOT_INODE, Inode,
-                   NamespaceRows, check_name, make_room, now_ns)
+                   NamespaceRows, check_name, now_ns)
+from .paths import KeptPaths
 
-
-# Directory paths kept for path_of (~150 B each with the dict's slot): a
-# copy is made in walk order, so the directories in use are few and recent,
-# and 100,000 of them (15 MB) grew the daemon with the archive for nothing.
-DIR_PATHS_KEPT = 10_000
-# Paths of files made here, kept for their store and commit (a close's hint
-# and journal record, moments after the create): the newest, oldest out.
-FILE_PATHS_KEPT = 1024
 # Times a rename is done again after another machine changed one of its names meanwhile.
 RENAME_TRIES = 4
 
@@ -42,10 +35,7 @@ class Namespace(NamespaceRows):
         super().__init__(catalog or store.catalog)      # or a read-only snapshot of it
         self.store = store
         self.journal = journal or (lambda *args, **kwargs: None)
-        # Paths of directories, and of files made here (their commit asks for
-        # the path: a round trip with PostgreSQL); renames clear them.
-        self._dir_paths: dict[int, bytes] = {}
-        self._file_paths: dict[int, bytes] = {}
+        self.paths = KeptPaths()        # renames here clear them; another machine's, those through its names
         self._deferred = threading.local()
 
     @contextmanager
@@ -202,11 +192,11 @@ class Namespace(NamespaceRows):
         directories deep."""
         names: list[tuple[int, bytes, Optional[int]]] = []     # (inode, name, mode), deepest first
         here, path = ino, b""
-        made = self._file_paths.get(ino)
+        made = self.paths.file(ino)
         if made is not None:
             return made
         while here != ROOT_INODE:
-            cached = self._dir_paths.get(here)
+            cached = self.paths.dirs.get(here)
             if cached is not None:
                 path = cached
                 break
@@ -215,22 +205,13 @@ class Namespace(NamespaceRows):
             if not row:
                 return b""
             parent, name, mode = row[0]
-            names.append((here, name, mode))
+            names.append((here, parent, name, mode))
             here = parent
-        for node, name, mode in reversed(names):
+        for node, parent, name, mode in reversed(names):
             path = path + b"/" + name
             if mode is not None and stat.S_ISDIR(mode):
-                self._keep_path(node, path)
+                self.paths.keep_dir(node, path, parent, name)
         return path
-
-    def _keep_path(self, ino: int, path: bytes) -> None:
-        if len(self._dir_paths) >= DIR_PATHS_KEPT:
-            self._dir_paths.clear()
-        self._dir_paths[ino] = path
-
-    def _forget_paths(self) -> None:
-        self._dir_paths.clear()
-        self._file_paths.clear()
 
     def contents(self, ino: int) -> list[BlockRow]:
         return [BlockRow.of(r) for r in self.cat.query(
@@ -265,8 +246,10 @@ class Namespace(NamespaceRows):
                 self.memo.clear()
             else:
                 self.memo.forget_others(inodes, names)
-            if everything or names:
-                self._forget_paths()
+            if everything:
+                self.paths.clear()
+            else:
+                self.paths.forget_names(names)
 
     def _pieces_of(self, inodes: list[int], cols: str) -> Iterator[tuple]:
         """(inode, *cols of its blocks joined as b) of many files, in piece order, a query per 500."""
@@ -358,11 +341,7 @@ class Namespace(NamespaceRows):
                 raise FsError(errno.EEXIST)
             self._touch_dir(parent, 1 if is_dir else 0)
             path = self._join(parent, name)
-            if is_dir:
-                self._keep_path(ino, path)
-            else:
-                self._file_paths, _ = make_room(self._file_paths, FILE_PATHS_KEPT)
-                self._file_paths[ino] = path
+            (self.paths.keep_dir if is_dir else self.paths.keep_file)(ino, path, parent, name)
             rows = []
             if target is not None:
                 self.add_symlink_target(ino, target)
@@ -398,7 +377,7 @@ class Namespace(NamespaceRows):
     def _journal_every_name(self, node: Inode, rows: Optional[list[BlockRow]] = None) -> None:
         """A ``+`` record for every name of ``node`` (its attributes changed);
         a file of one name whose path is kept (from its create) asks nothing."""
-        path = self._file_paths.get(node.id) if node.nlink == 1 and not node.is_dir else None
+        path = self.paths.file(node.id) if node.nlink == 1 and not node.is_dir else None
         if path is not None:
             self.journal("+", node, path, rows=rows)
             return
@@ -438,8 +417,7 @@ class Namespace(NamespaceRows):
         self.memo.drop_name(parent, name)
         self.memo.drop_node(node.id)
         self.memo.drop_reading(node.id)
-        self._dir_paths.pop(node.id, None)
-        self._file_paths.pop(node.id, None)
+        self.paths.drop(node.id)
         if node.is_dir:
             self.cat.execute("UPDATE inodes SET nlink=0, ctime_ns=? WHERE id=?", (now_ns(), node.id))
             self._touch_dir(parent, -1)
@@ -521,7 +499,7 @@ class Namespace(NamespaceRows):
             self.memo.complete.difference_update((old_parent, new_parent))
             self.memo.drop_reading(node.id)
             self.memo.drop_reading(target.id)
-            self._forget_paths()
+            self.paths.clear()
             if node.is_dir != target.is_dir and old_parent != new_parent:
                 delta = 1 if node.is_dir else -1
                 self._touch_dir(new_parent, delta)
@@ -547,7 +525,7 @@ class Namespace(NamespaceRows):
             return False, None          # nothing written yet: done again from the catalog
         self.memo.drop_name(old_parent, old_name)
         self.memo.made_name(new_parent, new_name, node.id)
-        self._forget_paths()
+        self.paths.clear()
         delta = 1 if node.is_dir else 0
         self._touch_dir(old_parent, -delta)
         self._touch_dir(new_parent, delta)

@@ -1,0 +1,138 @@
+"""A PostgreSQL catalog mounted by one machine alone (a real server,
+tests/postgres.py; no FUSE mount): new blocks' rows under ids taken ahead,
+not waited for, and a newcomer that goes on only once the mounts before it
+know they are no longer alone (webfs.machines, webfs.catalogengine)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from webfs.catalog import Catalog
+from webfs.catalogengine import BLOCK_IDS, PostgresEngine
+from webfs.machines import MachineLease, renewed_meanwhile
+
+SIG, OTHER = "ab" * 16, "cd" * 16
+
+
+def _block(cat: Catalog, sig: str):
+    return cat.insert_block(sig, 0, 0, 10, 10, "identity", 1, 0, "2024-01-01T00:00:00Z", "", sig[:4])
+
+
+@pytest.fixture
+def catalog(tmp_path, postgres):
+    db = postgres.new_database()
+    cat = Catalog(str(tmp_path / "meta" / "catalog.db"), PostgresEngine(postgres.url(db)))
+    yield cat, db
+    cat.close()
+
+
+def test_a_lone_mount_inserts_a_new_block_under_an_id_taken_ahead_without_waiting(catalog, postgres):
+    cat, db = catalog
+    cat.db.alone = lambda: True
+    row = _block(cat, SIG)
+    # The INSERT's result is still owed by the server: nothing was waited for.
+    assert row is not None and len(cat.db._pipeline.result_queue) > 0
+    second = _block(cat, OTHER)
+    assert second.id == row.id + 1 and len(cat.db._block_ids) == BLOCK_IDS - 2
+    cat.commit()
+    assert postgres.psql(db, "SELECT id FROM blocks ORDER BY id").split() == [str(row.id), str(second.id)]
+
+
+def test_with_others_mounted_a_new_block_is_waited_for_and_one_made_elsewhere_is_none(catalog, postgres):
+    cat, db = catalog
+    cat.db.alone = lambda: False
+    postgres.psql(db, f"INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, grp) "
+                      f"VALUES ('\\x{OTHER}', 0, 1, 10, 10, 'identity', 1, 0, 0, 'cdcd')")
+    row = _block(cat, SIG)
+    assert row is not None and len(cat.db._pipeline.result_queue) == 0
+    assert _block(cat, OTHER) is None
+    cat.commit()
+
+
+def test_a_lone_mount_whose_block_another_made_fails_its_commit_rather_than_lose_the_row(catalog, postgres):
+    """Alone, no ON CONFLICT: should another machine's row of the signature be
+    there after all, the commit fails (the batch rolled back, EIO), where a
+    silent conflict would leave a file naming a block that has no row."""
+    import psycopg
+    cat, db = catalog
+    cat.db.alone = lambda: True
+    postgres.psql(db, f"INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, pins, created, grp) "
+                      f"VALUES ('\\x{SIG}', 0, 1, 10, 10, 'identity', 1, 0, 0, 'abab')")
+    _block(cat, SIG)
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        cat.commit()
+    cat.rollback()
+    assert _block(cat, OTHER) is not None           # the connection goes on
+    cat.commit()
+    assert postgres.psql(db, "SELECT count(*) FROM blocks").strip() == "2"
+
+
+def test_a_newcomer_waits_until_the_mount_before_it_knows_it_is_not_alone(catalog):
+    """B's lease is taken only once A has renewed its row after B's was made:
+    A's renewal counts the others, so from then on A checks names and waits
+    for its blocks' rows. A's period is long: without its renewal B would wait."""
+    cat, _ = catalog
+    first = MachineLease(cat.engine, "machine-a", renew=60.0)
+    first.take()
+    assert not first.others_mounted
+    second = MachineLease(cat.engine, "machine-b", renew=60.0)
+    taken = threading.Event()
+    thread = threading.Thread(target=lambda: (second.take(), taken.set()))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while first.others() == [] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert first.others() and not taken.is_set()     # B's row is there; B waits for A
+        first.renew_once()
+        assert first.others_mounted
+        assert taken.wait(60) and second.others_mounted
+    finally:
+        thread.join(60)
+        second.release(), first.release()
+
+
+def test_two_mounts_waiting_for_each_other_go_on_without_waiting_to_the_end(catalog, caplog):
+    """B waits for A's renewal while A, which has seen B's row, waits for B's
+    (as two mounts made at once can): each renews its own row as it waits, so
+    both go on at once instead of at the wait's end (30 s, a warning)."""
+    cat, _ = catalog
+    first, second = (MachineLease(cat.engine, f"machine-{n}", renew=60.0) for n in "ab")
+    first.take()
+    taken = threading.Event()
+    thread = threading.Thread(target=lambda: (second.take(), taken.set(), second.renew_once()))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while first.others() == [] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first._count_others()
+        first._until_others_heard()
+        assert taken.wait(60) and "did not renew" not in caplog.text
+    finally:
+        thread.join(60)
+        second.release(), first.release()
+
+
+def test_while_the_mount_unmounts_its_row_is_renewed_by_a_thread_of_its_own(catalog, postgres):
+    """The daemon's loop, which renews the row, has stopped at an unmount: its
+    last writes took more than three periods on a loaded host, and another
+    mount took the row over and refused its last commit."""
+    cat, db = catalog
+    lease = MachineLease(cat.engine, "machine-a", renew=0.1)
+    lease.take()
+    renewed = lambda: postgres.psql(db, "SELECT renewed_at FROM mounts WHERE machine = 'machine-a'").strip()  # noqa: E731
+    seen = {renewed()}
+    try:
+        with renewed_meanwhile(lease):
+            deadline = time.monotonic() + 60
+            while len(seen) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+                seen.add(renewed())
+        assert len(seen) >= 3
+        after = renewed()
+        assert lease.touch() and renewed() != after      # the thread stopped; the row is still this mount's
+    finally:
+        lease.release()

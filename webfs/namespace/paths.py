@@ -1,0 +1,58 @@
+"""Paths kept for ``Namespace.path_of``: of directories (a walk up stops at
+the first one known) and of files made here (their close's hint and journal
+record, moments after the create, ask the catalog nothing: a round trip with
+PostgreSQL), with the names (parent, name) the paths go through, so that
+another machine's change clears them only when it renames or removes one of
+those names. Changed only under the catalog lock, as the namespace memo."""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from .rows import make_room
+
+# Directory paths kept (~150 B each with the dict's slot): a copy is made in
+# walk order, so the directories in use are few and recent, and 100,000 of
+# them (15 MB) grew the daemon with the archive for nothing.
+DIR_PATHS_KEPT = 10_000
+# Paths of files made here, kept for their store and commit: the newest, oldest out.
+FILE_PATHS_KEPT = 1024
+
+
+class KeptPaths:
+    """Directories' paths, files' paths, and the names the kept paths go through."""
+
+    def __init__(self) -> None:
+        self.dirs: dict[int, bytes] = {}
+        self.files: dict[int, tuple[bytes, tuple[int, bytes]]] = {}    # inode: (path, its own name)
+        self.dir_names: set[tuple[int, bytes]] = set()
+
+    def file(self, ino: int) -> Optional[bytes]:
+        kept = self.files.get(ino)
+        return None if kept is None else kept[0]
+
+    def keep_dir(self, ino: int, path: bytes, parent: int, name: bytes) -> None:
+        if len(self.dirs) >= DIR_PATHS_KEPT or len(self.dir_names) >= 2 * DIR_PATHS_KEPT:
+            self.clear()        # files too: the names their paths go through are no longer known
+        self.dirs[ino] = path
+        self.dir_names.add((parent, name))
+
+    def keep_file(self, ino: int, path: bytes, parent: int, name: bytes) -> None:
+        self.files, _ = make_room(self.files, FILE_PATHS_KEPT)
+        self.files[ino] = (path, (parent, name))
+
+    def drop(self, ino: int) -> None:
+        self.dirs.pop(ino, None)
+        self.files.pop(ino, None)
+
+    def clear(self) -> None:
+        self.dirs.clear()
+        self.files.clear()
+        self.dir_names.clear()
+
+    def forget_names(self, names: Iterable[tuple[int, bytes]]) -> None:
+        """Another machine changed these names: every path through them goes."""
+        names = set(names)
+        if not self.dir_names.isdisjoint(names):
+            self.clear()
+        elif names:
+            self.files = {ino: kept for ino, kept in self.files.items() if kept[1] not in names}
