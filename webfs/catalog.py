@@ -25,9 +25,9 @@ from typing import Iterator, Optional
 
 from .block import HEADER_SIZE
 from .catalogengine import SQLITE
+from .catalogfile import full_is_nospace as _full_is_nospace, pack_at_rest
 from .catalogkeys import created_of, hex_of, key, keys, seconds_of, sig_range
 from .catalogmigration import migrate_file
-from .errors import NoSpace
 from .signature import block_name
 from . import lockorder
 
@@ -241,6 +241,8 @@ class Catalog:
     def close(self) -> None:
         with self.lock:
             self.db.commit()
+            if self.engine is SQLITE:
+                pack_at_rest(self.db, self.path)
             self.db.close()
 
     def write_count(self) -> int:
@@ -676,23 +678,6 @@ class Catalog:
 _STREAM_FILES = ("SELECT coalesce(b.grp, ''), i.id FROM inodes i LEFT JOIN contents c ON c.inode = i.id "
                  f"AND c.piece = 0 LEFT JOIN blocks b ON b.id = c.block WHERE (i.mode & {0o170000}) = {0o100000} "
                  "AND i.nlink > 0 AND i.id <= ? ")
-
-
-class _FullIsNospace:
-    """A full catalog disk as NoSpace. A class, not a @contextmanager: every
-    write of the catalog enters it, and a generator per statement was a tenth
-    of a small-page import's catalog time."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        if kind is not None and issubclass(kind, sqlite3.OperationalError) and "full" in str(exc):
-            raise NoSpace("the disk that holds the catalog is full") from None
-        return False
-
-
-_full_is_nospace = _FullIsNospace()
 
 
 def catalog_path(disk_root: str) -> str:
