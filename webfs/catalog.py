@@ -31,8 +31,9 @@ from .catalogmigration import migrate_file
 from .signature import block_name
 from . import lockorder
 
-SCHEMA_VERSION = 5             # 2: blocks.sha256; 3: signatures and stripe ids as 16 bytes; 4: created as
-                               # seconds, tables keyed by their primary key WITHOUT ROWID; 5: no blocks.name
+SCHEMA_VERSION = 6             # 2: blocks.sha256; 3: signatures and stripe ids as 16 bytes; 4: created as
+                               # seconds, tables keyed by their primary key WITHOUT ROWID; 5: no blocks.name;
+                               # 6: stripes WITHOUT ROWID
 CATALOG_FILE = "meta/catalog.db"
 ARCHIVE_META = "archive"        # meta key: the uuid of the archive the catalog indexes (absent before)
 TOP_FREED = "top_freed_inode"   # meta key: the highest inode number freed while it was the highest (absent: none)
@@ -76,7 +77,8 @@ CREATE TABLE IF NOT EXISTS stripes (
     length      INTEGER NOT NULL DEFAULT 0,
     state       TEXT NOT NULL DEFAULT 'ok',    -- 'dirty': the parity file may disagree with the blocks
     members     INTEGER NOT NULL DEFAULT 0,
-    disks       INTEGER NOT NULL DEFAULT 0);   -- bit i: disk i holds a member or the parity
+    disks       INTEGER NOT NULL DEFAULT 0)    -- bit i: disk i holds a member or the parity
+    WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS stripes_open ON stripes (size_class, members);
 CREATE INDEX IF NOT EXISTS stripes_dirty ON stripes (state) WHERE state != 'ok';
 -- A block that leaves a stripe (or moves) marks it dirty in the same transaction,
