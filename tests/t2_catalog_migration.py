@@ -1,4 +1,4 @@
-"""The catalog's migration to schema 5 (webfs.catalogmigration) where it can
+"""The catalog's migration to schema 6 (webfs.catalogmigration) where it can
 go wrong: a migration cut short before (its new file left beside the old
 catalog) starts again; a disk without room for the new file says so in one
 line and leaves the old catalog as it was. (The migration of an archive
@@ -61,7 +61,7 @@ def test_a_migration_cut_short_starts_again(tmp_path):
     store = open_archive(str(disks[0]))
     try:
         assert [store.read(store.catalog.block(r.sig)) for r, _ in rows] == [d for _, d in rows]
-        assert store.catalog.get_meta("schema") == "5"
+        assert store.catalog.get_meta("schema") == "6"
     finally:
         store.close()
     assert not (disks[0] / "meta" / "catalog.db.migrating").exists()
@@ -76,7 +76,7 @@ def test_no_room_for_the_migrated_catalog_is_one_line_and_keeps_the_old(tmp_path
         free = os.statvfs(disks[0]).f_bavail * os.statvfs(disks[0]).f_frsize
         ballast = disks[0] / "ballast"
         ballast.write_bytes(b"\0" * max(free - len(old) // 4, 0))
-        with pytest.raises(NoSpace, match="no room to migrate the catalog to schema 5") as exc:
+        with pytest.raises(NoSpace, match="no room to migrate the catalog to schema 6") as exc:
             open_archive(str(disks[0]))
         assert "\n" not in str(exc.value)
         assert catalog.read_bytes() == old and schema_of(disks[0]) == "2"
@@ -87,7 +87,7 @@ def test_no_room_for_the_migrated_catalog_is_one_line_and_keeps_the_old(tmp_path
             assert store.read(store.catalog.block(rows[-1][0].sig)) == rows[-1][1]
         finally:
             store.close()
-        assert schema_of(disks[0]) == "5"
+        assert schema_of(disks[0]) == "6"
 
 
 def test_created_is_kept_as_seconds_and_an_odd_text_as_it_is(tmp_path):

@@ -47,7 +47,7 @@ def test_the_schema_is_the_one_webfs_makes(made, tmp_path):
     assert rows(made, shape) == rows(str(tmp_path / "catalog.db"), shape)
     assert rows(made, "PRAGMA integrity_check") == [("ok",)]
     assert rows(made, "PRAGMA journal_mode") == [("wal",)]
-    assert rows(made, "SELECT value FROM meta WHERE key='schema'") == [("5",)]
+    assert rows(made, "SELECT value FROM meta WHERE key='schema'") == [("6",)]
 
 
 def test_counts_links_and_references_agree(made):
@@ -131,7 +131,7 @@ def test_the_operations_answer_right_and_their_plans_use_indexes(made, tmp_path)
     assert any("sqlite_autoindex_blocks_1 (sig=?)" in line for line in lines)
     assert any("dentries_parent (parent=? AND rowid>?)" in line for line in lines)
     # No walk of a whole table or index: the one SCAN allowed is of the partial index of dirty stripes.
-    assert "SCAN stripes USING INDEX stripes_dirty" in lines
+    assert "SCAN stripes USING COVERING INDEX stripes_dirty" in lines     # schema 6: it holds the id
     assert not [line for line in lines if line.startswith("SCAN") and "stripes_dirty" not in line], found
     # Nothing the plans traced (an insert) was kept.
     assert rows(path, "SELECT count(*) FROM dentries WHERE name = CAST('plan.html' AS BLOB)") == [(0,)]

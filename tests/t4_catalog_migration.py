@@ -1,7 +1,7 @@
-"""Archives written by the webfs of catalog schemas 2, 3 and 4 mount in this
-one: the catalog (schema 2: signatures and stripe ids as hex text; 3: a
+"""Archives written by the webfs of catalog schemas 2, 3, 4 and 5 mount in
+this one: the catalog (schema 2: signatures and stripe ids as hex text; 3: a
 block's created as text, every table with a rowid; 4: each block's Name:
-hint in its row) is rewritten at open
+hint in its row; 5: stripes with a rowid) is rewritten at open
 (webfs.catalogmigration), every name, attribute and byte is kept, fsck is
 clean before and after, and the new catalog is smaller. The old archive is
 made by the old code itself, taken from git."""
@@ -23,7 +23,8 @@ from t4_import import assert_same, diff_r, make_tree, snapshot
 SCHEMA_2_COMMIT = "aab0679"     # the last commit that wrote catalogs of schema 2
 SCHEMA_3_COMMIT = "ae7c01e"     # the last commit that wrote catalogs of schema 3
 SCHEMA_4_COMMIT = "f9448fd"     # the last commit that wrote catalogs of schema 4
-OLD = {"2": SCHEMA_2_COMMIT, "3": SCHEMA_3_COMMIT, "4": SCHEMA_4_COMMIT}
+SCHEMA_5_COMMIT = "8967d3b"     # the last commit that wrote catalogs of schema 5
+OLD = {"2": SCHEMA_2_COMMIT, "3": SCHEMA_3_COMMIT, "4": SCHEMA_4_COMMIT, "5": SCHEMA_5_COMMIT}
 
 
 def checkout(tmp_path_factory, commit: str) -> Path:
@@ -93,7 +94,7 @@ def test_an_older_archive_mounts_migrated_with_everything_kept(tmp_path, old_sch
     old_webfs(old_code, "import", src, f"{disks[0]}:/")
     schema, kinds, stripes, names = catalog_facts(disks[0])
     ids = "text" if was == "2" else "blob"
-    created = "integer" if was == "4" else "text"
+    created = "integer" if was in ("4", "5") else "text"
     assert (schema, kinds, stripes) == (was, [(ids,), (created,)], [(ids,)])
     before = (disks[0] / "meta" / "catalog.db").stat().st_size
     members = parity_members(disks)
@@ -114,14 +115,15 @@ def test_an_older_archive_mounts_migrated_with_everything_kept(tmp_path, old_sch
     finally:
         m.umount()
     schema, kinds, stripes, names_after = catalog_facts(disks[0])
-    assert (schema, kinds, stripes) == ("5", [("blob",), ("integer",)], [("blob",)])
+    assert (schema, kinds, stripes) == ("6", [("blob",), ("integer",)], [("blob",)])
     # Every entry kept its rowid (its readdir offset); the two changes are the only others.
     gone = {n for n in names if n not in names_after}
     assert [bytes(n[2]) for n in gone] == [b"copy.html"], gone
-    # Smaller (schema 4's small catalog: no name column, in as many pages).
-    assert (disks[0] / "meta" / "catalog.db").stat().st_size < before or was == "4"
+    # Smaller (schema 4's and 5's small catalogs: in as many pages).
+    assert (disks[0] / "meta" / "catalog.db").stat().st_size < before or was in ("4", "5")
     db = sqlite3.connect(f"file:{disks[0]}/meta/catalog.db?mode=ro", uri=True)
     assert "name" not in [c[1] for c in db.execute("PRAGMA table_info(blocks)")]
+    assert "WITHOUT ROWID" in db.execute("SELECT sql FROM sqlite_master WHERE name='stripes'").fetchone()[0]
     db.close()
     assert not list((disks[0] / "meta").glob("catalog.db.migrating*"))
     assert webfs("fsck", disks[0], check=False).returncode == 0
@@ -156,7 +158,7 @@ def test_a_reader_leaves_the_catalog_of_an_older_mount_alone(tmp_path, old_code)
     finally:
         old_webfs(old_code, "umount", mnt)
     assert webfs("status", disks[0], check=False).returncode == 0     # free now: migrated
-    assert catalog_facts(disks[0])[0] == "5"
+    assert catalog_facts(disks[0])[0] == "6"
     m = Mounted.__new__(Mounted)
     m.root, m.disks, m.mnt, m.options = tmp_path, disks, mnt, ""
     m.mount()

@@ -179,7 +179,7 @@ def test_a_database_of_schema_3_is_altered_at_open(tmp_path, postgres, pg_catalo
         assert (m.mnt / "page.html").read_bytes() == b"<html>schema 3</html>" * 100
     finally:
         m.umount()
-    assert postgres.psql(db, "SELECT value FROM meta WHERE key = 'schema'").strip() == "5"
+    assert postgres.psql(db, "SELECT value FROM meta WHERE key = 'schema'").strip() == "6"
     assert postgres.psql(db, "SELECT DISTINCT pg_typeof(created) FROM blocks").strip() == "bigint"
     assert postgres.psql(db, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'blocks' "
                              "AND column_name = 'name'").strip() == "0"      # schema 5: no Name: hints

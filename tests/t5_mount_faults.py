@@ -263,8 +263,8 @@ def test_umount_reports_stale_parity(m):
     webfs("sync", m.mnt)
     db = sqlite3.connect(m.disks[0] / "meta" / "catalog.db", timeout=30)
     with db:
-        assert db.execute("UPDATE stripes SET state='dirty' WHERE rowid IN "
-                          "(SELECT rowid FROM stripes LIMIT 1)").rowcount == 1
+        assert db.execute("UPDATE stripes SET state='dirty' WHERE id IN "
+                          "(SELECT id FROM stripes LIMIT 1)").rowcount == 1
     db.close()
     proc = webfs("umount", m.mnt, check=False)
     assert proc.returncode != 0 and b"parity stripe(s) out of date" in proc.stderr, proc.stderr

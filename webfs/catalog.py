@@ -25,14 +25,15 @@ from typing import Iterator, Optional
 
 from .block import HEADER_SIZE
 from .catalogengine import SQLITE
+from .catalogfile import full_is_nospace as _full_is_nospace, pack_at_rest
 from .catalogkeys import created_of, hex_of, key, keys, seconds_of, sig_range
 from .catalogmigration import migrate_file
-from .errors import NoSpace
 from .signature import block_name
 from . import lockorder
 
-SCHEMA_VERSION = 5             # 2: blocks.sha256; 3: signatures and stripe ids as 16 bytes; 4: created as
-                               # seconds, tables keyed by their primary key WITHOUT ROWID; 5: no blocks.name
+SCHEMA_VERSION = 6             # 2: blocks.sha256; 3: signatures and stripe ids as 16 bytes; 4: created as
+                               # seconds, tables keyed by their primary key WITHOUT ROWID; 5: no blocks.name;
+                               # 6: stripes WITHOUT ROWID
 CATALOG_FILE = "meta/catalog.db"
 ARCHIVE_META = "archive"        # meta key: the uuid of the archive the catalog indexes (absent before)
 TOP_FREED = "top_freed_inode"   # meta key: the highest inode number freed while it was the highest (absent: none)
@@ -76,7 +77,8 @@ CREATE TABLE IF NOT EXISTS stripes (
     length      INTEGER NOT NULL DEFAULT 0,
     state       TEXT NOT NULL DEFAULT 'ok',    -- 'dirty': the parity file may disagree with the blocks
     members     INTEGER NOT NULL DEFAULT 0,
-    disks       INTEGER NOT NULL DEFAULT 0);   -- bit i: disk i holds a member or the parity
+    disks       INTEGER NOT NULL DEFAULT 0)    -- bit i: disk i holds a member or the parity
+    WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS stripes_open ON stripes (size_class, members);
 CREATE INDEX IF NOT EXISTS stripes_dirty ON stripes (state) WHERE state != 'ok';
 -- A block that leaves a stripe (or moves) marks it dirty in the same transaction,
@@ -241,6 +243,8 @@ class Catalog:
     def close(self) -> None:
         with self.lock:
             self.db.commit()
+            if self.engine is SQLITE:
+                pack_at_rest(self.db, self.path)
             self.db.close()
 
     def write_count(self) -> int:
@@ -676,23 +680,6 @@ class Catalog:
 _STREAM_FILES = ("SELECT coalesce(b.grp, ''), i.id FROM inodes i LEFT JOIN contents c ON c.inode = i.id "
                  f"AND c.piece = 0 LEFT JOIN blocks b ON b.id = c.block WHERE (i.mode & {0o170000}) = {0o100000} "
                  "AND i.nlink > 0 AND i.id <= ? ")
-
-
-class _FullIsNospace:
-    """A full catalog disk as NoSpace. A class, not a @contextmanager: every
-    write of the catalog enters it, and a generator per statement was a tenth
-    of a small-page import's catalog time."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        if kind is not None and issubclass(kind, sqlite3.OperationalError) and "full" in str(exc):
-            raise NoSpace("the disk that holds the catalog is full") from None
-        return False
-
-
-_full_is_nospace = _FullIsNospace()
 
 
 def catalog_path(disk_root: str) -> str:

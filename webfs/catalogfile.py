@@ -1,15 +1,19 @@
 """The catalog as a file on a disk: whether a file is one (checked before
 any open, reading only), a consistent copy of it taken while writers go
-on (what an S3 disk keeps in its bucket), and its pages asked into the
-kernel's cache when a mount starts."""
+on (what an S3 disk keeps in its bucket), its pages asked into the
+kernel's cache when a mount starts, its pages packed when a writer closes
+it, and a full disk under it said as NoSpace."""
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import tempfile
 import urllib.parse
 
-from .errors import CatalogUnreadable
+from .errors import CatalogUnreadable, NoSpace
+
+log = logging.getLogger(__name__)
 
 
 def consistent_copy(path: str) -> bytes:
@@ -30,6 +34,51 @@ def consistent_copy(path: str) -> bytes:
             return f.read()
     finally:
         os.unlink(tmp)
+
+
+PACK_MIN_ROWS = 1000        # rows a connection must have written before its close packs the file
+PACK_PAGES_PER_ROW = 4      # ... and at least one row for every 4 pages of the file
+PACK_LIMIT = 1 << 30        # bytes: a larger file is not packed at a close (seconds of writing)
+
+
+def pack_at_rest(db: sqlite3.Connection, path: str) -> None:
+    """VACUUM the catalog file ``path`` as its writer ``db`` closes it, if
+    that connection wrote enough rows to have split pages: rows inserted out
+    of their key's order (a directory's names, random signatures and stripe
+    ids) leave each b-tree's pages part empty, about 20 B a file after a
+    ``cp -r`` of small pages, which a VACUUM gives back (about 0.2 s for
+    100,000 files); the next writes split pages again, so it is done at rest
+    only. SQLite's VACUUM is one transaction and keeps every rowid (a
+    directory entry's is its readdir offset). If it cannot be done (a full
+    disk or temporary directory, another writer), the file stays as it was
+    and one warning says why."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return
+    if size > PACK_LIMIT or db.total_changes < max(PACK_MIN_ROWS, size // 4096 // PACK_PAGES_PER_ROW):
+        return
+    try:
+        db.execute("VACUUM")
+    except sqlite3.Error as exc:
+        log.warning("%s: the catalog was not packed at its close (%s); it stays as it was", path, exc)
+
+
+class _FullIsNospace:
+    """A full catalog disk as NoSpace. A class, not a @contextmanager: every
+    write of the catalog enters it, and a generator per statement was a tenth
+    of a small-page import's catalog time."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if kind is not None and issubclass(kind, sqlite3.OperationalError) and "full" in str(exc):
+            raise NoSpace("the disk that holds the catalog is full") from None
+        return False
+
+
+full_is_nospace = _FullIsNospace()
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -1,9 +1,10 @@
-"""Migration of a catalog file written by an older webfs (schema 1 to 4)
+"""Migration of a catalog file written by an older webfs (schema 1 to 5)
 to this one's schema (3: signatures and stripe ids as 16 bytes, not 32 hex
 digits; no index on blocks.disk or groups.disk; 4: blocks.created as
 seconds, not text; meta, groups, contents and xattrs WITHOUT ROWID; 5: no
 blocks.name, the Name: hint being in the block's header and its stripe's
-Member line). A column the new schema lacks is not copied.
+Member line; 6: stripes WITHOUT ROWID). A column the new schema lacks is
+not copied.
 
 The migrated catalog is written as a new file beside the old one and renamed
 over it when complete, so a crash (or a full disk) at any point leaves
@@ -29,7 +30,7 @@ BINARY_IDS = {("blocks", "sig"), ("blocks", "stripe"), ("stripes", "id")}
 CREATED_SECONDS = ("CASE WHEN typeof(created) = 'text' AND strftime('%Y-%m-%dT%H:%M:%SZ', "
                    "strftime('%s', created), 'unixepoch') = created "
                    "THEN CAST(strftime('%s', created) AS INTEGER) ELSE created END")
-SCHEMA_MIGRATED = 5     # the schema this module migrates to
+SCHEMA_MIGRATED = 6     # the schema this module migrates to
 TABLES = ("meta", "blocks", "groups", "stripes", "inodes", "dentries", "contents", "symlinks", "xattrs")
 
 
