@@ -295,6 +295,31 @@ def test_a_deadlock_at_a_commit_carrying_the_notice_and_the_fence_is_sent_again(
         conn.close()
 
 
+def test_a_connection_whose_pipeline_is_left_out_of_step_is_replaced_with_its_session(postgres):
+    """A failed pipeline that libpq cannot leave (a result nobody asked for
+    still in it: here a Sync sent behind psycopg's back) fails its own commit
+    only (which the server may have made); the connection is replaced, its session settings taken again, and
+    the next transactions read their own answers, not "unexpected result
+    status: PIPELINE_SYNC"."""
+    from webfs.catalogengine import PostgresEngine
+    db = postgres.new_database()
+    postgres.psql(db, "CREATE TABLE counts (id INT PRIMARY KEY, n INT); INSERT INTO counts VALUES (1, 0)")
+    conn = PostgresEngine(postgres.url(db)).connect()
+    conn.session("SELECT set_config('webfs.machine', %s, false)", ("m-1",))
+    conn.execute("UPDATE counts SET n=n+1 WHERE id=?", (1,))
+    conn.conn.pgconn.pipeline_sync()                # a result psycopg does not expect
+    with pytest.raises(Exception):
+        conn.commit()           # its fate is the server's, as a commit's whose answer was lost
+    before = conn.execute("SELECT n FROM counts").fetchone()[0]
+    for _ in range(3):
+        conn.execute("UPDATE counts SET n=n+1 WHERE id=?", (1,))
+        conn.commit()
+    assert conn.execute("SELECT n FROM counts").fetchone() == (before + 3,)
+    assert conn.execute("SELECT current_setting('webfs.machine')").fetchone() == ("m-1",)
+    assert conn.reconnects == 1
+    conn.close()
+
+
 def test_one_name_made_on_both_machines_at_once_is_made_once(machines, postgres, pg_catalog):
     """mkdir, ln -s and open(O_CREAT|O_EXCL) of one name on both at the same
     moment: one wins, the other gets EEXIST (as from a local race), and the

@@ -208,21 +208,14 @@ class PgConnection:
     REPEATABLE READ transaction instead."""
 
     def __init__(self, url: str, password: Optional[str], read_only_snapshot: bool = False):
-        import psycopg
-        try:
-            self.conn = psycopg.connect(url, autocommit=not read_only_snapshot,
-                                        **({"password": password} if password else {}))
-        except psycopg.OperationalError as exc:
-            why = " ".join(str(exc).split())
-            raise CatalogUnreadable(f"the catalog's database {redact(url)} does not answer: {why}") from None
-        self.conn.adapters.register_loader("numeric", _numeric_loader())
-        if read_only_snapshot:
-            self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            self.conn.read_only = True
+        self._url, self._password = url, password
+        self.snapshot = read_only_snapshot
+        # Session settings and locks (sql, args), taken again on a new connection (``_reconnect``).
+        self._session: list[tuple[str, tuple]] = []
+        self.conn = self._connect()
         self._sql: dict[str, tuple[str, Optional[list[int]], bool]] = {}
         self._lock = lockorder.rlock("catalog connection")
         self._pipeline = self._pipeline_cm = None
-        self.snapshot = read_only_snapshot
         self.in_transaction = False       # has it changed anything not yet committed?
         self.total_changes = 0            # statements that wrote (sqlite3's counts rows): moves with any write
         # (sql, args) sent before each COMMIT: a mount's lease checked in its
@@ -232,6 +225,7 @@ class PgConnection:
         # server aborts it for another's sake (``_replay``).
         self._writes: list[tuple[str, object, bool]] = []
         self.replays = 0                  # transactions sent again, for tests and status
+        self.reconnects = 0               # connections replaced after a pipeline left out of step
         # What tells the other mounts what this commit changed (webfs.changes); None: nothing.
         self.notice: Optional[Callable[[], Optional[tuple[str, tuple]]]] = None
         # Does no other machine's mount write the catalog now (webfs.machines)?
@@ -239,6 +233,40 @@ class PgConnection:
         # waited for (``_insert_block_ahead``). None: never.
         self.alone: Optional[Callable[[], bool]] = None
         self._block_ids: list[int] = []
+
+    def _connect(self):
+        import psycopg
+        try:
+            conn = psycopg.connect(self._url, autocommit=not self.snapshot,
+                                   **({"password": self._password} if self._password else {}))
+        except psycopg.OperationalError as exc:
+            why = " ".join(str(exc).split())
+            raise CatalogUnreadable(f"the catalog's database {redact(self._url)} does not answer: {why}") from None
+        conn.adapters.register_loader("numeric", _numeric_loader())
+        if self.snapshot:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            conn.read_only = True
+        for sql, args in self._session:
+            conn.execute(sql, args or None)
+        return conn
+
+    def session(self, sql: str, args: tuple = ()) -> None:
+        """A session setting or lock (psycopg's SQL as it is), kept on any new connection."""
+        with self._lock:
+            self.conn.execute(sql, args or None)
+            self._session.append((sql, args))
+
+    def _reconnect(self) -> None:
+        """A pipeline that could not be left (libpq still in pipeline mode, with
+        results psycopg no longer expects) poisons every later statement
+        ("unexpected result status: PIPELINE_SYNC"); the server rolls back what
+        the old session had open, and a new one takes its settings again."""
+        log.warning("catalog connection left out of step by a failed pipeline: connecting again")
+        try:
+            self.conn.close()
+        finally:
+            self.conn = self._connect()
+            self.reconnects += 1
 
     def _prepared(self, sql: str) -> tuple[str, Optional[list[int]], bool]:
         found = self._sql.get(sql)
@@ -291,6 +319,9 @@ class PgConnection:
         except Exception:
             if not quiet:
                 raise
+        finally:
+            if self.conn.pgconn.pipeline_status:      # not OFF: libpq still holds results of it
+                self._reconnect()
 
     def _drain(self) -> None:
         """Fetch what a failed pipeline still owes. psycopg raises a
@@ -328,9 +359,11 @@ class PgConnection:
                 self._replay()
 
     def _replay(self) -> None:
+        import psycopg
         writes = self._writes
         self._close_pipeline()
-        self.conn.execute("ROLLBACK")
+        if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self.conn.execute("ROLLBACK")
         self.replays += 1
         self._begin()
         for text, args, many in writes:

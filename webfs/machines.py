@@ -325,7 +325,7 @@ def lease_for(catalog, state_dir: str, renew: float) -> Optional[MachineLease]:
     lease = MachineLease(catalog.engine, machine_id(state_dir), renew)
     lease.take()
     with catalog.lock:
-        catalog.db.conn.execute("SELECT set_config('webfs.machine', %s, false)", (lease.machine,))
+        catalog.db.session("SELECT set_config('webfs.machine', %s, false)", (lease.machine,))
     catalog.db.fence = lease.fence
     catalog.db.alone = lambda: not lease.others_mounted
     catalog.inode_numbers = InodeNumbers(lease)

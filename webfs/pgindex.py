@@ -148,12 +148,12 @@ class PgIndex:
         self.phrases = phrases
         self._verdicts: dict[tuple[int, str], bool] = {}
         try:
-            self.db.conn.execute(f"SET search_path TO {SCHEMA_NAME}")
+            self.db.session(f"SET search_path TO {SCHEMA_NAME}")
             if read_only:
                 if set(TABLES) & _missing(self.db) or self.get_meta("version") != VERSION:
                     raise FileNotFoundError(f"{SCHEMA_NAME} in {catalog_engine.url}")
             else:
-                self.db.execute("SELECT pg_advisory_lock(?)", (PASS_LOCK,))
+                self.db.session("SELECT pg_advisory_lock(%s)", (PASS_LOCK,))
                 self._made()
                 self.next_doc = self.db.execute("SELECT coalesce(max(id), 0) + 1 FROM docs").fetchone()[0]
         except BaseException:
