@@ -62,12 +62,13 @@ class KernelPages:
         if ino in self.stored:
             self.stored.move_to_end(ino)
             return
-        if not 0 < self.ns.get(ino).size <= KERNEL_STORE_BYTES:
+        size = self.ns.get(ino).size
+        if not 0 < size <= KERNEL_STORE_BYTES:
             return
         if of.pieces is None:
             of.pieces = self.ns.pieces(ino)
         data = self.reader.at_hand(of.pieces)
-        if data is None or len(data) != self.ns.get(ino).size:
+        if data is None or len(data) != size:
             return
         try:
             self.store(ino, 0, data)
