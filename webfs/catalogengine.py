@@ -359,11 +359,14 @@ class PgConnection:
                 self._replay()
 
     def _replay(self) -> None:
-        import psycopg
-        writes = self._writes
+        """The aborted transaction's writes sent again, on a new connection:
+        after a pipeline's error the old one was found answering a statement
+        with another's result even once libpq had left pipeline mode, so
+        none of its socket is trusted (the server rolls the old session back)."""
+        writes, before = self._writes, self.reconnects
         self._close_pipeline()
-        if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            self.conn.execute("ROLLBACK")
+        if self.reconnects == before:       # not already replaced as it was left
+            self._reconnect()
         self.replays += 1
         self._begin()
         for text, args, many in writes:
