@@ -8,6 +8,7 @@ import os
 import random
 
 from conftest import sh
+from fault_helpers import drop_caches
 
 
 def requests(mnt) -> dict:
@@ -67,3 +68,28 @@ def test_a_file_being_written_is_never_stored_over(mounted):
     assert sh(f"cat '{path}'").stdout == b"replacement"
     mounted.remount()
     assert sh(f"cat '{path}'").stdout == b"replacement"
+
+
+def test_a_file_written_here_is_reopened_with_no_block_read(mounted, tmp_path):
+    """rsync -a opens each temporary file it has just written again (O_RDONLY,
+    to fchmod it): the kernel holds those pages already, so the open reads no
+    block, stores nothing in the kernel and lists no next files to fetch
+    ahead; the copy reads back identical. Once the kernel has forgotten the
+    inodes (drop_caches), an open stores their pages again."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = random.Random(3)
+    for i in range(30):
+        (src / f"p{i:02}.html").write_bytes(rng.randbytes(rng.randrange(1, 20_000)))
+    before = requests(mounted.mnt)
+    sh(f"rsync -a '{src}/' '{mounted.mnt}/c/'")
+    after = requests(mounted.mnt)
+    assert after.get("open", 0) - before.get("open", 0) >= 30, after     # rsync's reopens
+    for what in ("kernel-store", "piece-miss", "piece-hit", "read-ahead-lookup"):
+        assert after.get(what, 0) == before.get(what, 0), (what, after)
+    sh(f"diff -r '{src}' '{mounted.mnt}/c'")
+    drop_caches()
+    before = requests(mounted.mnt)
+    sh(f"diff -r '{src}' '{mounted.mnt}/c'")
+    stored = requests(mounted.mnt).get("kernel-store", 0) - before.get("kernel-store", 0)
+    assert stored >= 15, stored

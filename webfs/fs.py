@@ -161,7 +161,8 @@ class Operations(pyfuse3.Operations):
         self.files = OpenFiles(store, namespace, self.reader, self.commits, self.limiter,
                                store_mode=store_mode, buffer_bound=buffer_bound,
                                forget_kernel_copy=self._forget_kernel_copy,
-                               known_to_kernel=lambda ino: bool(self.lookups.get(ino)))
+                               known_to_kernel=lambda ino: bool(self.lookups.get(ino)),
+                               stored=self.pages.written)
         self.control = ControlTree(store.catalog, store.conf.depth, self.owner)
         self.control.search.answer = lambda query, limit: searching.answers(store, query, limit)
 
@@ -444,7 +445,7 @@ class Operations(pyfuse3.Operations):
         if flags & (os.O_WRONLY | os.O_RDWR):
             self._check_writable()
         fh = await self.files.open(inode, flags)
-        if not flags & (os.O_TRUNC | os.O_WRONLY):
+        if not flags & (os.O_TRUNC | os.O_WRONLY) and not self.pages.written_here(inode):
             self.reader.opened(inode)
             self.pages.opened(inode, self.files.of_handle(fh), flags)
         # A file's blocks never change in place, and every write comes through
@@ -640,6 +641,7 @@ class Operations(pyfuse3.Operations):
                 continue
             if self.lookups.forget(ino, nlookup) > 0:
                 continue
+            self.pages.forget(ino)          # the kernel's inode went, and its pages with it
             if self.files.is_open(ino):
                 continue                    # freed at its last close
             try:

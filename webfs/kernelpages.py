@@ -51,8 +51,9 @@ class KernelPages:
         # (keep_cache: every write comes through it), so a file opened again
         # (a popular page) asks nothing here, not even its blocks; if the
         # kernel let the pages go, its read comes as it would without this.
-        # Its copy dropped (forget_kernel_copy) takes it out.
-        self.stored: OrderedDict[int, None] = OrderedDict()
+        # Its copy dropped (forget_kernel_copy) takes it out. The value says
+        # how the kernel got the pages: True, written through this mount.
+        self.stored: OrderedDict[int, bool] = OrderedDict()
 
     def opened(self, ino: int, of, flags: int) -> None:
         """A regular file was opened (``of``: its OpenFile, this handle counted)."""
@@ -78,7 +79,19 @@ class KernelPages:
             log.debug("inode %d: the kernel did not take its pages: %s", ino, exc)
             return
         self.count("kernel-store")
-        self.stored[ino] = None
+        self._keep(ino, False)
+
+    def written(self, ino: int) -> None:
+        """The file's content written through this mount was just stored."""
+        self._keep(ino, True)
+
+    def written_here(self, ino: int) -> bool:
+        """Whether the kernel holds the file's pages from its own writes."""
+        return self.stored.get(ino, False)
+
+    def _keep(self, ino: int, written: bool) -> None:
+        self.stored[ino] = written
+        self.stored.move_to_end(ino)
         if len(self.stored) > KERNEL_STORES_KEPT:
             self.stored.popitem(last=False)
 

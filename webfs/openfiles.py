@@ -189,14 +189,16 @@ class OpenFiles:
     ``forget_kernel_copy(ino)`` makes the kernel drop what it cached of a file
     and returns an event set once its names are gone; ``known_to_kernel(ino)``
     says whether the kernel still holds the inode (then it is freed when the
-    kernel forgets it, not at its last close).
+    kernel forgets it, not at its last close); ``stored(ino)`` is told of each
+    file whose writes were just stored.
     """
 
     def __init__(self, store: Store, namespace: Namespace, reader: PieceReader, commits: GroupCommit,
                  limiter: trio.CapacityLimiter, *, store_mode: Optional[str] = None,
                  buffer_bound: int = 64 << 20,
                  forget_kernel_copy: Optional[Callable[[int], trio.Event]] = None,
-                 known_to_kernel: Callable[[int], bool] = lambda ino: False):
+                 known_to_kernel: Callable[[int], bool] = lambda ino: False,
+                 stored: Callable[[int], None] = lambda ino: None):
         self.store = store
         self.ns = namespace
         self.reader = reader
@@ -208,6 +210,7 @@ class OpenFiles:
         self.spill_dir = os.path.join(store.archive.first_volume.root, "meta", "spill")
         self.forget_kernel_copy = forget_kernel_copy or _nothing_to_forget
         self.known_to_kernel = known_to_kernel
+        self.stored = stored
         self.by_inode: dict[int, OpenFile] = {}
         self.handles: dict[int, int] = {}                 # fh -> inode
         self.direct: set[int] = set()                     # handles opened O_DIRECT
@@ -431,6 +434,7 @@ class OpenFiles:
             await self.commits.commit()
         of.dirty = False
         of.pieces = None
+        self.stored(of.ino)
         return True
 
     def _may_store_here(self, size: int) -> bool:

@@ -44,6 +44,18 @@ class KeptPaths:
         self.dirs.pop(ino, None)
         self.files.pop(ino, None)
 
+    def renamed(self, moved, other, path: bytes, parent: int, name: bytes) -> None:
+        """A rename of the inode ``moved`` to ``path`` (replacing or exchanged
+        with ``other``): a directory's changes every path through it; a
+        file's, only its own (rsync renames every file it copies: the
+        directories' paths stay, and its new one is kept)."""
+        if moved.is_dir or (other is not None and other.is_dir):
+            self.clear()
+            return
+        if other is not None:
+            self.drop(other.id)
+        self.keep_file(moved.id, path, parent, name)
+
     def clear(self) -> None:
         self.dirs.clear()
         self.files.clear()

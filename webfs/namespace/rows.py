@@ -197,6 +197,12 @@ class NamespaceMemo:
         if self.changes is not None:
             self.changes.inode(ino)
 
+    def drop_place(self, ino: int) -> None:
+        """A file's names changed, not its blocks: where it sits goes, what its
+        close stored stays (rsync's chmod and utimens after its rename)."""
+        self.pieces.pop(ino, None)
+        self.positions.pop(ino, None)
+
     def drop_name(self, parent: int, name: bytes) -> None:
         self.names.pop((parent, name), None)
         if self.changes is not None:

@@ -525,13 +525,15 @@ class Namespace(NamespaceRows):
             return False, None          # nothing written yet: done again from the catalog
         self.memo.drop_name(old_parent, old_name)
         self.memo.made_name(new_parent, new_name, node.id)
-        self.paths.clear()
+        self.paths.renamed(node, target, new_path, new_parent, new_name)
         delta = 1 if node.is_dir else 0
         self._touch_dir(old_parent, -delta)
         self._touch_dir(new_parent, delta)
-        self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), node.id))
+        ctime_ns = now_ns()
+        self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (ctime_ns, node.id))
         self.memo.drop_node(node.id)
-        self.memo.drop_reading(node.id)
+        self.memo.keep_node(dataclasses.replace(node, ctime_ns=ctime_ns))     # not read back (a round trip)
+        self.memo.drop_place(node.id)
         self.journal(">", None, old_path, new_path)
         return True, replaced
 
