@@ -277,3 +277,37 @@ def test_a_chmod_to_the_mode_a_file_has_changes_its_ctime_alone(store):
         changed = await ops.setattr(ino, before, Fields(update_mode=True), None, CTX)
         assert len(records) == n + 1 and stat.S_IMODE(changed.st_mode) == 0o600
     trio.run(main)
+
+
+def test_a_random_open_past_the_held_one_asks_one_short_query(ops):
+    """A random reader opening a file further on in the directory of its last
+    open: one query that stops at the first file between (a read-ahead-lookup),
+    not a listing of the next files with their blocks; the file right after
+    the held one, or after an empty file, is a walker's next (in order)."""
+    async def main():
+        d = (await ops.mkdir(ROOT_INODE, b"d", 0o755, CTX)).st_ino
+        f = [await write_file(ops, b"f%d" % i, b"page %d" % i, d) for i in range(6)]
+        empty = await write_file(ops, b"empty", b"", d)
+        last = await write_file(ops, b"last", b"after the empty one", d)
+        ops.ns.memo.pieces.clear()
+
+        async def opened(ino):
+            before = REQUESTS.get("read-ahead-lookup", 0)
+            info = await ops.open(ino, os.O_RDONLY, CTX)
+            await ops.release(info.fh)
+            return REQUESTS.get("read-ahead-lookup", 0) - before
+
+        async with trio.open_nursery() as nursery:
+            ops.running(nursery)
+            assert await opened(f[1]) == 0                  # held
+            assert await opened(f[4]) == 1                  # f2, f3 between: out of order
+            assert not ops.ns.memo.pieces                   # nothing listed with its blocks
+            assert ops.reader._held[d].walking == [(d, ops.ns.position(f[4])[1])]
+            await opened(f[0])
+            await opened(f[1])                              # right after the held one: in order
+            assert f[2] in ops.reader._expected             # its walk listed on, f2 next
+            await opened(f[5])                              # out of order again: held
+            await opened(last)                              # only an empty file between: in order
+            assert d not in ops.reader._held and empty not in ops.reader._expected
+            nursery.cancel_scope.cancel()
+    trio.run(main)

@@ -93,3 +93,31 @@ def test_a_file_written_here_is_reopened_with_no_block_read(mounted, tmp_path):
     sh(f"diff -r '{src}' '{mounted.mnt}/c'")
     stored = requests(mounted.mnt).get("kernel-store", 0) - before.get("kernel-store", 0)
     assert stored >= 15, stored
+
+
+def test_pages_read_again_at_random_ask_for_nothing_but_their_opens(mounted, tmp_path):
+    """A random reader's popular pages (the bench's Zipf reads): once given to
+    the kernel, each is read again from its page cache (no READ, no store)
+    and its open neither lists its directory nor fetches anything ahead
+    (webfs-internals(7), ZIPF READS)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = random.Random(3)
+    for i in range(12):
+        (src / f"p{i:02d}.html").write_bytes(rng.randbytes(rng.randrange(100, 20_000)))
+    sh(f"cp -r '{src}' '{mounted.mnt}/c'")
+    mounted.remount()
+    popular = [f"{mounted.mnt}/c/p{i:02d}.html" for i in (7, 2, 9, 4)]
+    for p in popular:                       # first reads, out of order: stored
+        sh(f"cat '{p}' > /dev/null")
+    before = requests(mounted.mnt)
+    handoffs = json.loads(os.getxattr(mounted.mnt, "user.webfs.handoffs"))
+    for _ in range(5):
+        for p in popular:
+            assert sh(f"cat '{p}'").stdout == (src / os.path.basename(p)).read_bytes()
+    after = requests(mounted.mnt)
+    grown = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    assert grown.get("open") == 20, grown
+    for quiet in ("read", "kernel-store", "read-ahead-lookup", "piece-miss"):
+        assert quiet not in grown, grown
+    assert json.loads(os.getxattr(mounted.mnt, "user.webfs.handoffs")) == handoffs

@@ -192,6 +192,9 @@ def test_a_reader_in_order_asks_the_catalog_once_per_window_of_files(mounted):
     """cat of a directory's 100 files, cold: the read-ahead looks up the next
     files a window at a time (webfs.readcache.READ_AHEAD_WINDOW), not once per
     open (a round trip each to the server)."""
+    (mounted.mnt / "e").mkdir()            # before d: no walker goes into it after d
+    for n in range(10):
+        (mounted.mnt / "e" / f"g{n}.html").write_bytes(b"<p>%d</p>" % n)
     d = mounted.mnt / "d"
     d.mkdir()
     for n in range(100):
@@ -203,6 +206,12 @@ def test_a_reader_in_order_asks_the_catalog_once_per_window_of_files(mounted):
     # The directory in three listings (8, then 64 once in order, then the
     # rest) and its parent's next entries, where a walker of the tree goes next.
     assert 1 <= requests.get("read-ahead-lookup", 0) <= 4, requests
+    # A random reader past the file it opened before: one short query
+    # (Namespace.has_reading_between) in PostgreSQL's SQL too.
+    before = requests.get("read-ahead-lookup", 0)
+    assert sh(f"cat '{mounted.mnt}/e/g2.html' '{mounted.mnt}/e/g7.html'").stdout == b"<p>2</p><p>7</p>"
+    requests = json.loads(os.getxattr(mounted.mnt, "user.webfs.requests"))
+    assert requests.get("read-ahead-lookup", 0) == before + 1, requests
 
 
 def _buffered(sock) -> int:

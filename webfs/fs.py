@@ -446,7 +446,7 @@ class Operations(pyfuse3.Operations):
             self._check_writable()
         fh = await self.files.open(inode, flags)
         if not flags & (os.O_TRUNC | os.O_WRONLY) and not self.pages.written_here(inode):
-            self.reader.opened(inode)
+            self.reader.opened(inode, cached=self.pages.holds(inode))
             self.pages.opened(inode, self.files.of_handle(fh), flags)
         # A file's blocks never change in place, and every write comes through
         # this kernel, so its page cache stays true across opens.

@@ -95,6 +95,10 @@ class KernelPages:
         if len(self.stored) > KERNEL_STORES_KEPT:
             self.stored.popitem(last=False)
 
+    def holds(self, ino: int) -> bool:
+        """Whether the kernel was given the file's pages (and has not been told to drop them)."""
+        return ino in self.stored
+
     def forget(self, ino: int) -> None:
         """The kernel lets go of the file's pages (its copy is dropped)."""
         self.stored.pop(ino, None)

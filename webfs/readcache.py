@@ -289,18 +289,25 @@ class PieceReader:
         if len(self._listed) > DIRECTORIES_KEPT:
             self._listed.pop(next(iter(self._listed)))
 
-    def opened(self, ino: int) -> None:
+    def opened(self, ino: int, cached: bool = False) -> None:
         """A reader that opens files in the order of a walk of the tree (cat of a
         find, tar, grep -r) gets the next files' blocks fetched in parallel while
         it reads this one: they are on other disks, and one file at a time leaves
         them idle. In order means exactly the file the walk gives after the one
         opened before: random readers (many at once) must not fill the disks with
-        guesses, as "any later file" did (half of all random opens)."""
+        guesses, as "any later file" did (half of all random opens).
+        ``cached``: the kernel holds the file's pages. Only a walk that expects
+        it goes on; any other open of it is a random reader's re-read (a popular
+        page), which costs nothing here: looking for a walk at each cost half
+        the loop's time of a Zipf reader's re-reads (webfs-internals(7), ZIPF
+        READS)."""
         if self.nursery is None or self.cache.limit < READ_AHEAD_BYTES:
             return                          # no room to keep what is fetched ahead
         walk = self._expected.pop(ino, None)
         if walk is not None:
             parent_of_opened = walk.files.popleft()[2]
+        elif cached:
+            return
         else:
             found = self.ns.position(ino)
             if found is None:
@@ -338,15 +345,20 @@ class PieceReader:
 
     def _resumed(self, directory: int, pos: int, ino: int) -> Optional[Walk]:
         """The walk held for this directory, if the file opened is the one it
-        gives next (a query, only when the file comes after the held one)."""
+        gives next: the next offset, or nothing a walker reads between them
+        (a subdirectory, a file with content; one query, which stops at the
+        first). Listing the next files with their blocks to find out cost a
+        random reader a query of 8 rows at a third of its opens."""
         walk = self._held.get(directory)
         if walk is None or walk.walking[0][1] >= pos:      # held walks are never listed
             return None
         del self._held[directory]
-        walk.extend(self.ns, 1, self.count)
-        if not walk.files or walk.files[0][0] != ino:
-            return None
-        walk.files.popleft()
+        held = walk.walking[0][1]
+        if pos != held + 1:
+            self.count("read-ahead-lookup")
+            if self.ns.has_reading_between(directory, held, pos):
+                return None
+        walk.walking = [(directory, pos)]
         return walk
 
     def _expect(self, directory: int, walk: Walk) -> None:

@@ -165,6 +165,14 @@ class Namespace(NamespaceRows):
             "SELECT 1 FROM dentries d JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
             "WHERE d.parent=? AND d.rowid<? LIMIT 1", (parent, offset)))
 
+    def has_reading_between(self, parent: int, after: int, before: int) -> bool:
+        """Whether a directory has, between two offsets, a subdirectory or a
+        file with content: what a walker of the tree would read there."""
+        return bool(self.cat.query(
+            "SELECT 1 FROM dentries d JOIN inodes i ON i.id = d.inode WHERE d.parent=? AND d.rowid>? "
+            f"AND d.rowid<? AND ((i.mode & {0o170000}) = {stat.S_IFDIR} OR EXISTS (SELECT 1 FROM contents c "
+            "WHERE c.inode = d.inode AND c.piece = 0)) LIMIT 1", (parent, after, before)))
+
     def entries_ahead(self, parent: int, offset: int, limit: int
                       ) -> list[tuple[int, int, bool, Optional[BlockRow]]]:
         """(offset, inode, is a directory, first block or None) of a directory's
