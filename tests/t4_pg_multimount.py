@@ -5,6 +5,7 @@ mount holds a row in the catalog's ``mounts`` table (webfs.machines)."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import signal
@@ -212,6 +213,23 @@ def test_names_and_contents_made_on_one_show_on_the_other_within_a_second(machin
     assert poll(lambda: (b.mnt / "d" / "renamed").exists() and not (b.mnt / "d" / "new-0").exists(), 1.0)
     os.unlink(b.mnt / "d" / "renamed")
     assert poll(lambda: not (a.mnt / "d" / "renamed").exists(), 1.0)
+
+
+def test_changes_in_directories_the_other_never_showed_are_not_told_to_its_kernel(machines, crawls):
+    """A copies a crawl into a directory B's kernel never looked up: B's
+    listener forgets it in its memo and tells its kernel only of the root
+    (its entries for the new directory and the marker, its attributes);
+    before, of every name and inode."""
+    a, b = machines
+    assert not (b.mnt / "marker").exists()      # a miss B's kernel keeps: A's marker must clear it
+    sh(f"cp -r '{crawls / 'crawl-001'}' '{a.mnt / 'copy'}'")
+    files = int(sh(f"find '{a.mnt / 'copy'}' -type f | wc -l").stdout)
+    (a.mnt / "marker").write_bytes(b"last")
+    # The notices reach B in A's commit order: once the marker shows, B has handled the copy's.
+    assert poll(lambda: (b.mnt / "marker").exists(), 60.0)
+    told = json.loads(os.getxattr(b.mnt, "user.webfs.requests")).get("others-invalidated", 0)
+    assert files > 100 and told <= 6, (files, told)      # root's entries and attributes
+    assert int(sh(f"find '{b.mnt / 'copy'}' -type f | wc -l").stdout) == files
 
 
 def test_a_transaction_the_server_aborts_for_a_deadlock_is_sent_again(postgres):

@@ -1,13 +1,14 @@
 """The catscale section of tools/bench (issue 25): catalog operations on
 generated catalogs of growing size (tools/catalog_gen.py), without a mount.
 
-For each size (--catscale-files; 1 M and 10 M files with --full) a catalog
-is made, closed, and each operation (tools/catscale_ops.py: lookup by path,
-by signature, insert of a file, listing of a 10,000-entry directory) timed
-on a catalog opened afresh for it (cold: SQLite's page cache and webfs's
-memory of names empty, the OS's cache as the generation left it), then
-five more rounds with webfs's memory of names emptied, the fastest kept
-(warm), as operations per second (and per CPU second of the process).
+A catalog of each size (--catscale-files; 1 M and 10 M files with --full)
+is made and closed; then each operation (tools/catscale_ops.py: lookup by
+path, by signature, insert of a file, listing of a 10,000-entry directory)
+is timed on every size's catalog opened afresh for it (cold: SQLite's page
+cache and webfs's memory of names empty, the OS's cache as the generation
+left it), then nine more rounds of each size, interleaved (A B B A ...),
+webfs's memory of names emptied before each, their median kept (warm), as
+operations per second (and per CPU second of the process).
 The aim: the warm rate at the largest size within 1.5x of the rate at the
 smallest, per operation. The report's functions need only the standard
 library (tools/bench_report.py imports them).
@@ -25,19 +26,17 @@ LABELS = {"lookup": "lookup by path", "sig": "lookup by signature", "insert": "i
           "listing": "listing of the 10,000-entry directory"}
 
 
-def run_size(workdir: str, files: int, seed: int, log) -> dict:
-    """Make a catalog of ``files`` files, time the operations on it, remove it."""
+def make(workdir: str, files: int, seed: int, log) -> tuple[dict, str]:
+    """Make a catalog of ``files`` files: its figures so far, and its path."""
     from catalog_gen import Layout, load_sqlite
-    from catscale_ops import measure, plans
     from webfs.catalog import Catalog
     d = os.path.join(workdir, "catscale-%d" % files)
     shutil.rmtree(d, ignore_errors=True)
     path = os.path.join(d, "meta", "catalog.db")
-    layout = Layout(files, seed)
     t = time.perf_counter()
     cat = Catalog(path)
     try:
-        steps = load_sqlite(cat, layout, log)
+        steps = load_sqlite(cat, Layout(files, seed), log)
     finally:
         cat.close()
     made = time.perf_counter() - t
@@ -50,18 +49,34 @@ def run_size(workdir: str, files: int, seed: int, log) -> dict:
     res = {"engine": "sqlite", "files": files, "generate_s": made, "sync_s": time.perf_counter() - t - made,
            "steps": steps, "bytes": os.path.getsize(path)}
     log("catscale: %d files made in %.1f s (%.2f GB)", files, res["generate_s"], res["bytes"] / 1e9)
+    return res, path
+
+
+def run_sizes(workdir: str, sizes: list[int], seed: int, log) -> list[dict]:
+    """Make a catalog of each size, time the operations on all of them at
+    once (their rounds interleaved: each size meets the same load and the
+    same warm-up), remove them."""
+    from catalog_gen import Layout
+    from catscale_ops import measure, plans
+    from webfs.catalog import Catalog
+    made: list[tuple[dict, str]] = []
     try:
-        res["rates"] = measure(lambda: Catalog(path), layout, seed)
-        cat = Catalog(path)
-        try:
-            res["plans"] = plans(cat, layout)
-        finally:
-            cat.close()
+        for files in sizes:
+            made.append(make(workdir, files, seed, log))
+        found = measure([(lambda path=path: Catalog(path), Layout(res["files"], seed)) for res, path in made], seed)
+        for (res, path), rates in zip(made, found):
+            res["rates"] = rates
+            cat = Catalog(path)
+            try:
+                res["plans"] = plans(cat, Layout(res["files"], seed))
+            finally:
+                cat.close()
+            log("catscale: %d files: %s", res["files"], ", ".join(
+                "%s %.0f/%.0f ops/s" % (op, r["cold"], r["warm"]) for op, r in rates.items()))
     finally:
-        shutil.rmtree(d, ignore_errors=True)
-    log("catscale: %d files: %s", files, ", ".join("%s %.0f/%.0f ops/s" % (op, r["cold"], r["warm"])
-                                                  for op, r in res["rates"].items()))
-    return res
+        for _, path in made:
+            shutil.rmtree(os.path.dirname(os.path.dirname(path)), ignore_errors=True)
+    return [res for res, _ in made]
 
 
 def catscale_section(ctx):
@@ -70,8 +85,7 @@ def catscale_section(ctx):
     o = ctx.opts
     info = ctx.extra["catscale"] = {"runs": []}
     try:
-        for files in (int(x) for x in o.catscale_files.split(",")):
-            info["runs"].append(run_size(ctx.workdir, files, o.seed, log))
+        info["runs"] = run_sizes(ctx.workdir, [int(x) for x in o.catscale_files.split(",")], o.seed, log)
     except (OSError, ValueError, sqlite3.Error) as e:       # a wrong answer is a ValueError
         info["error"] = str(e)[-1000:]
         section_fail(ctx, "catscale", "webfs", e)
@@ -126,7 +140,7 @@ def render_catscale(result) -> list[str]:
     if not runs:
         return failure_lines(cs)
     out = ["Catalogs made by `tools/catalog_gen.py`; each operation on the catalog opened afresh "
-           "(cold), then the fastest of five more rounds (warm); operations per second "
+           "(cold), then the median of nine more rounds, the sizes' rounds interleaved (warm); operations per second "
            "(`tools/catscale_ops.py`):", "",
            "| engine | files | made in | size | " + " | ".join(LABELS[op] + " cold / warm" for op in OPS) + " |",
            "|--|--:|--:|--:|" + "--:|" * len(OPS)]
@@ -157,7 +171,7 @@ def main(argv=None) -> int:
     o = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     log = logging.getLogger("catscale").info
-    runs = [run_size(o.workdir, int(n), o.seed, log) for n in o.files.split(",")]
+    runs = run_sizes(o.workdir, [int(n) for n in o.files.split(",")], o.seed, log)
     result = {"extra": {"catscale": {"runs": runs}}}
     print("\n".join(render_catscale(result) + ["| aim | figure | met |", "|--|--:|:-:|"] + [
         "| %s | %s | %s |" % (a, f, "met" if m else "**not met**") for a, f, m in catscale_aims(result["extra"]["catscale"])]))

@@ -17,17 +17,22 @@ two         two mounts of one PostgreSQL archive (two state directories and
             mount points on this host: two "machines" sharing its cores),
             each copying one crawl at the same moment.
 
+Beside the copies' seconds, the CPU seconds they cost (what the load does
+not change): each daemon's (all its threads), the server's (its processes
+and the backends that ended) and the copies' own (cp and its shell).
+
 Aims: pg against sqlite >= 0.8x for both commands; two against one >= 1.5x
 the files per second.  The report's functions need only the standard
 library (tools/bench_report.py imports them).
 """
 
 import os
+import resource
 import shlex
 import subprocess
 import time
 
-from bench_lib import BenchError, log, rmtree
+from bench_lib import BenchError, log, proc_cpu, rmtree
 from bench_targets import Webfs, WebfsPostgres
 
 AIM_ENGINE = 0.8
@@ -142,9 +147,31 @@ def both_at_once(ctx, pairs):
     return "; ".join(cps) + "; s=0; for p in %s; do wait $p || s=1; done; exit $s" % waits
 
 
+class CpuSpent:
+    """CPU seconds the daemons, the server and this process's children
+    spend between start and ``spent``."""
+
+    def __init__(self, daemons):
+        self.daemons = daemons
+        with open(os.path.join(WebfsPostgres.server.data, "postmaster.pid")) as f:
+            self.server = int(f.readline())
+        self.start = self._now()
+
+    def _now(self):
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return ([proc_cpu(t.pid) for t in self.daemons], proc_cpu(self.server), kids.ru_utime + kids.ru_stime)
+
+    def spent(self):
+        (d0, s0, c0), (d1, s1, c1) = self.start, self._now()
+        return {"cpu_daemons": [round(b - a, 2) for a, b in zip(d0, d1)], "cpu_server": round(s1 - s0, 2),
+                "cpu_cp": round(c1 - c0, 2)}
+
+
 def one_machine(ctx, pg, crawls):
     pg.create()
+    cpu = CpuSpent([pg])
     out = {"copy": timed(both_at_once(ctx, [(c, pg.path) for c in crawls]), pg.path)}
+    out.update(cpu.spent())
     pg.sync()
     out["db_bytes"] = int(pg.server.psql(pg.database, TABLES_SIZE).strip())
     out["db_files"] = ctx.size_of(crawls)[0]
@@ -154,7 +181,9 @@ def one_machine(ctx, pg, crawls):
 def two_machines(ctx, pg, second, crawls):
     pg.create()
     second.create()
+    cpu = CpuSpent([pg, second])
     out = {"copy": timed(both_at_once(ctx, [(crawls[0], pg.path), (crawls[1], second.path)]), pg.path)}
+    out.update(cpu.spent())
     # Each machine sees the other's crawl whole (close-to-open: the copies have returned).
     out["seen_s"] = timed("find . -type f | wc -l", second.path, expect=ctx.size_of(crawls)[0])
     return out
@@ -207,6 +236,14 @@ def render(result):
                        ("two", "PostgreSQL, two mounts")):
         cells = [_median(runs, kind, k) for k in ("cp", "cold_cat", "copy")]
         out.append("| %s | %s |" % (what, " | ".join("%.2f s" % c if c else "–" for c in cells)))
+    out.append("")
+    files = sum(pgx["files"])
+    for kind, what in (("one", "one mount"), ("two", "two mounts")):
+        cpu = [dict(r, daemons=sum(r["cpu_daemons"])) for r in runs if r["kind"] == kind and "cpu_daemons" in r]
+        if cpu:
+            out.append("CPU a file of the two crawls at once, %s (medians): daemons %.2f ms, server %.2f ms, "
+                       "cp %.2f ms." % (what, *(1000 * _median(cpu, kind, k) / files
+                                                for k in ("daemons", "cpu_server", "cpu_cp"))))
     out.append("")
     return out
 

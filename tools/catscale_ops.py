@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from statistics import median
 from typing import Callable
 
 import xxhash
@@ -89,20 +90,25 @@ class Work:
                     for i in range(inserts)]
 
 
-# The warm figure is the fastest of these rounds, as timeit takes the least
-# time: on a shared machine other processes only ever slow a round down.
-WARM_ROUNDS = 5
+# Warm rounds per operation and size, interleaved between the sizes (the
+# order reversed every other round) and their median kept: a size timed
+# after the other, or with fewer rounds, met another load on a shared host
+# (100 inserts took 20 to 50 ms: one busy moment decided a fastest round).
+WARM_ROUNDS = 9
 
 
-def measure(open_catalog: Callable[[], Catalog], layout: Layout, seed: int = 1, count: int = 2000,
-            inserts: int = 100) -> dict[str, dict[str, float]]:
-    """op -> {"cold": ops/s, "warm": ops/s, "warm_cpu": ops per CPU second} of the four operations, each on a
-    catalog opened for it: a cold round, then WARM_ROUNDS more (webfs's memory
-    of names emptied before each) of ``count`` lookups, ``inserts`` inserts
-    or one listing. Raises WrongAnswer if any answer is wrong."""
-    work = Work(layout, seed, count, inserts * (1 + WARM_ROUNDS))
+def measure(sides: list[tuple[Callable[[], Catalog], Layout]], seed: int = 1, count: int = 2000,
+            inserts: int = 300) -> list[dict[str, dict[str, float]]]:
+    """For each (function opening a catalog, its layout) of ``sides``, op ->
+    {"cold": ops/s, "warm": ops/s, "warm_cpu": ops per CPU second} of the four
+    operations. Each operation opens every side's catalog afresh: a cold
+    round of each, then WARM_ROUNDS rounds of each, interleaved, webfs's
+    memory of names emptied before every round, of ``count`` lookups,
+    ``inserts`` inserts or one listing; the warm figures are the rounds'
+    medians. Raises WrongAnswer if any answer is wrong."""
+    works = [Work(layout, seed, count, inserts * (1 + WARM_ROUNDS)) for _, layout in sides]
 
-    def lookups(ns, cat, rnd):
+    def lookups(ns, cat, layout, work, rnd):
         for k, path in zip(work.files, work.paths):
             # Every name of every path from the catalog: with the memo kept, a
             # smaller tree would answer more of its upper directories from memory.
@@ -110,40 +116,47 @@ def measure(open_catalog: Callable[[], Catalog], layout: Layout, seed: int = 1, 
             if walk(ns, path) != layout.file_ino(k):
                 raise WrongAnswer(f"{path!r} is not inode {layout.file_ino(k)}")
 
-    def sigs(ns, cat, rnd):
+    def sigs(ns, cat, layout, work, rnd):
         for k in work.sigs:
             rows = cat.blocks_with_sigs([layout.sig(k)]).get(layout.sig(k))
             if not rows or rows[0].id != layout.block_id(k):
                 raise WrongAnswer(f"signature of file {k}: {rows}")
 
-    def lists(ns, cat, rnd):
+    def lists(ns, cat, layout, work, rnd):
         if listing(ns, layout.listing_ino) != layout.listed:
             raise WrongAnswer("the listing directory")
 
-    def adds(ns, cat, rnd):
+    def adds(ns, cat, layout, work, rnd):
         for parent, name, sig, size in work.new[rnd * inserts:(rnd + 1) * inserts]:
             ino = insert_file(ns, cat, parent, name, sig, size)
             if ns.find(parent, name).id != ino:
                 raise WrongAnswer(f"new file {name!r}")
 
-    out: dict[str, dict[str, float]] = {}
+    out: list[dict[str, dict[str, float]]] = [{} for _ in sides]
     for op, fn, n in (("lookup", lookups, count), ("sig", sigs, count), ("insert", adds, inserts),
                       ("listing", lists, 1)):
-        cat = open_catalog()
+        cats = []
         try:
-            ns = Namespace(None, catalog=cat)
-            rates, cpu = [], []
+            for open_catalog, _ in sides:
+                cats.append(open_catalog())
+            spaces = [Namespace(None, catalog=cat) for cat in cats]
+            rates: list[list[float]] = [[] for _ in sides]
+            cpu: list[list[float]] = [[] for _ in sides]
             for rnd in range(1 + WARM_ROUNDS):
-                cat.memo.clear()
-                t, c = time.perf_counter(), time.process_time()
-                fn(ns, cat, rnd)
-                rates.append(n / (time.perf_counter() - t))
-                cpu.append(n / max(time.process_time() - c, 1e-6))
-            # Beside the rates, per CPU second of this process: what other processes
-            # on the machine do not change (the warm rounds read no disk).
-            out[op] = {"cold": rates[0], "warm": max(rates[1:]), "warm_cpu": max(cpu[1:])}
+                order = range(len(sides)) if rnd % 2 == 0 else reversed(range(len(sides)))
+                for i in order:
+                    cats[i].memo.clear()
+                    t, c = time.perf_counter(), time.process_time()
+                    fn(spaces[i], cats[i], sides[i][1], works[i], rnd)
+                    rates[i].append(n / (time.perf_counter() - t))
+                    cpu[i].append(n / max(time.process_time() - c, 1e-6))
+            for i in range(len(sides)):
+                # Beside the rates, per CPU second of this process: what other processes
+                # on the machine do not change (the warm rounds read no disk).
+                out[i][op] = {"cold": rates[i][0], "warm": median(rates[i][1:]), "warm_cpu": median(cpu[i][1:])}
         finally:
-            cat.close()
+            for cat in cats:
+                cat.close()
     return out
 
 

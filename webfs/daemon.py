@@ -29,11 +29,11 @@ import trio
 from . import admin, catalogfile, changes, heapmemory, indexer, machines, outages, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
-from .fs import Operations, work_answered
+from .fs import Operations, count_request, work_answered
 from .groupcommit import away
 from .manifest import manifest_chunks
 from .mountoptions import MountOptions
-from .namespace import Namespace
+from .namespace import ROOT_INODE, Namespace
 from .assembly import KernelHooks, OpenArchive, open_archive
 from .backends import BackendOptions
 from .files import write_file
@@ -345,16 +345,27 @@ class Daemon:
     def others_changed(self, inodes: set[int], names: set[tuple[int, bytes]], everything: bool) -> None:
         """Another machine's mount committed changes of these inodes and names
         (webfs.changes; called in the listener's thread): the namespace memo
-        and the kernel forget them (attributes, pages, entries, misses)."""
+        and the kernel forget them (attributes, pages, entries, misses).
+        Only what the kernel may hold is told to it: the root or an inode it
+        looked up, an entry (or miss) in one of those directories; another
+        machine's work in directories this mount never showed costs no call
+        into the kernel and no hand-off to the loop."""
         self.ns.forget_others(inodes, names, everything)
+
+        def known(ino: int) -> bool:
+            return ino == ROOT_INODE or bool(self.fs.lookups.get(ino))
+        names = {(parent, name) for parent, name in names if known(parent)}
+        inodes = list(self.fs.lookups) if everything else [ino for ino in inodes if known(ino)]
+        count_request("others-invalidated", len(names) + len(inodes))
         invalidate_entries(names)
-        inodes = list(self.fs.lookups) if everything else inodes
         for ino in inodes:
             try:
                 pyfuse3.invalidate_inode(ino)
             except OSError:
                 pass
         parents = list({parent for parent, _ in names})
+        if not inodes and not parents:
+            return
 
         def on_loop() -> list[tuple[int, bytes]]:
             # A file's size the kernel keeps as its own (the writeback cache): it must let go of the inode.

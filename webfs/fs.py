@@ -56,14 +56,15 @@ NEGATIVE_MAX = 1 << 14
 # xattr (``getfattr -n user.webfs.requests MOUNT``) and logged at unmount.
 # Beside them: lookup-miss (lookups that found nothing), piece-hit and
 # piece-miss (a read's piece was decoded already, or had to be fetched or
-# waited for: what read-ahead saves).
+# waited for: what read-ahead saves), others-invalidated (entries and inodes
+# of other machines' changes told to the kernel).
 REQUESTS: dict[str, int] = {}
 # Requests the kernel expects no reply to: an error is logged, never answered.
 NO_REPLY = frozenset({"forget", "releasedir"})
 
 
-def count_request(name: str) -> None:
-    REQUESTS[name] = REQUESTS.get(name, 0) + 1
+def count_request(name: str, n: int = 1) -> None:
+    REQUESTS[name] = REQUESTS.get(name, 0) + n
 
 
 # The requests of a program at work on the mount's files: reading them

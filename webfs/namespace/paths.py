@@ -24,6 +24,9 @@ class KeptPaths:
     def __init__(self) -> None:
         self.dirs: dict[int, bytes] = {}
         self.files: dict[int, tuple[bytes, tuple[int, bytes]]] = {}    # inode: (path, its own name)
+        # Its own name: inode, of the files kept: another machine's names (a
+        # notice's dozens) are looked up here, not matched against every file.
+        self.file_names: dict[tuple[int, bytes], int] = {}
         self.dir_names: set[tuple[int, bytes]] = set()
 
     def file(self, ino: int) -> Optional[bytes]:
@@ -37,12 +40,23 @@ class KeptPaths:
         self.dir_names.add((parent, name))
 
     def keep_file(self, ino: int, path: bytes, parent: int, name: bytes) -> None:
-        self.files, _ = make_room(self.files, FILE_PATHS_KEPT)
+        old = self.files
+        self.files, gone = make_room(old, FILE_PATHS_KEPT)
+        for went in gone:
+            self._unname(went, old[went][1])
+        self.drop(self.file_names.get((parent, name), ino))     # an earlier file of the name: not there now
         self.files[ino] = (path, (parent, name))
+        self.file_names[(parent, name)] = ino
+
+    def _unname(self, ino: int, own: tuple[int, bytes]) -> None:
+        if self.file_names.get(own) == ino:
+            del self.file_names[own]
 
     def drop(self, ino: int) -> None:
         self.dirs.pop(ino, None)
-        self.files.pop(ino, None)
+        kept = self.files.pop(ino, None)
+        if kept is not None:
+            self._unname(ino, kept[1])
 
     def renamed(self, moved, other, path: bytes, parent: int, name: bytes) -> None:
         """A rename of the inode ``moved`` to ``path`` (replacing or exchanged
@@ -59,6 +73,7 @@ class KeptPaths:
     def clear(self) -> None:
         self.dirs.clear()
         self.files.clear()
+        self.file_names.clear()
         self.dir_names.clear()
 
     def forget_names(self, names: Iterable[tuple[int, bytes]]) -> None:
@@ -66,5 +81,8 @@ class KeptPaths:
         names = set(names)
         if not self.dir_names.isdisjoint(names):
             self.clear()
-        elif names:
-            self.files = {ino: kept for ino, kept in self.files.items() if kept[1] not in names}
+        else:
+            for name in names:
+                ino = self.file_names.pop(name, None)
+                if ino is not None:
+                    self.files.pop(ino, None)
