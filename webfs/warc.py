@@ -388,10 +388,14 @@ class DiskTree:
             return False
 
     def sizes_below(self) -> dict[bytes, int]:
-        """The size of every file of the collection, by its path: each directory
+        """The size of every file of the collection, by its path."""
+        return {path: node.size for path, node in self.files_below().items()}
+
+    def files_below(self) -> dict:
+        """Every file of the collection (an Inode), by its path: each directory
         listed once (replay lays out 11,000 captures in a tenth of a second, where
         a lookup per file took half a second)."""
-        out: dict[bytes, int] = {}
+        out = {}
         todo = [(self.top, b"")]
         while todo:
             ino, rel = todo.pop()
@@ -400,7 +404,7 @@ class DiskTree:
                 if node.is_dir:
                     todo.append((node.id, path))
                 else:
-                    out[path] = node.size
+                    out[path] = node
         return out
 
     def locate(self, paths: list[bytes], pool, ordered: bool) -> list[Where]:

@@ -12,11 +12,13 @@ HTTP request per capture. Replay is told each file's key (``cdxj.key_of``),
 which names the CDXJ lines that hold for that layout.
 
 A view never changes once made, so the offsets of the CDXJ replay wrote with
-it stay true: a capture deleted or rewritten since (another size) fails its
-record's read with EIO, and nothing else. Views live as long as the mount,
-one per collection (a newer layout of it replaces the older); after a
-remount ``webfs replay`` makes them again, under the same id if nothing
-changed.
+it stay true: it keeps, for the heads and each capture it reads, the file's
+inode, size and mtime and its blocks as the catalog listed them when the view
+was made (a record's read asks the catalog nothing but the inode, to check
+it); a capture deleted, replaced or written since fails its record's read
+with EIO, and nothing else. Views live as long as the mount, one per
+collection (a newer layout of it replaces the older); after a remount
+``webfs replay`` makes them again, under the same id if nothing changed.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import bisect
 import errno
 import json
 import os
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from . import warc
 from .admin import Progress, Result
@@ -35,25 +37,39 @@ from .signature import signature
 VIEW_DIR = b"warc"          # .webfs/warc
 
 
-class ViewFile:
-    """One virtual WARC file of a view, read from the live namespace."""
+class Kept(NamedTuple):
+    """A file a view reads, as it was when the view was made."""
+    ino: int
+    size: int
+    mtime_ns: int
+    rows: list                  # its blocks (BlockRow), in order
 
-    def __init__(self, ns, top: int, vf):
-        """``vf``: a laid out ``cdxj.VirtualFile`` of the collection at inode ``top``."""
-        self.ns, self.top = ns, top
+
+class ViewFile:
+    """One virtual WARC file of a view, read from the files it keeps."""
+
+    def __init__(self, ns, vf, kept: dict[bytes, Kept]):
+        """``vf``: a laid out ``cdxj.VirtualFile``; ``kept``: the collection's
+        files it reads (``kept_files``), by path."""
+        self.ns = ns
         self.heads = warc.KEEP_DIR + b"/" + vf.src + warc.HEADS_SUFFIX
         self.starts, self.parts, self.size = vf.starts, vf.parts, vf.size
-        self.inodes: dict[bytes, int] = {}
+        self.kept = kept
 
-    def _inode(self, rel: bytes) -> int:
-        """A file of the collection by its path, looked up once (numbers are never reused)."""
-        ino = self.inodes.get(rel)
-        if ino is None:
-            ino = self.top
-            for part in [p for p in rel.split(b"/") if p]:
-                ino = self.ns.lookup(ino, part).id
-            self.inodes[rel] = ino
-        return ino
+    def _rows(self, rel: bytes) -> list:
+        """The blocks of a file the view reads, while it is the file the view
+        found (its inode there, of the same size and mtime); else EIO: the
+        collection changed since replay laid it out. A block moved to another
+        disk since is found there by the store, as for any open file."""
+        kept = self.kept.get(rel)
+        try:
+            # Unlinked but not yet forgotten by the kernel, the inode is still there: gone all the same.
+            node = self.ns.get(kept.ino) if kept else None
+        except FsError:
+            node = None
+        if node is None or node.nlink == 0 or (node.size, node.mtime_ns) != (kept.size, kept.mtime_ns):
+            raise FsError(errno.EIO)
+        return kept.rows
 
     def record_end(self, off: int) -> int:
         """Where the record that holds byte ``off`` ends (the next one starts)."""
@@ -62,30 +78,32 @@ class ViewFile:
 
     async def read(self, reader, off: int, size: int) -> bytes:
         """Bytes [off, off+size), cut at the end of the record ``off`` is in: the
-        heads' slices, the captures' bytes and the literal parts. A capture gone
-        or of another size than laid out: EIO.
+        heads' slices, the captures' bytes and the literal parts.
 
         The cut is what lets a reader's buffer be large (st_blksize 128 KiB):
         pywb opens the file for each record, and Python's buffer fill at the
         record's start then brings the whole record in one request without
         assembling its neighbours, where 4 KiB buffers took two or more."""
         out = []
-        for (kind, where, n), lo, hi in spans(self.starts, self.parts, off, min(off + size, self.record_end(off))):
+        for (kind, where, _), lo, hi in spans(self.starts, self.parts, off, min(off + size, self.record_end(off))):
             if kind == "b":
                 out.append(where[lo:hi])
                 continue
-            try:
-                ino = self._inode(self.heads if kind == "h" else where)
-                node = self.ns.get(ino)
-                # Unlinked but not yet forgotten by the kernel, the inode is
-                # still there: gone all the same.
-                if node.nlink == 0 or (kind == "f" and node.size != n):
-                    raise FsError(errno.EIO)
-            except FsError:
-                raise FsError(errno.EIO) from None      # the collection changed since replay laid it out
+            rows = self._rows(self.heads if kind == "h" else where)
             base = where if kind == "h" else 0
-            out.append(await reader.read(self.ns.pieces(ino), base + lo, hi - lo))
+            out.append(await reader.read(rows, base + lo, hi - lo))
         return b"".join(out)
+
+
+def kept_files(ns, files: dict, found: dict) -> dict[bytes, Kept]:
+    """The files the laid out virtual files ``files`` read (heads, captures) as
+    ``found`` (path -> Inode: ``DiskTree.files_below``) has them, with their
+    blocks, in a catalog query per 500 files."""
+    paths = {warc.KEEP_DIR + b"/" + vf.src + warc.HEADS_SUFFIX for vf in files.values()}
+    paths.update(part[1] for vf in files.values() for parts in vf.parts for part in parts if part[0] == "f")
+    nodes = {p: found[p] for p in paths if p in found}
+    blocks = ns.contents_of([node.id for node in nodes.values()])
+    return {p: Kept(node.id, node.size, node.mtime_ns, blocks.get(node.id, [])) for p, node in nodes.items()}
 
 
 class WarcViews:
@@ -95,13 +113,14 @@ class WarcViews:
         self.views: dict[str, dict[bytes, ViewFile]] = {}
         self.of_collection: dict[int, str] = {}        # its directory's inode -> its view's id
 
-    def add(self, ns, top: int, files: dict, keys: dict[str, str]) -> str:
+    def add(self, ns, top: int, files: dict, keys: dict[str, str], kept: dict[bytes, Kept]) -> str:
         """Keep a collection's laid out virtual files (name -> ``cdxj.VirtualFile``,
-        whose keys are ``keys``) as a view; its id."""
+        whose keys are ``keys``, reading ``kept``) as a view; its id. Made again
+        under the same id (replay run again), its files keep the new ``kept``,
+        blocks moved since included."""
         view_id = signature(json.dumps([top, sorted(keys.items())]).encode())[:16]
-        if view_id not in self.views:
-            self.views[view_id] = {name.encode("utf-8", "surrogateescape"): ViewFile(ns, top, vf)
-                                   for name, vf in files.items()}
+        self.views[view_id] = {name.encode("utf-8", "surrogateescape"): ViewFile(ns, vf, kept)
+                               for name, vf in files.items()}
         older = self.of_collection.get(top)
         if older not in (None, view_id):
             self.views.pop(older, None)         # its CDXJ no longer fits the collection: replay again
@@ -127,10 +146,12 @@ def warc_view(archive, progress: Progress, collection: str) -> Result:
     each file's source and key."""
     tree = warc.DiskTree("", collection, None, opened=archive)
     try:
-        files = laid_out(tree, tree.sizes_below())
+        found = tree.files_below()
+        files = laid_out(tree, {path: node.size for path, node in found.items()})
+        kept = kept_files(tree.ns, files, found)
     finally:
         tree.close()
     keys = {name: key_of(name, vf).decode("utf-8", "surrogateescape") for name, vf in files.items()}
-    view_id = archive.warc_views.add(archive.namespace, tree.top, files, keys)
+    view_id = archive.warc_views.add(archive.namespace, tree.top, files, keys, kept)
     return Result(figures={"view": view_id, "files": {name: [os.fsdecode(vf.src), keys[name]]
                                                      for name, vf in files.items()}})
