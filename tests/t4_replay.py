@@ -259,6 +259,31 @@ def test_a_revisit_whose_original_is_in_another_collection_replays(tmp_path):
             p.wait(timeout=30)
 
 
+def test_a_revisit_whose_original_was_deleted_replays_its_page(tmp_path):
+    """rm of the capture a revisit stands on: replay serves the revisit with the
+    page its file still holds (pywb answered 503, "Original for revisit record
+    could not be loaded"), and the deleted capture no more."""
+    from t2_warc import write_warc
+    m = Mounted(tmp_path, disks=3)
+    procs = []
+    try:
+        page = b"<html>the original page</html>"
+        webfs("import-warc", "--collection", "c",
+              write_warc(tmp_path / "a.warc.gz", [("http://example.com/", page)], every_type=True), m.mnt)
+        host = m.mnt / "c" / "http" / "example.com"
+        (host / "@20240101120000").unlink()
+        assert (host / "copy.html@20240102120000").read_bytes() == page
+        port = replay_with_wayback(str(m.mnt), tmp_path / "pw", procs)
+        assert get(port, "/c/20240102120000id_/http://example.com/copy.html")[:2] == (200, page)
+        # the response gone from the index, what is left of that URL is the conversion record
+        assert get(port, "/c/20240101120000id_/http://example.com/")[:2] == (200, b"page 0 as text")
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
+        m.umount()
+
+
 @pytest.mark.parametrize("where", ["disk", "mount"])
 def test_a_long_and_a_deep_url_replay(tmp_path, where):
     """A 6,000-byte URL and a 2,000-segment URL (their capture paths past PATH_MAX)

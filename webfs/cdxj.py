@@ -52,12 +52,20 @@ class VirtualFile:
         return _field(self.heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest")
 
     def digests(self) -> set[bytes]:
-        """The payload digests of the source's responses and resources (originals)."""
+        """The payload digests of the source's responses and resources (originals)
+        its virtual file shows: a capture deleted since the import is no original
+        (pywb would not find it, and its revisits are shown as responses)."""
         return {self.payload_digest(ln) for ln in self.lines
-                if ln.rtype in ("response", "resource")}
+                if ln.rtype in ("response", "resource")
+                and (ln.where != "file" or self.sizes.get(ln.capture) is not None)}
+
+    def measure(self, sizes: Optional[dict[bytes, int]] = None) -> None:
+        """Each capture file's size, before ``digests`` and ``lay_out``: ``sizes``
+        if given (of the collection's files, by path; absent: gone)."""
+        self.sizes = self._sizes() if sizes is None else sizes
 
     def _sizes(self) -> dict[bytes, Optional[int]]:
-        """Each capture file's size (None: gone), where ``lay_out`` is not given
+        """Each capture file's size (None: gone), where ``measure`` is not given
         them (replay gives a collection's at once: replay.collection_sizes): each
         a stat, READERS at once through a directory, as export-warc reads."""
         captures = list({ln.capture for ln in self.lines if ln.capture != b"-"})
@@ -72,14 +80,13 @@ class VirtualFile:
         with ThreadPoolExecutor(warc.READERS) as pool:
             return dict(zip(captures, pool.map(size, captures)))
 
-    def lay_out(self, originals: set[bytes], sizes: Optional[dict[bytes, int]] = None) -> None:
-        """Each record's parts and start; a revisit whose original is not among
-        the collection's ``originals`` is shown as the response it stands for.
-        ``sizes``: of the collection's files, by path, if known (absent: gone)."""
+    def lay_out(self, originals: set[bytes]) -> None:
+        """Each record's parts and start (after ``measure``); a revisit whose
+        original is not among the collection's ``originals`` is shown as the
+        response it stands for."""
         self.starts: list[int] = []
         self.parts: list[list] = []       # per record: ("h", start, n), ("f", path, n), ("b", bytes, n)
         self.digested: set[bytes] = set()   # capture files whose record names its payload digest
-        self.sizes = self._sizes() if sizes is None else sizes
         pos = 0
         for ln in self.lines:
             p = ln.ho + ln.wl + ln.hl
@@ -242,9 +249,11 @@ def laid_out(tree, sizes: Optional[dict[bytes, int]]) -> dict[str, VirtualFile]:
             stem, dot, ext = base.rpartition(".")
             name = f"{stem}~{n}.{ext}"
         out[name] = VirtualFile(tree, src)
+    for vf in out.values():
+        vf.measure(sizes)
     originals = set().union(*(vf.digests() for vf in out.values())) - {b""}
     for vf in out.values():
-        vf.lay_out(originals, sizes)
+        vf.lay_out(originals)
     return out
 
 
@@ -303,6 +312,7 @@ def at_import(src: bytes, index: bytes, heads: bytes, sizes: dict[bytes, int],
     vf = VirtualFile(_Memory({stem + warc.HEADS_SUFFIX: heads, stem + warc.INDEX_SUFFIX: index, **payloads},
                              sizes), src)
     revisits = {vf.payload_digest(ln) for ln in vf.lines if ln.rtype == "revisit"}
+    vf.measure()
     vf.lay_out(vf.digests() | revisits)
     if vf.digested | set(payloads) != {ln.capture for ln in vf.lines if ln.where == "file"}:
         return None     # a capture neither named by its digest nor held: replay reads it
