@@ -259,6 +259,40 @@ def test_a_revisit_whose_original_is_in_another_collection_replays(tmp_path):
             p.wait(timeout=30)
 
 
+def test_a_deleted_capture_is_not_replayed_and_its_revisits_are(tmp_path):
+    """rm of a capture file, then replay: its record is not served, wherever
+    its bytes are kept (a gzip-encoded page's entity and a revisit are kept
+    whole in the heads, and were still served); a revisit whose original was
+    deleted is served with the page its file still holds (pywb answered 503,
+    "Original for revisit record could not be loaded")."""
+    from t2_warc import write_warc
+    from t4_warc_pages import ENCODED, encoded_warc
+    m = Mounted(tmp_path, disks=3)
+    procs = []
+    try:
+        page = b"<html>the original page</html>"
+        webfs("import-warc", "--collection", "c",
+              write_warc(tmp_path / "a.warc.gz", [("http://example.com/", page)], every_type=True), m.mnt)
+        webfs("import-warc", "--collection", "c", encoded_warc(tmp_path / "enc.warc.gz", ENCODED[:1]), m.mnt)
+        host = m.mnt / "c" / "http" / "example.com"
+        (host / "@20240101120000").unlink()
+        (host / "gz.html@20240101120000").unlink()
+        assert (host / "copy.html@20240102120000").read_bytes() == page
+        port = replay_with_wayback(str(m.mnt), tmp_path / "pw", procs)
+        assert get(port, "/c/20240102120000id_/http://example.com/copy.html")[:2] == (200, page)
+        # the response gone from the index, what is left of that URL is the conversion record
+        assert get(port, "/c/20240101120000id_/http://example.com/")[:2] == (200, b"page 0 as text")
+        assert get(port, "/c/20240101120000id_/http://example.com/gz.html")[0] == 404
+        (host / "copy.html@20240102120000").unlink()
+        port = replay_with_wayback(str(m.mnt), tmp_path / "pw2", procs)
+        assert get(port, "/c/20240102120000id_/http://example.com/copy.html")[0] == 404
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
+        m.umount()
+
+
 @pytest.mark.parametrize("where", ["disk", "mount"])
 def test_a_long_and_a_deep_url_replay(tmp_path, where):
     """A 6,000-byte URL and a 2,000-segment URL (their capture paths past PATH_MAX)

@@ -147,3 +147,39 @@ def test_long_and_deep_urls_through_a_mount(tmp_path):
         assert rebuilt.read_bytes() == src.read_bytes()
     finally:
         m.umount()
+
+
+def test_any_spelling_and_date_through_a_mount(tmp_path):
+    """As an archivist types them, through a mount (MountTree lists the
+    directories): the scheme swapped, :80 added, the host upper-cased, the
+    trailing slash added or dropped, www. added or dropped all find the
+    capture, and the spelling chosen is said; --at with a zone and a fraction
+    is read, a month 13 is one line (exit 2); a collection given as TARGET is
+    said when nothing is found."""
+    from t2_warc import _one
+    from webfs import urlpath
+    src = tmp_path / "a.warc"
+    src.write_bytes(_one(b"http://www.iana.org/", b"home", date=b"2014-01-27T00:00:00Z")
+                    + _one(b"http://www.iana.org/", b"later", date=b"2014-01-27T10:00:00Z")
+                    + _one(b"http://example.org/a/", b"a"))
+    m = Mounted(tmp_path, disks=3)
+    try:
+        webfs("import-warc", src, m.mnt)
+        home = m.mnt / "a" / "http" / "www.iana.org"
+        for spelling in ("https://www.iana.org/", "http://IANA.org:80/", "http://iana.org", "http://www.iana.org"):
+            proc = webfs("url", "--at", "2014-01-27T04:59:59+05:00", spelling, m.mnt)
+            assert proc.stdout.decode().strip() == str(home / "@20140127000000"), spelling
+            assert (f"no capture of {spelling} as written; chose the spelling http://www.iana.org/"
+                    in proc.stderr.decode()), spelling
+        at = webfs("url", "--at", "2014-01-27T05:00:00.5Z", "http://www.iana.org/", m.mnt)
+        assert at.stdout.decode().strip() == str(home / "@20140127100000") and not at.stderr
+        for spelling in ("http://example.org/a", "http://www.example.org/a/", "HTTP://EXAMPLE.ORG:80/a"):
+            proc = webfs("url", spelling, m.mnt / "a")
+            want = m.mnt / "a" / urlpath.capture_path("http://example.org/a/", "20240101120000")
+            assert proc.stdout.decode().strip() == str(want), spelling
+        bad = webfs("url", "--at", "2014-13", "http://www.iana.org/", m.mnt, check=False)
+        assert bad.returncode == 2 and b"month must be in 1..12" in bad.stderr and b"Traceback" not in bad.stderr
+        none = webfs("url", "http://example.org/b", m.mnt / "a", check=False)
+        assert none.returncode == 1 and b"TARGET is one collection" in none.stderr
+    finally:
+        m.umount()

@@ -62,3 +62,32 @@ def test_export_failures_in_a_mount_are_one_line_and_leave_no_file(tmp_path):
     finally:
         subprocess.run(["umount", "-l", str(full)], check=False)
         m.umount()
+
+
+def test_an_out_already_there_is_refused_without_force(tmp_path):
+    """An archivist's earlier export (a file, a symlink, one part of a split
+    export) is not overwritten: one line, exit 1, the file as it was; --force
+    replaces the name (a symlink's target is left as it was)."""
+    m = Mounted(tmp_path, disks=3)
+    try:
+        src = write_warc(tmp_path / "a.warc.gz", PAGES[:20])
+        webfs("import-warc", "--collection", "c", src, m.mnt)
+        target = tmp_path / "elsewhere"
+        target.write_bytes(b"not an export")
+        (tmp_path / "link.warc.gz").symlink_to(target)
+        (tmp_path / "old.warc.gz").write_bytes(b"an earlier export")
+        (tmp_path / "split-00002.warc.gz").write_bytes(b"an earlier part")
+        for out in ("old.warc.gz", "link.warc.gz", "split.warc.gz"):
+            args = ["--split", "1K"] if out == "split.warc.gz" else []
+            proc = webfs("export-warc", *args, m.mnt / "c", tmp_path / out, check=False)
+            lines = proc.stderr.decode().strip().splitlines()
+            assert proc.returncode == 1 and len(lines) == 1 and "refusing to overwrite it (give --force)" in lines[0]
+        assert (tmp_path / "old.warc.gz").read_bytes() == b"an earlier export"
+        assert (tmp_path / "split-00002.warc.gz").read_bytes() == b"an earlier part"
+        assert not (tmp_path / "split-00001.warc.gz").exists() and not list(tmp_path.glob("*.part"))
+        for out in ("old.warc.gz", "link.warc.gz"):
+            webfs("export-warc", "--force", m.mnt / "c", tmp_path / out)
+            assert records_of(tmp_path / out) == records_of(src)
+        assert not (tmp_path / "link.warc.gz").is_symlink() and target.read_bytes() == b"not an export"
+    finally:
+        m.umount()

@@ -52,12 +52,25 @@ class VirtualFile:
         return _field(self.heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest")
 
     def digests(self) -> set[bytes]:
-        """The payload digests of the source's responses and resources (originals)."""
+        """The payload digests of the source's responses and resources (originals)
+        its virtual file shows: a capture deleted since the import is no original
+        (pywb would not find it, and its revisits are shown as responses)."""
         return {self.payload_digest(ln) for ln in self.lines
-                if ln.rtype in ("response", "resource")}
+                if ln.rtype in ("response", "resource") and not self.deleted(ln)}
+
+    def deleted(self, ln) -> bool:
+        """Was the capture of a record deleted since the import? Then its record
+        is not shown, wherever its bytes are kept (an encoded page's entity and
+        a revisit are kept whole in the heads)."""
+        return ln.capture != b"-" and self.sizes.get(ln.capture) is None
+
+    def measure(self, sizes: Optional[dict[bytes, int]] = None) -> None:
+        """Each capture file's size, before ``digests`` and ``lay_out``: ``sizes``
+        if given (of the collection's files, by path; absent: gone)."""
+        self.sizes = self._sizes() if sizes is None else sizes
 
     def _sizes(self) -> dict[bytes, Optional[int]]:
-        """Each capture file's size (None: gone), where ``lay_out`` is not given
+        """Each capture file's size (None: gone), where ``measure`` is not given
         them (replay gives a collection's at once: replay.collection_sizes): each
         a stat, READERS at once through a directory, as export-warc reads."""
         captures = list({ln.capture for ln in self.lines if ln.capture != b"-"})
@@ -72,25 +85,23 @@ class VirtualFile:
         with ThreadPoolExecutor(warc.READERS) as pool:
             return dict(zip(captures, pool.map(size, captures)))
 
-    def lay_out(self, originals: set[bytes], sizes: Optional[dict[bytes, int]] = None) -> None:
-        """Each record's parts and start; a revisit whose original is not among
-        the collection's ``originals`` is shown as the response it stands for.
-        ``sizes``: of the collection's files, by path, if known (absent: gone)."""
+    def lay_out(self, originals: set[bytes]) -> None:
+        """Each record's parts and start (after ``measure``); a revisit whose
+        original is not among the collection's ``originals`` is shown as the
+        response it stands for."""
         self.starts: list[int] = []
         self.parts: list[list] = []       # per record: ("h", start, n), ("f", path, n), ("b", bytes, n)
         self.digested: set[bytes] = set()   # capture files whose record names its payload digest
-        self.sizes = self._sizes() if sizes is None else sizes
         pos = 0
         for ln in self.lines:
+            if self.deleted(ln):
+                continue
             p = ln.ho + ln.wl + ln.hl
             parts = self._revisit_as_response(ln, originals) if ln.rtype == "revisit" else None
             if parts is None and ln.where == "file":
                 if self.payload_digest(ln):
                     self.digested.add(ln.capture)
-                n = self.sizes.get(ln.capture)
-                if n is None:
-                    continue        # deleted since the import: its record is not shown
-                parts = [("h", ln.ho, ln.wl + ln.hl), ("f", ln.capture, n), ("h", p, ln.tl)]
+                parts = [("h", ln.ho, ln.wl + ln.hl), ("f", ln.capture, self.sizes[ln.capture]), ("h", p, ln.tl)]
             elif parts is None:
                 parts = [("h", ln.ho, ln.wl + ln.hl + ln.pl + ln.tl)]
             end = parts[-1][1] + parts[-1][2] if parts[-1][0] == "h" else 0    # the tail's end, in the heads
@@ -112,9 +123,9 @@ class VirtualFile:
         if (ln.capture == b"-" or not head.startswith(b"WARC/") or _field(head, b"warc-payload-digest") in originals
                 or not re.match(rb"HTTP/\S+ 2\d\d", http) or any(warc.http_codings(http))):
             return None     # no capture file, its original is here, no 2xx header, or an encoded entity
-        n = self.sizes.get(ln.capture)
+        n = self.sizes[ln.capture]
         if not n:
-            return None                   # gone, or unresolved: the file is empty
+            return None                   # unresolved: the file is empty
         response = _response_head(head, ln.hl + n)
         return [("b", response, len(response)), ("h", ln.ho + ln.wl, ln.hl), ("f", ln.capture, n),
                 ("b", SEPARATOR, len(SEPARATOR))]
@@ -242,9 +253,11 @@ def laid_out(tree, sizes: Optional[dict[bytes, int]]) -> dict[str, VirtualFile]:
             stem, dot, ext = base.rpartition(".")
             name = f"{stem}~{n}.{ext}"
         out[name] = VirtualFile(tree, src)
+    for vf in out.values():
+        vf.measure(sizes)
     originals = set().union(*(vf.digests() for vf in out.values())) - {b""}
     for vf in out.values():
-        vf.lay_out(originals, sizes)
+        vf.lay_out(originals)
     return out
 
 
@@ -268,20 +281,15 @@ def kept_lines(tree, src: bytes, key: bytes) -> Optional[list[bytes]]:
 
 
 class _Memory:
-    """A source's kept files and captures held in memory, read as a tree is."""
+    """A source's kept files and captures held in memory, read as a tree is
+    (their sizes are given to ``VirtualFile.measure``)."""
 
-    def __init__(self, files: dict[bytes, bytes], sizes: dict[bytes, int]):
-        self.files, self.sizes = files, sizes
+    def __init__(self, files: dict[bytes, bytes]):
+        self.files = files
 
     def read(self, rel: bytes) -> bytes:
         try:
             return self.files[rel]
-        except KeyError:
-            raise OSError(f"{rel!r}: not held") from None
-
-    def size(self, rel: bytes) -> int:
-        try:
-            return self.sizes[rel]
         except KeyError:
             raise OSError(f"{rel!r}: not held") from None
 
@@ -300,9 +308,11 @@ def at_import(src: bytes, index: bytes, heads: bytes, sizes: dict[bytes, int],
     except ImportError:
         return None
     stem = warc.KEEP_DIR + b"/" + src
-    vf = VirtualFile(_Memory({stem + warc.HEADS_SUFFIX: heads, stem + warc.INDEX_SUFFIX: index, **payloads},
-                             sizes), src)
+    vf = VirtualFile(_Memory({stem + warc.HEADS_SUFFIX: heads, stem + warc.INDEX_SUFFIX: index, **payloads}), src)
     revisits = {vf.payload_digest(ln) for ln in vf.lines if ln.rtype == "revisit"}
+    # every capture is there; those of records kept whole in the heads (revisits,
+    # encoded pages) need no size here: their files are not part of the layout
+    vf.measure({ln.capture: sizes.get(ln.capture, 0) for ln in vf.lines if ln.capture != b"-"})
     vf.lay_out(vf.digests() | revisits)
     if vf.digested | set(payloads) != {ln.capture for ln in vf.lines if ln.where == "file"}:
         return None     # a capture neither named by its digest nor held: replay reads it
