@@ -19,6 +19,7 @@ import trio
 from .catalog import BlockRow
 from .errors import WebfsError
 from .groupcommit import to_worker
+from .listings import Listings
 from .namespace import Namespace
 from .store import Store
 from . import lockorder
@@ -121,23 +122,26 @@ class Walk:
         self.top: Optional[int] = parent      # the outermost directory walked; None past the root
         self.streak = 0                       # opens in order so far
 
-    def extend(self, ns: Namespace, wanted: int, count: Callable[[str], None]) -> None:
+    def extend(self, ns: Namespace, listings: Listings, wanted: int, count: Callable[[str], None]) -> None:
         """List on until ``wanted`` files are known, in at most WALK_LISTINGS
-        queries (each told to ``count`` as a ``read-ahead-lookup``)."""
+        listings: a readdir's where kept, else a query (each told to ``count``
+        as a ``read-ahead-lookup``)."""
         batch = READ_AHEAD_WINDOW if self.streak else READ_AHEAD_FILES
         for _ in range(WALK_LISTINGS):
             if len(self.files) >= wanted:
                 return
             if not self.walking:
-                above = ns.position(self.top) if self.top is not None else None
+                above = None if self.top is None else listings.place(self.top) or ns.position(self.top)
                 if above is None:               # the root, or a directory without a name
                     self.top = None
                     return
                 self.top = above[0]
                 self.walking.append(above)
             directory, after = self.walking.pop()
-            count("read-ahead-lookup")
-            entries = ns.entries_ahead(directory, after, batch)
+            entries = listings.ahead(directory, after, batch)
+            if entries is None:
+                count("read-ahead-lookup")
+                entries = ns.entries_ahead(directory, after, batch)
             for off, ino, is_dir, row in entries:
                 if is_dir:
                     self.walking += [(directory, off), (ino, 0)]
@@ -167,6 +171,7 @@ class PieceReader:
         self.disk_limiters: dict[int, trio.CapacityLimiter] = {}
         self.nursery: Optional[trio.Nursery] = None
         self._listed: dict[int, None] = {}               # directories listed to the end, oldest first
+        self.listings = Listings()                       # ... and the entries of those listed whole
         self._expected: dict[int, Walk] = {}             # file an in-order reader opens next -> its walk, oldest first
         self._expecting: dict[int, int] = {}             # directory of the file opened -> that next file
         self._held: dict[int, Walk] = {}                 # directory -> the walk of its last open out of order
@@ -283,8 +288,13 @@ class PieceReader:
         for row in pieces[index:index + ahead]:
             self._fetch_ahead(row)
 
-    def listed(self, directory: int) -> None:
-        """A directory was listed to the end: its files may be opened next, in order."""
+    def listed(self, directory: int, after: int, answered: list, end: bool) -> None:
+        """A readdir answered these entries (``Namespace.listing``'s) after
+        offset ``after``; ``end``: the directory was listed to the end, its
+        files may be opened next, in order."""
+        self.listings.listed(directory, after, answered, end)
+        if not end:
+            return
         self._listed[directory] = None
         if len(self._listed) > DIRECTORIES_KEPT:
             self._listed.pop(next(iter(self._listed)))
@@ -314,7 +324,7 @@ class PieceReader:
                 if parent_of_opened not in self._listed or self.ns.has_file_before(parent_of_opened, pos):
                     self._hold(parent_of_opened, walk)
                     return
-        walk.extend(self.ns, READ_AHEAD_FILES, self.count)
+        walk.extend(self.ns, self.listings, READ_AHEAD_FILES, self.count)
         if not walk.files:
             return
         self._expect(parent_of_opened, walk)
@@ -322,8 +332,9 @@ class PieceReader:
         # in order, doubling to READ_AHEAD_FILES, so that a random reader
         # that lands on the next file by chance costs the disks little.
         walk.streak += 1
-        for _, row, _ in itertools.islice(walk.files, min(READ_AHEAD_FILES, 1 << walk.streak)):
-            if row.size <= READ_AHEAD_BYTES:
+        for ahead, row, _ in itertools.islice(walk.files, min(READ_AHEAD_FILES, 1 << walk.streak)):
+            # Listed earlier (a kept listing): fetched only while the file still has that block.
+            if row.size <= READ_AHEAD_BYTES and self.ns.kept_block(ahead) == row:
                 self._fetch_ahead(row)
 
     def _hold(self, directory: int, walk: Walk) -> None:
@@ -343,7 +354,7 @@ class PieceReader:
         if walk is None or walk.walking[0][1] >= pos:      # held walks are never listed
             return None
         del self._held[directory]
-        walk.extend(self.ns, 1, self.count)
+        walk.extend(self.ns, self.listings, 1, self.count)
         if not walk.files or walk.files[0][0] != ino:
             return None
         walk.files.popleft()

@@ -1,0 +1,63 @@
+"""Cold reads of small pages through a mount: what a walker of the tree (find
+| cat, grep -r) costs the daemon a file (webfs-internals(7), COLD READS OF
+SMALL PAGES)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+
+from conftest import sh
+
+
+def requests(mnt) -> dict:
+    return json.loads(os.getxattr(mnt, "user.webfs.requests"))
+
+
+def counted(mnt, before: dict, name: str) -> int:
+    return requests(mnt).get(name, 0) - before.get(name, 0)
+
+
+def small_tree(src, rng):
+    """Two levels of directories of small pages, files and subdirectories mixed."""
+    files = 0
+    for d in range(4):
+        for s in range(3):
+            where = src / f"d{d}" / f"s{s}"
+            where.mkdir(parents=True)
+            for i in range(5):
+                (where / f"p{i}.html").write_bytes(rng.randbytes(rng.randrange(1, 9_000)))
+                files += 1
+        (src / f"d{d}" / "index.html").write_bytes(rng.randbytes(3_000))
+        files += 1
+    return files
+
+
+def test_a_walk_of_listed_directories_asks_the_catalog_nothing_for_its_read_ahead(mounted, tmp_path):
+    """find lists every directory before cat opens the files: the read-ahead
+    takes each directory's next files (and their blocks) from what readdir
+    listed, not from a query of its own, and every byte reads back."""
+    src = tmp_path / "src"
+    files = small_tree(src, random.Random(5))
+    sh(f"cp -r '{src}/.' '{mounted.mnt}'")
+    mounted.remount()
+    before = requests(mounted.mnt)
+    walk = "find . -type f -exec sha256sum {} + | sort"       # files opened in find's order
+    assert sh(walk, cwd=mounted.mnt).stdout == sh(walk, cwd=src).stdout
+    assert counted(mounted.mnt, before, "open") == files
+    assert counted(mounted.mnt, before, "read-ahead-lookup") == 0
+    assert counted(mounted.mnt, before, "kernel-store") >= files // 2
+
+
+def test_grep_r_lists_ahead_only_the_directories_it_has_not_listed_yet(mounted, tmp_path):
+    """grep -r lists a directory as it gets there: the read-ahead lists ahead
+    into the next one (a query), never one grep listed already."""
+    src = tmp_path / "src"
+    small_tree(src, random.Random(6))
+    (src / "d2" / "s1" / "p3.html").write_bytes(b"<p>zyzzogeton</p>\n")
+    sh(f"cp -r '{src}/.' '{mounted.mnt}'")
+    mounted.remount()
+    before = requests(mounted.mnt)
+    assert sh("grep -rl zyzzogeton .", cwd=mounted.mnt).stdout == b"./d2/s1/p3.html\n"
+    directories = 1 + 4 + 4 * 3         # the root, d0..d3, their s0..s2
+    assert 0 < counted(mounted.mnt, before, "read-ahead-lookup") <= directories
