@@ -384,7 +384,7 @@ class PieceReader:
         quarters of them are at hand or coming: a trip a file was a hand-off
         a file (two wake-ups, and a task), and a trip started with only half
         ahead was still running when its reader got there (a cold cat's
-        misses 30 to 130 of 1,360). From other disks (delays, object stores),
+        pieces waited for: 104 to 214 of 1,360, against 11 to 51). From other disks (delays, object stores),
         the first READ_AHEAD_FILES each in its own trip as its disk has room,
         so that a slow disk holds up only its own reads."""
         wanted = [row for row in rows if self.cache.wanted(row) and row.size <= self.cache.limit // 2]
