@@ -258,6 +258,42 @@ def test_a_walker_in_order_gets_the_files_after_its_directory_fetched_ahead(ops)
     trio.run(main)
 
 
+def test_a_listing_kept_from_readdir_fetches_no_block_a_file_no_longer_has(ops):
+    """The read-ahead takes a listed directory's next files from its readdir's
+    listing (webfs/listings.py), which may be older than the catalog: a file
+    rewritten or removed since is not fetched ahead with the block it had;
+    one unchanged is, and the walk asks the catalog nothing."""
+    async def main():
+        d = (await ops.mkdir(ROOT_INODE, b"d", 0o755, CTX)).st_ino
+        f = [await write_file(ops, b"f%d" % i, b"page %d" % i, d) for i in range(4)]
+        for listed in (ROOT_INODE, d):                                   # what readdir does
+            ops.reader.listed(listed, 0, ops.ns.listing(listed, 0, 200), end=True)
+        old = {ino: ops.ns.kept_block(ino) for ino in f}
+        info = await ops.open(f[2], os.O_WRONLY | os.O_TRUNC, CTX)       # rewritten since
+        await ops.write(info.fh, 0, b"new page 2")
+        await ops.flush(info.fh)
+        await ops.release(info.fh)
+        await ops.unlink(d, b"f3", CTX)                                  # removed since
+        await ops.forget([(ino, 1) for ino in f[:3]])    # written here: in the kernel's pages until forgotten
+        ops.reader.cache.items.clear()
+        ops.reader.cache.used = 0
+        before = dict(REQUESTS)
+        async with trio.open_nursery() as nursery:
+            ops.running(nursery)
+            for ino in f[:2]:                       # in order: 2 ahead, then 4
+                info = await ops.open(ino, os.O_RDONLY, CTX)
+                await ops.release(info.fh)
+                await trio.testing.wait_all_tasks_blocked()
+            for fetch in list(ops.reader.cache.inflight.values()):
+                await fetch.wait()
+            nursery.cancel_scope.cancel()
+        assert ops.reader.cache.get(old[f[1]]) is not None
+        assert ops.reader.cache.get(old[f[2]]) is None and ops.reader.cache.get(old[f[3]]) is None
+        assert REQUESTS.get("read-ahead-lookup", 0) == before.get("read-ahead-lookup", 0)
+        assert await read_file(ops, f[2]) == b"new page 2"
+    trio.run(main)
+
+
 def test_a_chmod_to_the_mode_a_file_has_changes_its_ctime_alone(store):
     """rsync fchmods each new file to the mode it was made with: that setattr
     moves the ctime (as chmod(2) must) and writes no JOURNAL record; a real

@@ -412,15 +412,17 @@ class Operations(pyfuse3.Operations):
             return self.control.readdir(fh, start_id, token, self.ns.get(ROOT_INODE).ctime_ns)
         after = start_id
         while True:
-            batch = self.ns.entries(fh, after, READDIR_BATCH, keep=True)
-            for off, name, node in batch:
+            batch = self.ns.listing(fh, after, READDIR_BATCH)
+            for i, (off, name, node, _) in enumerate(batch):
                 if not pyfuse3.readdir_reply(token, name, self._attrs(node), off):
+                    self.reader.listed(fh, start_id, batch[:i], end=False)
                     return
                 self.lookups.add(node.id)
-            if len(batch) < READDIR_BATCH:      # the end: no query more to find it empty
-                self.reader.listed(fh)
+            # The end: a batch shorter than asked for, no query more to find it empty.
+            self.reader.listed(fh, start_id, batch, end=len(batch) < READDIR_BATCH)
+            if len(batch) < READDIR_BATCH:
                 return
-            after = batch[-1][0]
+            after = start_id = batch[-1][0]
 
     @translate_errors
     async def fsyncdir(self, fh, datasync):

@@ -127,24 +127,50 @@ class Namespace(NamespaceRows):
             return (parent, name) in self.memo.names
         return bool(self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? AND name=?", (parent, name)))
 
-    def entries(self, parent: int, after: int = 0, limit: int = 1000,
-                keep: bool = False) -> list[tuple[int, bytes, Inode]]:
+    def entries(self, parent: int, after: int = 0, limit: int = 1000) -> list[tuple[int, bytes, Inode]]:
         """(offset, name, inode) of a directory's entries after an offset, in
-        offset order. With ``keep`` the inodes go to the memo (a directory
-        listed for the kernel: its files' opens and getattrs come next, and
-        found none there after a mount); a walk of everything does not keep
-        them, to leave the memo to what is in use."""
-        with self.cat.lock:             # a fill under the lock, as every fill of the memo
+        offset order, kept nowhere: a walk of everything leaves the memo to
+        what is in use (the kernel's readdir asks ``listing``)."""
+        with self.cat.lock:
             rows = self.cat.query(
                 f"SELECT d.rowid, d.name, {', '.join('i.' + c.strip() for c in INODE_COLUMNS.split(','))} "
                 "FROM dentries d JOIN inodes i ON i.id = d.inode "
                 "WHERE d.parent=? AND d.rowid>? ORDER BY d.rowid LIMIT ?", (parent, after, limit))
-            out = [(r[0], r[1], Inode(*r[2:])) for r in rows]
-            if keep:
-                for _, _, node in out:
-                    if node.id not in self.memo.nodes:
-                        self.memo.keep_node(node)
+        return [(r[0], r[1], Inode(*r[2:])) for r in rows]
+
+    def listing(self, parent: int, after: int, limit: int, keep: bool = True
+                ) -> list[tuple[int, bytes, Inode, Optional[BlockRow]]]:
+        """``entries`` with each file's first block, in one query (None for a
+        directory, an empty file or one of several pieces); a file of one piece
+        keeps its block and position for its reader. ``keep``: the inodes go to
+        the memo too (the kernel's readdir: the opens and getattrs of a listed
+        directory's files come next), and a walker of it (grep -r, find, tar)
+        costs no query more at its opens or for what is read ahead."""
+        with self.cat.lock:             # a fill under the lock, as every fill of the memo
+            rows = self.cat.query(
+                f"SELECT d.rowid, d.name, {', '.join('i.' + c.strip() for c in INODE_COLUMNS.split(','))}, "
+                f"{BLOCK_COLUMNS_OF_B} FROM dentries d JOIN inodes i ON i.id = d.inode "
+                "LEFT JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
+                "LEFT JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? "
+                "ORDER BY d.rowid LIMIT ?", (parent, after, limit))
+            out = []
+            for r in rows:
+                node = Inode(*r[2:12])
+                if keep and node.id not in self.memo.nodes:
+                    self.memo.keep_node(node)
+                row = BlockRow.of(r[12:]) if r[12] is not None else None
+                if row is not None and row.size != node.size:     # the first of several pieces
+                    row = None
+                if row is not None:
+                    self.memo.keep_pieces(node.id, parent, r[0], [row])
+                out.append((r[0], r[1], node, row))
         return out
+
+    def kept_block(self, ino: int) -> Optional[BlockRow]:
+        """The block a file of one piece keeps for its next open, if any: gone
+        as soon as the file's blocks or names change (``drop_reading``)."""
+        found = self.memo.pieces.get(ino)
+        return found[0] if found is not None and len(found) == 1 else None
 
     def position(self, ino: int) -> Optional[tuple[int, int]]:
         """(parent, offset) of one of an inode's names, or None if it has none."""
@@ -176,23 +202,9 @@ class Namespace(NamespaceRows):
     def entries_ahead(self, parent: int, offset: int, limit: int
                       ) -> list[tuple[int, int, bool, Optional[BlockRow]]]:
         """(offset, inode, is a directory, first block or None) of a directory's
-        next entries after an offset, in order (a directory's and an empty
-        file's block is None): what a walker of the tree opens next. Files of
-        one piece are kept for their reader (``pieces``)."""
-        with self.cat.lock:
-            rows = self.cat.query(
-                f"SELECT d.rowid, d.inode, i.size, i.mode, {BLOCK_COLUMNS_OF_B} FROM dentries d "
-                "JOIN inodes i ON i.id = d.inode "
-                "LEFT JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
-                "LEFT JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? "
-                "ORDER BY d.rowid LIMIT ?", (parent, offset, limit))
-            out = []
-            for r in rows:
-                row = BlockRow.of(r[4:]) if r[4] is not None else None
-                if row is not None and r[2] == row.size:     # the first piece is the whole file
-                    self.memo.keep_pieces(r[1], parent, r[0], [row])
-                out.append((r[0], r[1], stat.S_ISDIR(r[3]), row))
-        return out
+        next entries after an offset, in order: what a walker of the tree opens
+        next (``listing`` without keeping the inodes)."""
+        return [(off, node.id, node.is_dir, row) for off, _, node, row in self.listing(parent, offset, limit, False)]
 
     def path_of(self, ino: int) -> bytes:
         """The path of an inode from the root (one of its names, for hints and journals).
