@@ -264,6 +264,37 @@ def test_a_transaction_the_server_aborts_for_a_deadlock_is_sent_again(postgres):
     first.close(), second.close()
 
 
+def test_a_deadlock_met_where_a_row_count_is_asked_is_sent_again_and_counts_the_replay(postgres):
+    """The deadlock met at the sync that a statement's row count waits for (a
+    name's ON CONFLICT DO NOTHING, say), not at the commit: the transaction is
+    sent again on a new connection and the count is the replayed statement's.
+    Seen in make test as mkdir's EIO, "the connection is closed": the sync
+    was retried on the pipeline of the connection just replaced."""
+    from webfs.catalogengine import PostgresEngine
+    db = postgres.new_database()
+    postgres.psql(db, "CREATE TABLE counts (id INT PRIMARY KEY, n INT); INSERT INTO counts VALUES (1, 0), (2, 0)")
+    engine = PostgresEngine(postgres.url(db))
+    first, second = engine.connect(), engine.connect()
+    for conn, row in ((first, 1), (second, 2)):
+        assert conn.execute("UPDATE counts SET n=n+1 WHERE id=?", (row,)).rowcount == 1     # holds its row
+    counted, errors = {}, []
+
+    def cross(conn, row):
+        try:
+            counted[row] = conn.execute("UPDATE counts SET n=n+1 WHERE id=?", (row,)).rowcount
+            conn.commit()
+        except Exception as exc:        # noqa: BLE001 - reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=cross, args=args) for args in ((first, 2), (second, 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == [] and counted == {1: 1, 2: 1} and first.replays + second.replays >= 1
+    assert postgres.psql(db, "SELECT n FROM counts ORDER BY id").split() == ["2", "2"]
+    first.close(), second.close()
+
+
 def test_a_deadlock_at_a_commit_carrying_the_notice_and_the_fence_is_sent_again(postgres):
     """The lock a commit takes last (the fence's FOR SHARE of its lease row)
     closes a cycle with another machine's transaction: PostgreSQL aborts this

@@ -174,17 +174,16 @@ class PgCursor:
     """What a statement gave: its rows (read at once), the id it made, and how
     many rows it changed (asked of the server only when wanted: a write in a
     pipeline is not waited for)."""
-    __slots__ = ("rows", "lastrowid", "_cur", "_sync")
+    __slots__ = ("rows", "lastrowid", "_rowcount")
 
-    def __init__(self, rows: list, lastrowid: Optional[int], cur, sync):
-        self.rows, self.lastrowid, self._cur, self._sync = rows, lastrowid, cur, sync
+    def __init__(self, rows: list, lastrowid: Optional[int], rowcount: Callable[[], int]):
+        self.rows, self.lastrowid, self._rowcount = rows, lastrowid, rowcount
 
     @property
     def rowcount(self) -> int:
         if self.lastrowid is not None:      # rows returned: no need to ask
             return len(self.rows)
-        self._sync()
-        return self._cur.rowcount
+        return self._rowcount()
 
     def fetchone(self):
         return self.rows[0] if self.rows else None
@@ -224,6 +223,7 @@ class PgConnection:
         # The writes of the open transaction as sent, to send again if the
         # server aborts it for another's sake (``_replay``).
         self._writes: list[tuple[str, object, bool]] = []
+        self._replayed: list = []           # the cursors of the writes as last sent again
         self.replays = 0                  # transactions sent again, for tests and status
         self.reconnects = 0               # connections replaced after a pipeline left out of step
         # What tells the other mounts what this commit changed (webfs.changes); None: nothing.
@@ -282,6 +282,7 @@ class PgConnection:
             self.conn.execute("BEGIN")
             self.in_transaction = True
             self._writes = []
+            self._replayed = []
 
     def _end(self, how: str) -> None:
         """COMMIT or ROLLBACK the transaction and leave its pipeline (where a
@@ -367,14 +368,28 @@ class PgConnection:
         self._close_pipeline()
         if self.reconnects == before:       # not already replaced as it was left
             self._reconnect()
+        replayed = self._replayed           # the transaction's own list, which its cursors hold
         self.replays += 1
         self._begin()
+        replayed.clear()
         for text, args, many in writes:
-            if many:
-                self.conn.cursor().executemany(text, args)
-            else:
-                self.conn.execute(text, args)
-        self._writes = writes
+            cur = self.conn.cursor()
+            cur.executemany(text, args) if many else cur.execute(text, args)
+            replayed.append(cur)
+        self._writes, self._replayed = writes, replayed
+
+    def _rowcount_of(self, cur, index: int) -> Callable[[], int]:
+        """How many rows the transaction's write number ``index`` changed, as
+        PgCursor asks it: after the pipeline's sync, and from the statement as
+        sent again if the transaction was replayed meanwhile (the first
+        cursor's connection is gone; another machine may have changed the
+        answer, as an ON CONFLICT DO NOTHING's)."""
+        replayed = self._replayed
+
+        def rowcount() -> int:
+            self._sync()
+            return (replayed[index] if index < len(replayed) else cur).rowcount
+        return rowcount
 
     def _abandon(self, exc: BaseException) -> None:
         """After a statement of the pipeline failed, the server skipped the rest
@@ -390,8 +405,8 @@ class PgConnection:
 
     def _sync(self) -> None:
         with self._lock:
-            if self._pipeline is not None:
-                self._retrying(self._pipeline.sync)
+            if self._pipeline is not None:      # the pipeline of the moment: a replay opens a new one
+                self._retrying(lambda: self._pipeline.sync())
 
     def execute(self, sql: str, args=()) -> PgCursor:
         text, order, writes = self._prepared(sql)
@@ -409,10 +424,12 @@ class PgConnection:
                 self._begin()
                 self.total_changes += 1
             cur, rows = self._retrying(run) if self.in_transaction else run()
+            index = len(self._writes)
             if writes and self.in_transaction:
                 self._writes.append(_as_replayed(text, args, rows) if returning else (text, args or None, False))
+            rowcount = self._rowcount_of(cur, index)
         lastrowid = rows[0][0] if rows and writes else None
-        return PgCursor(rows, lastrowid, cur, self._sync)
+        return PgCursor(rows, lastrowid, rowcount)
 
     def _insert_block_ahead(self, text: str, args) -> PgCursor:
         """A new block's row under an id taken ahead, sent and not waited for.
@@ -429,7 +446,7 @@ class PgConnection:
             text, args = _with_id(text, keep_conflict=False), [block_id, *args]
             cur = self._retrying(lambda: self.conn.execute(text, args))
             self._writes.append((text, args, False))
-        return PgCursor([(block_id,)], block_id, cur, self._sync)
+        return PgCursor([(block_id,)], block_id, self._rowcount_of(cur, len(self._writes) - 1))
 
     def executemany(self, sql: str, rows) -> None:
         text, order, _ = self._prepared(sql)
