@@ -21,13 +21,14 @@ import os
 import sqlite3
 import urllib.parse
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from .block import HEADER_SIZE
 from .catalogengine import SQLITE
 from .catalogfile import full_is_nospace as _full_is_nospace, pack_at_rest
 from .catalogkeys import created_of, hex_of, key, keys, seconds_of, sig_range
 from .catalogmigration import migrate_file
+from .cataloggroups import PlacementGroups
 from .signature import block_name
 from . import lockorder
 
@@ -173,9 +174,6 @@ class BlockRow:
         return row
 
 
-GROUP_CACHE = 8192        # groups whose disk is kept in memory (of 65,536 at depth 3)
-
-
 class SignatureLookup:
     """Which of some signatures a block has (and where some placement groups
     are mapped), asked of a catalog file read only by another process
@@ -207,7 +205,7 @@ class SignatureLookup:
             return []
 
 
-class Catalog:
+class Catalog(PlacementGroups):
     """The catalog of one archive: an SQLite file, or with ``engine`` a
     PostgreSQL database (webfs.catalogengine rewrites the SQL below for it)."""
 
@@ -219,12 +217,21 @@ class Catalog:
             migrate_file(path, SCHEMA, SCHEMA_VERSION)
         self.db = engine.connect(path, CACHE_KIB, WAL_LIMIT)
         self.lock = lockorder.rlock("catalog")
-        self._groups: dict[str, Optional[int]] = {}     # group -> disk (None: not mapped), as read
+        self.forget_group_disks()
         # The namespace's rows kept in memory (webfs.namespace.NamespaceMemo),
         # made by the first NamespaceRows over this catalog; a rollback clears it.
         self.memo = None
         self.inode_numbers = None       # where new inode numbers come from (webfs.machines); None: max + 1
         self.own_stripes = ""           # SQL that keeps a mount to its own open stripes (webfs.machines)
+        # Is this process the catalog's one writer? A token that stays the same
+        # while it is (what it knows of the tables then holds), or None.
+        # SQLite's flock makes it always so; a PostgreSQL mount's lease says
+        # (webfs.machines: no other machine's mount since the token was given).
+        self.solo: Callable[[], Optional[int]] = (lambda: 0) if engine is SQLITE else (lambda: None)
+        # Changes to stripes other than a placement's (a block moved or deleted,
+        # the stripes' own triggers; a rollback): what the parity layout keeps
+        # of a lone mount's open stripes holds while this stays.
+        self.stripe_changes = 0
         engine.create_schema(self.db, SCHEMA)
         with self.lock:
             self._migrate()
@@ -261,10 +268,12 @@ class Catalog:
         view.path = path
         view.engine = engine
         view.lock = lockorder.rlock("catalog snapshot")
-        view._groups = {}
+        view.forget_group_disks()
         view.memo = None
         view.inode_numbers = None
         view.own_stripes = ""
+        view.solo = lambda: None
+        view.stripe_changes = 0
         if engine is SQLITE:
             view.db = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True,
                                       check_same_thread=False)
@@ -312,7 +321,8 @@ class Catalog:
     def rollback(self) -> None:
         with self.lock:
             self.db.rollback()
-            self._groups.clear()
+            self.forget_group_disks()
+            self.stripe_changes += 1
             if self.memo is not None:
                 self.memo.clear()
 
@@ -488,12 +498,14 @@ class Catalog:
         return [BlockRow.of(r) for r in self.query_in(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id IN ({{}})", ids)]
 
     def set_block_disk(self, block_id: int, disk: int) -> None:
+        self.stripe_changes += 1            # (its stripe's disks: a trigger)
         self.execute("UPDATE blocks SET disk=? WHERE id=?", (disk, block_id))
 
     def move_block(self, block_id: int, disk: int) -> None:
         """Record a block on another disk and out of its parity stripe. The stripe
         is marked dirty in the same transaction, so if its parity is not brought
         up to date (the mover does that next) the next open reconciles it."""
+        self.stripe_changes += 1
         self.execute("UPDATE stripes SET state='dirty' WHERE id=(SELECT stripe FROM blocks WHERE id=?)",
                      (block_id,))
         self.execute("UPDATE blocks SET stripe=NULL WHERE id=?", (block_id,))
@@ -505,6 +517,7 @@ class Catalog:
 
     def delete_unused_block(self, block_id: int) -> None:
         """Delete a block's row if the engine's count of it is 0 when the DELETE runs."""
+        self.stripe_changes += 1            # (its stripe's members: a trigger)
         self.execute("DELETE FROM blocks WHERE id=? AND refs<=0", (block_id,))
 
     def quick_check(self) -> str:
@@ -524,68 +537,6 @@ class Catalog:
         # A file with n names holds n references; an open file with no name, one.
         return dict(self.query("SELECT c.block, SUM(MAX(i.nlink, 1)) FROM contents c "
                                "JOIN inodes i ON i.id = c.inode GROUP BY c.block"))
-
-    # -- placement groups ----------------------------------------------------
-
-    def group_disk(self, grp: str) -> Optional[int]:
-        """The disk a group is mapped to (None: its rendezvous home). Kept in
-        memory as read: every new block asks, and only this class changes it."""
-        with self.lock:
-            try:
-                return self._groups[grp]
-            except KeyError:
-                if len(self._groups) >= GROUP_CACHE:
-                    self._groups.clear()
-                disk = self._groups[grp] = self.scalar("SELECT disk FROM groups WHERE grp=?", (grp,))
-                return disk
-
-    def read_groups(self, groups: set[str]) -> None:
-        """Read the disks of these groups into memory at once (a chunk of new
-        blocks is about to ask ``group_disk`` of each)."""
-        with self.lock:
-            todo = [g for g in groups if g not in self._groups][:GROUP_CACHE]
-            if len(self._groups) + len(todo) > GROUP_CACHE:
-                self._groups.clear()
-            found = dict(self.query_in("SELECT grp, disk FROM groups WHERE grp IN ({})", todo))
-            for g in todo:
-                self._groups[g] = found.get(g)
-
-    def set_group_disk(self, grp: str, disk: int, home: Optional[int] = None) -> None:
-        """Map a group to a disk. With a home, that is its new rendezvous home
-        (a rebalance); without, it keeps the home it had (cooling moves it away)."""
-        self.execute("INSERT INTO groups (grp, disk, home) VALUES (?, ?, ?) "
-                     "ON CONFLICT (grp) DO UPDATE SET disk=excluded.disk, "
-                     "home=COALESCE(excluded.home, groups.home, groups.disk)", (grp, disk, home))
-        with self.lock:
-            self._groups[grp] = disk
-
-    def group_homes(self) -> dict[str, tuple[int, int]]:
-        """group -> (disk, rendezvous home when placed) of every mapped group."""
-        return {g: (d, d if h is None else h)
-                for g, d, h in self.query("SELECT grp, disk, home FROM groups")}
-
-    def forget_groups_on(self, disk: int) -> None:
-        """Drop the map entries of a disk that leaves the archive."""
-        self.execute("DELETE FROM groups WHERE disk=?", (disk,))
-        with self.lock:
-            self._groups.clear()
-
-    def group_accesses(self) -> list[tuple[str, str]]:
-        """(group, access times as saved by set_group_heats) of every group read so far."""
-        return [tuple(r) for r in self.query("SELECT grp, accesses FROM groups WHERE accesses != ''")]
-
-    def set_group_heats(self, rows: list[tuple[str, float, str]]) -> None:
-        """(group, heat, access times) of groups that hold a block; a group
-        not yet mapped is mapped to the disk of one of its blocks."""
-        with self.lock, _full_is_nospace:
-            self.db.executemany(
-                "INSERT INTO groups (grp, disk, heat, accesses) "
-                "SELECT ?1, disk, ?2, ?3 FROM blocks WHERE sig BETWEEN ?4 AND ?5 AND grp=?1 LIMIT 1 "
-                "ON CONFLICT (grp) DO UPDATE SET heat=excluded.heat, accesses=excluded.accesses",
-                [(*row, *sig_range(row[0])) for row in rows])
-            for row in rows:
-                if self._groups.get(row[0], 0) is None:
-                    del self._groups[row[0]]        # mapped now, to the disk of a block
 
     # -- figures -------------------------------------------------------------
 

@@ -115,6 +115,16 @@ class MachineLease:
         # Are other machines' mounts holding rows (as of the last renewal)? Then a
         # new name is checked against theirs as it is made (InodeNumbers.checked).
         self.others_mounted = True
+        # Counts the renewals that found others: while it stays the same and
+        # none are mounted, no other machine has written since (``alone_since``).
+        self.others_seen = 0
+
+    def alone_since(self) -> Optional[int]:
+        """A token that stays the same while this mount stays alone, or None
+        while others are mounted (webfs.catalog's ``solo``): a second machine,
+        once counted, ends the lone mount's knowledge for good."""
+        seen = self.others_seen
+        return None if self.others_mounted else seen
 
     def take(self) -> None:
         """Make the row (and the tables, the first time), or ArchiveBusy when
@@ -170,8 +180,11 @@ class MachineLease:
                                        (self.machine, self.token)).rowcount)
 
     def _count_others(self) -> None:
-        self.others_mounted = self._conn.execute("SELECT 1 FROM mounts WHERE machine != %s LIMIT 1",
-                                                 (self.machine,)).fetchone() is not None
+        others = self._conn.execute("SELECT 1 FROM mounts WHERE machine != %s LIMIT 1",
+                                    (self.machine,)).fetchone() is not None
+        if others:
+            self.others_seen += 1       # before the flag: a reader between the two sees a new token
+        self.others_mounted = others
 
     @property
     def fence(self) -> tuple[str, tuple]:
@@ -328,6 +341,7 @@ def lease_for(catalog, state_dir: str, renew: float) -> Optional[MachineLease]:
         catalog.db.session("SELECT set_config('webfs.machine', %s, false)", (lease.machine,))
     catalog.db.fence = lease.fence
     catalog.db.alone = lambda: not lease.others_mounted
+    catalog.solo = lease.alone_since
     catalog.inode_numbers = InodeNumbers(lease)
     catalog.own_stripes = OWN_STRIPES
     return lease

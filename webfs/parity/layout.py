@@ -70,6 +70,7 @@ class Stripe:
 def add_stripes(catalog: Catalog, stripes: list[Stripe]) -> None:
     """Stripes written into the ``stripes`` table as they are (a catalog being
     rebuilt from parity headers); one already there is replaced."""
+    catalog.stripe_changes += 1
     for s in stripes:
         catalog.execute(f"INSERT OR REPLACE INTO stripes ({STRIPE_COLUMNS}) VALUES (?,?,?,?,?,?,?)",
                         (key(s.id), *astuple(s)[1:]))
@@ -97,6 +98,11 @@ class StripeLayout:
         self.pair_bytes: Counter[tuple[int, int]] = Counter()
         self.parity_bytes: Counter[int] = Counter()
         self._group, self._ids_left = "", 0         # see new_stripe_id
+        # A lone mount's open stripes by size class, as placements left them,
+        # and (catalog.solo(), catalog.stripe_changes) when they were read
+        # (``_open_stripes``).
+        self._open: dict[int, dict[str, list]] = {}
+        self._open_at: Optional[tuple[int, int, int]] = None
         self.recount()
 
     @property
@@ -123,16 +129,19 @@ class StripeLayout:
 
     def mark_dirty(self, stripe_id: str) -> None:
         """Its parity may disagree with the catalog: reconciled at the next open or repair."""
+        self.changed()
         self.catalog.execute("UPDATE stripes SET state='dirty' WHERE id=?", (key(stripe_id),))
 
     def agreed(self, stripe_id: str, parity_disk: int, rows: list[BlockRow]) -> None:
         """Its parity file now lists exactly these members."""
+        self.changed()
         self.catalog.execute(
             "UPDATE stripes SET state='ok', length=?, members=?, disks=? WHERE id=?",
             (max(r.stored for r in rows), len(rows), disk_mask(parity_disk, rows), key(stripe_id)))
 
     def dropped(self, stripe: Stripe) -> None:
         """A stripe with no member left goes (its parity file is removed by the caller)."""
+        self.changed()
         self.catalog.execute("DELETE FROM stripes WHERE id=?", (key(stripe.id),))
         self.counters(stripe.size_class)[1][stripe.parity_disk] -= 1
         self.parity_bytes[stripe.parity_disk] -= stripe.length
@@ -149,6 +158,7 @@ class StripeLayout:
     def recount(self) -> None:
         """Recount, from the catalog, the stripes each pair of disks shares and
         the parity files on each disk, per size class."""
+        self.changed()
         for counter in (self.pairs, self.parities, self.pair_bytes, self.parity_bytes):
             counter.clear()
         for cls, disks, parity_disk, n, length in self.catalog.query(
@@ -182,22 +192,18 @@ class StripeLayout:
         draining = {i.index for i in self.archive.conf.disks if i.weight <= 0}
         room = self.archive.has_room        # for a parity file: its length and a header
         classes = sorted({c + k for c in map(size_class, (r.stored for r in rows)) for k in (-1, 0, 1)})
-        # The open stripes of these classes and their neighbours: [parity disk, disks,
-        # members, class, length] by id. IN, not BETWEEN: each class is then a range of the
-        # stripes_open index on members too, instead of every stripe of the classes (96 us -> 9 us).
-        open_: dict[int, dict[str, list]] = {c: {} for c in classes}
-        for stripe_id, parity_disk, disks, members, cls, length in self.catalog.query_in(
-                "SELECT id, parity_disk, disks, members, size_class, length FROM stripes "
-                "WHERE size_class IN ({}) AND members<? AND state='ok'" + self.catalog.own_stripes,
-                classes, (width,)):
-            open_[cls][stripe_id.hex()] = [parity_disk, disks, members, cls, length]
+        open_ = self._open_stripes(classes, width)
         joined: dict[str, list] = {}        # existing stripes: [members, disks, length] added
         started: dict[str, list] = {}       # new stripes, as open_ has them
         placed: list[Optional[Placement]] = []
-        for row in rows:
-            placed.append(self._place(row, open_, joined, started, volumes, draining, room))
-            if placed[-1] is not None:
-                row.stripe = placed[-1].stripe_id
+        try:
+            for row in rows:
+                placed.append(self._place(row, open_, joined, started, volumes, draining, room))
+                if placed[-1] is not None:
+                    row.stripe = placed[-1].stripe_id
+        except BaseException:
+            self._open_at = None        # half placed in memory only: read again
+            raise
         self.catalog.executemany(
             "UPDATE stripes SET members=members+?, disks=disks|?, length=MAX(length, ?) WHERE id=?",
             [(*added, key(stripe_id)) for stripe_id, added in joined.items()])
@@ -210,11 +216,41 @@ class StripeLayout:
                                  [(key(r.stripe), r.id) for r, p in zip(rows, placed) if p is not None and r.id])
         return placed
 
+    def _open_stripes(self, classes: list[int], width: int) -> dict[int, dict[str, list]]:
+        """The open stripes of these classes: [parity disk, disks, members,
+        class, length] by id, for ``place`` to update as it fills them. A
+        mount alone keeps them from one placement to the next: its own
+        placements are the only change to them until ``catalog.stripe_changes``
+        moves (a block moved or deleted, a stripe reconciled, a rollback) or
+        another machine mounts; then they are read again. A round trip a new
+        block fewer with PostgreSQL (webfs-internals(7))."""
+        token = self.catalog.solo()
+        at = None if token is None else (token, self.catalog.stripe_changes, width)
+        if at is None or at != self._open_at:
+            self._open, self._open_at = {}, at
+        missing = [c for c in classes if c not in self._open]
+        for c in missing:
+            self._open[c] = {}
+        if missing:
+            # IN, not BETWEEN: each class is then a range of the stripes_open
+            # index on members too, instead of every stripe of the classes (96 us -> 9 us).
+            for stripe_id, parity_disk, disks, members, cls, length in self.catalog.query_in(
+                    "SELECT id, parity_disk, disks, members, size_class, length FROM stripes "
+                    "WHERE size_class IN ({}) AND members<? AND state='ok'" + self.catalog.own_stripes,
+                    missing, (width,)):
+                self._open[cls][stripe_id.hex()] = [parity_disk, disks, members, cls, length]
+        return self._open
+
+    def changed(self) -> None:
+        """Stripes changed other than by a placement: what ``_open_stripes`` keeps is read again."""
+        self.catalog.stripe_changes += 1
+
     def unplace(self, row: BlockRow) -> None:
         """A block placed before its row was inserted, whose insert failed (or
         another machine's came first): its stripe counts it no more and is
         marked dirty, as when a member's row is deleted (the blocks_leave_stripe
         trigger), for the reconciler (``Parity.blocks_added``)."""
+        self.changed()
         self.catalog.execute("UPDATE stripes SET state='dirty', members=members-1, disks=disks & ~(1 << ?) "
                              "WHERE id=?", (row.disk, key(row.stripe)))
 

@@ -1,0 +1,108 @@
+"""What a PostgreSQL mount alone keeps instead of asking the catalog per new
+block (a real server, tests/postgres.py; no FUSE mount): the placement
+groups' disks, read once, and its open stripes, kept from one placement to
+the next; and a second machine's mount ending both (webfs.cataloggroups,
+webfs.parity.layout, webfs.machines).
+
+Each test changes the tables behind the mount's back, as no other machine
+may while it is alone: what the mount then does shows whether it asked."""
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from conftest import make_archive
+from webfs import machines
+from webfs.assembly import open_archive
+from webfs.parity.layout import bits
+from webfs.signature import group_of
+from webfs.store import Piece
+
+
+@pytest.fixture
+def lone(tmp_path, postgres):
+    db = postgres.new_database()
+    disks = make_archive(tmp_path, catalog_url=postgres.url(db))
+    store = open_archive(str(disks[0]), holder="test", shared=True)
+    lease = machines.lease_for(store.catalog, str(tmp_path / "state-a"), renew=60.0)
+    assert not lease.others_mounted
+    yield store, lease, db
+    store.close()
+    lease.release()
+
+
+def _second_machine(store, lease) -> machines.MachineLease:
+    """Another machine's lease, taken once this mount has heard of it (its renewal)."""
+    other = machines.MachineLease(store.catalog.engine, "machine-b", renew=60.0)
+    taking = threading.Thread(target=other.take)
+    taking.start()
+    while taking.is_alive():
+        lease.renew_once()
+        taking.join(0.05)
+    assert lease.others_mounted
+    return other
+
+
+def _group_not_mapped(store) -> str:
+    groups = {g for g, in store.catalog.query("SELECT grp FROM groups")}
+    return next(g for g in (f"{i:04x}" for i in range(65536)) if g not in groups)
+
+
+def test_a_lone_mount_reads_the_groups_once_and_a_second_machine_ends_it(lone, postgres):
+    store, lease, db = lone
+    store.store(b"a first document")
+    store.commit()
+    grp = _group_not_mapped(store)
+    postgres.psql(db, f"INSERT INTO groups (grp, disk) VALUES ('{grp}', 3)")
+    assert store.catalog.group_disk(grp) is None        # alone: asked nothing, not mapped
+    other = _second_machine(store, lease)
+    assert store.catalog.group_disk(grp) == 3           # others mounted: asked
+    other.release()
+    lease.renew_once()
+    assert not lease.others_mounted
+    later = _group_not_mapped(store)
+    postgres.psql(db, f"INSERT INTO groups (grp, disk) VALUES ('{later}', 2)")
+    # Alone again, but what it read before the other came is not trusted: read again.
+    assert store.catalog.group_disk(later) == 2
+
+
+def _joining(store, stripe_disks: int, size: int) -> bytes:
+    """A document of this size whose block goes to a disk the stripe does not hold."""
+    for i in range(1000):
+        data = random.Random(i).randbytes(size)       # stored as it is: one size class
+        grp = group_of(Piece(data).signed(store.signature_fn).sig, store.conf.depth)
+        if store.home_disks(grp)[0] not in bits(stripe_disks):
+            return data
+    raise AssertionError("no document found for another disk")
+
+
+def _stripe_of(store, data: bytes):
+    row = store.store(data)
+    store.commit()
+    return row.stripe, store.protection.layout.stripe(row.stripe)
+
+
+def test_a_lone_mount_keeps_its_open_stripes_until_a_second_machine_mounts(lone, postgres):
+    store, lease, db = lone
+    assert store.protection.layout.width >= 2
+    first, stripe = _stripe_of(store, random.Random("x").randbytes(4000))
+    # Taken out of the open stripes behind the mount's back.
+    postgres.psql(db, f"UPDATE stripes SET state='dirty' WHERE id='\\x{first}'")
+    joined, _ = _stripe_of(store, _joining(store, stripe.disks, 4000))
+    assert joined == first                  # alone: its open stripes were not read again
+    _second_machine(store, lease)
+    stripe = store.protection.layout.stripe(first)
+    placed, _ = _stripe_of(store, _joining(store, stripe.disks, 4000))
+    assert placed != first                  # others mounted: read, and the dirty stripe left alone
+
+
+def test_a_change_to_the_stripes_other_than_a_placement_has_them_read_again(lone, postgres):
+    store, lease, db = lone
+    first, stripe = _stripe_of(store, random.Random("y").randbytes(4000))
+    postgres.psql(db, f"UPDATE stripes SET state='dirty' WHERE id='\\x{first}'")
+    store.catalog.stripe_changes += 1       # as a block moved or deleted, a stripe reconciled
+    placed, _ = _stripe_of(store, _joining(store, stripe.disks, 4000))
+    assert placed != first
+
