@@ -201,9 +201,15 @@ class StripeLayout:
                 placed.append(self._place(row, open_, joined, started, volumes, draining, room))
                 if placed[-1] is not None:
                     row.stripe = placed[-1].stripe_id
+            self._record(rows, placed, joined, started)
         except BaseException:
-            self._open_at = None        # half placed in memory only: read again
+            self._open_at = None        # placed in memory, maybe not in the catalog: read again
             raise
+        return placed
+
+    def _record(self, rows: list[BlockRow], placed: list[Optional[Placement]], joined: dict[str, list],
+                started: dict[str, list]) -> None:
+        """``place``'s choices written into the catalog, once per table."""
         self.catalog.executemany(
             "UPDATE stripes SET members=members+?, disks=disks|?, length=MAX(length, ?) WHERE id=?",
             [(*added, key(stripe_id)) for stripe_id, added in joined.items()])
@@ -214,7 +220,6 @@ class StripeLayout:
              for stripe_id, (p, disks, members, cls, length) in started.items()])
         self.catalog.executemany("UPDATE blocks SET stripe=? WHERE id=?",       # (id 0: not inserted yet)
                                  [(key(r.stripe), r.id) for r, p in zip(rows, placed) if p is not None and r.id])
-        return placed
 
     def _open_stripes(self, classes: list[int], width: int) -> dict[int, dict[str, list]]:
         """The open stripes of these classes: [parity disk, disks, members,
