@@ -8,7 +8,7 @@ import os
 import subprocess
 
 from conftest import Mounted, webfs
-from t2_warc import records_of, write_warc
+from t2_warc import records_of, tree, write_warc
 
 PAGES = [(f"http://site.org/{i % 5}/p{i}.html", b"<html>page %d</html>" % i * (1 + i % 30)) for i in range(200)]
 
@@ -89,5 +89,63 @@ def test_an_out_already_there_is_refused_without_force(tmp_path):
             webfs("export-warc", "--force", m.mnt / "c", tmp_path / out)
             assert records_of(tmp_path / out) == records_of(src)
         assert not (tmp_path / "link.warc.gz").is_symlink() and target.read_bytes() == b"not an export"
+    finally:
+        m.umount()
+
+
+def test_an_export_after_rm_leaves_the_deleted_captures_out(tmp_path):
+    """rm of a plain page, of an encoded page (its entity kept in the heads) and
+    of a revisit's original through the mount, then export-warc, run in the
+    daemon (OUT outside) and by the command (OUT in the mount): the records of
+    the deleted captures are left out and counted, every other record is the
+    input's, byte-identical; the revisit is kept as the revisit it is."""
+    from t4_warc_pages import ENCODED, encoded_warc
+    m = Mounted(tmp_path, disks=3)
+    try:
+        page = b"<html>the original page</html>"
+        a = write_warc(tmp_path / "a.warc.gz", [("http://example.com/", page)] + PAGES[:3], every_type=True)
+        enc = encoded_warc(tmp_path / "enc.warc.gz", ENCODED[:2])
+        webfs("import-warc", "--collection", "c", a, m.mnt)
+        webfs("import-warc", "--collection", "c", enc, m.mnt)
+        host = m.mnt / "c" / "http" / "example.com"
+        gone = [host / "@20240101120000", host / "gz.html@20240101120000",
+                next((m.mnt / "c" / "http" / "site.org" / "1").iterdir())]
+        for f in gone:
+            f.unlink()
+        left = [r for r in records_of(a) + records_of(enc)
+                if r["uri"] not in ("http://example.com/", "http://example.com/gz.html", "http://site.org/1/p1.html")
+                or r["type"] not in ("response", "resource")]
+        assert any(r["type"] == "revisit" for r in left)
+        for out in (tmp_path / "out.warc.gz", m.mnt / "again.warc.gz"):
+            res = webfs("export-warc", m.mnt / "c", out)
+            assert b"(100%) byte-identical" in res.stdout and b"; 3 left out: their captures were deleted" in res.stdout
+            assert records_of(out) == left
+    finally:
+        m.umount()
+
+
+def test_an_unreadable_capture_in_a_mount_still_fails_the_export(tmp_path):
+    """A block damaged on the only disk (no parity to mend it from): the export,
+    in the daemon and by the command, stops naming the capture (not left out as
+    if it were deleted), exit 1, no OUT."""
+    m = Mounted(tmp_path, disks=1)
+    try:
+        webfs("import-warc", "--collection", "c", write_warc(tmp_path / "a.warc.gz", PAGES[:20]), m.mnt)
+        victim = next((m.mnt / "c" / "http" / "site.org" / "2").iterdir())
+        m.umount()
+        t = tree(m.disks[0], "/c")
+        try:
+            row = t.ns.contents(t.inode(b"http/site.org/2/" + os.fsencode(victim.name)))[0]
+            block = m.disks[0] / t.store.archive.volumes[row.disk].block_path(row.sig)
+        finally:
+            t.close()
+        raw = bytearray(block.read_bytes())
+        raw[-3] ^= 0xFF
+        block.write_bytes(bytes(raw))
+        m.mount()
+        for out in (tmp_path / "out.warc.gz", m.mnt / "again.warc.gz"):
+            proc = webfs("export-warc", m.mnt / "c", out, check=False)
+            assert proc.returncode == 1 and f"{victim.name}: cannot be read".encode() in proc.stderr, proc.stderr
+            assert not os.path.lexists(out) and not os.path.lexists(str(out) + ".part")
     finally:
         m.umount()

@@ -63,7 +63,9 @@ def export_warc(split, duplicates, order, host, since, until, query_text, resume
     """Write COLLECTION (a directory in a mount, or DISK:/NAME) as WARC,
     one gzip member per record: each record byte-identical to the one
     imported where the kept bytes allow, otherwise a valid WARC/1.1 record
-    with the same URI, date, record id, HTTP headers and payload.
+    with the same URI, date, record id, HTTP headers and payload. A record
+    whose capture file was deleted (rm) is left out and counted; a capture
+    that cannot be read stops the export.
 
     In a mount, the mount's daemon reads the blocks and writes OUT (unless
     OUT is in that mount). OUT is written as OUT.part, created new, and

@@ -9,6 +9,7 @@ all of it, as a restartable stream (``export_stream``, after webfs.stream).
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import itertools
 import os
@@ -115,10 +116,30 @@ def _in_order(tree, order: str, pool) -> Iterator[tuple[bytes, bytes, IndexLine,
         yield caps[i] + (wheres[i],)
 
 
+def _there(tree, capture: bytes) -> bool:
+    """Is a record's capture file still in the collection? Not: it was deleted
+    (rm through the mount) and its record is left out of the export. Asked of
+    the name, not told by a read's error: a block that cannot be read is an
+    error of the export, never a record left out (an error of the lookup
+    itself is raised too)."""
+    try:
+        tree.size(capture)
+    except FileNotFoundError:
+        return False
+    except FsError as exc:
+        if exc.errno == errno.ENOENT:
+            return False
+        raise WebfsError(f"{show_path(capture)}: cannot be read: {exc}") from None
+    except OSError as exc:
+        raise WebfsError(f"{show_path(capture)}: cannot be read: {exc}") from None
+    return True
+
+
 def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where],
-            duplicates: str) -> tuple[bytes, bool, bytes]:
+            duplicates: str) -> Optional[tuple[bytes, bool, bytes]]:
     """One record's bytes, whether they are byte-identical to the source's, and
-    the gz column to make its gzip member with (b"" when not identical)."""
+    the gz column to make its gzip member with (b"" when not identical); None
+    when its capture file was deleted since the import (``_there``)."""
     p = ln.ho
     head = heads[p:p + ln.wl]
     p += ln.wl
@@ -126,12 +147,16 @@ def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where
     p += ln.hl
     identical = True
     if where is None:
+        if ln.capture != b"-" and not _there(tree, ln.capture):
+            return None         # kept whole in the heads (a revisit, an encoded page), its file deleted
         payload = heads[p:p + ln.pl]
         p += ln.pl
     else:
         try:
             payload = tree.fetch(where)
         except (OSError, FsError, WebfsError) as exc:
+            if not _there(tree, ln.capture):
+                return None
             raise WebfsError(f"{show_path(ln.capture)}: cannot be read: {exc}") from None
     tail = heads[p:p + ln.tl]
     if ln.rtype == "revisit" and duplicates == "full" and ln.capture != b"-" and head.startswith(b"WARC/"):
@@ -158,12 +183,17 @@ def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where
 
 def _members(tree, batch: list[tuple], duplicates: str, gz: bool = True) -> list[tuple[bytes, bool, bool, int]]:
     """A batch of records as gzip members (plain records unless ``gz``): (member,
-    record byte-identical, the source's very member, record bytes) each. Run in
+    record byte-identical, the source's very member, record bytes) each, the
+    member None for a record whose capture was deleted. Run in
     the export's threads: the reads of a batch overlap those of the others, and
     zlib lets go of the GIL."""
     out = []
     for rec in batch:
-        data, identical, recipe = _record(tree, *rec, duplicates)
+        made = _record(tree, *rec, duplicates)
+        if made is None:
+            out.append((None, False, False, 0))     # its capture deleted: counted, not written
+            continue
+        data, identical, recipe = made
         member, same_member = _gzip_member(data, recipe) if gz else (data, False)
         out.append((member, identical, same_member, len(data)))
     return out
@@ -396,15 +426,16 @@ def export_tree(tree, out: str, split: Optional[int] = None, duplicates: str = "
         raise WebfsError(f"{tree.name}: not a collection made by import-warc (it has no {KEEP_DIR.decode()}/)")
     progress = progress or admin.Progress()
     progress.set_total(None, "exporting")
-    figures = {"records": 0, "identical": 0, "gzip_identical": 0, "bytes": 0, "files": []}
+    figures = {"records": 0, "identical": 0, "gzip_identical": 0, "bytes": 0, "deleted": 0, "files": []}
     files = OutFiles(out, split, force)
     files.check(files.name(1))          # refused before a record is read
     told, last = 0, time.monotonic()
     try:
         for member, identical, same_member, size in collection_members(tree, duplicates, order, files.gz):
-            files.write(member)
-            testkill.point("export-after-member")
-            _count(figures, identical, same_member, size)
+            if member is not None:
+                files.write(member)
+                testkill.point("export-after-member")
+            _count(figures, member, identical, same_member, size)
             if progress.stopping:
                 raise WebfsError(f"stopped before the end; {out} not written")
             if time.monotonic() - last >= PROGRESS_EVERY:      # not a socket write per record
@@ -423,10 +454,14 @@ def _summary(figures: dict) -> admin.Result:
     return admin.Result([f"exported {figures['records']} records ({human(figures['bytes'])}) into "
                          f"{len(figures['files'])} file(s); {figures['identical']} ({share:.0%}) byte-identical "
                          f"to the records imported, {figures['gzip_identical']} of them in the very gzip "
-                         "member of the source"], 0, figures)
+                         "member of the source" + (f"; {figures['deleted']} left out: their captures were "
+                                                   "deleted" if figures["deleted"] else "")], 0, figures)
 
 
-def _count(figures: dict, identical: bool, same_member: bool, size: int) -> None:
+def _count(figures: dict, member: Optional[bytes], identical: bool, same_member: bool, size: int) -> None:
+    if member is None:
+        figures["deleted"] += 1
+        return
     figures["records"] += 1
     figures["identical"] += identical
     figures["gzip_identical"] += same_member
@@ -480,11 +515,12 @@ def export_stream(tree: DiskTree, out: str, pos: Position, force: bool = False,
         files.reopen(place["files"], place["size"])
     else:
         files.check(files.name(1))
-    figures = {"records": 0, "identical": 0, "gzip_identical": 0, "bytes": 0, "files": []}
+    figures = {"records": 0, "identical": 0, "gzip_identical": 0, "bytes": 0, "deleted": 0, "files": []}
     try:
         for (member, identical, same_member, size), after in _stream_records(tree, pos, files.gz):
-            files.write(member)
-            _count(figures, identical, same_member, size)
+            if member is not None:
+                files.write(member)
+            _count(figures, member, identical, same_member, size)
             after.place["files"], after.place["size"] = files.written()
             if on_token is not None:
                 on_token(after.token(), after.place["size"])
