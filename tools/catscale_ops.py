@@ -53,7 +53,7 @@ def listing(ns: Namespace, ino: int) -> int:
     """Entries of a directory, read as readdir reads them."""
     after, n = 0, 0
     while True:
-        batch = ns.entries(ino, after, 200, keep=True)
+        batch = ns.listing(ino, after, 200)
         if not batch:
             return n
         n += len(batch)
