@@ -384,6 +384,25 @@ class Memfs(CFuseTarget):
 
 # ---------------------------------------------------------------- webfs
 
+def wait_for_detached_index_passes(timeout=600):
+    """Until no indexing process left by an import runs (webfs.indexprocess:
+    one running serve_apart in a session of its own)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = []
+        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    if b"serve_apart" in f.read() and os.getsid(pid) == pid:
+                        left.append(pid)
+            except OSError:
+                continue
+        if not left:
+            return
+        time.sleep(0.2)
+    raise BenchError("an indexing process left by an import still runs after %d s" % timeout)
+
+
 class Webfs(Target):
     fuse = True
     keep_ingest = True          # the read sections use the archive ingest made
@@ -437,6 +456,20 @@ class Webfs(Target):
 
     def mount(self):
         self.start_daemon(self.mount_argv(), self.path, timeout=600)
+
+    def destroy(self):
+        """As any target's; an import of an unmounted archive may leave its
+        last index pass to a process that goes on after the command (webfs(1),
+        the query index): a removal that met it waits for it and removes again."""
+        self.umount()
+        for d in self.backing():
+            try:
+                rmtree(d)
+            except BenchError:
+                log("%s: %s was still being written (an index pass left by an import?): "
+                    "waiting for it" % (self.name, d))
+                wait_for_detached_index_passes()
+                rmtree(d)
 
     def umount(self):
         self.stop_daemon(self.path, [self.cmd(), "umount", self.path])
