@@ -369,10 +369,8 @@ class PgConnection:
         after a pipeline's error the old one was found answering a statement
         with another's result even once libpq had left pipeline mode, so
         none of its socket is trusted (the server rolls the old session back)."""
-        writes, before = self._writes, self.reconnects
-        self._close_pipeline()
-        if self.reconnects == before:       # not already replaced as it was left
-            self._reconnect()
+        writes = self._writes
+        self._close_pipeline()              # quiet: on a new connection
         replayed = self._replayed           # the transaction's own list, which its cursors hold
         self.replays += 1
         self._begin()
@@ -383,7 +381,7 @@ class PgConnection:
             replayed.append(cur)
         self._writes, self._replayed = writes, replayed
 
-    def _rowcount_of(self, cur, index: int) -> Callable[[], int]:
+    def _rowcount_of(self, cur, index: Optional[int]) -> Callable[[], int]:
         """How many rows the transaction's write number ``index`` changed, as
         PgCursor asks it: after the pipeline's sync, and from the statement as
         sent again if the transaction was replayed meanwhile (the first
@@ -393,7 +391,7 @@ class PgConnection:
 
         def rowcount() -> int:
             self._sync()
-            return (replayed[index] if index < len(replayed) else cur).rowcount
+            return (replayed[index] if index is not None and index < len(replayed) else cur).rowcount
         return rowcount
 
     def _abandon(self, exc: BaseException) -> None:
@@ -429,8 +427,9 @@ class PgConnection:
                 self._begin()
                 self.total_changes += 1
             cur, rows = self._retrying(run) if self.in_transaction else run()
-            index = len(self._writes)
+            index = None                    # not a write of the transaction: never sent again
             if writes and self.in_transaction:
+                index = len(self._writes)
                 self._writes.append(_as_replayed(text, args, rows) if returning else (text, args or None, False))
             rowcount = self._rowcount_of(cur, index)
         lastrowid = rows[0][0] if rows and writes else None
