@@ -23,11 +23,12 @@ from conftest import Mounted, sh
 NOBODY = 65534
 
 
-@pytest.fixture
-def shared(tmp_path):
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
     """A mount other users may enter (allow_other; pytest's tmp is root-only),
-    with a directory that belongs to nobody."""
-    m = Mounted(tmp_path, disks=2, mount=False)
+    with a directory that belongs to nobody; one for the module (each test
+    has its own file)."""
+    m = Mounted(tmp_path_factory.mktemp("setuid"), disks=2, mount=False)
     m.mnt = Path(tempfile.mkdtemp(prefix="webfs-setuid-"))
     os.chmod(m.mnt, 0o755)
     m.mount("allow_other")
@@ -52,18 +53,18 @@ def _mode(path: Path) -> int:
 
 
 def test_a_write_by_the_owner_clears_setuid_and_setgid(shared):
-    suid = _made_by_nobody(shared, "suid", 0o4755)
-    sgid = _made_by_nobody(shared, "sgid", 0o2775)
+    suid = _made_by_nobody(shared, "written", 0o4755)
+    sgid = _made_by_nobody(shared, "written-sgid", 0o2775)
     sh(f"runuser -u nobody -- sh -c 'printf more >> {suid}; printf more >> {sgid}'")
     assert _mode(suid) == 0o755 and _mode(sgid) == 0o775
     assert suid.read_bytes() == b"programmore"
     shared.remount("allow_other")
-    assert _mode(shared.mnt / "home" / "suid") == 0o755
-    assert _mode(shared.mnt / "home" / "sgid") == 0o775
+    assert _mode(shared.mnt / "home" / "written") == 0o755
+    assert _mode(shared.mnt / "home" / "written-sgid") == 0o775
 
 
 def test_a_truncate_by_the_owner_clears_setuid(shared):
-    path = _made_by_nobody(shared, "suid", 0o4755)
+    path = _made_by_nobody(shared, "truncated", 0o4755)
     sh(f"runuser -u nobody -- truncate -s 3 {path}")
     assert _mode(path) == 0o755 and path.read_bytes() == b"pro"
 
@@ -77,14 +78,14 @@ def test_setgid_without_group_execute_is_kept_by_a_write(shared):
 
 
 def test_a_chown_clears_setuid_even_by_root(shared):
-    path = _made_by_nobody(shared, "suid", 0o4755)
+    path = _made_by_nobody(shared, "chowned", 0o4755)
     os.chown(path, 0, 0)
     assert _mode(path) == 0o755 and path.stat().st_uid == 0
 
 
 def test_roots_own_write_keeps_setuid(shared):
     """root has CAP_FSETID: its write leaves the bits, as on a local file system."""
-    path = _made_by_nobody(shared, "suid", 0o4755)
+    path = _made_by_nobody(shared, "by-root", 0o4755)
     with open(path, "ab") as f:
         f.write(b"by root")
     assert _mode(path) == 0o4755
