@@ -64,8 +64,10 @@ def export_warc(split, duplicates, order, host, since, until, query_text, resume
     one gzip member per record: each record byte-identical to the one
     imported where the kept bytes allow, otherwise a valid WARC/1.1 record
     with the same URI, date, record id, HTTP headers and payload. A record
-    whose capture file was deleted (rm) is left out and counted; a capture
-    that cannot be read stops the export.
+    whose capture file was deleted (rm) is left out and counted, also one
+    removed (or renamed over) while the export runs, never written empty or
+    with another file's bytes; a capture that cannot be read stops the
+    export.
 
     In a mount, the mount's daemon reads the blocks and writes OUT (unless
     OUT is in that mount). OUT is written as OUT.part, created new, and

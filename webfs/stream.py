@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import base64
 import collections
+import functools
 import json
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from . import indexer, query
-from .errors import WebfsError
+from . import indexer, query, testkill, walkread
+from .errors import FsError, WebfsError
 
 PAGE = 1000                     # files asked of the catalog at a time
 READ_AHEAD = 16                 # pages read ahead per disk
@@ -101,6 +102,7 @@ def pages(store, pos: Position) -> Iterator[tuple[str, int, Position]]:
             path = paths(ino)
             if path is None or "/" not in path or path.split("/")[1] == indexer.KEEP_DIR:
                 continue            # not a page (webfs.indexer)
+            testkill.point("stream-after-walk")
             yield path, ino, pos.at(grp, ino)
     finally:
         cat.close()
@@ -179,16 +181,23 @@ def read_in_order(jobs: Iterator[tuple[int, Callable[[], Any], Any]], disks: int
 
 def tar_chunks(store, pos: Position) -> Iterator[tuple[bytes, Position]]:
     """(tar member, the position after it) of each page still to send, read from
-    the blocks by one thread per disk (``read_in_order``)."""
+    the blocks by one thread per disk (``read_in_order``). A page removed
+    after the walk found it is no member (b"", its position all the same):
+    left out, as if removed before the stream reached it (webfs.walkread)."""
     from .namespace import Namespace
     ns = Namespace(store)
 
-    def member(path: str, node, rows) -> Callable[[], bytes]:
-        return lambda: tar_member(path, b"".join(store.read(r) for r in rows), node.mtime_ns, node.mode)
+    def member(path: str, ino: int, rows) -> Callable[[], bytes]:
+        try:
+            node = ns.get(ino)
+        except FsError:
+            return lambda: b""      # removed after the walk found it
+        data = functools.partial(walkread.read_found, ns, store, ino, rows)
+        return lambda: b"" if (got := data()) is None else tar_member(path, got, node.mtime_ns, node.mode)
 
     def jobs():
         for path, ino, after in pages(store, pos):
-            rows = ns.contents(ino)
-            yield disk_of(rows), member(path, ns.get(ino), rows), after
+            rows = ns.contents(ino, named=True)
+            yield disk_of(rows), member(path, ino, rows), after
 
     return read_in_order(jobs(), len(store.archive.volumes))

@@ -5,8 +5,11 @@ Like SnapRAID's ``--test-kill-after-sync``: tests set ``WEBFS_TEST_KILL_AT``
 to one of ``POINTS`` (optionally ``POINT:N``, the N-th time it is reached;
 default the first), the daemon reads it once when it starts (``arm``), and
 ``point(name)`` sends it SIGKILL there, leaving the disks exactly as a
-crash at that instant would. Unset (always, outside tests), ``point`` costs
-one comparison.
+crash at that instant would. ``POINT:N:stop`` sends SIGSTOP instead, once:
+the process stands still there until the test, having seen it stop
+(waitpid with WUNTRACED) and changed the archive beside it, sends SIGCONT,
+so an interleaving is made without a race against the clock. Unset
+(always, outside tests), ``point`` costs one comparison.
 """
 from __future__ import annotations
 
@@ -32,42 +35,48 @@ POINTS = {
     "checkpoint-after-journal": "MANIFEST and JOURNAL are replaced on the first disk; not on the others",
     "export-after-member": "export-warc wrote a record's gzip member into its OUT.part file",
     "stream-after-token": "webfs stream, or export-warc as a stream, printed a resume token",
+    "stream-after-walk": "webfs stream, or export-warc as a stream, found a page's path; its blocks not yet",
     "warc-reader-after-batch": "import-warc's reading process sent a batch of records",
     "index-after-file": "an import's or a mount's indexing process indexed a file (not committed yet)",
 }
 
 _armed: Optional[str] = None
 _left = 0
+_signal = signal.SIGKILL
 _lock = lockorder.lock("kill points")
 
 
 def arm() -> None:
     """Read WEBFS_TEST_KILL_AT once (the daemon calls this when it starts)."""
-    global _armed, _left
+    global _armed, _left, _signal
     text = os.environ.get(ENV, "")
     if not text:
         _armed = None
         return
     name, _, count = text.partition(":")
-    if name not in POINTS:
-        raise ValueError(f"{ENV}={text!r}: no such point; the points are {', '.join(POINTS)}")
-    _armed, _left = name, int(count or 1)
-    log.warning("test kill armed at %s (time %d)", name, _left)
+    count, _, how = count.partition(":")
+    if name not in POINTS or how not in ("", "stop"):
+        raise ValueError(f"{ENV}={text!r}: no such point; the points are {', '.join(POINTS)} "
+                         "(POINT[:N[:stop]])")
+    _armed, _left, _signal = name, int(count or 1), signal.SIGSTOP if how else signal.SIGKILL
+    log.warning("test %s armed at %s (time %d)", "stop" if how else "kill", name, _left)
 
 
 def point(name: str) -> None:
-    """Die here if armed at this point (test builds only do anything)."""
-    global _left
+    """Die (or stop) here if armed at this point (test builds only do anything)."""
+    global _left, _armed
     if _armed != name:
         return
     with _lock:
         _left -= 1
         if _left > 0:
             return
-    log.warning("test kill at %s", name)
+        if _signal == signal.SIGSTOP:
+            _armed = None           # stopped once, then the process runs on to its end
+    log.warning("test %s at %s", "stop" if _signal == signal.SIGSTOP else "kill", name)
     for h in logging.getLogger().handlers:
         try:
             h.flush()
         except Exception:
             pass
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), _signal)

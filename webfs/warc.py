@@ -34,6 +34,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from . import walkread
 from .admin import Progress, Result
 from .archive import archive_place
 from .assembly import OpenArchive, open_archive
@@ -194,10 +195,14 @@ AT_CWD = -100              # the "no directory fd" of MountTree._at (AT_FDCWD's 
 @dataclass
 class Where:
     """Where a capture file is, for reading it: its order key (the disk and the
-    signature of its first block, the order of that disk's signature tree) and
-    what the tree's ``fetch`` needs (a path, or the file's block rows)."""
+    signature of its first block, the order of that disk's signature tree),
+    what the tree's ``fetch`` needs (a path, or the file's block rows), and
+    the inode number of the file a walk of the catalog found there (None
+    through a mount, where the name is read when the file is): what is read
+    is that file, or nothing if it went meanwhile (webfs.walkread)."""
     key: tuple[int, str]
     what: object
+    ino: Optional[int] = None
 
 
 class MountTree:
@@ -349,7 +354,13 @@ class DiskTree:
         return ino
 
     def read(self, rel: bytes) -> bytes:
-        return b"".join(self.store.read(row) for row in self.ns.contents(self._ino(rel)))
+        """A file's bytes; FsError ENOENT if it is not there, or went between the
+        lookup of its name and the read of its blocks (webfs.walkread)."""
+        ino = self._ino(rel)
+        data = walkread.read_found(self.ns, self.store, ino, self.ns.contents(ino, named=True))
+        if data is None:
+            raise FsError(errno.ENOENT, f"{os.fsdecode(rel)}: removed as it was read")
+        return data
 
     def listdir(self, rel: bytes) -> list[bytes]:
         try:
@@ -423,7 +434,7 @@ class DiskTree:
                 out.append(Where(NOWHERE, FsError(errno.EISDIR if n else errno.ENOENT)))
                 continue
             rows = blocks.get(n.id, [])
-            out.append(Where((rows[0].disk, rows[0].sig) if rows else NOWHERE, rows))
+            out.append(Where((rows[0].disk, rows[0].sig) if rows else NOWHERE, rows, n.id))
         return out
 
     def _listing(self, listed: dict, rel: bytes) -> dict:
@@ -442,10 +453,12 @@ class DiskTree:
             names = sub
         return names
 
-    def fetch(self, where: Where) -> bytes:
+    def fetch(self, where: Where) -> Optional[bytes]:
+        """A capture file's bytes as the walk found its blocks; None when that
+        file went since (webfs.walkread)."""
         if isinstance(where.what, Exception):
             raise where.what
-        return b"".join(self.store.read(row) for row in where.what)
+        return walkread.read_found(self.ns, self.store, where.ino, where.what)
 
 
 def open_tree(collection: str, options: BackendOptions):

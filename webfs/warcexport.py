@@ -116,12 +116,15 @@ def _in_order(tree, order: str, pool) -> Iterator[tuple[bytes, bytes, IndexLine,
         yield caps[i] + (wheres[i],)
 
 
-def _there(tree, capture: bytes) -> bool:
+def _there(tree, capture: bytes, ino: Optional[int] = None) -> bool:
     """Is a record's capture file still in the collection? Not: it was deleted
     (rm through the mount) and its record is left out of the export. Asked of
     the name, not told by a read's error: a block that cannot be read is an
     error of the export, never a record left out (an error of the lookup
-    itself is raised too)."""
+    itself is raised too). Of the file a walk found (``ino``), asked of that
+    file: its name may now be another file's (renamed over it)."""
+    if ino is not None:
+        return tree.ns.linked(ino)
     try:
         tree.size(capture)
     except FileNotFoundError:
@@ -139,15 +142,16 @@ def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where
             duplicates: str) -> Optional[tuple[bytes, bool, bytes]]:
     """One record's bytes, whether they are byte-identical to the source's, and
     the gz column to make its gzip member with (b"" when not identical); None
-    when its capture file was deleted since the import (``_there``)."""
+    when its capture file was deleted since the import (``_there``), or since
+    the walk found it (``where.ino``: webfs.walkread)."""
     p = ln.ho
     head = heads[p:p + ln.wl]
     p += ln.wl
     http = heads[p:p + ln.hl]
     p += ln.hl
     identical = True
-    if where is None:
-        if ln.capture != b"-" and not _there(tree, ln.capture):
+    if ln.where != "file":
+        if ln.capture != b"-" and not _there(tree, ln.capture, where and where.ino):
             return None         # kept whole in the heads (a revisit, an encoded page), its file deleted
         payload = heads[p:p + ln.pl]
         p += ln.pl
@@ -155,13 +159,16 @@ def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where
         try:
             payload = tree.fetch(where)
         except (OSError, FsError, WebfsError) as exc:
-            if not _there(tree, ln.capture):
+            if where.ino is None and not _there(tree, ln.capture):
                 return None
             raise WebfsError(f"{show_path(ln.capture)}: cannot be read: {exc}") from None
+        if payload is None:
+            return None         # the file the walk found went before its blocks were read
     tail = heads[p:p + ln.tl]
     if ln.rtype == "revisit" and duplicates == "full" and ln.capture != b"-" and head.startswith(b"WARC/"):
-        try:
-            payload = tree.read(ln.capture)
+        try:        # the file the walk found (not what its name is now), else by its name
+            payload = (tree.fetch(where) if where is not None and where.ino is not None
+                       else tree.read(ln.capture)) or b""
         except (OSError, FsError, WebfsError):
             payload = b""
         if payload:
@@ -559,10 +566,9 @@ def _stream_records(tree: DiskTree, pos: Position, gz: bool) -> Iterator[tuple[t
             rec = captures.get(path)
             if rec is None:
                 continue            # not a capture of this collection
-            where = None                # a record kept whole in the heads (a revisit...)
-            rows = tree.ns.contents(ino) if rec[2].where == "file" else []
-            if rec[2].where == "file":
-                where = Where((stream.disk_of(rows), rows[0].sig if rows else ""), rows)
+            read = rec[2].where == "file" or (rec[2].rtype == "revisit" and place["duplicates"] == "full")
+            rows = tree.ns.contents(ino, named=True) if read else []       # none: the record is kept in the heads
+            where = Where((stream.disk_of(rows), rows[0].sig if rows else ""), rows, ino)
             work = functools.partial(_members, tree, [(*rec, where)], place["duplicates"], gz)
             yield stream.disk_of(rows), work, after.at(after.grp, after.ino, dict(place))
 

@@ -386,6 +386,31 @@ class NamespaceRows:
         self.cat.execute("UPDATE inodes SET nlink=nlink+? WHERE id=?", (delta, ino))
         self.memo.drop_node(ino)
 
+    def contents(self, ino: int, named: bool = False) -> list[BlockRow]:
+        """A file's blocks in order; ``named``: none once it has no name left
+        (nlink 0, though open or known to the kernel still): how a reader that
+        found it by a walk asks, so that a file removed before its blocks are
+        asked is told gone, whether its blocks have left the disks yet or not
+        (webfs.walkread)."""
+        return [BlockRow.of(r) for r in self.cat.query(
+            f"SELECT {BLOCK_COLUMNS_OF_B} FROM contents c JOIN blocks b ON b.id = c.block "
+            + ("JOIN inodes i ON i.id = c.inode AND i.nlink > 0 " if named else "")
+            + "WHERE c.inode=? ORDER BY c.piece", (ino,))]
+
+    def linked(self, ino: int, fresh: bool = False) -> bool:
+        """Is the file numbered ``ino`` still named in the archive? Asked of the
+        catalog, never of the memo, which a command reading a mount's catalog
+        does not keep up with the daemon's removals (webfs.walkread).
+        ``fresh``: of a connection opened now, as a reading command's own
+        SQLite connection was seen to go on reading an older snapshot after the
+        daemon had committed a removal and taken its blocks off the disks."""
+        cat = Catalog.reader(self.cat.path, self.cat.engine) if fresh else self.cat
+        try:
+            return bool(cat.query("SELECT 1 FROM inodes WHERE id=? AND nlink>0", (ino,)))
+        finally:
+            if fresh:
+                cat.close()
+
     def set_changed(self, ino: int, t_ns: int) -> None:
         """mtime and ctime set to ``t_ns`` (a directory that got names)."""
         self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=? WHERE id=?", (t_ns, t_ns, ino))

@@ -233,11 +233,6 @@ class Namespace(NamespaceRows):
                 self.paths.keep_dir(node, path, parent, name)
         return path
 
-    def contents(self, ino: int) -> list[BlockRow]:
-        return [BlockRow.of(r) for r in self.cat.query(
-            f"SELECT {BLOCK_COLUMNS_OF_B} FROM contents c JOIN blocks b ON b.id = c.block "
-            "WHERE c.inode=? ORDER BY c.piece", (ino,))]
-
     def pieces(self, ino: int) -> list[BlockRow]:
         """A file's blocks for a reader: ``contents``, or what the read-ahead of
         its directory kept (no SQL then). Their refs, disk and stripe may be
