@@ -76,3 +76,37 @@ def test_the_manifest_of_a_disk_is_the_form_with_the_higher_checkpoint(tmp_path)
     (tmp_path / MANIFEST_GZ).write_bytes(b"\x1f\x8b\x08\x00 not deflate at all")
     (tmp_path / MANIFEST).write_bytes(lines)
     assert manifest_on(str(tmp_path)) == (MANIFEST, 0)
+
+
+def test_an_import_leaves_the_journal_bound_to_its_end(tmp_path):
+    """While an import runs, passing the JOURNAL's bound starts no checkpoint
+    (a checkpoint in its middle rewrote the whole MANIFEST, and the one
+    after rewrote it again); at IMPORT_SLACK times the bound one starts all
+    the same, and the bound passed is acted on once, when the import ends."""
+    from webfs.manifest import IMPORT_SLACK
+    disks = make_archive(tmp_path)
+    store = open_archive(str(disks[0]), holder="test")
+    try:
+        j = Journal(store.archive, limit=1000)
+        asked = []
+        j.on_full = lambda: asked.append(j.grown)
+        line = b"-\t/" + b"x" * 98 + b"\n"          # 102 bytes
+        with j.importing():
+            for _ in range(20):
+                j.append(line)
+            assert asked == []                      # past the bound, not past IMPORT_SLACK times it
+        assert asked == [j.grown]                   # at the import's end, once
+        j._asked = False                            # (a checkpoint would reset it)
+        j.grown, asked[:] = 0, []
+        with j.importing():
+            while j.grown <= IMPORT_SLACK * 1000:
+                j.append(line)
+            assert asked == [j.grown]               # a JOURNAL that would grow without bound does not
+        assert len(asked) == 1                      # asked already: not twice
+        j._asked, j.grown, asked[:] = False, 0, []
+        for _ in range(10):
+            j.append(line)
+        assert asked == [1020]                      # no import: the plain bound, as before
+        j.close()
+    finally:
+        store.close()

@@ -33,6 +33,7 @@ misses it handed out in them (``KernelHooks.forget_misses``).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -179,7 +180,9 @@ class Importer:
                     existing=self.ns.get(dest_ino))
         self.progress.set_total(self.source.count(sources), "importing")
         self.last_flush = time.monotonic()
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="import") as pool:
+        journal = self.store.journal       # its MANIFEST rewritten once, after the import
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="import") as pool, \
+                journal.importing() if journal is not None else contextlib.nullcontext():
             self.prep.pool = pool
             pending: deque[Item] = deque()
             batch: list[Item] = []

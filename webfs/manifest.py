@@ -30,6 +30,11 @@ at a checkpoint the next present disk takes its place.
 ``limit`` bytes: the larger of ``JOURNAL_LIMIT`` and half the MANIFEST, so the
 JOURNAL stays small beside the MANIFEST and the MANIFEST is rewritten at most
 once per half its size of new records (the cost stays linear in the changes).
+While an import runs (``importing``) the bound is ``IMPORT_SLACK`` times
+that, and passing the plain bound is acted on when the import ends: an
+import's records go to one checkpoint after it, not to one in its middle
+that rewrites the whole MANIFEST and then another (the checkpoint's CPU was
+a twentieth of an import-warc's, beside it on two cores).
 
 **Checkpoints.** A MANIFEST and the JOURNAL beside it are two files, replaced
 one after the other, so a crash between the two leaves a new MANIFEST with
@@ -55,6 +60,7 @@ plain bytes, so checkpoints come as often as before.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -84,6 +90,7 @@ JOURNAL = "meta/JOURNAL"
 RECORDS = "meta/RECORDS"                # names the disks that hold MANIFEST and JOURNAL
 RECORD_COPIES = 2                       # disks that hold MANIFEST and JOURNAL
 JOURNAL_LIMIT = 4 << 20                 # bytes of JOURNAL that ask for a checkpoint (at least)
+IMPORT_SLACK = 4                        # ... while an import runs, this many times that (one checkpoint at its end)
 CHECKPOINT_META = "checkpoint"          # catalog meta key: the last checkpoint number used
 OWNER, XATTR, INODE = b"owner", b"xattr", b"inode"     # kinds of the # lines after an entry
 
@@ -267,6 +274,7 @@ class Journal:
         # when the JOURNAL grows past ``limit`` or a record disk goes away.
         self.on_full: Optional[Callable[[], None]] = None
         self._asked = False
+        self._importing = 0                     # imports running (their bound is IMPORT_SLACK times)
         # Until the first checkpoint, appends go where the newest records are;
         # ``stale`` says that is not where the rule puts them (a checkpoint moves them).
         # anchored: a MANIFEST is under the JOURNAL (a new archive has none, and wants one)
@@ -376,9 +384,27 @@ class Journal:
             except OSError as exc:
                 log.warning("disk %d: cannot append to %s: %s", vol.index, JOURNAL, exc)
         self.grown += len(data)
-        if (gone or self.grown > self.limit) and self.on_full is not None and not self._asked:
+        self._ask_if(gone or self.grown > self.limit * (IMPORT_SLACK if self._importing else 1))
+
+    def _ask_if(self, due: bool) -> None:
+        if due and self.on_full is not None and not self._asked:
             self._asked = True
             self.on_full()
+
+    @contextlib.contextmanager
+    def importing(self) -> Iterator[None]:
+        """While an import runs: the size bound is IMPORT_SLACK times larger,
+        and the plain bound is acted on at its end (the JOURNAL keeps every
+        commit's lines as always: only the MANIFEST's rewrite waits)."""
+        with self.lock:
+            self._importing += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self._importing -= 1
+                last = not self._importing
+            self._ask_if(last and self.grown > self.limit)
 
     def close(self) -> None:
         for fd in self._fds.values():

@@ -301,10 +301,28 @@ class _Encoder:
         for grp in groups:
             blocks = self.blocks_dirs.get(first_disk(ranked_disks(grp, disks), mapped.get(grp),
                                                      self.present))
-            if blocks is None or not os.path.isdir(os.path.dirname(blocks)):
-                continue
-            try:
-                os.makedirs(os.path.join(blocks, sigmod.group_dir(grp)), exist_ok=True)
+            if blocks is not None and _make_group_dir(blocks, sigmod.group_dir(grp)):
                 self.made.add(grp)
-            except OSError:
-                pass
+
+
+def _make_group_dir(blocks: str, group_dir: str) -> bool:
+    """A group's directory below a disk's blocks/, made; whether it is there.
+    One mkdir for most (os.makedirs and a check of the disk's root were two
+    stats more, per group): only where its parent is missing is the root
+    asked for, since a mkdir below a parent that is there cannot make it."""
+    path = os.path.join(blocks, group_dir)
+    try:
+        os.mkdir(path)
+        return True
+    except FileExistsError:
+        return True
+    except FileNotFoundError:
+        if not os.path.isdir(os.path.dirname(blocks)):
+            return False
+        try:
+            os.makedirs(path, exist_ok=True)
+            return True
+        except OSError:
+            return False
+    except OSError:
+        return False

@@ -24,6 +24,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
+from zlib_ng import zlib_ng
+
 
 _BLANK_LINE = re.compile(rb"\n\r*\n")     # the end of a header block (\r\n, \n, \r\r\n lines)
 _ARC_LINE = re.compile(rb"\n([^ \r\n]+) ([0-9.]+|-) ([0-9]{14}) ")
@@ -277,7 +279,7 @@ def _strict_gz(fh, start: int, size: int) -> Iterator[object]:
             at = 0
         if buf[at:at + 3] != b"\x1f\x8b\x08":
             return pos
-        d = zlib.decompressobj(31)
+        d = zlib_ng.decompressobj(31)     # zlib-ng's inflate and crc32: 0.6x zlib's CPU here
         sink = _Sink()
         # Fed FEED bytes at a time: zlib copies what follows a member's end into
         # unused_data, which for the whole read-ahead cost a copy of up to a MiB per record.
@@ -298,12 +300,12 @@ def _strict_gz(fh, start: int, size: int) -> Iterator[object]:
                 if sink.headless():
                     return pos           # not a record this reader cuts: not inflated to its end
                 used = len(data) - len(d.unused_data)
-                crc = zlib.crc32(data[:used], crc)
+                crc = zlib_ng.crc32(data[:used], crc)
                 length += used
                 at += used
                 if d.eof:
                     break
-        except zlib.error:
+        except zlib_ng.error:
             return pos
         prefix = sink.prefix()
         spill = sink.file
