@@ -48,7 +48,6 @@ def warm(blocks: str, bound: int = DIRECTORIES_PER_DISK) -> int:
     """List ``blocks`` and the directories below it, the top level first,
     ``bound`` listings at most; how many were listed. A directory that
     cannot be listed (gone, a removal racing) is passed over."""
-    _lower_priority()
     listed = 0
     level = [blocks]
     while level and listed < bound:
@@ -64,11 +63,3 @@ def warm(blocks: str, bound: int = DIRECTORIES_PER_DISK) -> int:
                 log.debug("%s: not listed: %s", path, exc)
         level = below
     return listed
-
-
-def _lower_priority() -> None:
-    """This thread's CPU after the reader's (Linux: a thread has its own nice)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except OSError:
-        pass

@@ -1,8 +1,11 @@
-"""The signature tree's directories listed at a mount's start (webfs/blockdirs.py;
-webfs-internals(7), COLD READS, AGAIN)."""
+"""Block files after a drop of the caches: the signature tree's directories
+listed at a mount's start (webfs/blockdirs.py), and the blocks of a trip
+fetched ahead advised before they are read (webfs-internals(7), COLD READS,
+AGAIN)."""
 from __future__ import annotations
 
 from webfs import blockdirs
+from webfs.backends.local import LocalBackend
 from webfs.assembly import open_archive
 
 from conftest import make_archive
@@ -45,3 +48,13 @@ def test_only_quick_local_disks_are_listed(tmp_path):
         assert sorted(t.name for t in threads) == ["block directories 0", "block directories 2"]
     finally:
         store.close()
+
+
+def test_a_file_advised_reads_as_before_and_one_not_there_says_nothing(tmp_path):
+    """An advice is a hint: a block file gone (a removal racing the trip)
+    raises nothing there; its read says why, as before."""
+    disk = LocalBackend(str(tmp_path))
+    (tmp_path / "f").write_bytes(b"x" * 9000)
+    disk.advise("f")
+    assert disk.read("f") == b"x" * 9000
+    disk.advise("gone")
