@@ -26,7 +26,7 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from . import admin, blockdirs, catalogfile, changes, heapmemory, indexer, machines, outages, recovery, testkill
+from . import admin, catalogfile, changes, heapmemory, indexer, machines, outages, recovery, testkill
 from .commands.cooling import background_step
 from .errors import ArchiveError, WebfsError
 from .fs import Operations, count_request, work_answered
@@ -90,7 +90,6 @@ class Daemon:
         self.store = store
         if store.catalog.engine.name == "sqlite":
             catalogfile.prefetch(store.catalog.path)
-        blockdirs.warm_in_background(store.archive.volumes.values())
         self.lease = machines.lease_for(store.catalog, (self.backend_options or BackendOptions()).state_base(),
                                         self.opts.machine_renew)
         log_path = _log_to_disk(store)
