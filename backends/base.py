@@ -22,6 +22,10 @@ class Backend(abc.ABC):
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         """Bytes of a file (from offset, size bytes or to the end)."""
 
+    def advise(self, path: str) -> None:
+        """A hint that a file is read soon: its bytes may be fetched now, in
+        the background. Nothing is said if it cannot be."""
+
     @abc.abstractmethod
     def write_atomic(self, path: str, data: bytes, fsync: bool = False) -> None:
         """Replace a file whole: a crash leaves the old file or the new, never half."""

@@ -120,6 +120,10 @@ class Volume:
             raise CorruptBlock(f"{where}: header names signature {header.signature}")
         return header, payload
 
+    def advise_block(self, sig: str, overflow: int = 0) -> None:
+        """A hint that the block is read soon (``Backend.advise``)."""
+        self.backend.advise(self.block_path(sig, overflow))
+
     def read_header(self, sig: str, overflow: int = 0) -> BlockHeader:
         path = self.block_path(sig, overflow)
         return BlockHeader.parse(self.backend.read(path, 0, HEADER_SIZE), f"disk {self.index}: {path}")
