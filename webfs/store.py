@@ -117,11 +117,14 @@ class Store:
         None: stop), as the namespace of a mount or an import is opened."""
         self.journal = journal
 
-    def commit(self) -> None:
+    def commit(self, here: bool = False) -> None:
         """Make the catalog's changes durable and append them to the JOURNAL; if
         the commit fails (a full catalog disk), undo them on the disks too, so the
         archive stays as it was at the last commit. Removing released blocks and
-        flushing parity written behind follow in the background worker."""
+        flushing parity written behind follow in the background worker. ``here``
+        (the event loop's commit of a small file, ``GroupCommit.commit_here``):
+        the Refs headers it made due (a duplicate's count) are written by the
+        caller, if the worker is idle (``Background.submit``)."""
         with self.catalog.lock:
             removals = self._pending_removals
             self.heat.save_if_due()
@@ -147,7 +150,7 @@ class Store:
             self._journal_lock.release()
         testkill.point("commit-after-journal")
         if refs_due:
-            self.background.submit(lambda: self._write_refs(refs_due))
+            self.background.submit(lambda: self._write_refs(refs_due), here=here)
         if removals:
             self.background.submit(lambda: self._remove_blocks(removals))
         now = time.monotonic()
