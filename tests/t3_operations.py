@@ -417,3 +417,31 @@ def test_a_refs_header_that_fails_on_the_loop_leaves_the_close_done(disks, monke
     finally:
         monkeypatch.undo()
         store.close()
+
+
+def test_a_stripe_a_close_on_the_loop_fills_gets_its_parity_file_from_that_close(disks, monkeypatch):
+    """A small file's close stored on the loop that fills a parity stripe
+    writes the stripe's parity file itself, after its stripe lock is let go,
+    instead of waking the parity writer thread (an import's storing thread
+    still hands it over); the file is on its disk when the close returns."""
+    import threading
+    store, ops = _mount_store(disks)
+    parity = store.protection
+    writers = []
+    write_full = parity.writer._write
+
+    def seen(stripe_id):
+        writers.append(threading.current_thread())
+        write_full(stripe_id)
+        assert stripe_id not in parity.write_behind        # written, its intents let go
+    monkeypatch.setattr(parity.writer, "_write", seen)
+
+    async def main():
+        for i in range(4 * parity.width):
+            store.background.drain()        # (a flush at work would send the close to a worker)
+            await write_file(ops, b"f%d" % i, os.urandom(3000))
+    try:
+        trio.run(main)
+        assert writers and set(writers) == {threading.current_thread()}
+    finally:
+        store.close()
