@@ -173,3 +173,17 @@ def test_a_close_goes_to_a_worker_while_a_commit_runs_or_work_is_away():
 
     trio.run(main)
     assert ran == ["alone"]
+
+
+def test_commit_here_runs_the_loops_own_commit():
+    """GroupCommit(commit, here=...): commit_here runs ``here`` (the store's
+    commit that settles its Refs headers itself), a trip runs ``commit``."""
+    log = []
+    gc = GroupCommit(lambda: log.append("trip"), here=lambda: log.append("here"))
+
+    async def main():
+        assert gc.commit_here(lambda: None)
+        await gc.commit()
+
+    trio.run(main)
+    assert log == ["here", "trip"]

@@ -350,3 +350,98 @@ def test_a_random_open_past_the_held_one_asks_one_short_query(ops):
             assert d not in ops.reader._held and empty not in ops.reader._expected
             nursery.cancel_scope.cancel()
     trio.run(main)
+
+
+def _mount_store(disks):
+    """A store as a mount opens it: removals, parity flushes and Refs headers
+    follow commits in the background worker."""
+    store = open_archive(str(disks[0]), holder="test", background=True)
+    ns = Namespace(store)
+    ns.ensure_root()
+    return store, Operations(store, ns, buffer_bound=1 << 16)
+
+
+def test_a_duplicates_refs_header_is_written_by_its_close_on_the_loop(disks, monkeypatch):
+    """A close stored on the loop whose file repeats another writes the
+    block's Refs header itself, after its commit, when the background worker
+    is idle: no wake-up of the worker, and the next close is not sent to a
+    worker trip because the worker is busy (webfs-internals(7), STORE AT CLOSE)."""
+    import threading
+    from webfs.groupcommit import HANDOFFS
+    store, ops = _mount_store(disks)
+    writers = []
+    write = store.headers.write
+
+    def seen(ids):
+        writers.append(threading.current_thread())
+        write(ids)
+    monkeypatch.setattr(store.headers, "write", seen)
+    data = os.urandom(3000)
+
+    async def main():
+        await write_file(ops, b"a", data)
+        store.background.drain()            # the first commit's parity flush, if any
+        trips = sum(HANDOFFS.values())
+        ino = await write_file(ops, b"b", data)
+        assert sum(HANDOFFS.values()) == trips      # stored and committed on the loop
+        assert writers == [threading.current_thread()]
+        assert not store.refs_in_flight
+        (row,) = ops.ns.contents(ino)
+        assert store.archive.volumes[row.disk].read_header(row.sig, row.overflow).refs == 2
+    try:
+        trio.run(main)
+    finally:
+        store.close()
+
+
+def test_a_refs_header_that_fails_on_the_loop_leaves_the_close_done(disks, monkeypatch, caplog):
+    """A Refs header write that fails after a close's commit on the loop is
+    logged, as the worker logs it; the close, committed, succeeds (fsck mends
+    the header)."""
+    store, ops = _mount_store(disks)
+
+    def broken(ids):
+        raise RuntimeError("planted: the header writer fails")
+    monkeypatch.setattr(store.headers, "write", broken)
+    data = os.urandom(3000)
+
+    async def main():
+        await write_file(ops, b"a", data)
+        store.background.drain()
+        ino = await write_file(ops, b"b", data)
+        assert await read_file(ops, ino) == data
+    try:
+        trio.run(main)
+        store.background.drain()            # (with the worker busy at that close, it logs there)
+        assert "background work after a commit failed" in caplog.text
+    finally:
+        monkeypatch.undo()
+        store.close()
+
+
+def test_a_stripe_a_close_on_the_loop_fills_gets_its_parity_file_from_that_close(disks, monkeypatch):
+    """A small file's close stored on the loop that fills a parity stripe
+    writes the stripe's parity file itself, after its stripe lock is let go,
+    instead of waking the parity writer thread (an import's storing thread
+    still hands it over); the file is on its disk when the close returns."""
+    import threading
+    store, ops = _mount_store(disks)
+    parity = store.protection
+    writers = []
+    write_full = parity.writer._write
+
+    def seen(stripe_id):
+        writers.append(threading.current_thread())
+        write_full(stripe_id)
+        assert stripe_id not in parity.write_behind        # written, its intents let go
+    monkeypatch.setattr(parity.writer, "_write", seen)
+
+    async def main():
+        for i in range(4 * parity.width):
+            store.background.drain()        # (a flush at work would send the close to a worker)
+            await write_file(ops, b"f%d" % i, os.urandom(3000))
+    try:
+        trio.run(main)
+        assert writers and set(writers) == {threading.current_thread()}
+    finally:
+        store.close()

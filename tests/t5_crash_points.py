@@ -94,7 +94,7 @@ def test_kill_inside_commit_and_parity_write_behind(tmp_path, monkeypatch, point
 def test_kill_while_the_parity_writer_holds_full_stripes(tmp_path, monkeypatch, point):
     """A full stripe's parity file is written by the parity writer thread,
     after the storing thread has gone on (and often after the commit that
-    names the stripe). Killed there, the stripe is still in
+    names the stripe), or by a small file's close on the loop before its commit. Killed there, the stripe is still in
     meta/parity-intent: the next mount recomputes its parity, so a disk lost
     after that loses no file closed before the kill."""
     m, closed = killed_while_writing(tmp_path, monkeypatch, point)

@@ -37,9 +37,17 @@ class Background:
         self._idle = lockorder.condition("background")
         self._pending = 0
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job, here: bool = False) -> None:
+        """Queue a job for the worker. ``here``: the caller may run it itself
+        (it holds no lock and nothing it waits for is held across disk I/O:
+        the event loop's commit of a small file); it does when no job is
+        queued or running, which keeps the jobs in order and spares the
+        worker's wake-up and the GIL's hand-over to it and back."""
         if self.inline:
             job()
+            return
+        if here and not self._pending:
+            self._run_one(job)
             return
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
@@ -72,11 +80,16 @@ class Background:
             if job is None:
                 return
             try:
-                job()
-            except Exception:       # the next commit's jobs still run; fsck mends what this left
-                log.exception("background work after a commit failed")
+                self._run_one(job)
             finally:
                 with self._idle:
                     self._pending -= 1
                     if not self._pending:
                         self._idle.notify_all()
+
+    @staticmethod
+    def _run_one(job: Job) -> None:
+        try:
+            job()
+        except Exception:       # the next commit's jobs still run; fsck mends what this left
+            log.exception("background work after a commit failed")

@@ -153,7 +153,8 @@ class Operations(pyfuse3.Operations):
         self.misses: dict[int, dict[bytes, float]] = {}   # parent -> name -> when the kernel's negative entry ends
         self.miss_count = 0
         self.nursery: Optional[trio.Nursery] = None
-        self.commits = GroupCommit(store.commit)   # commits in a worker thread, shared by requests
+        # Commits in a worker thread, shared by requests; a small file's on the loop (commit_here).
+        self.commits = GroupCommit(store.commit, here=lambda: store.commit(here=True))
         self.reader = PieceReader(store, namespace, cache_bytes, count_request)
         self.pages = KernelPages(namespace, self.reader, count_request)
         # Storing is CPU work (hashing, compression): a few threads for two cores.

@@ -76,8 +76,9 @@ class _Batch:
 class GroupCommit:
     """Commits shared by the requests that wait for them at the same time."""
 
-    def __init__(self, commit: Callable[[], None]):
+    def __init__(self, commit: Callable[[], None], here: Optional[Callable[[], None]] = None):
         self._commit = commit
+        self._commit_here = here or commit          # the commit that commit_here runs, on the loop
         self._pending: Optional[_Batch] = None      # the batch the next commit takes
         self._running = False
         self._ended = trio.Event()                  # set when a running commit ends
@@ -139,7 +140,7 @@ class GroupCommit:
         self._running = True
         job = _Job(before)
         try:
-            self._run_trip([job])
+            self._run_trip([job], self._commit_here)
         finally:
             self.commits += 1
             self.joined += 1
@@ -151,10 +152,10 @@ class GroupCommit:
             raise job.error
         return True
 
-    def _run_trip(self, jobs: list[_Job]) -> None:
+    def _run_trip(self, jobs: list[_Job], commit: Optional[Callable[[], None]] = None) -> None:
         for job in jobs:
             try:
                 job.result = job.fn()
             except Exception as exc:
                 job.error = exc
-        self._commit()
+        (commit or self._commit)()

@@ -419,9 +419,9 @@ class OpenFiles:
         path = self.ns.path_of(of.ino)
         mtime_ns = of.mtime_ns or now_ns()
         if size <= self.max_block:
-            job = lambda: self._store_small(of.ino, buf, path, mtime_ns)
-            if not self._may_store_here(size) or not self.commits.commit_here(job):
-                await self.commits.commit(job)
+            here = lambda: self._store_small(of.ino, buf, path, mtime_ns, here=True)
+            if not self._may_store_here(size) or not self.commits.commit_here(here):
+                await self.commits.commit(lambda: self._store_small(of.ino, buf, path, mtime_ns))
         else:
             rows = await self._store_pieces(buf, path)
             try:
@@ -445,11 +445,12 @@ class OpenFiles:
             return False
         return all(v.backend.quick_io for v in self.store.archive.volumes.values())
 
-    def _store_small(self, ino: int, buf: FileBuffer, path: bytes, mtime_ns: int) -> None:
-        """(in the commit's worker trip) A file of at most one piece made its content."""
+    def _store_small(self, ino: int, buf: FileBuffer, path: bytes, mtime_ns: int, here: bool = False) -> None:
+        """(in the commit's worker trip, or ``here`` on the loop) A file of at
+        most one piece made its content."""
         size = buf.size
         rows = [self.store.store(buf.read(0, size), name=path, mode=self.store_mode,
-                                 sig=buf.piece_sig(0))] if size else []
+                                 sig=buf.piece_sig(0), here=here)] if size else []
         try:
             self.ns.set_contents(ino, rows, size, mtime_ns)
         except BaseException:

@@ -46,10 +46,12 @@ class Protection:
     def unplace(self, placing: Placing, row: BlockRow) -> None:
         """A block ``place`` chose for whose row was not inserted after all."""
 
-    def blocks_added(self, added: list[tuple[BlockRow, bytes]], placing: Optional[Placing] = None) -> None:
+    def blocks_added(self, added: list[tuple[BlockRow, bytes]], placing: Optional[Placing] = None,
+                     here: bool = False) -> None:
         """New blocks (their rows and payloads), stored but not yet committed;
         ``placing``: what ``place`` chose for them (in their order), if it was
-        asked first."""
+        asked first; ``here``: the caller (the event loop's store of a small
+        file) holds no lock and writes the parity files they make due itself."""
 
     def block_removed(self, row: BlockRow, payload: Optional[bytes]) -> None:
         pass

@@ -117,11 +117,13 @@ class Store:
         None: stop), as the namespace of a mount or an import is opened."""
         self.journal = journal
 
-    def commit(self) -> None:
+    def commit(self, here: bool = False) -> None:
         """Make the catalog's changes durable and append them to the JOURNAL; if
         the commit fails (a full catalog disk), undo them on the disks too, so the
         archive stays as it was at the last commit. Removing released blocks and
-        flushing parity written behind follow in the background worker."""
+        flushing parity written behind follow in the background worker; the Refs
+        headers it made due too, or ``here`` (``GroupCommit.commit_here``) by the
+        caller if the worker is idle (``Background.submit``)."""
         with self.catalog.lock:
             removals = self._pending_removals
             self.heat.save_if_due()
@@ -147,7 +149,7 @@ class Store:
             self._journal_lock.release()
         testkill.point("commit-after-journal")
         if refs_due:
-            self.background.submit(lambda: self._write_refs(refs_due))
+            self.background.submit(lambda: self._write_refs(refs_due), here=here)
         if removals:
             self.background.submit(lambda: self._remove_blocks(removals))
         now = time.monotonic()
@@ -213,18 +215,18 @@ class Store:
     def store(self, data: bytes, name: bytes = b"", mode: Optional[str] = None,
               pin: bool = False, sig: Optional[str] = None,
               encoded: Optional[tuple[str, bytes]] = None, same: Optional[int] = None,
-              sha256: Optional[bytes] = None) -> BlockRow:
+              sha256: Optional[bytes] = None, here: bool = False) -> BlockRow:
         """Store a document (or add a reference to its twin); the caller commits.
         ``sig``, ``encoded`` (what ``encode`` gives), ``same`` (what ``twins``
         gives) and ``sha256`` may be computed ahead, by threads that hold no
-        lock of the store."""
-        outcome = self.store_many([Piece(data, sig, encoded, same, sha256)], [name], mode, pin)[0]
+        lock of the store. ``here``: see ``Protection.blocks_added``."""
+        outcome = self.store_many([Piece(data, sig, encoded, same, sha256)], [name], mode, pin, here)[0]
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
 
     def store_many(self, pieces: list[Piece], names: list[bytes], mode: Optional[str] = None,
-                   pin: bool = False) -> list[Union[BlockRow, Exception]]:
+                   pin: bool = False, here: bool = False) -> list[Union[BlockRow, Exception]]:
         """Store documents (each named for its block header) as ``store``
         stores one, in order; for each, its block's row or the error that
         stopped it. The new blocks among them are written together: their
@@ -257,7 +259,7 @@ class Store:
                 new.setdefault(p.sig, []).append((i, max(taken) + 1 if taken else 0))
             made = sorted(x for per_sig in new.values() for x in per_sig)
             for (i, _), outcome in zip(made, self._store_new(
-                    [(pieces[i], names[i], overflow) for i, overflow in made], pin)):
+                    [(pieces[i], names[i], overflow) for i, overflow in made], pin, here)):
                 out[i] = outcome
             again = self._count_twins(twin, out, pin)
             if again:       # their blocks released by another machine meanwhile
@@ -317,7 +319,8 @@ class Store:
             out.append((same, p.sig in rows))
         return out
 
-    def _store_new(self, new: list[tuple[Piece, bytes, int]], pin: bool) -> list[Union[BlockRow, Exception]]:
+    def _store_new(self, new: list[tuple[Piece, bytes, int]], pin: bool,
+                   here: bool = False) -> list[Union[BlockRow, Exception]]:
         """New blocks (piece, name, overflow): their intents in one write, then
         their files and rows, then their parity, all at once."""
         out: list[Union[BlockRow, Exception]] = []
@@ -357,7 +360,7 @@ class Store:
                 out.append(None)            # (its row or error, below)
             added, placing, elsewhere = blockrows.insert_new(self.catalog, self.protection, self.archive.volumes,
                                                              staged, out, self._pending_new)
-            self.protection.blocks_added(added, placing)
+            self.protection.blocks_added(added, placing, here)
             for i, row in elsewhere:    # (after: no stripe's lock is held)
                 try:
                     out[i] = sharedrefs.made_elsewhere(self, row, pin)

@@ -177,7 +177,8 @@ class Parity(Protection):
                 self.intents.done(row.stripe)
             placing.gone.append(row.stripe)     # reconciled (or dropped, left empty) by blocks_added
 
-    def blocks_added(self, added: list[tuple[BlockRow, bytes]], placing: Optional[Placing] = None) -> None:
+    def blocks_added(self, added: list[tuple[BlockRow, bytes]], placing: Optional[Placing] = None,
+                     here: bool = False) -> None:
         if self.width < 1 or not (added or placing):
             return
         if placing is None:
@@ -188,6 +189,7 @@ class Parity(Protection):
                 stripes.setdefault(placed.stripe_id, (placed, []))[1].append((Member.of(row), payload))
         held = dict(placing.held)
         failed = list(placing.gone)
+        full = []
         try:
             # The new stripes first, whose locks are held: no lock is waited for
             # while another is held, so two threads adding blocks cannot deadlock.
@@ -197,6 +199,9 @@ class Parity(Protection):
                     kept = 0
                     try:
                         kept = self._xor_in(placed, members)
+                        waiting = self.write_behind.get(stripe_id)
+                        if kept and waiting is not None and len(waiting.header.members) >= self.width:
+                            full.append(stripe_id)
                     except (OSError, WebfsError) as exc:
                         log.warning("stripe %s: cannot add %d block(s) to its parity on disk %d "
                                     "(%s); recomputing it", stripe_id, len(members),
@@ -208,6 +213,12 @@ class Parity(Protection):
         finally:
             for stack in held.values():
                 stack.close()
+        for stripe_id in full:
+            # Full: its file is made by the parity writer, not by the storing
+            # thread (an import's); its intents stay listed until then, as
+            # written-behind parity's. ``here`` (the loop's store of a small
+            # file): made now by the caller, no stripe lock held, no wake-up.
+            self.writer.due(stripe_id, here)
         for stripe_id in dict.fromkeys(failed):
             self.reconciler.reconcile_or_mark(stripe_id)
 
@@ -230,10 +241,6 @@ class Parity(Protection):
             self.io.write_parity(vol, header, payload, new=placed.new)
             return 0
         self.write_behind.hold(stripe_id, vol, header, payload, len(members), new=placed.new)
-        if len(header.members) >= self.width:
-            # Full: its file is made by the parity writer, not by the storing
-            # thread; its intents stay listed until then, as written-behind parity's.
-            self.writer.due(stripe_id)
         return len(members)
 
     def protect(self, row: BlockRow, payload: bytes) -> bool:

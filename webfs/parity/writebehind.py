@@ -9,8 +9,9 @@ next open (crash window 1 of ``webfs.parity``).
 
 A stripe that fills waits here too, for ``ParityWriter``: one thread that
 writes full stripes' parity files as they fill, so that the thread storing
-the blocks (an import's) does not create them. Its intents are kept the
-same way until its file is written.
+the blocks (an import's) does not create them; a small file's close stored
+on the event loop writes the stripe it fills itself (no wake-up of the
+thread). Its intents are kept the same way until its file is written.
 """
 from __future__ import annotations
 
@@ -105,8 +106,13 @@ class ParityWriter:
         self._write = write
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="webfs-parity-writer")
 
-    def due(self, stripe_id: str) -> None:
-        self.pool.submit(self._run, stripe_id)
+    def due(self, stripe_id: str, here: bool = False) -> None:
+        """Write this stripe's parity file; ``here``: in the caller's thread
+        (which holds no lock), now."""
+        if here:
+            self._run(stripe_id)
+        else:
+            self.pool.submit(self._run, stripe_id)
 
     def _run(self, stripe_id: str) -> None:
         try:
