@@ -17,8 +17,7 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 
 from catalog_gen import Layout, load_sqlite  # noqa: E402
 from catscale_ops import WARM_ROUNDS, WrongAnswer, measure, plans  # noqa: E402
-from webfs.catalog import CACHE_KIB, Catalog, hex_of  # noqa: E402
-from webfs.catalogfile import CACHE_SHARE  # noqa: E402
+from webfs.catalog import Catalog, hex_of  # noqa: E402
 from webfs.namespace.tree import Namespace  # noqa: E402
 from webfs.parity.layout import size_class  # noqa: E402
 
@@ -166,28 +165,6 @@ def test_a_catalog_with_files_is_not_filled(made, tmp_path):
     out = subprocess.run([sys.executable, os.path.join(REPO, "tools", "catalog_gen.py"), "--files", "10", made],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "exists" in out.stderr
-
-
-def test_a_writer_s_page_cache_grows_with_its_catalog_file(tmp_path):
-    # Below 80 MB the floor; a file grown past it gets a 40th of its size in
-    # page cache at its next checkpoint, and at its next open (the inner
-    # pages of a 1 M-file catalog's b-trees were pushed out by its leaves).
-    path = str(tmp_path / "meta" / "catalog.db")
-    cat = Catalog(path)
-    try:
-        assert cat.scalar("PRAGMA cache_size") == -CACHE_KIB
-        cat.execute("INSERT INTO meta (key, value) VALUES ('padding', zeroblob(?))", (90 << 20,))
-        cat.commit()
-        cat.checkpoint()
-        grown = os.path.getsize(path) // 1024 // CACHE_SHARE
-        assert grown > CACHE_KIB and cat.scalar("PRAGMA cache_size") == -grown
-    finally:
-        cat.close()
-    cat = Catalog(path)
-    try:
-        assert cat.scalar("PRAGMA cache_size") == -grown
-    finally:
-        cat.close()
 
 
 def test_a_path_is_found_in_one_statement(made):

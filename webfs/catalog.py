@@ -25,7 +25,7 @@ from typing import Callable, Iterator, Optional
 
 from .block import HEADER_SIZE
 from .catalogengine import SQLITE
-from .catalogfile import full_is_nospace as _full_is_nospace, pack_at_rest, page_cache_kib
+from .catalogfile import full_is_nospace as _full_is_nospace, pack_at_rest
 from .catalogkeys import created_of, hex_of, key, keys, seconds_of, sig_range
 from .catalogmigration import migrate_file
 from .cataloggroups import PlacementGroups
@@ -38,7 +38,7 @@ SCHEMA_VERSION = 6             # 2: blocks.sha256; 3: signatures and stripe ids 
 CATALOG_FILE = "meta/catalog.db"
 ARCHIVE_META = "archive"        # meta key: the uuid of the archive the catalog indexes (absent before)
 TOP_FREED = "top_freed_inode"   # meta key: the highest inode number freed while it was the highest (absent: none)
-CACHE_KIB = 2048                # SQLite page cache of one connection, KiB (a writer's grows with a large file)
+CACHE_KIB = 2048                # SQLite page cache of one connection, KiB
 WAL_LIMIT = 8 << 20             # bytes of WAL kept after a checkpoint
 
 # The tables below repeat one shape (a few columns, a composite primary key,
@@ -215,8 +215,7 @@ class Catalog(PlacementGroups):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if engine is SQLITE:
             migrate_file(path, SCHEMA, SCHEMA_VERSION)
-        self.cache_kib = page_cache_kib(path, CACHE_KIB) if engine is SQLITE else CACHE_KIB
-        self.db = engine.connect(path, self.cache_kib, WAL_LIMIT)
+        self.db = engine.connect(path, CACHE_KIB, WAL_LIMIT)
         self.lock = lockorder.rlock("catalog")
         self.forget_group_disks()
         # The namespace's rows kept in memory (webfs.namespace.NamespaceMemo),
@@ -313,10 +312,6 @@ class Catalog(PlacementGroups):
                 # Harmless: every commit is in the WAL still; a later checkpoint copies it.
                 logging.getLogger(__name__).warning("%s: catalog checkpoint put off: the disk is full",
                                                     self.path)
-            wanted = page_cache_kib(self.path, CACHE_KIB)     # the file grew: its cache with it
-            if wanted != self.cache_kib:
-                self.db.execute(f"PRAGMA cache_size=-{wanted}")
-                self.cache_kib = wanted
 
     @property
     def uncommitted(self) -> bool:

@@ -541,8 +541,7 @@ class SqliteEngine:
         db.execute("PRAGMA synchronous=NORMAL")
         # A small page cache: it was the daemon's memory that grew with the
         # archive, and pages beyond it come from the OS's cache (measured:
-        # webfs-internals(7), "Memory that does not grow with the archive");
-        # a catalog file of over 80 MB gets a 40th of its size (catalogfile.page_cache_kib).
+        # webfs-internals(7), "Memory that does not grow with the archive").
         db.execute(f"PRAGMA cache_size=-{cache_kib}")
         # The WAL is cut back to this after a checkpoint that left it longer.
         db.execute(f"PRAGMA journal_size_limit={wal_limit}")

@@ -1,9 +1,8 @@
 """The catalog as a file on a disk: whether a file is one (checked before
 any open, reading only), a consistent copy of it taken while writers go
 on (what an S3 disk keeps in its bucket), its pages asked into the
-kernel's cache when a mount starts, the page cache its size calls for,
-its pages packed when a writer closes it, and a full disk under it said
-as NoSpace."""
+kernel's cache when a mount starts, its pages packed when a writer closes
+it, and a full disk under it said as NoSpace."""
 from __future__ import annotations
 
 import logging
@@ -35,26 +34,6 @@ def consistent_copy(path: str) -> bytes:
             return f.read()
     finally:
         os.unlink(tmp)
-
-
-# The writer's page cache: at least a 40th of the file. Each b-tree's inner
-# pages are about half a percent of it (an insert descends through one of
-# them per index it touches); below that share they are pushed out by the
-# leaves every insert reads, and a 1 M-file catalog's insert read twice the
-# pages of a 100,000-file one's from the kernel (webfs-internals(7),
-# CATALOG INSERTS AT SCALE). A catalog of under 80 MB keeps the floor.
-CACHE_SHARE = 40
-CACHE_MAX_KIB = 256 << 10   # 10 GB of catalog, some 30 M files
-
-
-def page_cache_kib(path: str, floor: int) -> int:
-    """KiB of SQLite page cache for a writer of the catalog file ``path``:
-    ``floor``, or a CACHE_SHARE-th of the file if that is more (at most CACHE_MAX_KIB)."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return floor
-    return max(floor, min(size // 1024 // CACHE_SHARE, CACHE_MAX_KIB))
 
 
 PACK_MIN_ROWS = 1000        # rows a connection must have written before its close packs the file
