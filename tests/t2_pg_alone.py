@@ -12,6 +12,7 @@ import pytest
 from webfs.catalog import Catalog
 from webfs.catalogengine import BLOCK_IDS, PostgresEngine
 from webfs.machines import MachineLease, renewed_meanwhile
+from webfs.namespace.tree import Namespace
 
 SIG, OTHER = "ab" * 16, "cd" * 16
 
@@ -136,3 +137,20 @@ def test_while_the_mount_unmounts_its_row_is_renewed_by_a_thread_of_its_own(cata
         assert lease.touch() and renewed() != after      # the thread stopped; the row is still this mount's
     finally:
         lease.release()
+
+
+def test_a_path_is_walked_up_to_the_root_in_one_query(catalog):
+    # Namespace.path_of's recursive query (webfs.namespace.paths), in PostgreSQL's dialect:
+    # a namespace that keeps no path finds every level, a directory's and a file's.
+    cat, _ = catalog
+    ns = Namespace(None, catalog=cat)
+    ns.ensure_root()
+    a = ns.create(1, b"a", 0o40755, 0, 0)
+    b = ns.create(a.id, b"b c", 0o40755, 0, 0)
+    page = ns.create(b.id, b"page.html", 0o100644, 0, 0)
+    cat.commit()
+    fresh = Namespace(None, catalog=cat)
+    assert fresh.path_of(page.id) == b"/a/b c/page.html"
+    assert fresh.paths.dirs == {a.id: b"/a", b.id: b"/a/b c"}
+    assert Namespace(None, catalog=cat).path_of(b.id) == b"/a/b c"
+    assert Namespace(None, catalog=cat).path_of(10 ** 9) == b""

@@ -10,6 +10,19 @@ from typing import Iterable, Optional
 
 from .rows import make_room
 
+# The names from an inode up to the root, the inode's own first: (inode, parent,
+# name, mode), one statement for the walk (a round trip with PostgreSQL) where
+# a statement a level asked 2 a new file at 1 M files into random directories,
+# whose parents' paths the bounded memory below holds less of than at 100,000.
+# Directories have one name each, so only the first step needs its LIMIT. A
+# SELECT outside (the WITH inside): the PostgreSQL engine sends other statements as writes.
+NAMES_UP_SQL = (
+    "SELECT ino, parent, name, (SELECT mode FROM inodes WHERE id = ino) FROM ("
+    "WITH RECURSIVE up (depth, ino, parent, name) AS ("
+    "SELECT 0, inode, parent, name FROM (SELECT inode, parent, name FROM dentries WHERE inode=? LIMIT 1) own "
+    "UNION ALL SELECT up.depth + 1, d.inode, d.parent, d.name FROM up JOIN dentries d ON d.inode = up.parent "
+    "WHERE up.parent != 1) SELECT * FROM up) walk ORDER BY depth")
+
 # Directory paths kept (~150 B each with the dict's slot): a copy is made in
 # walk order, so the directories in use are few and recent, and 100,000 of
 # them (15 MB) grew the daemon with the archive for nothing.

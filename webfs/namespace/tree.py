@@ -21,7 +21,7 @@ from ..signature import block_name
 from ..store import Store
 from .rows import (BLOCK_COLUMNS_OF_B, INODE_COLUMNS, NAME_MAX, NO_XATTRS, ROOT_INODE, Inode,
                    NamespaceRows, check_name, now_ns)
-from .paths import KeptPaths
+from .paths import NAMES_UP_SQL, KeptPaths
 
 # Times a rename is done again after another machine changed one of its names meanwhile.
 RENAME_TRIES = 4
@@ -208,25 +208,25 @@ class Namespace(NamespaceRows):
 
     def path_of(self, ino: int) -> bytes:
         """The path of an inode from the root (one of its names, for hints and journals).
-        Walked up a loop, not a recursion: a captured URL can be thousands of
-        directories deep."""
-        names: list[tuple[int, bytes, Optional[int]]] = []     # (inode, name, mode), deepest first
+        The names up to the first directory whose path is kept come from one
+        recursive query, which SQLite and PostgreSQL run as a loop, not a
+        recursion: a captured URL can be thousands of directories deep."""
+        names: list[tuple[int, int, bytes, Optional[int]]] = []     # (inode, parent, name, mode), deepest first
         here, path = ino, b""
         made = self.paths.file(ino)
         if made is not None:
             return made
+        up = iter(self.cat.query(NAMES_UP_SQL, (ino,)) if ino != ROOT_INODE and ino not in self.paths.dirs else ())
         while here != ROOT_INODE:
             cached = self.paths.dirs.get(here)
             if cached is not None:
                 path = cached
                 break
-            row = self.cat.query("SELECT parent, name, (SELECT mode FROM inodes WHERE id=inode) "
-                                 "FROM dentries WHERE inode=? LIMIT 1", (here,))
-            if not row:
+            row = next(up, None)
+            if row is None:
                 return b""
-            parent, name, mode = row[0]
-            names.append((here, parent, name, mode))
-            here = parent
+            names.append(row)
+            here = row[1]
         for node, parent, name, mode in reversed(names):
             path = path + b"/" + name
             if mode is not None and stat.S_ISDIR(mode):
