@@ -132,10 +132,11 @@ def test_a_lone_mount_asks_no_signature_its_filter_rules_out(lone, postgres):
     assert row.overflow == 0                # alone: not asked, so not seen
     with pytest.raises(psycopg.errors.UniqueViolation):
         store.commit()                      # and the commit refuses the twin row rather than lose it
-    _second_machine(store, lease)
+    other = _second_machine(store, lease)
     row = store.store(data)
     assert row.overflow == 1                # others mounted: asked, found, not its bytes
     store.commit()
+    other.release()
 
 
 def test_a_lone_mount_still_finds_every_duplicate(lone):
