@@ -40,7 +40,7 @@ KNOWN: dict[str, str] = {
 # The modules that own the catalog's tables and so may write SQL: the catalog,
 # the namespace, and the parity package (its stripes table); and the query
 # index's own tables: webfs.index and the query compiler over them.
-SQL_OWNERS = ("webfs.catalog", "webfs.catalogengine", "webfs.catalogfile", "webfs.catalogmigration", "webfs.cataloggroups", "webfs.machines", "webfs.changes", "webfs.namespace", "webfs.parity", "webfs.index", "webfs.pgindex", "webfs.query")
+SQL_OWNERS = ("webfs.catalog", "webfs.catalogengine", "webfs.catalogfile", "webfs.catalogmigration", "webfs.cataloggroups", "webfs.catalogsigs", "webfs.machines", "webfs.changes", "webfs.namespace", "webfs.parity", "webfs.index", "webfs.pgindex", "webfs.query")
 SQL_METHODS = {"execute", "executemany", "executescript", "query", "scalar"}
 SQL_WORDS = ("SELECT", "INSERT", "UPDATE", "DELETE", "PRAGMA", "CREATE")
 

@@ -1,7 +1,8 @@
 """A PostgreSQL catalog mounted by one machine alone (a real server,
 tests/postgres.py; no FUSE mount): new blocks' rows under ids taken ahead,
 not waited for, and a newcomer that goes on only once the mounts before it
-know they are no longer alone (webfs.machines, webfs.catalogengine)."""
+know they are no longer alone, and an executemany of no rows that sends
+nothing (webfs.machines, webfs.catalogengine)."""
 from __future__ import annotations
 
 import threading
@@ -154,3 +155,14 @@ def test_a_path_is_walked_up_to_the_root_in_one_query(catalog):
     assert fresh.paths.dirs == {a.id: b"/a", b.id: b"/a/b c"}
     assert Namespace(None, catalog=cat).path_of(b.id) == b"/a/b c"
     assert Namespace(None, catalog=cat).path_of(10 ** 9) == b""
+
+
+def test_an_empty_executemany_sends_nothing_and_begins_no_transaction(catalog):
+    cat, db = catalog
+    cat.commit()
+    changes = cat.write_count()
+    # As a placement with no new stripe asks (webfs.parity.layout): no rows.
+    cat.executemany("INSERT INTO stripes (id, parity_disk, size_class, length, members, disks) "
+                    "VALUES (?, ?, ?, ?, ?, ?)", [])
+    assert not cat.db.in_transaction and cat.db._pipeline is None
+    assert cat.write_count() == changes

@@ -1,8 +1,9 @@
 """What a PostgreSQL mount alone keeps instead of asking the catalog per new
 block (a real server, tests/postgres.py; no FUSE mount): the placement
-groups' disks, read once, and its open stripes, kept from one placement to
-the next; and a second machine's mount ending both (webfs.cataloggroups,
-webfs.parity.layout, webfs.machines).
+groups' disks, read once, its open stripes, kept from one placement to
+the next, and its blocks' signatures, whose filter spares a lookup a new
+document; and a second machine's mount ending them (webfs.cataloggroups,
+webfs.parity.layout, webfs.catalogsigs, webfs.machines).
 
 Each test changes the tables behind the mount's back, as no other machine
 may while it is alone: what the mount then does shows whether it asked."""
@@ -11,11 +12,13 @@ from __future__ import annotations
 import random
 import threading
 
+import psycopg
 import pytest
 
 from conftest import make_archive
 from webfs import machines
 from webfs.assembly import open_archive
+from webfs.catalogsigs import SignatureFilter
 from webfs.parity.layout import bits
 from webfs.signature import group_of
 from webfs.store import Piece
@@ -106,3 +109,71 @@ def test_a_change_to_the_stripes_other_than_a_placement_has_them_read_again(lone
     placed, _ = _stripe_of(store, _joining(store, stripe.disks, 4000))
     assert placed != first
 
+
+
+def _row_behind_its_back(store, postgres, db, data: bytes) -> None:
+    """A block row of this document's signature, overflow 0, put in behind the
+    mount's back (no file, no digest: a lookup that finds it reads the block
+    back, fails, and takes overflow 1)."""
+    sig = Piece(data).signed(store.signature_fn).sig
+    postgres.psql(db, "INSERT INTO blocks (sig, overflow, disk, size, stored, codec, refs, created, grp) "
+                      f"VALUES ('\\x{sig}', 0, 0, {len(data)}, {len(data)}, 'identity', 1, 0, "
+                      f"'{group_of(sig, store.conf.depth)}')")
+
+
+def test_a_lone_mount_asks_no_signature_its_filter_rules_out(lone, postgres):
+    store, lease, db = lone
+    store.store(b"a first document")        # the filter is read here
+    store.commit()
+    assert store.catalog.sig_filter_reads == 1
+    data = random.Random("behind").randbytes(3000)
+    _row_behind_its_back(store, postgres, db, data)
+    row = store.store(data)
+    assert row.overflow == 0                # alone: not asked, so not seen
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        store.commit()                      # and the commit refuses the twin row rather than lose it
+    other = _second_machine(store, lease)
+    row = store.store(data)
+    assert row.overflow == 1                # others mounted: asked, found, not its bytes
+    store.commit()
+    other.release()
+
+
+def test_a_lone_mount_still_finds_every_duplicate(lone):
+    store, lease, db = lone
+    data = random.Random("twice").randbytes(5000)
+    first = store.store(data)
+    store.commit()
+    again = store.store(data)               # inserted by this mount: in its filter
+    store.commit()
+    assert (again.id, again.refs) == (first.id, 2)
+    store.catalog.forget_signatures()       # as a new mount: read from the table
+    third = store.store(data)
+    store.commit()
+    assert (third.id, third.refs) == (first.id, 3)
+    assert store.catalog.sig_filter_reads == 1      # (counted since it was forgotten)
+
+
+def test_a_full_filter_is_read_again_larger(lone):
+    store, lease, db = lone
+    store.store(b"a first document")
+    store.commit()
+    made = store.catalog._sig_filter
+    for i in range(made.capacity):         # as many inserts as it has room for
+        store.catalog.signature_added(i.to_bytes(16, "little"))
+    assert made.full
+    store.store(b"another document")
+    store.commit()
+    assert store.catalog.sig_filter_reads == 2
+
+
+def test_the_filter_has_no_false_negative_and_few_false_positives():
+    made = SignatureFilter(10000)
+    rng = random.Random(1)
+    held = [rng.randbytes(16) for _ in range(10000)]
+    for k in held:
+        made.add(k)
+    assert all(made.may_hold(k) for k in held)
+    assert not made.full
+    others = sum(made.may_hold(rng.randbytes(16)) for _ in range(10000))
+    assert others < 300                     # (about 1 in 100 when full)

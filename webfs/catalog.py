@@ -29,6 +29,7 @@ from .catalogfile import full_is_nospace as _full_is_nospace, pack_at_rest
 from .catalogkeys import created_of, hex_of, key, keys, seconds_of, sig_range
 from .catalogmigration import migrate_file
 from .cataloggroups import PlacementGroups
+from .catalogsigs import KnownSignatures
 from .signature import block_name
 from . import lockorder
 
@@ -205,7 +206,7 @@ class SignatureLookup:
             return []
 
 
-class Catalog(PlacementGroups):
+class Catalog(PlacementGroups, KnownSignatures):
     """The catalog of one archive: an SQLite file, or with ``engine`` a
     PostgreSQL database (webfs.catalogengine rewrites the SQL below for it)."""
 
@@ -218,6 +219,7 @@ class Catalog(PlacementGroups):
         self.db = engine.connect(path, CACHE_KIB, WAL_LIMIT)
         self.lock = lockorder.rlock("catalog")
         self.forget_group_disks()
+        self.forget_signatures()
         # The namespace's rows kept in memory (webfs.namespace.NamespaceMemo),
         # made by the first NamespaceRows over this catalog; a rollback clears it.
         self.memo = None
@@ -269,6 +271,7 @@ class Catalog(PlacementGroups):
         view.engine = engine
         view.lock = lockorder.rlock("catalog snapshot")
         view.forget_group_disks()
+        view.forget_signatures()
         view.memo = None
         view.inode_numbers = None
         view.own_stripes = ""
@@ -365,7 +368,9 @@ class Catalog(PlacementGroups):
     def blocks_with_sigs(self, sigs: list[str]) -> dict[str, list[BlockRow]]:
         """The blocks of each of these signatures that has any."""
         found: dict[str, list[BlockRow]] = {}
-        for r in self.query_in(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig IN ({{}})", keys(sigs)):
+        with self.lock:
+            asked = self.maybe_held(keys(sigs))      # (a lone PostgreSQL mount's filter: webfs.catalogsigs)
+        for r in self.query_in(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig IN ({{}})", asked):
             row = BlockRow.of(r)
             found.setdefault(row.sig, []).append(row)
         for rows in found.values():
@@ -468,6 +473,7 @@ class Catalog(PlacementGroups):
              key(stripe), sha256))
         if not cur.rowcount:
             return None
+        self.signature_added(key(sig))
         return BlockRow(cur.lastrowid, sig, overflow, disk, size, stored, codec, refs, pins,
                         created, name, grp, stripe, sha256)
 

@@ -455,6 +455,8 @@ class PgConnection:
     def executemany(self, sql: str, rows) -> None:
         text, order, _ = self._prepared(sql)
         rows = [[r[i] for i in order] for r in rows] if order is not None else list(rows)
+        if not rows:        # (as sqlite3's: nothing written, no transaction; two a placement, mostly)
+            return
         with self._lock:
             self._begin()
             self.total_changes += 1
