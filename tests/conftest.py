@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from scheduling import pytest_xdist_make_scheduler  # noqa: F401  (a hook: make test's file order)
 from webfs.assembly import open_archive
 from webfs.mkfs import mkfs
 
