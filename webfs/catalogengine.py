@@ -320,13 +320,15 @@ class PgConnection:
         if pipeline is None:
             return
         self._pipeline_cm = None
+        failed = False
         try:
             pipeline.__exit__(None, None, None)
         except Exception:
+            failed = True           # its error raised here, not by a statement (make test, at load)
             if not quiet:
                 raise
         finally:
-            if quiet or self.conn.pgconn.pipeline_status:      # failed, or libpq still holds results of it
+            if quiet or failed or self.conn.pgconn.pipeline_status:     # or libpq still holds results of it
                 self._reconnect()
 
     def _drain(self) -> None:
