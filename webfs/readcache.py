@@ -428,9 +428,10 @@ class PieceReader:
 
     def _read_quietly(self, rows: list[BlockRow]) -> list[tuple[BlockRow, bytes]]:
         """(In a worker.) The pieces that read well; the reader that needs
-        another will see its error. Each block file is advised first, so that
-        their disk reads are in flight together, not one after another."""
-        for row in rows:
+        another will see its error. Several block files are advised first, so
+        that their disk reads are in flight together, not one after another
+        (one alone would only be opened twice)."""
+        for row in rows if len(rows) > 1 else ():
             vol = self.store.archive.volumes.get(row.disk)
             if vol is not None:
                 vol.advise_block(row.sig, row.overflow)
