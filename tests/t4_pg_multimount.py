@@ -37,8 +37,8 @@ class Machine:
         self.mnt.mkdir()
         self.env = dict(os.environ, WEBFS_STATE_DIR=str(self.state))
 
-    def mount(self) -> None:
-        webfs("mount", "-o", f"machine_renew={RENEW}", self.disk, self.mnt, env=self.env)
+    def mount(self, renew: float = RENEW) -> None:
+        webfs("mount", "-o", f"machine_renew={renew}", self.disk, self.mnt, env=self.env)
 
     def umount(self) -> None:
         unmount(self.mnt)
@@ -611,14 +611,17 @@ def test_a_failed_commit_leaves_its_new_block_files_while_other_machines_are_mou
     sig = signature(doc)
     import psycopg
     machine = (a.state / "machine-id").read_text().strip()
+    # A renews its lease once an hour here: a renewal after the token's change
+    # and before the commit would turn the mount read-only first, and nothing
+    # would be stored to be kept.
+    a.umount()
+    a.mount(renew=3600)
     with psycopg.connect(pg_catalog, autocommit=True) as cut:
         with pytest.raises(OSError):
             with open(a.mnt / "lost", "wb") as f:
                 f.write(doc)
                 f.flush()
-                # A's token changed just before its commit, not before the open:
-                # a renewal in between (every second) would turn the mount
-                # read-only first, and nothing would be stored to be kept.
+                # A's token changed just before its commit, not before the open.
                 cut.execute("UPDATE mounts SET token = token + 1000 WHERE machine = %s", (machine,))
                 os.fsync(f.fileno())
     kept = [p for p in a.disk.parent.glob(f"disk*/blocks/{sig[:2]}/{sig[2:4]}/{sig[4:]}")]
