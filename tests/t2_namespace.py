@@ -75,6 +75,32 @@ def test_rmdir_of_a_full_directory_and_rename_over_a_target(ns):
     assert ns.lookup(d.id, b"f").id == e.id and ns.lookup(ROOT_INODE, b"e").id == g.id
 
 
+def test_a_rename_within_a_directory_touches_it_once(ns, store):
+    """rsync renames each file from its temporary name in the same directory:
+    the directory's row is written and journaled once, its link count kept;
+    across directories each one changes, a directory's link moving with it."""
+    d = mkdir(ns, ROOT_INODE, b"d")
+    sub = mkdir(ns, d.id, b".sub.tmp")
+    mkfile(ns, d.id, b".f.tmp")
+    before = ns.get(d.id)
+    ns.journal_lines.clear()
+    updates = []
+    touches = "UPDATE inodes SET mtime_ns"        # _touch_dir's
+    store.catalog.db.set_trace_callback(lambda sql: updates.append(sql) if sql.startswith(touches) else None)
+    try:
+        ns.rename(d.id, b".f.tmp", d.id, b"f")
+        ns.rename(d.id, b".sub.tmp", d.id, b"sub")
+    finally:
+        store.catalog.db.set_trace_callback(None)
+    assert len(updates) == 2
+    assert [line[2] for line in ns.journal_lines if line[0] == "+"] == [b"/d", b"/d"]
+    assert ns.get(d.id).nlink == before.nlink == 3 and ns.get(d.id).mtime_ns >= before.mtime_ns
+    e = mkdir(ns, ROOT_INODE, b"e")
+    ns.rename(d.id, b"sub", e.id, b"sub")
+    assert (ns.get(d.id).nlink, ns.get(e.id).nlink) == (2, 3)
+    assert ns.lookup(e.id, b"sub").id == sub.id
+
+
 def test_symlink_attributes_and_xattrs(ns):
     link = ns.create(ROOT_INODE, b"l", stat.S_IFLNK | 0o777, 0, 0, 0, b"target/path")
     assert ns.readlink(link.id) == b"target/path"

@@ -297,7 +297,8 @@ def test_a_listing_kept_from_readdir_fetches_no_block_a_file_no_longer_has(ops):
 def test_a_chmod_to_the_mode_a_file_has_changes_its_ctime_alone(store):
     """rsync fchmods each new file to the mode it was made with: that setattr
     moves the ctime (as chmod(2) must) and writes no JOURNAL record; a real
-    change writes one."""
+    change writes one. So do the kernel's times written back with the mtime
+    the file has."""
     records = []
     ns = Namespace(store, journal=lambda *args, **kwargs: records.append(args[0]))
     ns.ensure_root()
@@ -312,6 +313,15 @@ def test_a_chmod_to_the_mode_a_file_has_changes_its_ctime_alone(store):
         before.st_mode = stat.S_IFREG | 0o600
         changed = await ops.setattr(ino, before, Fields(update_mode=True), None, CTX)
         assert len(records) == n + 1 and stat.S_IMODE(changed.st_mode) == 0o600
+        # The kernel writing back its times after a chmod or a rename: the
+        # mtime the file has, a new ctime (not in the JOURNAL): no record.
+        changed.st_ctime_ns += 1000
+        times = await ops.setattr(ino, changed, Fields(update_mtime=True, update_ctime=True), None, CTX)
+        assert len(records) == n + 1 and times.st_mtime_ns == changed.st_mtime_ns
+        assert (await ops.getattr(ino)).st_ctime_ns == changed.st_ctime_ns
+        changed.st_mtime_ns -= 10 ** 9
+        moved = await ops.setattr(ino, changed, Fields(update_mtime=True, update_ctime=True), None, CTX)
+        assert len(records) == n + 2 and moved.st_mtime_ns == changed.st_mtime_ns
     trio.run(main)
 
 

@@ -49,7 +49,7 @@ READDIR_BATCH = 200             # entries a readdir reads from the catalog at on
 # import) go through take_misses. At most NEGATIVE_MAX
 # misses are remembered (about 150 bytes each); beyond that a miss is not cached.
 NEGATIVE_TIMEOUT = 60.0
-UNCHANGED_IF_SAME = ("mode", "uid", "gid")      # setattr fields dropped when the inode has them already
+UNCHANGED_IF_SAME = ("mode", "uid", "gid", "mtime_ns")  # setattr fields dropped when the inode has them already
 NEGATIVE_MAX = 1 << 14
 # FUSE requests answered since the mount, by type: always counted (one dict
 # update per request), read as JSON from the root's ``user.webfs.requests``
@@ -321,7 +321,9 @@ class Operations(pyfuse3.Operations):
         node = self.ns.get(inode)
         if changes:
             # A chmod or chown to what the file has already (rsync's fchmod of
-            # a new file to its mode) changes its ctime alone: no JOURNAL record.
+            # a new file to its mode), or the mtime it has (the kernel writing
+            # back its times after a chmod or rename: rsync's every file),
+            # changes its ctime alone, which the JOURNAL does not hold: no record.
             node = self.ns.set_attrs(inode, **{k: v for k, v in changes.items()
                                                if k not in UNCHANGED_IF_SAME or getattr(node, k) != v})
         self._changed()
