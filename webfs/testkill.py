@@ -45,6 +45,7 @@ POINTS = {
     "index-after-file": "an import's or a mount's indexing process indexed a file (not committed yet)",
     "import-before-refs": "an import is about to take the blocks of a file stored before it, found by its "
                           "inode (a revisit's original, a hard link's first name)",
+    "scrub-after-read": "scrub --repair read a block in no stripe; its row not yet read again",
     "import-after-refs": "an import took the blocks of a hard link's first name stored before it; "
                          "the link's name not made yet",
 }
