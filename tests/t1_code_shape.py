@@ -63,7 +63,7 @@ LAYERS = (
 ENV_READERS = {
     "webfs.cli": "the user's settings: S3 disks and leases (webfs.backends.options), WEBFS_INDEX",
     "webfs.quicksearch": "whether a setting webfs.cli checks is set: then webfs.cli runs the search",
-    "webfs.testkill": "WEBFS_TEST_KILL_AT: a test hook, read by the daemon itself to die (or stop) at a named point",
+    "webfs.testkill": "WEBFS_TEST_KILL_AT: a test hook, read by the daemon itself to die (stop, wait) at a named point",
     "webfs.lockorder": "WEBFS_LOCK_ORDER: a test hook, read as the module loads, before any lock exists",
     "webfs.daemon": "WEBFS_TRACEMALLOC: a debug hook of the soak tests, the daemon's own memory trace",
 }
@@ -72,7 +72,7 @@ ENV_READERS = {
 # The only modules that keep state of the process in module globals: the
 # test hooks, each with what it keeps.
 STATE_HOLDERS = {
-    "webfs.testkill": "the kill point armed, the passes left before it fires, and its signal",
+    "webfs.testkill": "the kill point armed, the passes left before it fires, its signal or the pipe it waits on",
     "webfs.lockorder": "the graph of lock orders seen, while a test checks them",
 }
 

@@ -688,6 +688,46 @@ def test_parity_overhead_on_a_realistic_crawl_is_close_to_one_over_g_minus_one(t
     store.close()
 
 
+def test_scrub_repair_never_protects_a_loose_block_with_another_ones_bytes(tmp_path, monkeypatch):
+    """A loose block read by scrub --repair, then freed and its id given to a
+    block stored meanwhile (SQLite gives the highest id again), as a mount
+    serving writes and removals does: the other block is not put in a stripe
+    with the first one's payload. The interleaving is made with the test
+    point scrub-after-read (its wait form: the scrub's thread waits on a FIFO)."""
+    import threading
+    from webfs import testkill
+    disks = make_archive(tmp_path / "a", disks=2)
+    keep = lose(disks[1], tmp_path)
+    store = open_store(disks)
+    stored = fill(store, documents(3, seed=16))
+    store.close()
+    shutil.move(str(keep), str(disks[1]))
+    store = open_store(disks)
+    gone = max((row for row, _ in stored), key=lambda r: r.id)
+    fifo = tmp_path / "point.fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("WEBFS_TEST_KILL_AT", f"scrub-after-read:3:wait:{fifo}")
+    testkill.arm()
+    try:
+        done = {}
+        scrub = threading.Thread(target=lambda: done.update(r=ADMIN_COMMANDS["scrub"](
+            OpenArchive(store), admin.Progress(), repair=True)))
+        scrub.start()
+        with open(fifo, "wb"):              # returns once the scrub waits, the last loose block read
+            store.release(gone, pin=True)
+            other = store.store(b"another block, stored while the scrub waited", pin=True)
+            store.commit()
+            assert other.id == gone.id
+        scrub.join()
+    finally:
+        monkeypatch.delenv("WEBFS_TEST_KILL_AT")
+        testkill.arm()
+    assert done["r"].exit_code == 0, done["r"].lines
+    assert_parity_consistent(store)
+    assert store.read(store.catalog.block_by_id(other.id)) == b"another block, stored while the scrub waited"
+    store.close()
+
+
 def test_blocks_stored_without_a_second_disk_are_protected_by_scrub_repair(tmp_path):
     disks = make_archive(tmp_path / "a", disks=2)
     keep = lose(disks[1], tmp_path)

@@ -457,6 +457,39 @@ def test_storing_again_before_the_release_commits_keeps_the_new_block(store):
     assert store.archive.volumes[again.disk].has_block(again.sig, again.overflow)
 
 
+def test_a_reference_to_a_freed_block_whose_number_went_to_another_is_refused(store):
+    """A row read before its block was freed (an import taking a file's blocks
+    it found earlier: webfs.walkread.take_found): the number is the next new
+    block's now (SQLite gives the highest number again); add_ref refuses it
+    rather than count a reference to the other block."""
+    gone = store.store(b"a block freed after its row was read", pin=True)
+    store.commit()
+    store.release(gone, pin=True)
+    other = store.store(b"another block, stored after", pin=True)
+    store.commit()
+    assert other.id == gone.id
+    with pytest.raises(NoSuchBlock):
+        store.add_ref(gone)
+    assert store.catalog.block_by_id(other.id).refs == 1
+
+
+def test_a_move_of_a_freed_block_whose_number_went_to_another_moves_nothing(store):
+    """The same for a move (rebalance, remove-disk: a group's rows listed,
+    each block moved under its own lock): the other block stays where its
+    signature put it."""
+    from webfs.commands.moves import move_block
+    gone = store.store(b"a block freed after its row was listed", pin=True)
+    store.commit()
+    store.release(gone, pin=True)
+    other = store.store(b"another block, stored after", pin=True)
+    store.commit()
+    assert other.id == gone.id
+    target = next(d for d in store.archive.volumes if d != other.disk)
+    assert move_block(store, gone, target) == 0
+    assert store.catalog.block_by_id(other.id).disk == other.disk
+    assert store.read(store.catalog.block_by_id(other.id)) == b"another block, stored after"
+
+
 @pytest.mark.parametrize("change", ["add_ref", "release"])
 def test_a_refs_header_behind_a_commit_is_set_by_the_next_open(tmp_path, change):
     """A reference count goes to the catalog at a commit and to the block's

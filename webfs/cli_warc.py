@@ -34,8 +34,10 @@ def import_warc(collection, as_json, sources, dest):
     DEST is a directory in a mounted archive or DISK:/PATH of an unmounted
     one. Every record is kept (raw headers in NAME/@warc/), the parsed
     fields are xattrs (user.warc.*, user.http.*), revisits share their
-    original's blocks. Damaged records are reported with file and offset
-    and the rest is imported. Exit status: 0 all imported, 4 problems.
+    original's blocks (one whose original is absent, or removed during the
+    import, is kept unresolved and reported). Damaged records are reported
+    with file and offset and the rest is imported. Exit status: 0 all
+    imported, 4 problems.
     """
     target, path = import_target(dest)
     run_admin_command(target, "import-warc", as_json=as_json, unit="rec",

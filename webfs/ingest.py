@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from . import admin, recovery
+from . import admin, recovery, testkill
 from .admin import human
 from .assembly import OpenArchive
 from .errors import FsError, NoSpace, WebfsError
@@ -53,6 +53,7 @@ from .namespace import ROOT_INODE, Inode, Namespace, now_ns
 from .preparation import WORKERS, Preparation
 from .store import Store
 from .treesource import TreeSource
+from .walkread import take_all, take_found
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ WINDOW = 256                # entries walked ahead of the names made
 BATCH_FILES = 512           # names per catalog commit ...
 BATCH_SECONDS = 0.5         # ... or fewer, when they took this long to come
 MADE_ELSEWHERE = "another machine made this name at the same moment; not imported (run the import again)"
+FIRST_GONE = "its other name {} was removed during the import; not imported (run the import again)"
 
 
 @dataclass
@@ -298,8 +300,15 @@ class Importer:
                 first = item.first
                 ino = first.ino if first.ino is not None else \
                     first.existing.id if first.skip and first.existing is not None else None
-                for row in self.ns.contents(ino) if ino is not None else first.rows:
-                    item.rows.append(self.store.add_ref(row))
+                if ino is None:             # its first name is in this batch, not made yet
+                    item.rows = take_all(self.store, first.rows)
+                    continue
+                testkill.point("import-before-refs")
+                item.rows = take_found(self.ns, self.store, ino)
+                if item.rows is None:
+                    item.rows = []
+                    raise FsError(errno.ENOENT, FIRST_GONE.format(show_path(first.path)))
+                testkill.point("import-after-refs")
             except (OSError, FsError, NoSpace) as exc:
                 item.failed = problem_line(item.src, exc)
                 self.prep.give_back(item)
@@ -321,6 +330,8 @@ class Importer:
             first = item.first
             if first.ino is None:
                 raise FsError(errno.ENOENT, f"its other name {show_path(first.src)} could not be imported")
+            if not self.ns.linked(first.ino):   # removed since its blocks were taken (they are given back)
+                raise FsError(errno.ENOENT, FIRST_GONE.format(show_path(first.path)))
             if not self.ns.add_name(parent.ino, item.name, first.ino):
                 raise FsError(errno.EEXIST, MADE_ELSEWHERE)
             self.ns.bump_nlink(first.ino, 1)

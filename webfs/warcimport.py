@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Iterator, Optional
 
-from . import admin, cdxj, recovery, urlpath
+from . import admin, cdxj, recovery, testkill, urlpath
 from .admin import human
 from .errors import FsError, WebfsError
 from .importsource import Item, Source, show_path
@@ -35,6 +35,7 @@ from .store import Piece
 from .warc import (CAPTURE_TYPES, HEADS_SUFFIX, HTTP_XATTRS, INDEX_HEADER, INDEX_SUFFIX, KEEP_DIR, XATTR_FIELDS,
                    decode_entity)
 from .warcapart import Preparing, read_records_apart
+from .walkread import take_all, take_found
 from .warcread import READ_CHUNK, DigestCheck, Problem, Record, payload_pieces
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 # thread spent nearly twice the CPU of one alone): parsing went to another
 # process instead.
 PREPARE_WORKERS = 2
+
+UNRESOLVED = (b"user.warc.revisit", b"unresolved")     # a revisit kept without its original's blocks
 
 # The figures of a WARC import. Shaped like ingest.Counts (a list of int
 # fields), which is why `duplicates` pairs them; the figures are others.
@@ -392,13 +395,17 @@ class WarcSource(Source):
     def _revisit(self, rv: "Revisit", orig) -> Item:
         """A revisit's file: its original's blocks, or (none) what the record holds, said."""
         if orig is None:
-            self.wc.revisits_unresolved += 1
-            self._report(f"{rv.where}: revisit of {show_path(rv.uri)} whose original (digest "
-                         f"{show_path(rv.digest or b'none')}) is not here; kept as an empty file")
-            return self._file(rv.path, rv.payload, rv.mtime, rv.xattrs + [(b"user.warc.revisit", b"unresolved")],
-                              rv.identity, rv.src)
+            self._unresolved(rv, "")
+            return self._file(rv.path, rv.payload, rv.mtime, rv.xattrs + [UNRESOLVED], rv.identity, rv.src)
         self.wc.revisits_resolved += 1
-        return self._file(rv.path, b"", rv.mtime, rv.xattrs, rv.identity, rv.src, share=orig)
+        item = self._file(rv.path, b"", rv.mtime, rv.xattrs, rv.identity, rv.src, share=orig)
+        item.warc_revisit = rv
+        return item
+
+    def _unresolved(self, rv: "Revisit", why: str) -> None:
+        self.wc.revisits_unresolved += 1
+        self._report(f"{rv.where}: revisit of {show_path(rv.uri)} whose original (digest "
+                     f"{show_path(rv.digest or b'none')}) is not here{why}; kept as an empty file")
 
     def _stored_with_digest(self, digest: bytes) -> Optional[int]:
         """A file stored before this import whose payload has this digest (its inode):
@@ -453,8 +460,9 @@ class WarcSource(Source):
         data, digest, share = item.warc_data, item.warc_digest, item.warc_share
         item.warc_data = item.warc_share = None          # held until stored, not until named
         if share is not None:
-            self._share(item, share)
-            return
+            if self._share(item, share):
+                return
+            data = self._original_gone(item)
         if prepared is not None:
             pieces, matches = prepared
             self.store_pieces(item, pieces)
@@ -467,27 +475,36 @@ class WarcSource(Source):
                             f"{show_path(digest)} does not match the payload; imported as read")
         item.kept_rows = list(item.rows)
 
-    def _share(self, item: Item, orig) -> None:
-        """A revisit: the original's blocks, one more reference each."""
+    def _original_gone(self, item: Item):
+        """A revisit whose original went before its blocks were taken: kept as one
+        whose original is not here (as if it had never been stored), said and
+        counted so; what it holds is its record's payload."""
+        rv, item.warc_revisit = item.warc_revisit, None
+        self.wc.revisits_resolved -= 1
+        self._unresolved(rv, " (removed during this import)")
+        item.xattrs, item.shares = rv.xattrs + [UNRESOLVED], False
+        return rv.payload
+
+    def _share(self, item: Item, orig) -> bool:
+        """A revisit: the original's blocks, one more reference each; False (none
+        taken) when the original, stored before this import and found by its
+        inode, has no name left (removed, or renamed over, since)."""
         if isinstance(orig, Item):
             # walked earlier, so stored earlier by this same thread: settled
             try:
                 orig.warc_future.result()
             except Exception:
                 raise FsError(errno.ENOENT, "its original could not be imported") from None
-            rows = orig.kept_rows
+            taken = take_all(self.store, orig.kept_rows)
         else:
-            rows = self.ns.contents(orig)
-        taken = []
-        try:
-            for row in rows:
-                taken.append(self.store.add_ref(row))
-        except BaseException:
-            for row in taken:
-                self.store.release(row)
-            raise
+            testkill.point("import-before-refs")
+            taken = take_found(self.ns, self.store, orig)
+            if taken is None:
+                return False
         item.rows = taken
-        item.size = sum(r.size for r in rows)
+        item.size = sum(r.size for r in taken)
+        item.warc_revisit = None
+        return True
 
 
 def digest_of(fields: dict) -> Optional[bytes]:

@@ -102,8 +102,8 @@ def move_block(store: Store, row: BlockRow, target: int, restripe: bool = False)
     vol = store.archive.volumes[target]
     with store.block_lock(row.sig):
         fresh = cat.block_by_id(row.id)
-        if fresh is None:
-            return 0                                    # released meanwhile
+        if fresh is None or fresh.sig != row.sig or fresh.overflow != row.overflow:
+            return 0                                    # released meanwhile (its number maybe another's now)
         copied = b""
         if fresh.disk != target or not vol.has_block(fresh.sig, fresh.overflow):
             # Its count as the catalog has it: a Refs written behind the commit may not be there yet.

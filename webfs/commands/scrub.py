@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .. import admin
+from .. import admin, testkill
 from ..admin import DiskGates, Pace, parallel
 from ..backends.local import TMP_SUFFIX
 from ..block import HEADER_SIZE, utc_timestamp
@@ -292,8 +292,12 @@ def _scrub_loose(store: Store, parity: Parity, block_id: int, report: Report, re
         report.add("corrupt", where, f"{exc}; it is in no parity stripe")
         return
     store.forget_damage(row)
+    testkill.point("scrub-after-read")
+    read = row
     with store.catalog.lock:            # the count as it is now, not as it was listed
         row = store.catalog.block_by_id(block_id)
+        if row is not None and (row.sig, row.overflow) != (read.sig, read.overflow):
+            row = None                  # freed since, and its id given to a block stored after: not what was read
         refs = header_refs(store.archive, row) if row is not None else None
         if refs is not None and refs != row.refs:
             _refs_behind(store, row, refs, report, repair)
