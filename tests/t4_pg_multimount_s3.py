@@ -155,20 +155,21 @@ def test_a_machine_taken_over_while_it_unmounts_still_copies_its_records(weeds, 
     a.env["WEBFS_TEST_KILL_AT"] = "unmount-after-loop:1:stop"
     a.mount()
     b.mount()
+    pid = a.pid()
+    stalled = (a.state / "machine-id").read_text().strip()
+    names = sorted(os.listdir(crawls / "flat-a"))
     try:
-        stalled = (a.state / "machine-id").read_text().strip()
         sh(f"cp -r '{crawls}/flat-a' '{a.mnt}/from-a'")
-        names = sorted(os.listdir(crawls / "flat-a"))
         assert poll(lambda: sorted(os.listdir(b.mnt / "from-a")) == names, 30.0, 0.05)    # committed
-        pid = a.pid()
-        sh(f"fusermount3 -u '{a.mnt}'")
+    finally:
+        sh(f"fusermount3 -u '{a.mnt}'")     # A's unmount: its daemon stops as it begins
         eventually(lambda: stopped(pid), "the daemon stopping at its unmount", every=0.02)
+    try:
         eventually(lambda: not any(objects(w, url, f"meta/machines/{stalled}/MOUNTED")
                                    for w, url in zip(weeds, disks)), "the other machine taking it over")
-        os.kill(pid, signal.SIGCONT)
-        wait_dead(pid)
     finally:
-        a.umount()
+        os.kill(pid, signal.SIGCONT)        # never left stopped, whatever failed
+        wait_dead(pid)
         b.umount()
     for w, url in zip(weeds[:2], disks[:2]):          # the record disks: the first two
         journal = w.client().get_object(Bucket=DiskURL.parse(url).bucket,
