@@ -371,14 +371,23 @@ class S3Backend(Backend):
     def sync(self, catalog_copy: Optional[Callable[[str], bytes]] = None) -> None:
         """Every staged object to the bucket (meta/'s copy names none it lacks),
         then meta/ (``MetaMirror.publish``); only by the lease's holder (or a new
-        disk's maker): never over the copy of a machine that took the lease."""
+        disk's maker): never over the copy of a machine that took the lease.
+        One of several mounts whose shared lease was taken over (it stood still
+        so long that another machine took it for dead) still copies its records
+        to its own place, which no other machine writes: else the names it
+        committed since its last copy would be in no bucket. What it staged
+        stays staged, as a dead machine's does (the next mount uploads it)."""
         if self.lease is None and not self.made:
             return
         if self.lease is not None and not self.lease.held():
-            log.error("%s: the lease was taken over by another mount; meta/ is not copied to the bucket",
-                      self.location)
-            return
-        self.staging.drain()
+            if self.machine is None:
+                log.error("%s: the lease was taken over by another mount; meta/ is not copied to the bucket",
+                          self.location)
+                return
+            log.error("%s: machine %s's lease was taken over by another mount; only its records are copied "
+                      "to the bucket, to its own place", self.location, self.machine)
+        else:
+            self.staging.drain()
         self.mirror.publish(catalog_copy, self.machine)
 
     def close(self, catalog_copy: Optional[Callable[[str], bytes]] = None) -> None:

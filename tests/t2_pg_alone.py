@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from conftest import eventually
 from webfs.catalog import Catalog
 from webfs.catalogengine import BLOCK_IDS, PostgresEngine
 from webfs.machines import MachineLease, renewed_meanwhile
@@ -136,6 +137,22 @@ def test_while_the_mount_unmounts_its_row_is_renewed_by_a_thread_of_its_own(cata
         assert len(seen) >= 3
         after = renewed()
         assert lease.touch() and renewed() != after      # the thread stopped; the row is still this mount's
+    finally:
+        lease.release()
+
+
+def test_an_unmount_renews_its_row_at_once_not_a_period_later(catalog, postgres):
+    """The loop's last renewal may be a period old when the unmount starts:
+    the thread renews at once (a period later, a loaded unmount could be
+    taken for dead before its first renewal). A period of an hour shows it."""
+    cat, db = catalog
+    lease = MachineLease(cat.engine, "machine-a", renew=3600)
+    lease.take()
+    renewed = lambda: postgres.psql(db, "SELECT renewed_at FROM mounts WHERE machine = 'machine-a'").strip()  # noqa: E731
+    before = renewed()
+    try:
+        with renewed_meanwhile(lease):
+            eventually(lambda: renewed() != before, "the row renewed as the unmount starts", 60, every=0.05)
     finally:
         lease.release()
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import REPO, sh, webfs
+from conftest import REPO, eventually, sh, wait_dead, webfs
 from t4_pg_multimount import Machine, crawls, database, mounted_machines, poll  # noqa: F401 - crawls: a fixture
 from t4_s3_mount import bucket_on_each
 from webfs.backends.options import BackendOptions
@@ -141,3 +141,43 @@ def test_a_shared_lease_removed_from_the_bucket_is_seen_gone(weeds):
         assert not lease.held()
     finally:
         lease.release()
+
+
+def test_a_machine_taken_over_while_it_unmounts_still_copies_its_records(weeds, crawls, tmp_path, postgres,
+                                                                         pg_catalog):
+    """A machine that stands still at the start of its unmount (SIGSTOP: a
+    stalled host) long enough for the other to take its row and its leases
+    over still copies its JOURNAL, with every name it committed, to its own
+    place in the buckets: that place is its alone, whoever took the lease."""
+    disks = bucket_on_each(weeds, "to")
+    webfs("mkfs", "--catalog", pg_catalog, *disks)
+    a, b = (Machine(tmp_path, name, disks[i]) for i, name in enumerate("ab"))
+    a.env["WEBFS_TEST_KILL_AT"] = "unmount-after-loop:1:stop"
+    a.mount()
+    b.mount()
+    pid = a.pid()
+    stalled = (a.state / "machine-id").read_text().strip()
+    names = sorted(os.listdir(crawls / "flat-a"))
+    try:
+        sh(f"cp -r '{crawls}/flat-a' '{a.mnt}/from-a'")
+        assert poll(lambda: sorted(os.listdir(b.mnt / "from-a")) == names, 30.0, 0.05)    # committed
+    finally:
+        sh(f"fusermount3 -u '{a.mnt}'")     # A's unmount: its daemon stops as it begins
+        eventually(lambda: stopped(pid), "the daemon stopping at its unmount", every=0.02)
+    try:
+        eventually(lambda: not any(objects(w, url, f"meta/machines/{stalled}/MOUNTED")
+                                   for w, url in zip(weeds, disks)), "the other machine taking it over")
+    finally:
+        os.kill(pid, signal.SIGCONT)        # never left stopped, whatever failed
+        wait_dead(pid)
+        b.umount()
+    for w, url in zip(weeds[:2], disks[:2]):          # the record disks: the first two
+        journal = w.client().get_object(Bucket=DiskURL.parse(url).bucket,
+                                        Key=f"meta/machines/{stalled}/JOURNAL")["Body"].read()
+        assert all(f"/from-a/{n}".encode() in journal for n in names), journal[:500]
+
+
+def stopped(pid: int) -> bool:
+    """Is this process stopped (SIGSTOP)?"""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0] == "T"

@@ -471,6 +471,21 @@ class Daemon:
         dropped during the mount, a MANIFEST, parity left out of date) goes in
         the report that ``webfs umount`` prints before it exits non-zero."""
         problems = list(self.fs.files.failures) if self.fs is not None else []
+        testkill.point("unmount-after-loop")
+        try:
+            # The loop that renewed this machine's row has stopped: a thread renews
+            # it until the store is closed (the last commit, the records copied to
+            # S3 disks), so that no other mount takes it for dead meanwhile.
+            with machines.renewed_meanwhile(self.lease):
+                self._write_out(problems)
+        finally:
+            if self.store is not None:
+                if self.lease is not None:
+                    self.lease.release()
+                self._write_report(problems)
+
+    def _write_out(self, problems: list[str]) -> None:
+        """The unmount's writes, then the store closed (an S3 disk copies its records)."""
         if self.fs is not None:
             from .fs import HANDOFFS, REQUESTS
             for what, counts in (("FUSE requests answered", REQUESTS), ("hand-offs to worker threads", HANDOFFS)):
@@ -487,23 +502,18 @@ class Daemon:
                 os.unlink(self.socket_path)
             except OSError:
                 pass
-        if self.store is not None:
-            try:
-                with machines.renewed_meanwhile(self.lease):     # the loop that renews it has stopped
-                    self._last_writes(problems)
-            except Exception as exc:
-                log.exception("unmount did not finish")
-                problems.append(f"unmount did not finish: {exc}")
-                raise
-            finally:
-                try:
-                    if self.index_keeper is not None:
-                        self.index_keeper.close()   # the catalog's last connection then removes its WAL
-                    self.store.close()
-                finally:
-                    if self.lease is not None:
-                        self.lease.release()
-                    self._write_report(problems)
+        if self.store is None:
+            return
+        try:
+            self._last_writes(problems)
+        except Exception as exc:
+            log.exception("unmount did not finish")
+            problems.append(f"unmount did not finish: {exc}")
+            raise
+        finally:
+            if self.index_keeper is not None:
+                self.index_keeper.close()   # the catalog's last connection then removes its WAL
+            self.store.close()
 
     def _last_writes(self, problems: list[str]) -> None:
         """The unmount's writes: orphans freed, MANIFEST, parity, the last commit."""

@@ -313,12 +313,15 @@ def renewed_meanwhile(lease: Optional[MachineLease]) -> Iterator[None]:
     stop = threading.Event()
 
     def renew() -> None:
-        while not stop.wait(lease.renew):
+        # At once, then every period: the loop's last renewal may be a period old already.
+        while True:
             try:
                 if not lease.touch():
                     return
             except Exception:       # noqa: BLE001 - the last commit's fence then says what is wrong
                 log.warning("cannot renew this mount's lease while it unmounts", exc_info=True)
+                return
+            if stop.wait(lease.renew):
                 return
     thread = threading.Thread(target=renew, name="lease at unmount", daemon=True)
     thread.start()

@@ -38,6 +38,7 @@ POINTS = {
     "checkpoint-after-marker": "the checkpoint marker is appended to every JOURNAL; no MANIFEST written",
     "checkpoint-after-manifest": "the new MANIFEST is on the first disk; its JOURNAL not yet cut",
     "checkpoint-after-journal": "MANIFEST and JOURNAL are replaced on the first disk; not on the others",
+    "unmount-after-loop": "the mount's FUSE loop ended (it is unmounting); its last commit and records' copy not yet",
     "export-after-member": "export-warc wrote a record's gzip member into its OUT.part file",
     "stream-after-token": "webfs stream, or export-warc as a stream, printed a resume token",
     "stream-after-walk": "webfs stream, or export-warc as a stream, found a page's path; its blocks not yet",
