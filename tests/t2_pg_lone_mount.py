@@ -76,7 +76,7 @@ def _joining(store, stripe_disks: int, size: int) -> bytes:
     for i in range(1000):
         data = random.Random(i).randbytes(size)       # stored as it is: one size class
         grp = group_of(Piece(data).signed(store.signature_fn).sig, store.conf.depth)
-        if store.home_disks(grp)[0] not in bits(stripe_disks):
+        if store.home_disks(grp, {})[0] not in bits(stripe_disks):
             return data
     raise AssertionError("no document found for another disk")
 

@@ -152,6 +152,23 @@ def test_a_chunk_with_duplicates_within_it_gives_each_file_its_own_row(tmp_path)
     store.close()
 
 
+def test_a_chunk_maps_each_new_group_to_the_disk_its_blocks_went_to(store):
+    """``store_many`` maps a chunk's new groups in one statement after placing
+    its blocks: a group that two blocks of the chunk start is placed once
+    (both blocks on one disk), and every group's row names that disk."""
+    docs = [b"document %d " % i * 40 for i in range(600)]
+    rows = store.store_many([Piece(d) for d in docs], [b"/f%d" % i for i in range(len(docs))])
+    store.commit()
+    disks_of: dict = {}
+    for r in rows:
+        disks_of.setdefault(r.grp, set()).add(r.disk)
+    assert any(sum(r.grp == g for r in rows) > 1 for g in disks_of)       # a group shared in the chunk
+    assert all(len(d) == 1 for d in disks_of.values())
+    mapped = dict(store.catalog.query("SELECT grp, disk FROM groups"))
+    assert {g: mapped.get(g) for g in disks_of} == {g: min(d) for g, d in disks_of.items()}
+    assert store.catalog.group_disk(rows[0].grp) == rows[0].disk
+
+
 def counting_reads(store) -> list:
     """The rows the store reads back from now on (a list that grows)."""
     reads = []

@@ -36,6 +36,21 @@ def first_disk(ranked: list[int], mapped: Optional[int], present) -> Optional[in
     return mapped if mapped is not None else next((d for d in ranked if d in present), None)
 
 
+def home_disks(group: str, disks: Iterable[tuple[int, str, float]], mapped: Optional[int], present,
+               maps: dict[str, int]) -> list[int]:
+    """The present disks for a new block of a group, best first: the disk the
+    catalog maps it to (``mapped``) or this chunk did (``maps``), then its
+    ranking. A group not mapped whose block goes to its home is mapped there,
+    in ``maps``: the caller writes a chunk's at once (``set_group_disks``)."""
+    ranked = ranked_disks(group, disks)
+    mapped = maps.get(group) if mapped is None else mapped
+    first = first_disk(ranked, mapped, present)
+    if mapped is None and first is not None and first == ranked[0]:
+        maps[group] = first
+    order = ([first] if first is not None else []) + [d for d in ranked if d != first]
+    return [d for d in order if d in present]
+
+
 def home_disk(group: str, disks: Sequence[tuple[int, str, float]]) -> int:
     ranked = ranked_disks(group, disks)
     if not ranked:

@@ -47,7 +47,7 @@ from .blockintents import INTENTS_FILE, REFS_INTENT, Intents
 from .blockwriters import BlockWriters
 from .locks import KeyedLocks
 from .outages import Missed
-from .placement import first_disk, ranked_disks
+from .placement import home_disks
 from .protection import Protection
 from .piece import Piece
 from .refheaders import headers_writer, mirror_refs
@@ -329,16 +329,18 @@ class Store:
         blocks = []
         grps = [sigmod.group_of(p.sig, self.conf.depth) for p, _, _ in new]
         self.catalog.read_groups(set(grps))
+        maps: dict[str, int] = {}       # groups this chunk maps, written in one statement
         for (p, name, overflow), grp in zip(new, grps):
             codec, payload = p.encoded or self.encode(p.data)
             header = BlockHeader(p.sig, len(p.data), len(payload), codec, 1, utc_timestamp(),
                                  percent_encode(name), p.sha256)
-            disks = self.home_disks(grp)
+            disks = self.home_disks(grp, maps)
             # Its room is asked as it is written, after the chunk's blocks before
             # it (asking here too would count each block twice); a block that
             # goes to another disk after all has an intent line of its own.
             first = disks[0] if disks else None
             blocks.append((p.data, header, payload, overflow, grp, disks, first))
+        self.catalog.set_group_disks([(grp, disk, None) for grp, disk in maps.items()])
         with self.catalog.lock:
             self._inflight += len(new)
         try:
@@ -448,15 +450,10 @@ class Store:
             row.sha256 = piece.sha256
         return same
 
-    def home_disks(self, grp: str) -> list[int]:
-        """Disks for a new block of a group, best first: its mapped disk, then rendezvous order."""
-        ranked = ranked_disks(grp, [(d.index, d.uuid, d.weight) for d in self.conf.disks])
-        mapped = self.catalog.group_disk(grp)
-        first = first_disk(ranked, mapped, self.archive.volumes)
-        if mapped is None and first is not None and first == ranked[0]:
-            self.catalog.set_group_disk(grp, first)
-        order = ([first] if first is not None else []) + [d for d in ranked if d != first]
-        return [d for d in order if d in self.archive.volumes]
+    def home_disks(self, grp: str, maps: dict[str, int]) -> list[int]:
+        """Disks for a new block of a group, best first (``placement.home_disks``)."""
+        return home_disks(grp, [(d.index, d.uuid, d.weight) for d in self.conf.disks],
+                          self.catalog.group_disk(grp), self.archive.volumes, maps)
 
     def has_room(self, disk: int, needed: int) -> bool:
         """Can a disk take this many more bytes of blocks (``Archive.has_room``)?"""
