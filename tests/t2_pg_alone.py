@@ -183,3 +183,44 @@ def test_an_empty_executemany_sends_nothing_and_begins_no_transaction(catalog):
                     "VALUES (?, ?, ?, ?, ?, ?)", [])
     assert not cat.db.in_transaction and cat.db._pipeline is None
     assert cat.write_count() == changes
+
+
+def test_a_commit_waits_for_the_server_once(catalog, postgres, monkeypatch):
+    """The COMMIT's sync reads every answer of the transaction; leaving the
+    pipeline then sends no second Sync (psycopg's exit of a pipeline does:
+    a round trip more each commit), and the connection goes on out of
+    pipeline mode, its next transactions and reads answered as their own."""
+    import psycopg
+    cat, db = catalog
+    syncs = []
+    enqueue = psycopg.Pipeline._enqueue_sync
+    monkeypatch.setattr(psycopg.Pipeline, "_enqueue_sync", lambda self: (syncs.append(1), enqueue(self))[1])
+    for sig in (SIG, OTHER):
+        _block(cat, sig)
+        cat.commit()
+    assert len(syncs) == 2
+    assert cat.db._pipeline is None and cat.db.conn._pipeline is None
+    assert cat.db.conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+    assert [r[0] for r in cat.query("SELECT count(*) FROM blocks")] == [2]
+    assert cat.db.reconnects == 0
+    assert postgres.psql(db, "SELECT count(*) FROM blocks").strip() == "2"
+
+
+def test_a_pipeline_with_an_answer_owed_after_its_sync_is_not_left_as_done(catalog, postgres):
+    """Should libpq still owe an answer when the COMMIT's sync has read all
+    psycopg asked for (here a query sent behind psycopg's back after it),
+    leaving pipeline mode fails: the commit says so (the server made it, as
+    any commit whose answer is in doubt), the connection is replaced, and the
+    next transactions read their own answers."""
+    cat, db = catalog
+    _block(cat, SIG)
+    pipeline = cat.db._pipeline
+    sync = pipeline.sync
+    pipeline.sync = lambda: (sync(), cat.db.conn.pgconn.send_query_params(b"SELECT 1", None))
+    with pytest.raises(Exception, match="pipeline"):
+        cat.commit()
+    assert cat.db.reconnects == 1
+    _block(cat, OTHER)
+    cat.commit()
+    assert [r[0] for r in cat.query("SELECT count(*) FROM blocks")] == [2]
+    assert postgres.psql(db, "SELECT count(*) FROM blocks").strip() == "2"

@@ -214,7 +214,7 @@ class PgConnection:
         self.conn = self._connect()
         self._sql: dict[str, tuple[str, Optional[list[int]], bool]] = {}
         self._lock = lockorder.rlock("catalog connection")
-        self._pipeline = self._pipeline_cm = None
+        self._pipeline = None
         self.in_transaction = False       # has it changed anything not yet committed?
         self.total_changes = 0            # statements that wrote (sqlite3's counts rows): moves with any write
         # (sql, args) sent before each COMMIT: a mount's lease checked in its
@@ -277,8 +277,7 @@ class PgConnection:
 
     def _begin(self) -> None:
         if not self.in_transaction and not self.snapshot:
-            self._pipeline_cm = self.conn.pipeline()
-            self._pipeline = self._pipeline_cm.__enter__()
+            self._pipeline = _enter_pipeline(self.conn)
             self.conn.execute("BEGIN")
             self.in_transaction = True
             self._writes = []
@@ -299,14 +298,15 @@ class PgConnection:
             self._pipeline.sync()
         try:
             self._retrying(finish) if how == "COMMIT" else finish()
-            self._close_pipeline(quiet=False)
+            self._close_pipeline(quiet=False, synced=True)
         except Exception as exc:
             self._close_pipeline()
             self._abandon(exc)
             raise
 
-    def _close_pipeline(self, quiet: bool = True) -> None:
-        """Leave the transaction's pipeline; ``quiet``: after its error was
+    def _close_pipeline(self, quiet: bool = True, synced: bool = False) -> None:
+        """Leave the transaction's pipeline (``synced``: its last sync has just
+        read every answer; ``_leave_pipeline``); ``quiet``: after its error was
         raised, and then on a new connection whatever libpq's state: a
         connection out of pipeline mode after a failed pipeline was seen
         answering a statement with another's result, and whether libpq is
@@ -314,15 +314,14 @@ class PgConnection:
         came in (make test, at load: no reconnect, so none of it is trusted)."""
         if quiet:
             self._drain()
-        pipeline, self._pipeline = self._pipeline_cm, None
+        pipeline, self._pipeline = self._pipeline, None
         self.in_transaction = False
         self._writes = []
         if pipeline is None:
             return
-        self._pipeline_cm = None
         failed = False
         try:
-            pipeline.__exit__(None, None, None)
+            _leave_pipeline(self.conn, pipeline, synced)
         except Exception:
             failed = True           # its error raised here, not by a statement (make test, at load)
             if not quiet:
@@ -487,6 +486,32 @@ class PgConnection:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _enter_pipeline(conn):
+    """psycopg's pipeline entered on ``conn``, as ``conn.pipeline()`` enters
+    it but without its context manager, whose exit always sends a Sync and
+    waits for its answer: a second round trip after each COMMIT's own
+    (webfs-internals(7), POSTGRESQL COPY-IN, AGAIN)."""
+    import psycopg
+    pipeline = conn._pipeline = psycopg.Pipeline(conn)
+    pipeline.__enter__()
+    return pipeline
+
+
+def _leave_pipeline(conn, pipeline, synced: bool) -> None:
+    """Leave the pipeline ``_enter_pipeline`` entered. ``synced``: its last
+    sync just read the answers of all it sent; with nothing queued since,
+    libpq leaves pipeline mode at once (it refuses while any answer is
+    owed: the caller then connects again). Otherwise psycopg's exit: a Sync,
+    and every answer still owed read (the first error raised)."""
+    try:
+        if synced and not pipeline.command_queue and not pipeline.result_queue:
+            conn.pgconn.exit_pipeline_mode()
+        else:
+            pipeline.__exit__(None, None, None)
+    finally:
+        conn._pipeline = None
 
 
 def _as_replayed(text: str, args, rows: list) -> Optional[tuple[str, object, bool]]:
