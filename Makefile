@@ -69,10 +69,12 @@ deps: apt $(STAMP)
 # directories, t3_* Operations driven without a kernel, t4_* real FUSE mounts,
 # t5_* faults, crashes, kill -9 and soaks.
 
-# Two workers (pytest-xdist), a test file to each in turn: the files share
-# their fixtures and no two tests of one file run at once. PYTEST_ARGS adds
+# Three workers (pytest-xdist) on two cores, a test file to each in turn: the
+# tests wait on daemons, servers and disks about half their time, so a third
+# file fills the cores (webfs-internals(7), TEST SUITE TIME, AGAIN). The files
+# share their fixtures and no two tests of one file run at once. PYTEST_ARGS adds
 # options, e.g. PYTEST_ARGS='-n 0' for one process, or '-k store -x'.
-PYTEST := $(BIN)/pytest -q -ra -n 2 --dist loadfile $(PYTEST_ARGS)
+PYTEST := $(BIN)/pytest -q -ra -n 3 --dist loadfile $(PYTEST_ARGS)
 
 # Every tier (README, Tests, has the times measured).
 test: deps
