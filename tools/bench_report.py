@@ -889,6 +889,7 @@ def chart(result, path):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        print("bench: no chart (matplotlib missing: pip install matplotlib, extra 'bench')", file=sys.stderr)
         return None
     names = [t["name"] for t in result["targets"]]
     base = "plain" if "plain" in names else names[0]
@@ -961,9 +962,6 @@ def write_all(result, outdir):
     png = chart(result, os.path.join(outdir, "results.png"))
     if png:
         paths.append(png)
-    else:
-        print("bench: no chart (matplotlib missing: pip install matplotlib, extra 'bench')",
-              file=sys.stderr)
     return paths
 
 
