@@ -92,17 +92,26 @@ def prefetch(path: str) -> None:
     about 400 B a file) into its page cache, in the background: after a boot
     or a drop of the caches, the lookups of a cold reader each waited for a
     random read of an SQLite page; one sequential read ahead serves them
-    all. Nothing is said if it cannot be (the mount goes on as before)."""
+    all. Nothing is said if it cannot be (the mount goes on as before).
+
+    The descriptor stays open for the process's life: closing any descriptor
+    of a file drops every POSIX lock this process holds on it, SQLite's
+    among them (its "How To Corrupt" section 2.2), and the mount's
+    connections are open by then, and another process would take the
+    catalog for unused (the suspected cause of a reading command's
+    "database disk image is malformed" once in make test)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return
+    _KEPT_OPEN.append(fd)
     try:
         os.posix_fadvise(fd, 0, PREFETCH_BYTES, os.POSIX_FADV_WILLNEED)
     except OSError:
         pass
-    finally:
-        os.close(fd)
+
+
+_KEPT_OPEN: list[int] = []      # prefetch's descriptors: never closed (see there)
 
 
 def check_catalog_file(path: str) -> None:
