@@ -444,6 +444,13 @@ class Catalog(PlacementGroups, KnownSignatures):
         rows = self.query(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE id=?", (block_id,))
         return BlockRow.of(rows[0]) if rows else None
 
+    def block_again(self, row: BlockRow) -> Optional[BlockRow]:
+        """The block of a row read earlier, as the catalog has it now; None if it
+        was freed since, even when its id went to a block stored after (SQLite
+        gives the highest id again): that block is not the one the row named."""
+        fresh = self.block_by_id(row.id)
+        return fresh if fresh is not None and (fresh.sig, fresh.overflow) == (row.sig, row.overflow) else None
+
     def blocks(self, where: str = "", args=()) -> Iterator[BlockRow]:
         """Every block (matching a WHERE clause), read in chunks so memory stays flat."""
         last = 0

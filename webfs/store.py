@@ -376,8 +376,8 @@ class Store:
     def add_ref(self, row: BlockRow, pin: bool = False) -> BlockRow:
         """One more reference to a stored block (a hard link's new file, a copy)."""
         with self._sig_locks(row.sig):
-            fresh = self.catalog.block_by_id(row.id)
-            if fresh is None or (fresh.sig, fresh.overflow) != (row.sig, row.overflow):   # its number reused
+            fresh = self.catalog.block_again(row)
+            if fresh is None:
                 raise NoSuchBlock(f"block {row.block_name} is gone")
             return self.add_counted(fresh, pin)
 

@@ -101,8 +101,8 @@ def move_block(store: Store, row: BlockRow, target: int, restripe: bool = False)
     cat = store.catalog
     vol = store.archive.volumes[target]
     with store.block_lock(row.sig):
-        fresh = cat.block_by_id(row.id)
-        if fresh is None or fresh.sig != row.sig or fresh.overflow != row.overflow:
+        fresh = cat.block_again(row)
+        if fresh is None:
             return 0                                    # released meanwhile (its number maybe another's now)
         copied = b""
         if fresh.disk != target or not vol.has_block(fresh.sig, fresh.overflow):

@@ -293,11 +293,8 @@ def _scrub_loose(store: Store, parity: Parity, block_id: int, report: Report, re
         return
     store.forget_damage(row)
     testkill.point("scrub-after-read")
-    read = row
     with store.catalog.lock:            # the count as it is now, not as it was listed
-        row = store.catalog.block_by_id(block_id)
-        if row is not None and (row.sig, row.overflow) != (read.sig, read.overflow):
-            row = None                  # freed since, and its id given to a block stored after: not what was read
+        row = store.catalog.block_again(row)     # None: freed since (its id maybe another block's now)
         refs = header_refs(store.archive, row) if row is not None else None
         if refs is not None and refs != row.refs:
             _refs_behind(store, row, refs, report, repair)
