@@ -474,17 +474,24 @@ def test_storing_again_before_the_release_commits_keeps_the_new_block(store):
     assert store.archive.volumes[again.disk].has_block(again.sig, again.overflow)
 
 
-def test_a_reference_to_a_freed_block_whose_number_went_to_another_is_refused(store):
-    """A row read before its block was freed (an import taking a file's blocks
-    it found earlier: webfs.walkread.take_found): the number is the next new
-    block's now (SQLite gives the highest number again); add_ref refuses it
-    rather than count a reference to the other block."""
+def freed_and_reused(store):
+    """A block's row kept, the block freed, and a new block stored after, which
+    SQLite gives the same id (the highest again): (the kept row, the new one)."""
     gone = store.store(b"a block freed after its row was read", pin=True)
     store.commit()
     store.release(gone, pin=True)
     other = store.store(b"another block, stored after", pin=True)
     store.commit()
     assert other.id == gone.id
+    return gone, other
+
+
+def test_a_reference_to_a_freed_block_whose_number_went_to_another_is_refused(store):
+    """A row read before its block was freed (an import taking a file's blocks
+    it found earlier: webfs.walkread.take_found): the number is the next new
+    block's now (SQLite gives the highest number again); add_ref refuses it
+    rather than count a reference to the other block."""
+    gone, other = freed_and_reused(store)
     with pytest.raises(NoSuchBlock):
         store.add_ref(gone)
     assert store.catalog.block_by_id(other.id).refs == 1
@@ -495,12 +502,7 @@ def test_a_move_of_a_freed_block_whose_number_went_to_another_moves_nothing(stor
     each block moved under its own lock): the other block stays where its
     signature put it."""
     from webfs.commands.moves import move_block
-    gone = store.store(b"a block freed after its row was listed", pin=True)
-    store.commit()
-    store.release(gone, pin=True)
-    other = store.store(b"another block, stored after", pin=True)
-    store.commit()
-    assert other.id == gone.id
+    gone, other = freed_and_reused(store)
     target = next(d for d in store.archive.volumes if d != other.disk)
     assert move_block(store, gone, target) == 0
     assert store.catalog.block_by_id(other.id).disk == other.disk
