@@ -542,9 +542,11 @@ class Namespace(NamespaceRows):
         self.memo.made_name(new_parent, new_name, node.id)
         self.paths.renamed(node, target, new_path, new_parent, new_name)
         delta = 1 if node.is_dir else 0
-        for parent, change in ((old_parent, -delta), (new_parent, delta)) if new_parent != old_parent \
-                else ((old_parent, 0),):    # within one directory (rsync's every file): touched once
-            self._touch_dir(parent, change)
+        if new_parent == old_parent:
+            self._touch_dir(old_parent, 0)      # within one directory (rsync's every file): touched once
+        else:
+            self._touch_dir(old_parent, -delta)
+            self._touch_dir(new_parent, delta)
         ctime_ns = now_ns()
         self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (ctime_ns, node.id))
         self.memo.drop_node(node.id)
