@@ -254,7 +254,8 @@ class NamespaceRows:
             ino = numbers.take(self.cat) if numbers is not None else self.last_ino() + 1
         self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
                          (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
-        self.memo.last_ino = max(self.memo.last_ino, ino)
+        if self.memo.last_ino:      # else not asked yet: the catalog's answer will count this one
+            self.memo.last_ino = max(self.memo.last_ino, ino)
         node = Inode(ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
         self.memo.drop_node(ino)
         return node
