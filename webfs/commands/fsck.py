@@ -1,7 +1,9 @@
 """Checking an archive against itself, and mending what can be mended.
 
-``check`` reads every block file on every present disk and every catalog
-row, and reports each problem as a ``Finding``: a header that does not
+``check`` first checks the names against themselves
+(``webfs.commands.names``: names of inodes that are not there, trees the
+root does not reach, link counts), then reads every block file on every
+present disk and every catalog row, and reports each problem as a ``Finding``: a header that does not
 parse, content that does not match its signature, a catalog row whose
 block is missing, a block no row knows (an orphan), reference counts that
 disagree (catalog against namespace and pins, header against catalog),
@@ -50,6 +52,7 @@ from ..errors import ArchiveError, CatalogUnreadable, CorruptBlock, WebfsError
 from ..namespace import NamespaceRows
 from ..signature import content_digest
 from ..store import Store
+from .names import check_names
 from .report import Report, payload_from_redundancy, restored
 from .scrub import check_parity
 
@@ -119,6 +122,7 @@ def check(store: Store, repair: bool = False,
     if repair:      # block files an interrupted write left (meta/intents), before they count as damage
         for line in store.forget_unfinished_writes():
             report.add("unfinished-write", "meta/intents", line, repaired=True)
+    check_names(store, report, repair)      # first: the block checks count references from the names
     store.protection.flush()
     check_parity(store, report, repair)
     seen = _check_files(store, repair, report, progress)
