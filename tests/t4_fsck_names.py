@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from contextlib import contextmanager
 import urllib.parse
 
 import pytest
@@ -36,6 +37,15 @@ def _edit(m: Mounted, *statements: tuple, postgres=None) -> None:
         db.execute(sql, args)
     db.commit()
     db.close()
+
+
+@contextmanager
+def _mounted_again(m: Mounted):
+    m.mount()
+    try:
+        yield m.mnt
+    finally:
+        m.umount()
 
 
 def _ino(path) -> int:
@@ -77,8 +87,7 @@ def test_a_broken_tree_is_found_then_mended_with_every_page_kept(tmp_path, engin
         code, out = _fsck(m, "--rebuild-catalog")        # the MANIFEST says what the catalog says
         assert code == 0, out
 
-    m.mount()
-    try:
+    with _mounted_again(m):
         assert (m.mnt / "d" / "f").read_bytes() == b"page f\n" * 300
         assert (m.mnt / "lost+found" / f"#{e}" / "h").read_bytes() == b"page h\n" * 20
         assert (m.mnt / "lost+found" / f"#{c1}" / "c2" / "k").read_bytes() == b"page k\n" * 9
@@ -88,8 +97,6 @@ def test_a_broken_tree_is_found_then_mended_with_every_page_kept(tmp_path, engin
         assert len(found) == len(set(found)) == 11, found      # root, d, d/f, d/g2, g, lost+found and 5 in it
         sh(f"rm -r {m.mnt}/lost+found {m.mnt}/g")        # the mended tree is an ordinary one
         assert (m.mnt / "d" / "g2").read_bytes() == b"page g\n" * 40
-    finally:
-        m.umount()
     code, out = _fsck(m)
     assert code == 0, out
 
@@ -103,12 +110,9 @@ def test_a_name_of_an_inode_with_nothing_left_is_removed(tmp_path):
     _edit(m, ("DELETE FROM inodes WHERE id=?", (empty,)))
     code, out = _fsck(m, "--repair")
     assert code == 1 and "the name is removed [repaired]" in out, out
-    m.mount()
-    try:
+    with _mounted_again(m):
         assert sorted(os.listdir(m.mnt)) == ["kept"]
         assert (m.mnt / "kept").read_bytes() == b"kept\n"
-    finally:
-        m.umount()
 
 
 def test_a_file_in_the_way_of_lost_and_found_is_left_and_said(tmp_path):
@@ -121,19 +125,13 @@ def test_a_file_in_the_way_of_lost_and_found_is_left_and_said(tmp_path):
     _edit(m, ("DELETE FROM dentries WHERE inode=?", (e,)))
     code, out = _fsck(m, "--repair")
     assert code == 4 and "/lost+found is not a directory" in out, out
-    m.mount()
-    try:
+    with _mounted_again(m):
         assert (m.mnt / "lost+found").read_bytes() == b"not a directory\n"
         sh(f"mv {m.mnt}/lost+found {m.mnt}/was-in-the-way")
-    finally:
-        m.umount()
     code, out = _fsck(m, "--repair")
     assert code == 1, out
-    m.mount()
-    try:
+    with _mounted_again(m):
         assert (m.mnt / "lost+found" / f"#{e}" / "h").read_bytes() == b"page h\n"
-    finally:
-        m.umount()
 
 
 def test_a_tree_made_by_the_usual_tools_has_nothing_to_say(tmp_path):
