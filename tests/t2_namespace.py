@@ -161,9 +161,10 @@ def test_a_kept_file_path_goes_with_another_machines_change_of_its_name(ns, stor
 
 def test_a_new_files_first_content_asks_nothing_of_its_old_blocks(ns, store):
     """A file made here holds no blocks: its first content does not look up
-    old ones (a round trip on PostgreSQL); the next does, and releases them;
-    so does the first while other machines are mounted (one may have written
-    it a moment ago)."""
+    old ones (a round trip on PostgreSQL); the next does, and releases them.
+    While other machines are mounted, the first does not either as long as
+    the transaction that made the file is open (no other machine sees it),
+    and does once it was committed (one may have written it a moment ago)."""
     statements = []
     store.catalog.db.set_trace_callback(statements.append)
     asked = lambda: sum("FROM contents c JOIN" in s for s in statements)     # noqa: E731
@@ -178,8 +179,12 @@ def test_a_new_files_first_content_asks_nothing_of_its_old_blocks(ns, store):
     class OthersMounted:
         checked = True
     g = mkfile(ns, ROOT_INODE, b"g")
+    h = mkfile(ns, ROOT_INODE, b"h")
     store.catalog.inode_numbers = OthersMounted()
     ns.set_contents(g.id, [store.store(b"third page", name=b"/g")], 10, 3)
+    assert asked() == 1
+    store.commit()
+    ns.set_contents(h.id, [store.store(b"fourth page", name=b"/h")], 11, 3)
     store.catalog.inode_numbers = None
     store.commit()
     assert asked() == 2

@@ -234,6 +234,9 @@ class Catalog(PlacementGroups, KnownSignatures):
         # the stripes' own triggers; a rollback): what the parity layout keeps
         # of a lone mount's open stripes holds while this stays.
         self.stripe_changes = 0
+        # Commits asked of the connection: a row written since the last one is
+        # seen by no other machine's mount yet (PostgreSQL's READ COMMITTED).
+        self.commits = 0
         engine.create_schema(self.db, SCHEMA)
         with self.lock:
             self._migrate()
@@ -299,6 +302,7 @@ class Catalog(PlacementGroups, KnownSignatures):
 
     def commit(self) -> None:
         with self.lock, _full_is_nospace:
+            self.commits += 1
             self.db.commit()
 
     def checkpoint(self) -> None:

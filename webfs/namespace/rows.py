@@ -126,9 +126,10 @@ class NamespaceMemo:
         # ahead (entries_ahead).
         self.pieces: dict[int, list[BlockRow]] = {}
         self.positions: dict[int, tuple[int, int]] = {}
-        # Regular files made here that hold no blocks yet: their first content
-        # has no old one to look up (a round trip with a PostgreSQL catalog).
-        self.empty: dict[int, bool] = {}
+        # Regular files made here that hold no blocks yet, and the catalog's
+        # commit number when they were made: their first content has no old
+        # one to look up (a round trip with a PostgreSQL catalog).
+        self.empty: dict[int, int] = {}
         # A file's blocks as this process's last close of it stored them, for
         # the JOURNAL records of the attribute changes that follow (rsync's
         # utimens and chmod after its close): what a record needs is which
@@ -157,9 +158,10 @@ class NamespaceMemo:
         self.stored, _ = make_room(self.stored, self.bound)
         self.stored[ino] = rows
 
-    def made_empty(self, ino: int) -> None:
+    def made_empty(self, ino: int, commits: int) -> None:
+        """A file made here with no blocks, before the catalog's commit number ``commits``."""
         self.empty, _ = make_room(self.empty, self.bound)
-        self.empty[ino] = True
+        self.empty[ino] = commits
 
     def keep_node(self, node: Inode) -> None:
         self.nodes, gone = make_room(self.nodes, self.bound)

@@ -366,7 +366,7 @@ class Namespace(NamespaceRows):
             self.memo.keep_node(node)
             self.memo.keep_xattrs(ino, NO_XATTRS)
             if stat.S_ISREG(mode):
-                self.memo.made_empty(ino)
+                self.memo.made_empty(ino, self.cat.commits)
             if is_dir:
                 self.memo.made_complete(ino)
             return node
@@ -611,11 +611,12 @@ class Namespace(NamespaceRows):
 
     def _known_empty(self, ino: int) -> bool:
         """Is this a file made here that holds no blocks yet (taken: its content
-        is being set)? Not while other machines are mounted: one of them may
-        have given it blocks a moment ago, its notice not yet heard."""
-        made_empty = self.memo.empty.pop(ino, False)
+        is being set)? With other machines mounted, only while the transaction
+        that made it is open: once committed, one of them may have given it
+        blocks a moment ago, its notice not yet heard."""
+        made_at = self.memo.empty.pop(ino, None)
         numbers = self.cat.inode_numbers
-        return made_empty and (numbers is None or not numbers.checked)
+        return made_at is not None and (numbers is None or not numbers.checked or made_at == self.cat.commits)
 
     # -- xattrs ----------------------------------------------------------------
 
