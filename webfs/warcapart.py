@@ -74,7 +74,8 @@ class Preparing:
 
 @dataclass
 class CdxKeys:
-    """SURT keys and timestamps the reading process made (``KeyMaker.take``)."""
+    """What the CDXJ lines take from the records' headers, and their SURT keys
+    and timestamps, made by the reading process (``KeyMaker.take``)."""
     keys: dict
 
 
@@ -233,7 +234,7 @@ def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
     for rec in read_records(path):
         if isinstance(rec, Record):
             if keys is not None:
-                keys.add(rec.offset, rec.rtype, rec.fields)
+                keys.add(rec)
             if isinstance(rec.payload, Payload):
                 rec = Again(rec.offset)
             elif rec.rtype in ("response", "resource") and len(rec.payload) <= preparing.max_block:
