@@ -9,13 +9,14 @@ import glob
 import hashlib
 import io
 import os
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
 
 from conftest import BIN, cases, make_archive, webfs_here
 from webfs import importcdxj, replay, warc, warcread
-from webfs.warcapart import Preparing, read_records_apart
+from webfs.warcapart import Preparing, _unread, read_records_apart
 from webfs.warcread import Record
 from webfs.backends import BackendOptions
 
@@ -180,3 +181,28 @@ def test_the_reading_process_makes_the_entries_and_keys_and_lines_of_checks_them
         t.close()
     assert sum(line.startswith(b"made,here)/ ") for line in used) == 1
     assert other == pywb
+
+
+def test_the_reading_process_makes_nothing_before_it_is_ahead(tmp_path):
+    """KeyMaker makes no entry nor key (nor imports pywb) before ``start``: the
+    reading process starts it once a batch waits in its pipe (the import is
+    behind it), after KEYS_AFTER records, or at its end, where ``take(wait=True)``
+    gives every record's."""
+    src = _crawl(tmp_path / "a.warc.gz", True)
+    keys = importcdxj.KeyMaker()
+    recs = [r for r in warcread.read_records(str(src)) if isinstance(r, Record)]
+    for r in recs:
+        keys.add(r)
+    assert keys.take() == {} and not keys.started
+    assert sorted(keys.take(wait=True)) == [r.offset for r in recs]
+    r, w = os.pipe()
+    conn = Connection(w)
+    try:
+        assert not _unread(conn)
+        os.write(w, b"a batch")
+        assert _unread(conn)
+        os.read(r, 100)
+        assert not _unread(conn)
+    finally:
+        conn.close()
+        os.close(r)

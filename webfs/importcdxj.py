@@ -97,21 +97,28 @@ def surt_and_stamp(url: str, date: str) -> tuple[str, str]:
 
 class KeyMaker:
     """What the lines of a source's records take from their headers, made by
-    the import's reading process as it reads: each record's entry
-    (``record_entry``), and the SURT key and timestamp of those with a line
-    (pywb's canonicalize, imported by a thread of its own, so the first
-    records are sent meanwhile). ``take`` gives those made since it was last
-    asked, {offset: (the headers' identity, entry, (SURT, stamp) or None)},
-    the keys of records read before pywb was there included; no key when
-    pywb cannot be imported (``lines_of`` then does without, and pywb's
+    the import's reading process: each record's entry (``record_entry``), and
+    the SURT key and timestamp of those with a line (pywb's canonicalize,
+    imported by a thread of its own). Nothing is made before ``start``,
+    which that process calls once it is ahead of the import (the import of
+    pywb, a fifth of a second of CPU, slowed the first records the import
+    waited for); ``take`` gives what was made since it was last asked,
+    {offset: (the headers' identity, entry, (SURT, stamp) or None)}; no key
+    when pywb cannot be imported (``lines_of`` then does without, and pywb's
     indexer is not there either)."""
 
     def __init__(self):
-        self.waiting: list[tuple[int, tuple, object]] = []
+        self.waiting: list[tuple] = []
         self.made: dict[int, tuple] = {}
+        self.started = False
         self.usable = False             # pywb imported and working
         self.loaded = threading.Event() # ... or found missing
-        threading.Thread(target=self._load, name="cdxj keys", daemon=True).start()
+
+    def start(self) -> None:
+        """Import pywb, in a thread; the records added are made once it is there."""
+        if not self.started:
+            self.started = True
+            threading.Thread(target=self._load, name="cdxj keys", daemon=True).start()
 
     def _load(self) -> None:
         try:
@@ -123,30 +130,29 @@ class KeyMaker:
             self.loaded.set()
 
     def add(self, rec) -> None:
-        """A record read (webfs.warcread.Record): its entry, and its key if it
-        gets a line. Its ``fields`` are its WARC header's, parsed as
+        """A record read (webfs.warcread.Record), to make its entry, and its key
+        if it gets a line. Its ``fields`` are its WARC header's, parsed as
         ``header_fields`` parses them (an ARC record gets no entry either way)."""
-        head_length = len(rec.head)
-        identity = (head_length, len(rec.http), zlib.crc32(rec.http, zlib.crc32(rec.head)))
-        self.waiting.append((rec.offset, identity, record_entry(rec.rtype or "-", rec.head, rec.http, rec.fields)))
+        self.waiting.append((rec.offset, rec.rtype or "-", rec.head, rec.http, rec.fields))
         if self.loaded.is_set():
             self._make()
 
     def _make(self) -> None:
-        for offset, identity, entry in self.waiting:
-            key = None
+        for offset, rtype, head, http, fields in self.waiting:
+            entry, key = record_entry(rtype, head, http, fields), None
             if isinstance(entry, tuple) and self.usable:
                 try:
                     key = surt_and_stamp(entry[0], entry[4])
                 except Exception:
                     pass                # lines_of tries it again, and leaves the source to pywb
-            self.made[offset] = (identity, entry, key)
+            self.made[offset] = ((len(head), len(http), zlib.crc32(http, zlib.crc32(head))), entry, key)
         self.waiting = []
 
     def take(self, wait: bool = False) -> dict:
-        """The entries and keys made since the last call; ``wait``: once pywb is
-        imported (or could not be), all of them."""
+        """What was made since the last call; ``wait``: all of it (started now
+        if it was not)."""
         if wait:
+            self.start()
             self.loaded.wait()
         if self.loaded.is_set():
             self._make()
