@@ -9,13 +9,14 @@ import glob
 import hashlib
 import io
 import os
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
 
 from conftest import BIN, cases, make_archive, webfs_here
-from webfs import importcdxj, replay, warc
-from webfs.warcapart import Preparing, read_records_apart
+from webfs import importcdxj, replay, warc, warcread
+from webfs.warcapart import Preparing, _unread, read_records_apart
 from webfs.warcread import Record
 from webfs.backends import BackendOptions
 
@@ -71,14 +72,20 @@ def _pywb_lines(vf, name: str) -> list[bytes]:
 
 def _lines(disk: Path, sources: list) -> list[tuple[str, object, list]]:
     """(source, the lines made from what the import read or None, pywb's lines)
-    of each source imported alone."""
+    of each source imported alone; the lines made with what the import's
+    reading process makes of the source (``KeyMaker``) are the same."""
     out = []
     for i, src in enumerate(sources):
         webfs_here("import-warc", "--collection", f"k{i}", src, f"{disk}:/", check=False)
+        made: dict = {}
+        for _ in read_records_apart(str(src), Preparing(1 << 20, False, "gzip", 1, cdx_keys=True), made):
+            pass
         t = warc.DiskTree(str(disk), f"/k{i}", BackendOptions())
         try:
             for name, vf in replay.virtual_files(t).items():
-                out.append((os.path.basename(str(src)), importcdxj.lines_of(name, vf), _pywb_lines(vf, name)))
+                lines = importcdxj.lines_of(name, vf)
+                assert importcdxj.lines_of(name, vf, made) == lines, src
+                out.append((os.path.basename(str(src)), lines, _pywb_lines(vf, name)))
         finally:
             t.close()
     return out
@@ -137,30 +144,65 @@ def test_records_the_rules_do_not_cover_are_left_to_pywb(tmp_path, odd):
     assert kept.splitlines(keepends=True) == pywb      # made by pywb's indexer at import
 
 
-def test_the_reading_process_makes_the_keys_and_lines_of_checks_them(tmp_path):
-    """The SURT keys and timestamps the import's reading process made are
-    pywb's, one for each record with a line; lines_of uses them only where
-    the record's URL and date are the ones they were made of."""
+def test_the_reading_process_makes_the_entries_and_keys_and_lines_of_checks_them(tmp_path):
+    """What each record's line takes from its headers, and the SURT keys and
+    timestamps, made by the import's reading process: an entry for every
+    record, the one lines_of would make, and pywb's key for each record with a
+    line. lines_of uses them only where the record's WARC and HTTP headers are
+    the bytes they were made of (a file changed under the import: the record
+    read again at that offset is another)."""
     src = _crawl(tmp_path / "a.warc.gz", True)
     keys: dict = {}
     recs = [r for r in read_records_apart(str(src), Preparing(1 << 20, False, "gzip", 1, cdx_keys=True), keys)
             if isinstance(r, Record)]
-    keyed = [r for r in recs if r.rtype in ("response", "revisit", "resource")]
-    assert sorted(keys) == sorted(r.offset for r in keyed) and len(keyed) == 7
-    for r in keyed:
-        url, date = r.fields[b"warc-target-uri"].decode(), r.fields[b"warc-date"].decode()
-        assert keys[r.offset] == (url, date) + importcdxj.surt_and_stamp(url, date)
+    assert sorted(keys) == [r.offset for r in recs] and len(recs) == 14
+    for r in recs:
+        identity, entry, key = keys[r.offset]
+        assert entry == importcdxj.record_entry(r.rtype, r.head, r.http, warcread.header_fields(r.head))
+        if r.rtype in ("response", "revisit", "resource"):
+            url, date = r.fields[b"warc-target-uri"].decode(), r.fields[b"warc-date"].decode()
+            assert entry[0] == url and entry[4] == date
+            assert key == importcdxj.surt_and_stamp(url, date)
+        else:
+            assert entry in (importcdxj.NO_LINE, False) and key is None
     disks = make_archive(tmp_path, 3)
     [(_, fast, pywb)] = _lines(disks[0], [src])
     assert fast == pywb
     t = warc.DiskTree(str(disks[0]), "/k0", BackendOptions())
     try:
         [(name, vf)] = replay.virtual_files(t).items()
-        first = keyed[0].offset
-        url, date = keys[first][:2]
-        used = importcdxj.lines_of(name, vf, {first: (url, date, "made,here)/", "20240101120000")})
-        other = importcdxj.lines_of(name, vf, {first: (url + "x", date, "made,here)/", "20240101120000")})
+        assert importcdxj.lines_of(name, vf, keys) == pywb
+        first = next(r for r in recs if r.rtype == "response").offset
+        identity, entry, _ = keys[first]
+        made = (entry[0] + "x",) + entry[1:], ("made,here)/", "20240101120000")
+        used = importcdxj.lines_of(name, vf, {first: (identity,) + made})
+        other = importcdxj.lines_of(name, vf, {first: ((identity[0], identity[1], identity[2] ^ 1),) + made})
     finally:
         t.close()
     assert sum(line.startswith(b"made,here)/ ") for line in used) == 1
     assert other == pywb
+
+
+def test_the_reading_process_makes_nothing_before_it_is_ahead(tmp_path):
+    """KeyMaker makes no entry nor key (nor imports pywb) before ``start``: the
+    reading process starts it once a batch waits in its pipe (the import is
+    behind it), after KEYS_AFTER records, or at its end, where ``take(wait=True)``
+    gives every record's."""
+    src = _crawl(tmp_path / "a.warc.gz", True)
+    keys = importcdxj.KeyMaker()
+    recs = [r for r in warcread.read_records(str(src)) if isinstance(r, Record)]
+    for r in recs:
+        keys.add(r)
+    assert keys.take() == {} and not keys.started
+    assert sorted(keys.take(wait=True)) == [r.offset for r in recs]
+    r, w = os.pipe()
+    conn = Connection(w)
+    try:
+        assert not _unread(conn)
+        os.write(w, b"a batch")
+        assert _unread(conn)
+        os.read(r, 100)
+        assert not _unread(conn)
+    finally:
+        conn.close()
+        os.close(r)

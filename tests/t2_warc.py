@@ -352,6 +352,24 @@ def kept_before(tmp_path_factory) -> list[Path]:
     return disks
 
 
+def test_well_formed_records_are_read_without_warcio(tmp_path):
+    """A file of well-formed records, gzipped per record or plain, is read
+    without loading warcio (it was loaded before the first record, a seventh
+    of an import's reading process's start); a record that is not well-formed
+    loads it, and warcio reads on from there (test_hostile_input)."""
+    one, two = _one(), _one(b"http://example.com/y")
+    (tmp_path / "a.warc.gz").write_bytes(gzip.compress(one) + gzip.compress(two))
+    (tmp_path / "b.warc").write_bytes(one + two)
+    (tmp_path / "c.warc").write_bytes(one + b"not a record\r\n\r\n" + two)
+    code = ("import sys; from webfs.warcread import Record, read_records; "
+            "n = sum(isinstance(r, Record) for r in read_records(sys.argv[1])); print(n, 'warcio' in sys.modules)")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    said = {name: subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], env=env, check=True,
+                                 capture_output=True, text=True).stdout.split()
+            for name in ("a.warc.gz", "b.warc", "c.warc")}
+    assert said == {"a.warc.gz": ["2", "False"], "b.warc": ["2", "False"], "c.warc": ["2", "True"]}
+
+
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_input(tmp_path, case, kept_before):
     disks = [tmp_path / d.name for d in kept_before]

@@ -16,16 +16,19 @@ HTTP header, ...) gets ``None``, and pywb's own indexer indexes it as
 before. Either way the lines are the same bytes (tests: t2_importcdxj.py
 compares them with pywb's on its sample files and generated crawls).
 
-A line's SURT key and timestamp (pywb's canonicalize, most of a line's
-cost, and its import a third of a second) are made by the import's reading
-process (``KeyMaker``, which has the cores' spare time) and handed to
-``lines_of``, which makes those it was not given.
+What a line takes from its record's headers (``record_entry``) and its
+SURT key and timestamp (pywb's canonicalize, and its import a third of a
+second) are made by the import's reading process as it reads
+(``KeyMaker``, which has the cores' spare time) and handed to
+``lines_of``, which makes those it was not given: what is left for the
+import's end is the layout's part of each line.
 """
 from __future__ import annotations
 
 import functools
 import re
 import threading
+import zlib
 from typing import Optional
 
 from .warcread import header_fields
@@ -42,34 +45,47 @@ def lines_of(name: str, vf, keys: Optional[dict] = None) -> Optional[list[bytes]
     filename field), as pywb's indexer with ``wb-manager add``'s options makes
     them; None when a record is one these rules do not cover. ``keys``:
     ``KeyMaker``'s, by the records' offsets in the source (used where the
-    URL and date they were made of are the record's)."""
+    record's WARC and HTTP headers are the bytes they were made of)."""
     if not name.isascii() or len(vf.starts) != len(vf.lines):
         return None
     encode = _json_encoder()
     keys = keys or {}
     out = []
-    # a record's length is warcio's: up to its tail (the two CRLFs), which is checked
     for ln, start, parts in zip(vf.lines, vf.starts, vf.parts):
-        entry = _entry(vf.heads, ln, parts)
-        if entry is None:
+        made = keys.get(ln.offset)
+        if made is not None and made[0] == _identity(vf.heads[ln.ho:ln.ho + ln.wl + ln.hl], ln.wl):
+            entry, key = made[1], made[2]
+        else:
+            head = vf.heads[ln.ho:ln.ho + ln.wl]
+            entry, key = record_entry(ln.rtype, head, vf.heads[ln.ho + ln.wl:ln.ho + ln.wl + ln.hl],
+                                      header_fields(head)), None
+        if entry == NO_LINE:
+            continue                    # a warcinfo record, WARC fields: no line
+        # a record shown otherwise has no line of these rules; a record's length
+        # is warcio's: up to its tail (the two CRLFs), which is checked
+        tail_at = ln.ho + ln.wl + ln.hl + (ln.pl if ln.where != "file" else 0)
+        if entry is None or any(p[0] == "b" for p in parts) or vf.heads[tail_at:tail_at + ln.tl] != _TAIL:
             return None
         if entry is False:
-            continue                    # a warcinfo record, a GET request: no line
+            continue                    # a GET request: no line
         url, mime, status, digest, date = entry
-        made = keys.get(ln.offset)
-        if made is not None and made[:2] == (url, date):
-            key, stamp = made[2:]
-        else:
+        if key is None:
             try:
-                key, stamp = surt_and_stamp(url, date)
+                key = surt_and_stamp(url, date)
             except Exception:           # pywb's indexer would say what: it indexes this source
                 return None
         fields = {k: v for k, v in (("url", url), ("mime", mime), ("status", status), ("digest", digest),
                                     ("length", str(sum(p[2] for p in parts) - len(_TAIL))), ("offset", str(start)))
                   if v and v != "-"}        # pywb leaves out what is empty or "-"
         fields["filename"] = name
-        out.append(f"{key} {stamp} {encode(fields)}\n".encode())
+        out.append(f"{key[0]} {key[1]} {encode(fields)}\n".encode())
     return sorted(out)
+
+
+def _identity(headers: bytes, head_length: int) -> tuple[int, int, int]:
+    """What tells a record's WARC and HTTP headers (as kept in the heads) from
+    another's at the same offset: their lengths and CRC-32."""
+    return head_length, len(headers) - head_length, zlib.crc32(headers)
 
 
 def surt_and_stamp(url: str, date: str) -> tuple[str, str]:
@@ -80,19 +96,29 @@ def surt_and_stamp(url: str, date: str) -> tuple[str, str]:
 
 
 class KeyMaker:
-    """The SURT keys and timestamps of a source's records, made by the
-    import's reading process: pywb's canonicalize is imported by a thread of
-    its own, so the first records are sent meanwhile; ``take`` gives the
-    keys made since it was last asked ({offset: (url, date, SURT, stamp)}),
-    those of the records read before pywb was there included. Nothing when
-    pywb cannot be imported: ``lines_of`` then does without."""
+    """What the lines of a source's records take from their headers, made by
+    the import's reading process: each record's entry (``record_entry``), and
+    the SURT key and timestamp of those with a line (pywb's canonicalize,
+    imported by a thread of its own). Nothing is made before ``start``,
+    which that process calls once it is ahead of the import (the import of
+    pywb, a fifth of a second of CPU, slowed the first records the import
+    waited for); ``take`` gives what was made since it was last asked,
+    {offset: (the headers' identity, entry, (SURT, stamp) or None)}; no key
+    when pywb cannot be imported (``lines_of`` then does without, and pywb's
+    indexer is not there either)."""
 
     def __init__(self):
-        self.waiting: list[tuple[int, str, str]] = []
+        self.waiting: list[tuple] = []
         self.made: dict[int, tuple] = {}
+        self.started = False
         self.usable = False             # pywb imported and working
         self.loaded = threading.Event() # ... or found missing
-        threading.Thread(target=self._load, name="cdxj keys", daemon=True).start()
+
+    def start(self) -> None:
+        """Import pywb, in a thread; the records added are made once it is there."""
+        if not self.started:
+            self.started = True
+            threading.Thread(target=self._load, name="cdxj keys", daemon=True).start()
 
     def _load(self) -> None:
         try:
@@ -103,31 +129,30 @@ class KeyMaker:
         finally:
             self.loaded.set()
 
-    def add(self, offset: int, rtype: str, fields: dict) -> None:
-        """A record read: its key, if it is one that gets a line by these rules."""
-        if rtype not in ("response", "revisit", "resource"):
-            return
-        url, date = fields.get(b"warc-target-uri", b""), fields.get(b"warc-date", b"")
-        if _PRINTABLE.match(url) and _PRINTABLE.match(date):
-            self.waiting.append((offset, url.decode(), date.decode()))
+    def add(self, rec) -> None:
+        """A record read (webfs.warcread.Record), to make its entry, and its key
+        if it gets a line. Its ``fields`` are its WARC header's, parsed as
+        ``header_fields`` parses them (an ARC record gets no entry either way)."""
+        self.waiting.append((rec.offset, rec.rtype or "-", rec.head, rec.http, rec.fields))
         if self.loaded.is_set():
             self._make()
 
     def _make(self) -> None:
-        if not self.usable:
-            self.waiting = []
-            return
-        for offset, url, date in self.waiting:
-            try:
-                self.made[offset] = (url, date) + surt_and_stamp(url, date)
-            except Exception:
-                pass                    # lines_of tries it again, and leaves the source to pywb
+        for offset, rtype, head, http, fields in self.waiting:
+            entry, key = record_entry(rtype, head, http, fields), None
+            if isinstance(entry, tuple) and self.usable:
+                try:
+                    key = surt_and_stamp(entry[0], entry[4])
+                except Exception:
+                    pass                # lines_of tries it again, and leaves the source to pywb
+            self.made[offset] = ((len(head), len(http), zlib.crc32(http, zlib.crc32(head))), entry, key)
         self.waiting = []
 
     def take(self, wait: bool = False) -> dict:
-        """The keys made since the last call; ``wait``: once pywb is imported
-        (or could not be), all of them."""
+        """What was made since the last call; ``wait``: all of it (started now
+        if it was not)."""
         if wait:
+            self.start()
             self.loaded.wait()
         if self.loaded.is_set():
             self._make()
@@ -150,24 +175,26 @@ def _json_encoder():
     return json.dumps
 
 
-def _entry(heads: bytes, ln, parts: list):
-    """(url, mime, status, digest, WARC-Date) of one record's line; False for a
-    record pywb gives no line; None for one these rules do not cover."""
-    head = heads[ln.ho:ln.ho + ln.wl]
-    http = heads[ln.ho + ln.wl:ln.ho + ln.wl + ln.hl]
-    tail_at = ln.ho + ln.wl + ln.hl + (ln.pl if ln.where != "file" else 0)
+# record_entry: a record pywb gives no line, however it is laid out (compared
+# by ==: the reading process sends it pickled)
+NO_LINE = "no line"
+
+
+def record_entry(rtype: str, head: bytes, http: bytes, fields: dict):
+    """(url, mime, status, digest, WARC-Date) of a record's line, from its type
+    (as the index holds it), WARC header (``fields``: parsed) and HTTP header;
+    NO_LINE for a record pywb gives no line (a warcinfo, WARC fields); False
+    for one it gives none when shown as recorded (a GET request); None for
+    one these rules do not cover."""
     if not head.startswith(b"WARC/"):
         return None                     # an ARC record
-    fields = header_fields(head)
-    if ln.rtype == "warcinfo" or fields.get(b"content-type") == b"application/warc-fields":
-        return False
-    if any(p[0] == "b" for p in parts) or heads[tail_at:tail_at + ln.tl] != _TAIL:
-        return None                     # a record shown otherwise, an odd tail
-    if ln.rtype == "request":
+    if rtype == "warcinfo" or fields.get(b"content-type") == b"application/warc-fields":
+        return NO_LINE
+    if rtype == "request":
         return False if http.startswith(b"GET ") else None     # another method changes the key
-    if ln.rtype == "resource":
+    if rtype == "resource":
         return _resource(fields, http)
-    if ln.rtype not in ("response", "revisit"):
+    if rtype not in ("response", "revisit"):
         return None
     url, date = fields.get(b"warc-target-uri", b""), fields.get(b"warc-date", b"")
     digest = fields.get(b"warc-payload-digest", b"")
@@ -179,10 +206,10 @@ def _entry(heads: bytes, ln, parts: list):
     m = _STATUS_LINE.match(http)
     if m is None or m.group(1) == b"204":          # pywb makes some 204s '-'
         return None
-    mime = b"warc/revisit" if ln.rtype == "revisit" else _http_mime(http[m.end():])
+    mime = b"warc/revisit" if rtype == "revisit" else _http_mime(http[m.end():])
     if mime is None:
         return None
-    status = m.group(1).decode() if ln.rtype == "response" else "-"
+    status = m.group(1).decode() if rtype == "response" else "-"
     digest = digest[5:] if digest.startswith(b"sha1:") else digest
     return url.decode(), mime.decode(), status, digest.decode(), date.decode()
 

@@ -19,8 +19,10 @@ import json
 import os
 import queue
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -47,6 +49,9 @@ SEEN_KEPT = 200_000         # signatures it remembers having encoded (~100 B eac
 # to import, so its keys are made as it goes); a shorter file's are the
 # importing process's, which imports pywb once.
 CDX_KEYS_FROM = 8 << 20
+# It makes them once the importing process is behind it (a batch waits in the
+# pipe), or after this many records, whichever comes first.
+KEYS_AFTER = 4096
 _APART_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from webfs.warcapart import _read_and_send; _read_and_send()"
 
 
@@ -74,7 +79,8 @@ class Preparing:
 
 @dataclass
 class CdxKeys:
-    """SURT keys and timestamps the reading process made (``KeyMaker.take``)."""
+    """What the CDXJ lines take from the records' headers, and their SURT keys
+    and timestamps, made by the reading process (``KeyMaker.take``)."""
     keys: dict
 
 
@@ -225,15 +231,24 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
+def _unread(conn: Connection) -> bool:
+    """Does the pipe still hold a batch the importing process has not taken?
+    (It takes them ahead of its walk, RECEIVED_AHEAD at most: then it is behind.)"""
+    try:
+        return struct.unpack("i", fcntl.ioctl(conn.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0] > 0
+    except OSError:
+        return False
+
+
 def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
     encoder = _Encoder(preparing)
     keys = KeyMaker() if preparing.cdx_keys else None
     batch: list = []
-    size, held = FIRST_BATCH, 0
+    size, held, sent = FIRST_BATCH, 0, 0
     for rec in read_records(path):
         if isinstance(rec, Record):
             if keys is not None:
-                keys.add(rec.offset, rec.rtype, rec.fields)
+                keys.add(rec)
             if isinstance(rec.payload, Payload):
                 rec = Again(rec.offset)
             elif rec.rtype in ("response", "resource") and len(rec.payload) <= preparing.max_block:
@@ -243,6 +258,9 @@ def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
         batch.append(rec)
         held += len(rec.payload) if isinstance(rec, Record) else 0
         if len(batch) >= size or held >= BATCH_BYTES:
+            sent += len(batch)
+            if keys is not None and not keys.started and (sent >= KEYS_AFTER or _unread(conn)):
+                keys.start()
             conn.send(encoder.encoded(batch) + ([CdxKeys(keys.take())] if keys is not None else []))
             batch, size, held = [], min(2 * size, APART_BATCH), 0
             testkill.point("warc-reader-after-batch")
