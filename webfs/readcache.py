@@ -51,6 +51,13 @@ KERNEL_STORE_BYTES = 1 << 20
 PieceKey = tuple[str, int, int]          # (signature, overflow, size): what a piece is, not where
 
 
+def still_kept(kept: Optional[BlockRow], row: BlockRow) -> bool:
+    """Whether the block the namespace keeps for a file is the row a walk
+    listed. Mostly the very object (the listing kept both); comparing a
+    BlockRow's fields costs 0.7 us, 16 a walker's open (the window)."""
+    return kept is row or kept == row
+
+
 def piece_key(row: BlockRow) -> PieceKey:
     return (row.sig, row.overflow, row.size)
 
@@ -341,7 +348,7 @@ class PieceReader:
         walk.streak += 1
         # Listed earlier (a kept listing): fetched only while the file still has that block.
         self._fetch_files_ahead([row for ahead, row, _ in itertools.islice(walk.files, window)
-                                 if row.size <= READ_AHEAD_BYTES and self.ns.kept_block(ahead) == row])
+                                 if row.size <= READ_AHEAD_BYTES and still_kept(self.ns.kept_block(ahead), row)])
 
     def _hold(self, directory: int, walk: Walk) -> None:
         """An open out of order: its walk is kept, not listed, until the
