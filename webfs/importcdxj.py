@@ -52,13 +52,13 @@ def lines_of(name: str, vf, keys: Optional[dict] = None) -> Optional[list[bytes]
     keys = keys or {}
     out = []
     for ln, start, parts in zip(vf.lines, vf.starts, vf.parts):
+        head = vf.heads[ln.ho:ln.ho + ln.wl]
+        http = vf.heads[ln.ho + ln.wl:ln.ho + ln.wl + ln.hl]
         made = keys.get(ln.offset)
-        if made is not None and made[0] == _identity(vf.heads[ln.ho:ln.ho + ln.wl + ln.hl], ln.wl):
+        if made is not None and made[0] == _identity(head, http):
             entry, key = made[1], made[2]
         else:
-            head = vf.heads[ln.ho:ln.ho + ln.wl]
-            entry, key = record_entry(ln.rtype, head, vf.heads[ln.ho + ln.wl:ln.ho + ln.wl + ln.hl],
-                                      header_fields(head)), None
+            entry, key = record_entry(ln.rtype, head, http, header_fields(head)), None
         if entry == NO_LINE:
             continue                    # a warcinfo record, WARC fields: no line
         # a record shown otherwise has no line of these rules; a record's length
@@ -82,10 +82,11 @@ def lines_of(name: str, vf, keys: Optional[dict] = None) -> Optional[list[bytes]
     return sorted(out)
 
 
-def _identity(headers: bytes, head_length: int) -> tuple[int, int, int]:
-    """What tells a record's WARC and HTTP headers (as kept in the heads) from
-    another's at the same offset: their lengths and CRC-32."""
-    return head_length, len(headers) - head_length, zlib.crc32(headers)
+def _identity(head: bytes, http: bytes) -> tuple[int, int, int]:
+    """What tells a record's WARC and HTTP headers from another's at the same
+    offset: their lengths and CRC-32 (made by KeyMaker as it reads, checked by
+    lines_of against the headers kept)."""
+    return len(head), len(http), zlib.crc32(http, zlib.crc32(head))
 
 
 def surt_and_stamp(url: str, date: str) -> tuple[str, str]:
@@ -145,7 +146,7 @@ class KeyMaker:
                     key = surt_and_stamp(entry[0], entry[4])
                 except Exception:
                     pass                # lines_of tries it again, and leaves the source to pywb
-            self.made[offset] = ((len(head), len(http), zlib.crc32(http, zlib.crc32(head))), entry, key)
+            self.made[offset] = (_identity(head, http), entry, key)
         self.waiting = []
 
     def take(self, wait: bool = False) -> dict:
