@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Optional
 
-from . import heapmemory, lockorder, testkill
+from . import childprocess, heapmemory, lockorder, testkill
 from .assembly import open_archive
 from .errors import WebfsError
 
@@ -39,7 +38,7 @@ class IndexerGone(WebfsError):
     """The indexing process ended without answering (killed, or crashed)."""
 
 
-APART_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from webfs.indexer import serve_apart; serve_apart()"
+APART_MAIN = "from webfs.indexer import serve_apart; serve_apart()"
 APART_STOP_SECONDS = 10         # a pass that outlasts this at unmount is killed: the next one redoes its batch
 
 
@@ -51,11 +50,10 @@ class Apart:
     logged here, with its answer."""
 
     def __init__(self, store, nice: int = 0):
-        code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         # Its stderr through a pipe of its own: a process left to end its last
         # pass (leave) must not hold the import's, which a caller may read to its end.
-        self.child = subprocess.Popen([sys.executable, "-c", APART_MAIN, code],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.child = childprocess.start(APART_MAIN, [], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE)
         threading.Thread(target=_say_again, args=(self.child.stderr,), name="index process stderr",
                          daemon=True).start()
         self.requests = Connection(os.dup(self.child.stdin.fileno()))
@@ -134,7 +132,6 @@ class _Said(logging.Handler):
 def serve(catch_up, location) -> None:
     """The indexing process (``Apart``): a pass (``catch_up``) for each request on
     standard input, its answer on standard output; ends when its input closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)        # Ctrl-C is the importing process's to act on
     testkill.arm()
     requests, replies = Connection(os.dup(0)), Connection(os.dup(1))
     os.dup2(2, 1)                                       # nothing else reaches the pipe

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Iterator, Optional
 
-from . import codecs, testkill
+from . import childprocess, codecs, testkill
 from . import signature as sigmod
 from .catalog import SignatureLookup
 from .importcdxj import KeyMaker
@@ -52,7 +52,7 @@ CDX_KEYS_FROM = 8 << 20
 # It makes them once the importing process is behind it (a batch waits in the
 # pipe), or after this many records, whichever comes first.
 KEYS_AFTER = 4096
-_APART_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from webfs.warcapart import _read_and_send; _read_and_send()"
+_APART_MAIN = "from webfs.warcapart import _read_and_send; _read_and_send()"
 
 
 @dataclass(frozen=True)
@@ -104,10 +104,8 @@ def read_records_apart(path: str, preparing: Preparing, cdx_keys: Optional[dict]
             apart = fh.read(2) == b"\x1f\x8b" and not whole_file_gzip(fh)
             preparing = dataclasses.replace(preparing, cdx_keys=cdx_keys is not None and (
                 preparing.cdx_keys or os.fstat(fh.fileno()).st_size >= CDX_KEYS_FROM))
-        code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        child = subprocess.Popen([sys.executable, "-c", _APART_MAIN, code, path,
-                                  json.dumps(dataclasses.asdict(preparing)), str(os.getpid())],
-                                 stdout=subprocess.PIPE) if apart else None
+        child = childprocess.start(_APART_MAIN, [path, json.dumps(dataclasses.asdict(preparing)), str(os.getpid())],
+                                   stdout=subprocess.PIPE) if apart else None
     except OSError:
         child = None
     if child is None:
@@ -206,10 +204,9 @@ def _read_and_send() -> None:
     pickled batches, then None; its captures prepared as argv[3] (Preparing,
     as JSON) says; argv[4] is the importing process's id."""
     path, preparing = sys.argv[2], Preparing(**json.loads(sys.argv[3]))
-    # Ctrl-C is the importing process's to act on (it stops at a safe point
-    # and ends this one); an importing process gone closes the pipe, which
-    # this one only notices when it writes: so it is also killed with it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C is the importing process's to act on (childprocess); an importing
+    # process gone closes the pipe, which this one only notices when it
+    # writes: so it is also killed with it.
     _die_with(int(sys.argv[4]))
     testkill.arm()
     conn = Connection(os.dup(1))
