@@ -6,8 +6,9 @@ negative entries it answered, the virtual ``user.webfs.*`` xattrs, telling
 the kernel to forget what it cached, and the mapping of webfs errors to
 errnos (``translate_errors``). The rest is in rooms of its own: open files,
 their write buffers and the commit at close in ``openfiles``; the piece
-cache and read-ahead in ``readcache``; the read-only ``.webfs`` tree in
-``controltree``; names and attributes in ``namespace``; blocks in ``store``.
+cache and read-ahead in ``readcache``; directory handles in
+``dirhandles``; the read-only ``.webfs`` tree in ``controltree``; names and
+attributes in ``namespace``; blocks in ``store``.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import pyfuse3
 import trio
 
 from .controltree import CONTROL_DIR, ControlTree, VirtualNode, is_virtual
+from .dirhandles import DirHandles
 from .errors import CorruptBlock, DataLost, FsError, NoSpace, WebfsError, errno_of
 from .groupcommit import HANDOFFS, REQUEST, GroupCommit, to_worker
 from .kernelcounts import KernelCounts
@@ -57,7 +59,7 @@ NEGATIVE_MAX = 1 << 14
 # Beside them: lookup-miss (lookups that found nothing), piece-hit and
 # piece-miss (a read's piece was decoded already, or had to be fetched or
 # waited for: what read-ahead saves), others-invalidated (entries and inodes
-# of other machines' changes told to the kernel).
+# of other machines' changes told to the kernel), readdir-at-end (dirhandles).
 REQUESTS: dict[str, int] = {}
 # Requests the kernel expects no reply to: an error is logged, never answered.
 NO_REPLY = frozenset({"forget", "releasedir"})
@@ -166,6 +168,7 @@ class Operations(pyfuse3.Operations):
                                known_to_kernel=lambda ino: bool(self.lookups.get(ino)),
                                stored=self.pages.written)
         self.control = ControlTree(store.catalog, store.conf.depth, self.owner)
+        self.dirs = DirHandles()
         self.control.search.answer = lambda query, limit: searching.answers(store, query, limit)
 
     def running(self, nursery: trio.Nursery) -> None:
@@ -407,23 +410,30 @@ class Operations(pyfuse3.Operations):
             self._check_control_access(ctx)
         elif not self.ns.get(inode).is_dir:
             raise FsError(errno.ENOTDIR)
-        return inode
+        return self.dirs.open(inode)
 
     @translate_errors
     async def readdir(self, fh, start_id, token):
-        if is_virtual(fh):
-            return self.control.readdir(fh, start_id, token, self.ns.get(ROOT_INODE).ctime_ns)
+        directory = self.dirs.directory(fh)
+        if is_virtual(directory):
+            return self.control.readdir(directory, start_id, token, self.ns.get(ROOT_INODE).ctime_ns)
+        if self.dirs.at_end(fh, start_id):
+            count_request("readdir-at-end")     # the kernel's readdir to find the end: empty
+            return
+        self.dirs.ended(fh, None)
         after = start_id
         while True:
-            batch = self.ns.listing(fh, after, READDIR_BATCH)
+            batch = self.ns.listing(directory, after, READDIR_BATCH)
             for i, (off, name, node, _) in enumerate(batch):
                 if not pyfuse3.readdir_reply(token, name, self._attrs(node), off):
-                    self.reader.listed(fh, start_id, batch[:i], end=False)
+                    self.reader.listed(directory, start_id, batch[:i], end=False)
                     return
                 self.lookups.add(node.id)
             # The end: a batch shorter than asked for, no query more to find it empty.
-            self.reader.listed(fh, start_id, batch, end=len(batch) < READDIR_BATCH)
-            if len(batch) < READDIR_BATCH:
+            end = len(batch) < READDIR_BATCH
+            self.reader.listed(directory, start_id, batch, end=end)
+            if end:
+                self.dirs.ended(fh, batch[-1][0] if batch else after)
                 return
             after = start_id = batch[-1][0]
 
@@ -432,12 +442,12 @@ class Operations(pyfuse3.Operations):
         """The directory's names made durable, as fsync does for a file: the way
         to make a rename or unlink that returned survive a crash (mv, rm and
         rsync do not ask for it; ``webfs sync`` does the whole mount)."""
-        if not is_virtual(fh):
+        if not is_virtual(self.dirs.directory(fh)):
             await self.files.sync_names()
 
     @translate_errors
     async def releasedir(self, fh):
-        pass
+        self.dirs.release(fh)
 
     # -- open files ---------------------------------------------------------------
 
