@@ -570,16 +570,27 @@ def test_a_block_whose_row_cannot_be_inserted_leaves_its_stripe_as_it_was(tmp_pa
     store = open_store(disks)
     stored = fill(store, documents(12, seed=21))
     real, calls = store.catalog.insert_block, []
+    real_many = store.catalog.executemany
 
     def insert_block(*args, **kw):
         calls.append(args[0])
         if len(calls) == 3:
             raise NoSpace("the disk that holds the catalog is full")
         return real(*args, **kw)
+
+    def executemany(sql, rows):
+        # SQLite's chunk in one statement (blockrows._insert_all) fails half
+        # way: undone to its savepoint, its rows go one at a time.
+        if sql.startswith("INSERT INTO blocks (id,"):
+            real_many(sql, rows[:len(rows) // 2])
+            raise NoSpace("the disk that holds the catalog is full")
+        return real_many(sql, rows)
     monkeypatch.setattr(store.catalog, "insert_block", insert_block)
+    monkeypatch.setattr(store.catalog, "executemany", executemany)
     docs = documents(6, seed=22)
     out = store.store_many([Piece(d) for d in docs], [b"/f"] * len(docs), pin=True)
     monkeypatch.setattr(store.catalog, "insert_block", real)
+    monkeypatch.setattr(store.catalog, "executemany", real_many)
     assert isinstance(out[2], NoSpace) and all(isinstance(r, BlockRow) for i, r in enumerate(out) if i != 2)
     assert not store.catalog.blocks_with_sigs([calls[2]])
     assert store.protection.out_of_date() == 0
@@ -593,6 +604,30 @@ def test_a_block_whose_row_cannot_be_inserted_leaves_its_stripe_as_it_was(tmp_pa
     for row, doc in stored:
         assert store.read(row) == doc
         assert store.catalog.block_by_id(row.id).refs == row.refs
+    store.close()
+    assert webfs_here("fsck", disks[0]).returncode == 0
+
+
+def test_a_chunks_new_rows_go_in_one_statement_numbered_as_sqlite_numbers_them(tmp_path, monkeypatch):
+    # SQLite: the rows of a chunk's new blocks in one statement (Catalog.insert_blocks),
+    # each under the id SQLite would have given it (past the highest), with its stripe
+    # and its count set right (narrow), and none inserted one at a time.
+    disks = make_archive(tmp_path / "a", disks=4, group_size=3)
+    store = open_store(disks)
+    fill(store, documents(5, seed=31))
+    top = store.catalog.scalar("SELECT max(id) FROM blocks")
+    real, singles = store.catalog.insert_block, []
+    monkeypatch.setattr(store.catalog, "insert_block", lambda *a, **kw: singles.append(a) or real(*a, **kw))
+    docs = documents(6, seed=32)
+    out = store.store_many([Piece(d) for d in docs], [b"/f"] * len(docs), pin=True)
+    assert not singles
+    assert [r.id for r in out] == list(range(top + 1, top + 7))
+    for r in out:
+        kept = store.catalog.block_by_id(r.id)
+        assert (kept.sig, kept.refs, kept.stripe) == (r.sig, 1, r.stripe) and r.stripe is not None
+    store.commit()
+    for r, d in zip(out, docs):
+        assert store.read(r) == d
     store.close()
     assert webfs_here("fsck", disks[0]).returncode == 0
 
