@@ -36,7 +36,7 @@ from webfs.cli import protection_lines
 from webfs.errors import ArchiveError, CorruptParity, DataLost, NoSpace
 from webfs.parity import (Member, Parity, ParityHeader, size_class, xor_payloads)
 from webfs.commands.rebuild_disk import MAX_THREADS, Pace, measure
-from webfs.signature import ContentKey
+from webfs.signature import ContentKey, signature
 from webfs.store import Piece, Store, key_of
 
 WORDS = [w * k for w in ("web", "page", "archive", "link", "html", "crawl", "text") for k in (1, 2)]
@@ -570,16 +570,27 @@ def test_a_block_whose_row_cannot_be_inserted_leaves_its_stripe_as_it_was(tmp_pa
     store = open_store(disks)
     stored = fill(store, documents(12, seed=21))
     real, calls = store.catalog.insert_block, []
+    real_many = store.catalog.executemany
 
     def insert_block(*args, **kw):
         calls.append(args[0])
         if len(calls) == 3:
             raise NoSpace("the disk that holds the catalog is full")
         return real(*args, **kw)
+
+    def executemany(sql, rows):
+        # SQLite's chunk in one statement (blockrows._insert_all) fails half
+        # way: undone to its savepoint, its rows go one at a time.
+        if sql.startswith("INSERT INTO blocks (id,"):
+            real_many(sql, rows[:len(rows) // 2])
+            raise NoSpace("the disk that holds the catalog is full")
+        return real_many(sql, rows)
     monkeypatch.setattr(store.catalog, "insert_block", insert_block)
+    monkeypatch.setattr(store.catalog, "executemany", executemany)
     docs = documents(6, seed=22)
     out = store.store_many([Piece(d) for d in docs], [b"/f"] * len(docs), pin=True)
     monkeypatch.setattr(store.catalog, "insert_block", real)
+    monkeypatch.setattr(store.catalog, "executemany", real_many)
     assert isinstance(out[2], NoSpace) and all(isinstance(r, BlockRow) for i, r in enumerate(out) if i != 2)
     assert not store.catalog.blocks_with_sigs([calls[2]])
     assert store.protection.out_of_date() == 0
@@ -593,6 +604,59 @@ def test_a_block_whose_row_cannot_be_inserted_leaves_its_stripe_as_it_was(tmp_pa
     for row, doc in stored:
         assert store.read(row) == doc
         assert store.catalog.block_by_id(row.id).refs == row.refs
+    store.close()
+    assert webfs_here("fsck", disks[0]).returncode == 0
+
+
+def test_a_chunks_new_rows_go_in_one_statement_numbered_as_sqlite_numbers_them(tmp_path, monkeypatch):
+    # SQLite: the rows of a chunk's new blocks in one statement (Catalog.insert_blocks),
+    # each under the id SQLite would have given it (past the highest), with its stripe
+    # and its count set right (narrow), and none inserted one at a time.
+    disks = make_archive(tmp_path / "a", disks=4, group_size=3)
+    store = open_store(disks)
+    fill(store, documents(5, seed=31))
+    top = store.catalog.scalar("SELECT max(id) FROM blocks")
+    real, singles = store.catalog.insert_block, []
+    monkeypatch.setattr(store.catalog, "insert_block", lambda *a, **kw: singles.append(a) or real(*a, **kw))
+    docs = documents(6, seed=32)
+    out = store.store_many([Piece(d) for d in docs], [b"/f"] * len(docs), pin=True)
+    assert not singles
+    assert [r.id for r in out] == list(range(top + 1, top + 7))
+    for r in out:
+        kept = store.catalog.block_by_id(r.id)
+        assert (kept.sig, kept.refs, kept.stripe) == (r.sig, 1, r.stripe) and r.stripe is not None
+    store.commit()
+    for r, d in zip(out, docs):
+        assert store.read(r) == d
+    store.close()
+    assert webfs_here("fsck", disks[0]).returncode == 0
+
+
+def test_a_block_its_writer_thread_fails_is_written_by_the_storing_thread(tmp_path, monkeypatch):
+    # webfs.blockwriters: each writer thread is handed its share of a chunk; a
+    # block it fails to write (an error of its disk, or any other) comes back
+    # unwritten for the storing thread to write, and the rest of its share is
+    # written all the same.
+    import threading
+    disks = make_archive(tmp_path / "a", disks=4, group_size=3)
+    store = open_store(disks)
+    docs = documents(12, seed=41)
+    failing = {signature(docs[1]): OSError(5, "Input/output error"), signature(docs[5]): ValueError("odd")}
+    written = {}
+    for vol in store.archive.volumes.values():
+        def write_block(header, payload, overflow=0, fsync=False, real=vol.write_block):
+            written[header.signature] = threading.current_thread()
+            if header.signature in failing and threading.current_thread().name.startswith("webfs-block-writer"):
+                raise failing[header.signature]
+            return real(header, payload, overflow, fsync=fsync)
+        monkeypatch.setattr(vol, "write_block", write_block)
+    out = store.store_many([Piece(d) for d in docs], [b"/f"] * len(docs), pin=True)
+    assert all(isinstance(r, BlockRow) for r in out)
+    assert {s for s, t in written.items() if t is threading.current_thread()} == set(failing)
+    assert len(written) == len(docs)
+    store.commit()
+    for r, d in zip(out, docs):
+        assert store.read(r) == d
     store.close()
     assert webfs_here("fsck", disks[0]).returncode == 0
 

@@ -993,3 +993,12 @@ def test_the_journal_says_each_capture_s_xattrs_as_the_catalog_holds_them(tmp_pa
             assert b"\t" + escape_path(path) + b"\n" + lines in said, path
     finally:
         close_namespace(store, ns, journal)
+
+
+def test_a_path_in_a_message_is_one_line_whatever_its_bytes():
+    # show_path (webfs.importsource), asked at every record of an import-warc:
+    # a printable path as it is, control characters and non-UTF-8 bytes escaped.
+    from webfs.importsource import show_path
+    assert show_path(b"/srv/crawl/2024 one.warc.gz") == "/srv/crawl/2024 one.warc.gz"
+    assert show_path("/é/ü".encode()) == "/é/ü"
+    assert show_path(b"a\nb\tc\xff\x7f") == "a\\nb\\tc\\xff\\x7f"

@@ -8,6 +8,14 @@ new block is chosen before its row is inserted (``Protection.place``), and the
 rows of a chunk are inserted with a byte of room for the second reference
 (``Catalog.narrow``); both under one hold of the catalog lock, so no other
 thread sees a row without its stripe or with its count one too high.
+
+In SQLite the rows of a chunk go in one statement (``Catalog.insert_blocks``), under
+the ids SQLite would have given them one by one (past the highest): an
+import's chunk of 64 blocks was 64 calls, each a Python frame, a cursor and
+a row made from ``lastrowid``. Should that statement fail (the catalog's
+disk full), it is undone to its savepoint and the rows go one at a time, as
+in PostgreSQL, where each is already a write sent and not waited for
+(webfs.catalogengine), so each row gets its own outcome.
 """
 from __future__ import annotations
 
@@ -27,6 +35,13 @@ def insert_new(catalog: Catalog, protection: Protection, volumes, staged: list[t
     with catalog.lock:
         placing = protection.place([row for _, row, _ in staged])
         try:
+            whole = catalog.insert_blocks([row for _, row, _ in staged])
+            if whole is not None:
+                for (i, _, payload), new, placed in zip(staged, whole, placing.chosen):
+                    out[i] = new
+                    added.append((new, payload))
+                    chosen.append(placed)
+                staged = []
             for (i, row, payload), placed in zip(staged, placing.chosen):
                 try:
                     try:

@@ -16,6 +16,7 @@ the SQL that differs); files beside the catalog stay in the disk's meta/.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sqlite3
@@ -28,6 +29,7 @@ from .catalogengine import SQLITE
 from .catalogfile import full_is_nospace as _full_is_nospace, pack_at_rest
 from .catalogkeys import created_of, hex_of, key, keys, seconds_of, sig_range
 from .catalogmigration import migrate_file
+from .errors import NoSpace
 from .cataloggroups import PlacementGroups
 from .catalogsigs import KnownSignatures
 from .signature import block_name
@@ -487,6 +489,34 @@ class Catalog(PlacementGroups, KnownSignatures):
         self.signature_added(key(sig))
         return BlockRow(cur.lastrowid, sig, overflow, disk, size, stored, codec, refs, pins,
                         created, name, grp, stripe, sha256)
+
+    def insert_blocks(self, rows: list[BlockRow]) -> Optional[list[BlockRow]]:
+        """SQLite's: new rows (with their stripes, each with ``narrow``\'s room)
+        in one statement, numbered past the highest id as SQLite numbers a row
+        given none; the rows as inserted. None: not so (another engine, or the
+        statement failed and was undone to its savepoint): insert_block each."""
+        if self.engine is not SQLITE or len(rows) < 2:
+            return None
+        with self.lock:
+            if not self.db.in_transaction:
+                self.execute("BEGIN")       # (a savepoint opened outside one would commit at its release)
+            top = self.scalar("SELECT max(id) FROM blocks") or 0
+            made = [dataclasses.replace(row, id=top + n) for n, row in enumerate(rows, 1)]
+            self.execute("SAVEPOINT insert_blocks")
+            try:
+                self.executemany(
+                    "INSERT INTO blocks (id, sig, overflow, disk, size, stored, codec, refs, pins, created, grp,"
+                    " stripe, sha256) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [(r.id, key(r.sig), r.overflow, r.disk, r.size, r.stored, r.codec, r.refs + 1, r.pins,
+                      seconds_of(r.created), r.grp, key(r.stripe), r.sha256) for r in made])
+            except (sqlite3.Error, NoSpace):
+                self.execute("ROLLBACK TO insert_blocks")
+                return None
+            finally:
+                self.execute("RELEASE insert_blocks")
+            for r in made:
+                self.signature_added(key(r.sig))
+        return made
 
     def narrow(self, ids: list[int]) -> None:
         """The counts of rows inserted with ``room`` (one too high, so that their

@@ -51,6 +51,8 @@ def show_path(path: bytes) -> str:
     """A path as a message line shows it: bytes that are not UTF-8 as \\xff,
     newlines and other control characters escaped, so one problem is one line."""
     text = path.decode("utf-8", "backslashreplace")
+    if text.isprintable():          # (most: import-warc shows its source's path at every record)
+        return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 

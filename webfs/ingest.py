@@ -361,7 +361,7 @@ class Importer:
         if is_dir:
             nlinks[parent.ino] = nlinks.get(parent.ino, 0) + 1
         rows = item.rows
-        xattrs.extend((ino, name, value) for name, value in item.xattrs)
+        xattrs += [(ino, name, value) for name, value in item.xattrs]
         # a new inode's xattrs are these: its journal line need not ask the catalog
         self.ns.journal("+", node, item.path, rows=rows, xattrs=item.xattrs)
         if is_dir:
