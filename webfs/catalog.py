@@ -356,6 +356,18 @@ class Catalog(PlacementGroups, KnownSignatures):
             rows += self.query(sql.format(",".join("?" * len(part))), (*part, *args))
         return rows
 
+    def read_ahead(self, sql: str, keys: list, args=()) -> Callable[[], list]:
+        """``query_in``'s rows (up to 500 keys), sent now and taken by the call
+        returned: PostgreSQL's answer comes with the next statement waited for
+        (``PgConnection.read_ahead``); SQLite's, read now."""
+        sql, args = sql.format(",".join("?" * len(keys))), (*keys, *args)
+        with self.lock:
+            ahead = getattr(self.db, "read_ahead", None)
+            if ahead is not None:
+                return ahead(sql, args)
+            rows = self.query(sql, args)
+        return lambda: rows
+
     def scalar(self, sql: str, args=()):
         with self.lock:
             row = self.db.execute(sql, args).fetchone()

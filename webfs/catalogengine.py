@@ -435,6 +435,31 @@ class PgConnection:
         lastrowid = rows[0][0] if rows and writes else None
         return PgCursor(rows, lastrowid, rowcount)
 
+    def read_ahead(self, sql: str, args=()) -> Callable[[], list]:
+        """A read sent now and its rows taken later (the returned call): in the
+        open transaction's pipeline it is not waited for, so its answer comes
+        with the next statement waited for (a new block's open stripes with its
+        group: webfs-internals(7), A NEW BLOCK IN ONE ROUND TRIP). Outside a
+        transaction it is read at once; once the transaction was sent again or
+        the connection replaced, read again when taken."""
+        with self._lock:
+            if not self.in_transaction:
+                rows = self.execute(sql, args).rows
+                return lambda: rows
+            text, order, _ = self._prepared(sql)
+            sent = self.conn.execute(text, [args[i] for i in order] if order is not None else args or None)
+            at = (self.replays, self.reconnects)
+
+        def step() -> list:
+            if at == (self.replays, self.reconnects):
+                return sent.fetchall()
+            return self.execute(sql, args).rows
+
+        def rows() -> list:
+            with self._lock:
+                return self._retrying(step)
+        return rows
+
     def _insert_block_ahead(self, text: str, args) -> PgCursor:
         """A new block's row under an id taken ahead, sent and not waited for.
         Without ON CONFLICT: alone, no other mount inserts its signature (the

@@ -43,6 +43,11 @@ class Protection:
         ``blocks_added``, which releases what it holds."""
         return Placing([None] * len(rows), {}, [])
 
+    def read_ahead(self, stored: list[int]) -> None:
+        """New blocks this long are about to be placed: what ``place`` will
+        read may be asked now, its answer waited for with the next statement
+        (under the catalog lock, which the caller holds)."""
+
     def unplace(self, placing: Placing, row: BlockRow) -> None:
         """A block ``place`` chose for whose row was not inserted after all."""
 

@@ -328,10 +328,12 @@ class Store:
             return out
         blocks = []
         grps = [sigmod.group_of(p.sig, self.conf.depth) for p, _, _ in new]
-        self.catalog.read_groups(set(grps))
+        encoded = [p.encoded or self.encode(p.data) for p, _, _ in new]
+        with self.catalog.lock:         # their open stripes asked with their groups: one wait
+            self.protection.read_ahead([len(payload) for _, payload in encoded])
+            self.catalog.read_groups(set(grps))
         maps: dict[str, int] = {}       # groups this chunk maps, written in one statement
-        for (p, name, overflow), grp in zip(new, grps):
-            codec, payload = p.encoded or self.encode(p.data)
+        for (p, name, overflow), grp, (codec, payload) in zip(new, grps, encoded):
             header = BlockHeader(p.sig, len(p.data), len(payload), codec, 1, utc_timestamp(),
                                  percent_encode(name), p.sha256)
             disks = self.home_disks(grp, maps)

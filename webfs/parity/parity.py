@@ -170,6 +170,10 @@ class Parity(Protection):
             self.intents.begin_many([placed.stripe_id for placed in chosen if placed is not None])
         return Placing(chosen, held, [])
 
+    def read_ahead(self, stored: list[int]) -> None:
+        if self.width >= 1 and stored:
+            self.layout.read_ahead(stored)
+
     def unplace(self, placing: Placing, row: BlockRow) -> None:
         if row.stripe is not None:
             with self.catalog.lock:
