@@ -444,8 +444,8 @@ class PgConnection:
         the connection replaced, read again when taken."""
         with self._lock:
             if not self.in_transaction:
-                rows = self.execute(sql, args).rows
-                return lambda: rows
+                got = self.execute(sql, args).rows
+                return lambda: got
             text, order, _ = self._prepared(sql)
             sent = self.conn.execute(text, [args[i] for i in order] if order is not None else args or None)
             at = (self.replays, self.reconnects)
@@ -455,10 +455,10 @@ class PgConnection:
                 return sent.fetchall()
             return self.execute(sql, args).rows
 
-        def rows() -> list:
+        def taken() -> list:
             with self._lock:
                 return self._retrying(step)
-        return rows
+        return taken
 
     def _insert_block_ahead(self, text: str, args) -> PgCursor:
         """A new block's row under an id taken ahead, sent and not waited for.
