@@ -135,6 +135,15 @@ def assert_parity_consistent(store: Store) -> None:
             assert sig in ids and parity.stripe(sig).parity_disk == vol.index, rel
 
 
+def assert_kept_after_close(store: Store, stored, disk: Path) -> None:
+    """Committed, every (row, document) read back, closed, and fsck finds nothing."""
+    store.commit()
+    for row, doc in stored:
+        assert store.read(row) == doc
+    store.close()
+    assert webfs_here("fsck", disk).returncode == 0
+
+
 def open_store(disks: list[Path], **kwargs) -> Store:
     return open_archive(str(disks[0]), holder="test", **kwargs)
 
@@ -555,11 +564,7 @@ def test_a_failed_commit_takes_its_blocks_out_of_the_parity_again(tmp_path, monk
         store.commit()
     monkeypatch.setattr(store.catalog, "commit", real)
     assert_parity_consistent(store)
-    store.commit()
-    for row, doc in stored:
-        assert store.read(row) == doc
-    store.close()
-    assert webfs_here("fsck", disks[0]).returncode == 0
+    assert_kept_after_close(store, stored, disks[0])
 
 
 def test_a_block_whose_row_cannot_be_inserted_leaves_its_stripe_as_it_was(tmp_path, monkeypatch):
@@ -625,11 +630,7 @@ def test_a_chunks_new_rows_go_in_one_statement_numbered_as_sqlite_numbers_them(t
     for r in out:
         kept = store.catalog.block_by_id(r.id)
         assert (kept.sig, kept.refs, kept.stripe) == (r.sig, 1, r.stripe) and r.stripe is not None
-    store.commit()
-    for r, d in zip(out, docs):
-        assert store.read(r) == d
-    store.close()
-    assert webfs_here("fsck", disks[0]).returncode == 0
+    assert_kept_after_close(store, zip(out, docs), disks[0])
 
 
 def test_a_block_its_writer_thread_fails_is_written_by_the_storing_thread(tmp_path, monkeypatch):
@@ -654,11 +655,7 @@ def test_a_block_its_writer_thread_fails_is_written_by_the_storing_thread(tmp_pa
     assert all(isinstance(r, BlockRow) for r in out)
     assert {s for s, t in written.items() if t is threading.current_thread()} == set(failing)
     assert len(written) == len(docs)
-    store.commit()
-    for r, d in zip(out, docs):
-        assert store.read(r) == d
-    store.close()
-    assert webfs_here("fsck", disks[0]).returncode == 0
+    assert_kept_after_close(store, zip(out, docs), disks[0])
 
 
 def test_a_new_blocks_insert_takes_every_field_of_its_row():
