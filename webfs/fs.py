@@ -315,20 +315,21 @@ class Operations(pyfuse3.Operations):
             changes["ctime_ns"] = attr.st_ctime_ns
         if fields.update_size:
             await self.files.truncate(inode, attr.st_size)
-        if self.files.is_dirty(inode) and set(changes) <= {"mtime_ns", "ctime_ns", "atime_ns"}:
-            # The writeback cache sends a file's times before its close: the
-            # content stored at close carries them, with no catalog write now.
-            a = self._attrs(self.ns.get(inode))
+        node = self.ns.get(inode)
+        # A chmod or chown to what the file has already (rsync's fchmod of a
+        # new file to its mode), or the mtime it has (the kernel writing back
+        # its times after a chmod or rename: rsync's every file), changes its
+        # ctime alone, which the JOURNAL does not hold: no record.
+        changed = {k: v for k, v in changes.items() if k not in UNCHANGED_IF_SAME or getattr(node, k) != v}
+        if self.files.is_dirty(inode) and set(changed) <= {"mtime_ns", "ctime_ns", "atime_ns"}:
+            # The writeback cache sends a file's times before its close, rsync
+            # its fchmod to the mode the file was made with: the content stored
+            # at close carries the times and a new ctime, with no catalog write now.
+            a = self._attrs(node)
             a.st_mtime_ns = self.files.pending_mtime(inode) or a.st_mtime_ns
             return a
-        node = self.ns.get(inode)
         if changes:
-            # A chmod or chown to what the file has already (rsync's fchmod of
-            # a new file to its mode), or the mtime it has (the kernel writing
-            # back its times after a chmod or rename: rsync's every file),
-            # changes its ctime alone, which the JOURNAL does not hold: no record.
-            node = self.ns.set_attrs(inode, **{k: v for k, v in changes.items()
-                                               if k not in UNCHANGED_IF_SAME or getattr(node, k) != v})
+            node = self.ns.set_attrs(inode, **changed)
         self._changed()
         return self._attrs(node)
 

@@ -68,7 +68,7 @@ import stat
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, NamedTuple, Optional, Union
 
 from . import testkill
 from .backends.local import TMP_SUFFIX
@@ -257,13 +257,21 @@ def attribute_lines(node: "Inode", xattrs: Iterable[tuple[bytes, bytes]]) -> byt
     return b"".join(out)
 
 
+class Added(NamedTuple):
+    """A ``+`` record not yet written: its line is made when the commit takes it."""
+    path: bytes
+    node: "Inode"
+    rows: list[BlockRow]
+    xattrs: Optional[list[tuple[bytes, bytes]]]     # None: the inode's, asked at take
+
+
 class Journal:
     """Namespace changes, buffered and appended to meta/JOURNAL on the record
     disks at each catalog commit (so a killed daemon loses nothing it committed)."""
 
     def __init__(self, archive: "Archive", limit: int = JOURNAL_LIMIT):
         self.archive = archive
-        self.lines: list = []                  # a line, or (a + line, its inode, its xattrs or None): see take
+        self.lines: list = []                  # a line (bytes), or a + record (Added): see take
         self.lock = lockorder.lock("journal lines")
         self.namespace: Optional["Namespace"] = None
         self._fds: dict[int, int] = {}          # disk -> open JOURNAL (appends stay cheap)
@@ -318,12 +326,19 @@ class Journal:
         if op == "+":
             if rows is None:
                 rows = [] if stat.S_ISDIR(node.mode) else self.namespace.contents(node.id)
-            # Its attribute lines are made at take(): xattrs set later in the same
-            # commit (an import sets a batch's at once) are in them, asked once per
-            # commit, unless given here (a new inode's, all of them).
+            # Its line and attribute lines are made at take(): xattrs set later in
+            # the same commit (an import sets a batch's at once) are in them, asked
+            # once per commit, unless given here (a new inode's, all of them).
+            added = Added(path, node, rows, None if xattrs is None else sorted(dict(xattrs).items()))
             with self.lock:
-                self.lines.append((b"+\t" + entry(rows, node, path) + b"\n", node,
-                                   None if xattrs is None else sorted(dict(xattrs).items())))
+                last = self.lines[-1] if self.lines else None
+                if isinstance(last, Added) and last.path == path:
+                    # A + replaces what the + just before it said of its path
+                    # (webfs-format(5)): a file's create then its close, rsync's
+                    # utimens then chmod, a directory's two names made in a row.
+                    self.lines[-1] = added
+                else:
+                    self.lines.append(added)
             return
         if op in (">", "<>"):
             line = op.encode() + b"\t" + escape_path(path) + b"\t" + escape_path(new_path)
@@ -337,11 +352,12 @@ class Journal:
         commit, under the catalog lock, and appends them right after)."""
         with self.lock:
             lines, self.lines = self.lines, []
-        added = [item[1].id for item in lines if isinstance(item, tuple) and item[2] is None]
+        added = [item.node.id for item in lines if isinstance(item, Added) and item.xattrs is None]
         xattrs = self.namespace.xattrs_of(added, kept=True) if added and self.namespace else {}
         return b"".join(item if isinstance(item, bytes) else
-                        item[0] + attribute_lines(item[1], xattrs.get(item[1].id, ()) if item[2] is None
-                                                  else item[2]) for item in lines)
+                        b"+\t" + entry(item.rows, item.node, item.path) + b"\n"
+                        + attribute_lines(item.node, xattrs.get(item.node.id, ()) if item.xattrs is None
+                                          else item.xattrs) for item in lines)
 
     def append(self, data: bytes) -> None:
         self._append(data, False)

@@ -391,8 +391,12 @@ class Namespace(NamespaceRows):
 
     def _journal_every_name(self, node: Inode, rows: Optional[list[BlockRow]] = None) -> None:
         """A ``+`` record for every name of ``node`` (its attributes changed);
-        a file of one name whose path is kept (from its create) asks nothing."""
-        path = self.paths.file(node.id) if node.nlink == 1 and not node.is_dir else None
+        a file of one name whose path is kept (from its create), or a directory
+        whose path is (rsync sets every directory's mode and times), asks nothing."""
+        if node.is_dir:
+            path = b"/" if node.id == ROOT_INODE else self.path_of(node.id) or None
+        else:
+            path = self.paths.file(node.id) if node.nlink == 1 else None
         if path is not None:
             self.journal("+", node, path, rows=rows)
             return
@@ -491,10 +495,7 @@ class Namespace(NamespaceRows):
         """(done, the inode that lost its name); not done: another machine changed one of the names."""
         node = self.lookup(old_parent, old_name)
         self._parent_dir(new_parent)
-        try:
-            target = self.lookup(new_parent, new_name)
-        except FsError:
-            target = None
+        target = self.find(new_parent, new_name)        # a miss raises nothing (rsync's every rename)
         if target is not None and target.id == node.id:
             return True, None
         if node.is_dir and self._is_ancestor(node.id, new_parent):
@@ -541,6 +542,7 @@ class Namespace(NamespaceRows):
         self.memo.drop_name(old_parent, old_name)
         self.memo.made_name(new_parent, new_name, node.id)
         self.paths.renamed(node, target, new_path, new_parent, new_name)
+        self.journal(">", None, old_path, new_path)     # before the directory's +: the next create's replaces it
         delta = 1 if node.is_dir else 0
         if new_parent == old_parent:
             self._touch_dir(old_parent, 0)      # within one directory (rsync's every file): touched once
@@ -552,7 +554,6 @@ class Namespace(NamespaceRows):
         self.memo.drop_node(node.id)
         self.memo.keep_node(dataclasses.replace(node, ctime_ns=ctime_ns))     # not read back (a round trip)
         self.memo.drop_place(node.id)
-        self.journal(">", None, old_path, new_path)
         return True, replaced
 
     def _is_ancestor(self, ancestor: int, ino: int) -> bool:
