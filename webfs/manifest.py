@@ -264,6 +264,7 @@ class Journal:
     def __init__(self, archive: "Archive", limit: int = JOURNAL_LIMIT):
         self.archive = archive
         self.lines: list = []                  # a line, or (a + line, its inode, its xattrs or None): see take
+        self._files: dict[bytes, int] = {}     # path -> where in lines its file's + is (see record)
         self.lock = lockorder.lock("journal lines")
         self.namespace: Optional["Namespace"] = None
         self._fds: dict[int, int] = {}          # disk -> open JOURNAL (appends stay cheap)
@@ -321,9 +322,19 @@ class Journal:
             # Its attribute lines are made at take(): xattrs set later in the same
             # commit (an import sets a batch's at once) are in them, asked once per
             # commit, unless given here (a new inode's, all of them).
+            item = (b"+\t" + entry(rows, node, path) + b"\n", node,
+                    None if xattrs is None else sorted(dict(xattrs).items()))
             with self.lock:
-                self.lines.append((b"+\t" + entry(rows, node, path) + b"\n", node,
-                                   None if xattrs is None else sorted(dict(xattrs).items())))
+                # A file of one name recorded again before the commit (its create,
+                # then its close) takes its earlier line's place: a + replaces the
+                # whole entry, and only + lines of other paths came between.
+                at = self._files.get(path) if stat.S_ISREG(node.mode) and node.nlink == 1 else None
+                if at is not None and self.lines[at][1].id == node.id:
+                    self.lines[at] = item
+                    return
+                self.lines.append(item)
+                if stat.S_ISREG(node.mode) and node.nlink == 1:
+                    self._files[path] = len(self.lines) - 1
             return
         if op in (">", "<>"):
             line = op.encode() + b"\t" + escape_path(path) + b"\t" + escape_path(new_path)
@@ -331,12 +342,14 @@ class Journal:
             line = b"-\t" + escape_path(path)
         with self.lock:
             self.lines.append(line + b"\n")
+            self._files.clear()             # names moved or went: no later + replaces an earlier
 
     def take(self) -> bytes:
         """The lines recorded so far, taken out (the store does this at each
         commit, under the catalog lock, and appends them right after)."""
         with self.lock:
             lines, self.lines = self.lines, []
+            self._files.clear()
         added = [item[1].id for item in lines if isinstance(item, tuple) and item[2] is None]
         xattrs = self.namespace.xattrs_of(added, kept=True) if added and self.namespace else {}
         return b"".join(item if isinstance(item, bytes) else
