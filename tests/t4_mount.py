@@ -409,3 +409,42 @@ def test_small_files_are_stored_on_the_loop_and_a_large_or_slow_one_in_a_worker(
     for top in ("c", "r"):
         sh(f"diff -r '{src}' '{mnt}/{top}'")
     sh(f"diff -r '{src}/d0' '{mnt}/slow'")
+
+
+def test_a_file_made_and_closed_in_one_commit_is_one_journal_line(tmp_path):
+    """cp's create and close of a file fall in one commit: its JOURNAL holds
+    the closed file's + line alone (the close's takes the create's place), and
+    every reader of the disks after a kill -9 finds the file whole; a rename in
+    between keeps both names' lines, in order."""
+    m = Mounted(tmp_path)
+    try:
+        (m.mnt / "d").mkdir()
+        src = tmp_path / "page.html"
+        src.write_bytes(b"<p>one</p>" * 300)
+        sh(f"cp '{src}' '{m.mnt}/d/f'")
+        with open(m.mnt / "d" / "moved", "wb") as first:       # made as /d/moved, renamed, closed
+            first.write(b"first " * 100)
+            os.rename(m.mnt / "d" / "moved", m.mnt / "d" / "g")
+            with open(m.mnt / "d" / "moved", "wb") as second:  # a new file under the old name
+                second.write(b"second " * 100)
+        journal = next((d / "meta" / "JOURNAL").read_bytes() for d in m.disks     # (on two disks)
+                       if (d / "meta" / "JOURNAL").exists())
+        plus = [line.split(b"\t") for line in journal.splitlines() if line.startswith(b"+\t")]
+        f_lines = [fields for fields in plus if fields[-1] == b"/d/f"]
+        assert len(f_lines) == 1 and f_lines[0][1] != b"-" and f_lines[0][2] == b"3000", f_lines
+        assert [fields[-1] for fields in plus if fields[-1] in (b"/d/moved", b"/d/g")] == \
+            [b"/d/moved", b"/d/moved", b"/d/g"], plus
+        pid = m.pid()
+        os.kill(pid, signal.SIGKILL)
+        wait_dead(pid)
+        unmount(m.mnt)
+        out = tmp_path / "out"
+        sh(f"sh '{Path(__file__).parent.parent / 'tools' / 'webfs-recover'}' "
+           f"{' '.join(map(str, m.disks))} '{out}'")
+        m.mount()
+        for root in (out, m.mnt):
+            assert (root / "d" / "f").read_bytes() == src.read_bytes()
+            assert (root / "d" / "g").read_bytes() == b"first " * 100
+            assert (root / "d" / "moved").read_bytes() == b"second " * 100
+    finally:
+        m.umount()

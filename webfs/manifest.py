@@ -272,6 +272,7 @@ class Journal:
     def __init__(self, archive: "Archive", limit: int = JOURNAL_LIMIT):
         self.archive = archive
         self.lines: list = []                  # a line (bytes), or a + record (Added): see take
+        self._added: dict[bytes, int] = {}     # path -> where in lines its + record is (see record)
         self.lock = lockorder.lock("journal lines")
         self.namespace: Optional["Namespace"] = None
         self._fds: dict[int, int] = {}          # disk -> open JOURNAL (appends stay cheap)
@@ -331,14 +332,18 @@ class Journal:
             # once per commit, unless given here (a new inode's, all of them).
             added = Added(path, node, rows, None if xattrs is None else sorted(dict(xattrs).items()))
             with self.lock:
-                last = self.lines[-1] if self.lines else None
-                if isinstance(last, Added) and last.path == path:
-                    # A + replaces what the + just before it said of its path
-                    # (webfs-format(5)): a file's create then its close, rsync's
-                    # utimens then chmod, a directory's two names made in a row.
-                    self.lines[-1] = added
-                else:
-                    self.lines.append(added)
+                # A + replaces what an earlier + of its path and inode said
+                # (webfs-format(5)), so it takes that one's place: the + just
+                # before it (rsync's utimens then chmod), or a file of one name's
+                # with only + records of other paths between (cp's create, then
+                # its close). A rename, removal or exchange between ends that.
+                at = self._added.get(path)
+                if at is not None and self.lines[at].node.id == node.id and (
+                        at == len(self.lines) - 1 or stat.S_ISREG(node.mode) and node.nlink == 1):
+                    self.lines[at] = added
+                    return
+                self._added[path] = len(self.lines)
+                self.lines.append(added)
             return
         if op in (">", "<>"):
             line = op.encode() + b"\t" + escape_path(path) + b"\t" + escape_path(new_path)
@@ -346,12 +351,14 @@ class Journal:
             line = b"-\t" + escape_path(path)
         with self.lock:
             self.lines.append(line + b"\n")
+            self._added.clear()             # names moved or went: no later + replaces an earlier
 
     def take(self) -> bytes:
         """The lines recorded so far, taken out (the store does this at each
         commit, under the catalog lock, and appends them right after)."""
         with self.lock:
             lines, self.lines = self.lines, []
+            self._added.clear()
         added = [item.node.id for item in lines if isinstance(item, Added) and item.xattrs is None]
         xattrs = self.namespace.xattrs_of(added, kept=True) if added and self.namespace else {}
         return b"".join(item if isinstance(item, bytes) else

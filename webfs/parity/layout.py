@@ -220,16 +220,19 @@ class StripeLayout:
     def _record(self, rows: list[BlockRow], placed: list[Optional[Placement]], joined: dict[str, list],
                 started: dict[str, list]) -> None:
         """``place``'s choices written into the catalog, once per table."""
-        self.catalog.executemany(
-            "UPDATE stripes SET members=members+?, disks=disks|?, length=MAX(length, ?) WHERE id=?",
-            [(*added, key(stripe_id)) for stripe_id, added in joined.items()])
-        self.catalog.executemany(
-            "INSERT INTO stripes (id, parity_disk, size_class, length, members, disks) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [(key(stripe_id), p, cls, length, members, disks)
-             for stripe_id, (p, disks, members, cls, length) in started.items()])
-        self.catalog.executemany("UPDATE blocks SET stripe=? WHERE id=?",       # (id 0: not inserted yet)
-                                 [(key(r.stripe), r.id) for r, p in zip(rows, placed) if p is not None and r.id])
+        # (A statement with no rows is not sent: a small file's block joins a
+        # stripe or starts one, and its row is inserted after, so one of three.)
+        changes = (
+            ("UPDATE stripes SET members=members+?, disks=disks|?, length=MAX(length, ?) WHERE id=?",
+             [(*added, key(stripe_id)) for stripe_id, added in joined.items()]),
+            ("INSERT INTO stripes (id, parity_disk, size_class, length, members, disks) VALUES (?, ?, ?, ?, ?, ?)",
+             [(key(stripe_id), p, cls, length, members, disks)
+              for stripe_id, (p, disks, members, cls, length) in started.items()]),
+            ("UPDATE blocks SET stripe=? WHERE id=?",       # (id 0: not inserted yet)
+             [(key(r.stripe), r.id) for r, p in zip(rows, placed) if p is not None and r.id]))
+        for sql, values in changes:
+            if values:
+                self.catalog.executemany(sql, values)
 
     def read_ahead(self, stored: list[int]) -> None:
         """With another machine mounted, the open stripes that ``place`` of
@@ -299,18 +302,30 @@ class StripeLayout:
         d, cls = row.disk, size_class(row.stored)
         pairs, parities = self.counters(cls)
 
+        pair_bytes = self.pair_bytes
+
         def shared(disks: int) -> tuple[int, int]:
-            return (sum(pairs[pair(d, x)] for x in bits(disks)),
-                    sum(self.pair_bytes[pair(d, x)] for x in bits(disks)))
+            stripes = nbytes = 0
+            for x in bits(disks):
+                p = pair(d, x)
+                stripes += pairs[p]
+                nbytes += pair_bytes[p]
+            return stripes, nbytes
 
         best = None
         same = domain_mask(self.archive.conf.disks, d)      # one member per failure domain
         # Its own size class first; a neighbouring one rather than a new stripe.
+        # The stripes shared are counted only for a stripe as near and as full
+        # as the best so far (they only break its ties): a few a block, not one
+        # per open stripe.
         for their_cls in (cls - 1, cls, cls + 1):
             for stripe_id, (parity_disk, disks, members, _, _) in open_[their_cls].items():
                 if disks & same or parity_disk not in volumes or parity_disk in draining:
                     continue
-                rank = (abs(their_cls - cls), -members, shared(disks), stripe_id)
+                near = (abs(their_cls - cls), -members)
+                if best is not None and near > best[0][:2]:
+                    continue
+                rank = (*near, shared(disks), stripe_id)
                 if (best is None or rank < best[0]) and room(parity_disk, row.stored + HEADER_SIZE):
                     best = (rank, stripe_id, parity_disk, their_cls)
         if best is not None:
