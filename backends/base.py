@@ -6,6 +6,7 @@ nothing of blocks or parity: it reads and writes files.
 from __future__ import annotations
 
 import abc
+from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
 LEASE = "meta/MOUNTED"      # the mount lease (webfs.locks): in an object store's bucket only, never cached
@@ -22,11 +23,13 @@ class Backend(abc.ABC):
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         """Bytes of a file (from offset, size bytes or to the end)."""
 
-    def advise(self, path: str) -> None:
-        """A hint that a file is read soon: its bytes may be fetched now, in
-        the background. Nothing is said if it cannot be."""
+    @contextmanager
+    def reading_ahead(self, files: list[tuple[str, int]]) -> Iterator[None]:
+        """Files (path, expected size) this thread reads one after another in
+        the block: a backend may fetch or open them all first. Nothing is said
+        of a file that cannot be; its read says why."""
+        yield
 
-    @abc.abstractmethod
     def write_atomic(self, path: str, data: bytes, fsync: bool = False) -> None:
         """Replace a file whole: a crash leaves the old file or the new, never half."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import OrderedDict, deque
+from contextlib import ExitStack
 from typing import Callable, Optional
 
 import trio
@@ -435,21 +436,26 @@ class PieceReader:
 
     def _read_quietly(self, rows: list[BlockRow]) -> list[tuple[BlockRow, bytes]]:
         """(In a worker.) The pieces that read well; the reader that needs
-        another will see its error. Several block files are advised first, so
-        that their disk reads are in flight together, not one after another
-        (one alone would only be opened twice)."""
-        for row in rows if len(rows) > 1 else ():
-            vol = self.store.archive.volumes.get(row.disk)
-            if vol is not None:
-                vol.advise_block(row.sig, row.overflow)
-        out = []
+        another will see its error. Each disk's block files are opened and
+        advised first (``Volume.reading_ahead``), so that their disk reads are
+        in flight together, not one after another."""
+        volumes = self.store.archive.volumes
+        by_disk: dict[int, list[tuple[str, int, int]]] = {}
         for row in rows:
-            try:
-                out.append((row, self.store.read(row)))
-            except WebfsError:
-                pass
-            except Exception:
-                log.exception("fetching block %s ahead failed", row.block_name)
+            by_disk.setdefault(row.disk, []).append((row.sig, row.overflow, row.stored))
+        out = []
+        with ExitStack() as ahead:
+            for disk, blocks in by_disk.items():
+                vol = volumes.get(disk)
+                if vol is not None:
+                    ahead.enter_context(vol.reading_ahead(blocks))
+            for row in rows:
+                try:
+                    out.append((row, self.store.read(row)))
+                except WebfsError:
+                    pass
+                except Exception:
+                    log.exception("fetching block %s ahead failed", row.block_name)
         return out
 
     def _fetch_ahead(self, row: BlockRow) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Iterator, Optional
+from typing import ContextManager, Iterator, Optional
 
 from .backends import Backend
 from .backends.local import LocalBackend
@@ -120,9 +120,11 @@ class Volume:
             raise CorruptBlock(f"{where}: header names signature {header.signature}")
         return header, payload
 
-    def advise_block(self, sig: str, overflow: int = 0) -> None:
-        """A hint that the block is read soon (``Backend.advise``)."""
-        self.backend.advise(self.block_path(sig, overflow))
+    def reading_ahead(self, blocks: list[tuple[str, int, int]]) -> ContextManager[None]:
+        """Blocks (signature, overflow, stored bytes) this thread reads one
+        after another in the block (``Backend.reading_ahead``)."""
+        return self.backend.reading_ahead([(self.block_path(sig, overflow), HEADER_SIZE + stored)
+                                           for sig, overflow, stored in blocks])
 
     def read_header(self, sig: str, overflow: int = 0) -> BlockHeader:
         path = self.block_path(sig, overflow)
