@@ -163,7 +163,7 @@ def test_a_full_filter_is_read_again_larger(lone):
     store.commit()
     made = store.catalog._sig_filter
     for i in range(made.capacity):         # as many inserts as it has room for
-        store.catalog.signature_added(i.to_bytes(16, "little"))
+        made.add(i.to_bytes(16, "little"))
     assert made.full
     store.store(b"another document")
     store.commit()
@@ -232,3 +232,23 @@ def test_a_count_changed_before_a_rollback_or_a_move_is_read(lone, postgres):
     assert _committed_then(store, other, _counted(postgres, db, 11), rolled) == 11
     assert store.headers.reads == 3
 
+
+def test_a_lone_mount_answers_a_duplicate_of_a_block_it_inserted_from_its_row(lone, postgres):
+    store, lease, db = lone
+    data = random.Random("kept").randbytes(5000)
+    first = store.store(data)
+    store.commit()
+    postgres.psql(db, f"UPDATE blocks SET refs=9 WHERE id={first.id}")    # behind its back
+    again = store.store(data)
+    store.commit()
+    assert (again.id, again.refs) == (first.id, 2)      # alone: its kept row, not asked
+    store.catalog.stripe_changes += 1                   # (as a block moved or deleted)
+    assert store.store(data).refs == 11                 # asked: the catalog's count (10), one more
+    store.commit()
+    other = random.Random("other").randbytes(4000)
+    made = store.store(other)
+    store.commit()
+    postgres.psql(db, f"UPDATE blocks SET refs=5 WHERE id={made.id}")
+    _second_machine(store, lease)
+    assert store.store(other).refs == 6                 # others mounted: asked
+    store.commit()

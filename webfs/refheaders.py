@@ -81,6 +81,7 @@ class CommittedRows:
         self._committed: dict[int, tuple[BlockRow, int, int]] = {}
 
     def changed(self, rows: list[BlockRow]) -> None:
+        self.catalog.blocks_counted(rows)       # (the rows a lone mount keeps: webfs.catalogsigs)
         stamp = self.catalog.stripe_changes
         for row in rows:
             self._changed[row.id] = (row.copy(), stamp)
