@@ -252,3 +252,14 @@ def test_a_lone_mount_answers_a_duplicate_of_a_block_it_inserted_from_its_row(lo
     _second_machine(store, lease)
     assert store.store(other).refs == 6                 # others mounted: asked
     store.commit()
+
+
+def test_a_count_set_by_recovery_or_fsck_drops_the_rows_kept(lone):
+    store, lease, db = lone
+    data = random.Random("set").randbytes(5000)
+    first = store.store(data)
+    store.commit()
+    store.correct_refs(first, 5)            # (crash recovery, fsck --repair)
+    store.commit()
+    assert store.store(data).refs == 6
+    store.commit()

@@ -545,6 +545,7 @@ class Catalog(PlacementGroups, KnownSignatures):
                      + ("" if replace else " AND sha256 IS NULL"), (sha256, row.id, key(row.sig), row.overflow))
 
     def set_refs(self, block_id: int, refs: int, pins: int) -> None:
+        self.forget_rows()          # (a count set, not counted: the rows a lone mount keeps, stale)
         self.execute("UPDATE blocks SET refs=?, pins=? WHERE id=?", (refs, pins, block_id))
 
     def add_refs_of(self, changes: list[tuple[int, int, int]]) -> None:

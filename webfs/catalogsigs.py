@@ -73,7 +73,8 @@ class SignatureFilter:
 
 class KnownSignatures:
     """The catalog's filter of its blocks' signatures (a mixin of ``Catalog``,
-    which gives ``lock``, ``query``, ``scalar``, ``engine`` and ``solo``)."""
+    which gives ``lock``, ``query``, ``scalar``, ``engine``, ``solo`` and
+    ``stripe_changes``)."""
 
     solo: Callable[[], Optional[int]]
 
@@ -82,8 +83,7 @@ class KnownSignatures:
         self._sig_token: Optional[int] = None       # solo()'s token when the filter was read
         self._sigs_many = False                      # the catalog was found over MAX_BLOCKS
         self.sig_filter_reads = 0                    # filters made since, for tests
-        self._rows: dict[bytes, list] = {}           # signature (as stored) -> every block row of it
-        self._rows_at: Optional[tuple] = None        # (solo()'s token, stripe_changes) they hold under
+        self.forget_rows()
 
     def _filter(self) -> Optional[SignatureFilter]:
         """The filter, made now if this mount is alone and it is not
@@ -116,6 +116,11 @@ class KnownSignatures:
         if at != self._rows_at:
             self._rows, self._rows_at = {}, at
         return self._rows
+
+    def forget_rows(self) -> None:
+        """Drop the rows kept (and a count set other than by the store's changes)."""
+        self._rows: dict[bytes, list] = {}           # signature (as stored) -> every block row of it
+        self._rows_at: Optional[tuple] = None        # (solo()'s token, stripe_changes) they hold under
 
     def known_blocks(self, keys: list[bytes]) -> tuple[dict[str, list], list[bytes]]:
         """Of these signatures (as stored): the rows of those whose every block
