@@ -2,8 +2,10 @@
 block (a real server, tests/postgres.py; no FUSE mount): the placement
 groups' disks, read once, its open stripes, kept from one placement to
 the next, and its blocks' signatures, whose filter spares a lookup a new
-document; and a second machine's mount ending them (webfs.cataloggroups,
-webfs.parity.layout, webfs.catalogsigs, webfs.machines).
+document, and the counts its commits wrote, from which the duplicates' Refs
+headers are written; and a second machine's mount ending them
+(webfs.cataloggroups, webfs.parity.layout, webfs.catalogsigs,
+webfs.refheaders, webfs.machines).
 
 Each test changes the tables behind the mount's back, as no other machine
 may while it is alone: what the mount then does shows whether it asked."""
@@ -18,6 +20,7 @@ import pytest
 from conftest import make_archive
 from webfs import machines
 from webfs.assembly import open_archive
+from webfs.background import Background
 from webfs.catalogsigs import SignatureFilter
 from webfs.parity.layout import bits
 from webfs.signature import group_of
@@ -160,7 +163,7 @@ def test_a_full_filter_is_read_again_larger(lone):
     store.commit()
     made = store.catalog._sig_filter
     for i in range(made.capacity):         # as many inserts as it has room for
-        store.catalog.signature_added(i.to_bytes(16, "little"))
+        made.add(i.to_bytes(16, "little"))
     assert made.full
     store.store(b"another document")
     store.commit()
@@ -177,3 +180,86 @@ def test_the_filter_has_no_false_negative_and_few_false_positives():
     assert not made.full
     others = sum(made.may_hold(rng.randbytes(16)) for _ in range(10000))
     assert others < 300                     # (about 1 in 100 when full)
+
+
+def _committed_then(store, data: bytes, behind, header_of=None) -> int:
+    """Store ``data`` (again) and commit, the header jobs held back until
+    ``behind`` (a change of the tables behind the mount's back) is done;
+    the Refs the header of ``header_of`` (the block stored) then has."""
+    gate = threading.Event()
+    store.background = Background("test-held-headers")
+    store.background.submit(gate.wait)
+    row = store.store(data)
+    store.commit()
+    row = header_of or row
+    behind(row)
+    gate.set()
+    store.background.drain()
+    return store.archive.volumes[row.disk].read_header(row.sig, row.overflow).refs
+
+
+def _counted(postgres, db, n):
+    return lambda row: postgres.psql(db, f"UPDATE blocks SET refs={n} WHERE id={row.id}")
+
+
+def test_a_lone_mount_writes_a_duplicates_header_from_the_count_it_committed(lone, postgres):
+    store, lease, db = lone
+    data = random.Random("refs").randbytes(5000)
+    store.store(data)
+    store.commit()
+    assert _committed_then(store, data, _counted(postgres, db, 9)) == 2       # alone: the catalog not read
+    assert store.headers.reads == 0
+    _second_machine(store, lease)
+    assert _committed_then(store, data, _counted(postgres, db, 20)) == 20     # others mounted: read
+    assert store.headers.reads == 1
+
+
+def test_a_count_changed_before_a_rollback_or_a_move_is_read(lone, postgres):
+    store, lease, db = lone
+    data = random.Random("moved").randbytes(5000)
+    store.store(data)
+    store.commit()
+
+    def moved_then_counted(row):        # (as a block moved or deleted since the count changed)
+        store.catalog.stripe_changes += 1
+        _counted(postgres, db, 7)(row)
+    assert _committed_then(store, data, moved_then_counted) == 7
+    rolled = store.store(data)          # counted 8, then rolled back: its header is due still
+    store.catalog.rollback()
+    store._undo_pending()
+    assert rolled.refs == 8
+    other = random.Random("other").randbytes(3000)
+    assert _committed_then(store, other, _counted(postgres, db, 11), rolled) == 11
+    assert store.headers.reads == 3
+
+
+def test_a_lone_mount_answers_a_duplicate_of_a_block_it_inserted_from_its_row(lone, postgres):
+    store, lease, db = lone
+    data = random.Random("kept").randbytes(5000)
+    first = store.store(data)
+    store.commit()
+    postgres.psql(db, f"UPDATE blocks SET refs=9 WHERE id={first.id}")    # behind its back
+    again = store.store(data)
+    store.commit()
+    assert (again.id, again.refs) == (first.id, 2)      # alone: its kept row, not asked
+    store.catalog.stripe_changes += 1                   # (as a block moved or deleted)
+    assert store.store(data).refs == 11                 # asked: the catalog's count (10), one more
+    store.commit()
+    other = random.Random("other").randbytes(4000)
+    made = store.store(other)
+    store.commit()
+    postgres.psql(db, f"UPDATE blocks SET refs=5 WHERE id={made.id}")
+    _second_machine(store, lease)
+    assert store.store(other).refs == 6                 # others mounted: asked
+    store.commit()
+
+
+def test_a_count_set_by_recovery_or_fsck_drops_the_rows_kept(lone):
+    store, lease, db = lone
+    data = random.Random("set").randbytes(5000)
+    first = store.store(data)
+    store.commit()
+    store.correct_refs(first, 5)            # (crash recovery, fsck --repair)
+    store.commit()
+    assert store.store(data).refs == 6
+    store.commit()

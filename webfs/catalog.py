@@ -385,9 +385,8 @@ class Catalog(PlacementGroups, KnownSignatures):
 
     def blocks_with_sigs(self, sigs: list[str]) -> dict[str, list[BlockRow]]:
         """The blocks of each of these signatures that has any."""
-        found: dict[str, list[BlockRow]] = {}
-        with self.lock:
-            asked = self.maybe_held(keys(sigs))      # (a lone PostgreSQL mount's filter: webfs.catalogsigs)
+        with self.lock:     # (what a lone PostgreSQL mount knows: webfs.catalogsigs)
+            found, asked = self.known_blocks(keys(sigs))
         for r in self.query_in(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE sig IN ({{}})", asked):
             row = BlockRow.of(r)
             found.setdefault(row.sig, []).append(row)
@@ -498,9 +497,10 @@ class Catalog(PlacementGroups, KnownSignatures):
              key(stripe), sha256))
         if not cur.rowcount:
             return None
-        self.signature_added(key(sig))
-        return BlockRow(cur.lastrowid, sig, overflow, disk, size, stored, codec, refs, pins,
-                        created, name, grp, stripe, sha256)
+        row = BlockRow(cur.lastrowid, sig, overflow, disk, size, stored, codec, refs, pins,
+                       created, name, grp, stripe, sha256)
+        self.block_added(row)
+        return row
 
     def insert_blocks(self, rows: list[BlockRow]) -> Optional[list[BlockRow]]:
         """SQLite's: new rows (with their stripes, each with ``narrow``\'s room)
@@ -527,7 +527,7 @@ class Catalog(PlacementGroups, KnownSignatures):
             finally:
                 self.execute("RELEASE insert_blocks")
             for r in made:
-                self.signature_added(key(r.sig))
+                self.block_added(r)
         return made
 
     def narrow(self, ids: list[int]) -> None:
@@ -545,6 +545,7 @@ class Catalog(PlacementGroups, KnownSignatures):
                      + ("" if replace else " AND sha256 IS NULL"), (sha256, row.id, key(row.sig), row.overflow))
 
     def set_refs(self, block_id: int, refs: int, pins: int) -> None:
+        self.forget_rows()          # (a count set, not counted: the rows a lone mount keeps, stale)
         self.execute("UPDATE blocks SET refs=?, pins=? WHERE id=?", (refs, pins, block_id))
 
     def add_refs_of(self, changes: list[tuple[int, int, int]]) -> None:

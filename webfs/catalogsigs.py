@@ -16,18 +16,29 @@ anew); it is made again, twice the size, when this mount's own inserts
 have filled it. A rollback leaves it: the blocks it forgets are then
 signatures the filter says may be there, which only costs a lookup.
 SQLite's lookups are local and cheap: its catalog keeps none.
+
+The rows of the blocks a lone mount inserted are kept too (``known_blocks``):
+a document stored again (a duplicate of one stored since the mount) is
+answered from them, with no lookup (webfs-internals(7), POSTGRESQL WAITS A
+FILE). A signature is kept when its block is inserted while the filter has
+no bit of it (then that block is its only one), and its later blocks are
+added to it; the counts follow the store's changes (``blocks_counted``).
+They are dropped together when the token or ``stripe_changes`` moves (a
+rollback, a block moved or deleted), or past MAX_ROWS signatures.
 """
 from __future__ import annotations
 
 from typing import Callable, Optional
 
 from .catalogengine import SQLITE
+from .catalogkeys import key
 
 BITS_PER_BLOCK = 16        # the filter's bits a block, when full (then about 1 false positive in 100)
 HASHES = 3                 # bits set a signature
 MIN_BLOCKS = 4096          # blocks the smallest filter holds
 MAX_BLOCKS = 1 << 20       # a catalog with more blocks keeps no filter (4 MB at this bound)
 READ_PAGE = 20000          # signatures read a query when the filter is made
+MAX_ROWS = 65536           # signatures whose rows a lone mount keeps
 
 
 class SignatureFilter:
@@ -62,7 +73,8 @@ class SignatureFilter:
 
 class KnownSignatures:
     """The catalog's filter of its blocks' signatures (a mixin of ``Catalog``,
-    which gives ``lock``, ``query``, ``scalar``, ``engine`` and ``solo``)."""
+    which gives ``lock``, ``query``, ``scalar``, ``engine``, ``solo`` and
+    ``stripe_changes``)."""
 
     solo: Callable[[], Optional[int]]
 
@@ -71,6 +83,7 @@ class KnownSignatures:
         self._sig_token: Optional[int] = None       # solo()'s token when the filter was read
         self._sigs_many = False                      # the catalog was found over MAX_BLOCKS
         self.sig_filter_reads = 0                    # filters made since, for tests
+        self.forget_rows()
 
     def _filter(self) -> Optional[SignatureFilter]:
         """The filter, made now if this mount is alone and it is not
@@ -97,14 +110,48 @@ class KnownSignatures:
         self.sig_filter_reads += 1
         return made
 
-    def maybe_held(self, keys: list[bytes]) -> list[bytes]:
-        """Of these signatures (as stored), those a block may have: the
-        others surely have none (caller holds the lock)."""
-        made = self._filter()
-        return keys if made is None else [k for k in keys if made.may_hold(k)]
+    def _kept_rows(self) -> dict[bytes, list]:
+        """The rows kept, emptied first if what they hold under moved."""
+        at = (self.solo(), self.stripe_changes)
+        if at != self._rows_at:
+            self._rows, self._rows_at = {}, at
+        return self._rows
 
-    def signature_added(self, key: bytes) -> None:
-        """A block of this signature was inserted by this mount."""
+    def forget_rows(self) -> None:
+        """Drop the rows kept (and a count set other than by the store's changes)."""
+        self._rows: dict[bytes, list] = {}           # signature (as stored) -> every block row of it
+        self._rows_at: Optional[tuple] = None        # (solo()'s token, stripe_changes) they hold under
+
+    def known_blocks(self, keys: list[bytes]) -> tuple[dict[str, list], list[bytes]]:
+        """Of these signatures (as stored): the rows of those whose every block
+        is kept (copies, by signature), and those to ask the catalog for, which the filter
+        may hold (all, without a filter; caller holds the lock)."""
+        made = self._filter()
+        if made is None:
+            return {}, keys
+        kept = self._kept_rows()
+        known = {kept[k][0].sig: [r.copy() for r in kept[k]] for k in keys if k in kept}
+        return known, [k for k in keys if k not in kept and made.may_hold(k)]
+
+    def block_added(self, row) -> None:
+        """This mount inserted a block (its row as inserted)."""
+        stored = key(row.sig)
         with self.lock:
-            if self._sig_filter is not None:
-                self._sig_filter.add(key)
+            if self._sig_filter is None:
+                return
+            kept, as_read = self._kept_rows(), row.copy()
+            as_read.name = None         # (not kept by the catalog: None in a row read from it)
+            if stored in kept:
+                kept[stored].append(as_read)
+            elif self._rows_at[0] is not None and not self._sig_filter.may_hold(stored) and len(kept) < MAX_ROWS:
+                kept[stored] = [as_read]
+            self._sig_filter.add(stored)
+
+    def blocks_counted(self, rows: list) -> None:
+        """These blocks' counts changed in the open transaction (rows as they are now)."""
+        kept = self._kept_rows()
+        for row in rows:
+            held = kept.get(key(row.sig), ())
+            for n, r in enumerate(held):
+                if r.overflow == row.overflow:
+                    held[n] = row.copy()

@@ -14,11 +14,16 @@ reads the last count. A row locked by another transaction is skipped (SKIP
 LOCKED): that is a count change not yet committed, whose own header write
 follows its commit (or its rollback's), or another header writer that took
 the lock after this count was committed and so read it or a later one.
+
+A lone mount (``Catalog.solo``: no other machine writes the catalog) needs
+no read: the counts its own commit wrote are the counts (``CommittedRows``),
+and the header is written from the row the store changed (webfs-internals(7),
+POSTGRESQL WAITS A FILE).
 """
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Optional
 
 from . import lockorder
 from .block import refs_offset_of
@@ -37,6 +42,12 @@ class FromCatalog:
         self.catalog = catalog
         self.mirror = mirror
 
+    def changed(self, rows: list[BlockRow]) -> None:
+        pass
+
+    def committed(self) -> None:
+        pass
+
     def write(self, ids: list[int]) -> None:
         for row in self.catalog.blocks_by_ids(ids):
             self.mirror(row)
@@ -45,21 +56,90 @@ class FromCatalog:
         pass
 
 
+class CommittedRows:
+    """The rows whose counts a lone mount's commits wrote, latest commit's
+    last, until their headers are written: a header is then written from
+    its row, not from a read of the catalog.
+
+    A row changed in the open transaction (``changed``, under the catalog
+    lock) is stamped with ``Catalog.stripe_changes``, which a rollback, a
+    block's move and a block's delete move: a row whose stamp is not the
+    one at its commit may not be what was committed, and is read instead.
+    A commit (``committed``, under the catalog lock, in the order of
+    commits) keeps its rows with ``solo``'s token, overwriting an earlier
+    commit's row of the block; the first header job that asks for a block
+    takes its row (``take``), so a later job, or an earlier commit's job
+    run after a later commit, finds none and reads the count committed last.
+    """
+
+    def __init__(self, catalog: Catalog):
+        self.catalog = catalog
+        self._changed: dict[int, tuple[BlockRow, int]] = {}     # id -> (row, stamp)
+        # id -> (row, solo's token at its commit, stamp). Set under the catalog
+        # lock, taken by header jobs without it (the header lock is taken under
+        # the catalog lock): one dict operation each, atomic under the GIL.
+        self._committed: dict[int, tuple[BlockRow, int, int]] = {}
+
+    def changed(self, rows: list[BlockRow]) -> None:
+        self.catalog.blocks_counted(rows)       # (the rows a lone mount keeps: webfs.catalogsigs)
+        stamp = self.catalog.stripe_changes
+        for row in rows:
+            self._changed[row.id] = (row.copy(), stamp)
+
+    def committed(self) -> None:
+        token, stamp = self.catalog.solo(), self.catalog.stripe_changes
+        changed, self._changed = self._changed, {}
+        for block_id, (row, at) in changed.items():
+            if token is not None and at == stamp:
+                self._committed[block_id] = (row, token, stamp)
+            else:
+                self._committed.pop(block_id, None)
+
+    def take(self, ids: list[int]) -> tuple[list[BlockRow], list[int], Optional[int]]:
+        """(rows to write as they are, ids to read, the token they hold under)."""
+        token, stamp = self.catalog.solo(), self.catalog.stripe_changes
+        rows, unread = [], []
+        for block_id in ids:
+            kept = self._committed.pop(block_id, None)
+            if kept is not None and token is not None and kept[1:] == (token, stamp):
+                rows.append(kept[0])
+            else:
+                unread.append(block_id)
+        return rows, unread, token
+
+
 class UnderRowLock:
     """Headers written from the engine's counts under the rows' locks, one
-    transaction per batch, on a connection made at the first batch."""
+    transaction per batch, on a connection made at the first batch; a lone
+    mount's from the rows its commits wrote (``CommittedRows``)."""
 
-    def __init__(self, engine, mirror: Mirror):
+    def __init__(self, engine, mirror: Mirror, catalog: Catalog):
         self.engine = engine
         self.mirror = mirror
         self._db = None
         # The removal worker writes after commits, a failed commit's thread puts headers back.
         self._lock = lockorder.lock("refs headers")
+        self.rows = CommittedRows(catalog)
+        self.changed, self.committed = self.rows.changed, self.rows.committed
+        self.reads = 0                  # batches read under the rows' locks, for tests
 
     def write(self, ids: list[int]) -> None:
+        rows, unread, token = self.rows.take(ids)
+        if rows:
+            with self._lock:
+                for row in rows:
+                    self.mirror(row)
+            if self.rows.catalog.solo() != token:
+                # A second machine counted while these were written: its own header
+                # writes may have come first; what the catalog has now goes last.
+                unread += [r.id for r in rows]
+        self._write_read(unread)
+
+    def _write_read(self, ids: list[int]) -> None:
         if not ids:
             return
         with self._lock:
+            self.reads += 1
             if self._db is None:
                 self._db = self.engine.connect()
             conn = self._db.conn
@@ -103,8 +183,8 @@ def mirror_refs(store, row: BlockRow) -> bool:
 def headers_writer(catalog: Catalog, mirror: Mirror):
     """The writer of Refs headers for a store over this catalog."""
     if catalog.engine.name == "postgresql":
-        return UnderRowLock(catalog.engine, mirror)
+        return UnderRowLock(catalog.engine, mirror, catalog)
     return FromCatalog(catalog, mirror)
 
 
-__all__ = ["FromCatalog", "UnderRowLock", "headers_writer", "mirror_refs"]
+__all__ = ["CommittedRows", "FromCatalog", "UnderRowLock", "headers_writer", "mirror_refs"]

@@ -92,8 +92,7 @@ class Store:
         self._flush_asked = 0.0
         self.intents = Intents(os.path.join(archive.first_volume.root, INTENTS_FILE))
         self._inflight = 0
-        # Blocks whose header's Refs is to follow the catalog, written after the next commit.
-        self._refs_due: dict[int, None] = {}
+        self._refs_due: dict[int, None] = {}   # blocks whose Refs header follows the next commit
         self.writers = BlockWriters(archive)    # a chunk's new block files, side by side
         self.headers = headers_writer(catalog, self.mirror_refs)     # writes Refs headers after commits
 
@@ -137,6 +136,7 @@ class Store:
                 self._pending_new, self._pending_refs, self._pending_removals = [], set(), []
             testkill.point("commit-after-catalog")
             self.protection.committed()
+            self.headers.committed()
             self._removing.extend(removals)
             refs_due, self._refs_due = list(self._refs_due), {}
             data = self.journal.take() if self.journal is not None else b""
@@ -407,6 +407,7 @@ class Store:
     def headers_due(self, rows: list[BlockRow]) -> None:
         """These blocks' counts changed in the open transaction: their headers follow its commit."""
         with self.catalog.lock:
+            self.headers.changed(rows)
             lines = []
             for row in rows:
                 self._pending_refs.add(row.id)
