@@ -1002,3 +1002,54 @@ def test_a_path_in_a_message_is_one_line_whatever_its_bytes():
     assert show_path(b"/srv/crawl/2024 one.warc.gz") == "/srv/crawl/2024 one.warc.gz"
     assert show_path("/é/ü".encode()) == "/é/ü"
     assert show_path(b"a\nb\tc\xff\x7f") == "a\\nb\\tc\\xff\\x7f"
+
+
+def test_a_walk_failing_while_block_files_are_written_fails_the_import(tmp_path, store, monkeypatch):
+    """The walk runs on while a chunk's block files are written
+    (``Store.store_many``'s walk_on): a walk that fails there fails the import
+    with its own error, once that chunk is stored, as a walk failing between
+    chunks does; not the chunk's captures (each would carry the walk's error
+    as its problem and the import end as if done). What was stored and not
+    named is given back, the reading process ends, no signature lock is left
+    held (the same pages store again)."""
+    import errno
+    import functools
+    from webfs import admin
+    from webfs.ingest import Importer
+    from webfs.recovery import close_namespace, open_namespace
+    from webfs.store import Piece
+    from webfs.warcimport import WarcSource
+    pages = [(f"http://example.com/{i}", b"page %d " % i * 20) for i in range(400)]
+    src = write_warc(tmp_path / "a.warc.gz", pages)
+    real, real_many = WarcSource._drain_dirs, store.store_many
+    storing, broke_storing = [], []
+
+    def drain_dirs(self):
+        if not broke_storing and self.wc.records == 400:
+            broke_storing.append(bool(storing))
+            raise OSError(errno.EIO, "the walk broke")
+        return real(self)
+
+    def store_many(pieces, names, *a, **kw):
+        storing.append(True)
+        try:
+            return real_many(pieces, names, *a, **kw)
+        finally:
+            storing.pop()
+    monkeypatch.setattr(WarcSource, "_drain_dirs", drain_dirs)
+    monkeypatch.setattr(store, "store_many", store_many)
+    ns, journal, _ = open_namespace(store)
+    try:
+        with pytest.raises(OSError, match="the walk broke"):
+            Importer(store, ns, admin.Progress(), source=functools.partial(WarcSource, collection=b"c")).run(
+                [bytes(src)], b"/c")
+        store.commit()
+        assert broke_storing == [True]         # inside a chunk's store, as its files were written
+        refs = store.catalog.query("SELECT coalesce(sum(refs), 0) FROM blocks")[0][0]
+        assert refs == store.catalog.query("SELECT count(*) FROM contents")[0][0]
+        assert not [p for p in os.listdir("/proc") if p.isdigit() and _parent_of(p) == os.getpid()]
+        again = real_many([Piece(body) for _, body in pages[:64]], [b"/again"] * 64)
+        assert all(not isinstance(o, Exception) for o in again)
+    finally:
+        store.commit()
+        close_namespace(store, ns, journal)

@@ -42,6 +42,8 @@ class Preparation:
         self.chunk_bytes = 0
         self.ready: list[Item] = []                    # items walked since the last chunk went out
         self.waiting: Optional[tuple] = None           # (chunk, its preparation, its items): stored next
+        self.walk: Optional[Iterator[Item]] = None     # the source's walk, until it ends
+        self.walk_failed: Optional[Exception] = None   # how it ended, if it failed
 
     def enqueue(self, item: Item, size: int) -> None:
         """A file (a capture) to store: it joins the chunk being walked, and its
@@ -52,11 +54,35 @@ class Preparation:
 
     def chunked(self, items: Iterator[Item]) -> Iterator[Item]:
         """The walk's items, in walk order, each given out once stored."""
-        for item in items:
-            self.ready.append(item)
-            if len(self.chunk) >= CHUNK_FILES or self.chunk_bytes >= CHUNK_BYTES:
+        self.walk = items
+        try:
+            while self._walk_chunk():
                 yield from self._send()
-        yield from self._send(last=True)
+            if self.walk_failed is not None:
+                raise self.walk_failed
+            yield from self._send(last=True)
+        finally:
+            if self.walk is not None:       # stopped: the walk ends now (a WARC's reading process with it)
+                self.walk.close()
+                self.walk = None
+
+    def _walk_chunk(self) -> bool:
+        """Walk on until the chunk being walked is full; False once the walk
+        has ended (or failed: ``walk_failed``, raised by ``chunked``). Called
+        by the storing thread between chunks, and while a chunk's block files
+        are written (``Store.store_many``'s ``walk_on``: the walk takes no
+        signature lock), so that the walk's Python runs beside the writers'
+        file creation instead of after it."""
+        while not (len(self.chunk) >= CHUNK_FILES or self.chunk_bytes >= CHUNK_BYTES):
+            if self.walk is None:
+                return False
+            try:
+                self.ready.append(next(self.walk))
+            except StopIteration:
+                self.walk = None
+            except Exception as exc:      # raised where the walk is driven from (chunked)
+                self.walk, self.walk_failed = None, exc
+        return True
 
     def _send(self, last: bool = False) -> Iterator[Item]:
         """Hand the chunk walked so far to the threads; store the one before it
@@ -125,7 +151,8 @@ class Preparation:
         live = [(item, prep) for item, prep in zip(chunk, ready) if item.future.set_running_or_notify_cancel()]
         pieces = [(item, piece) for item, prep in live if prep is not None for piece in prep[0]]
         try:
-            outcomes = self.store.store_many([piece for _, piece in pieces], [item.path for item, _ in pieces])
+            outcomes = self.store.store_many([piece for _, piece in pieces], [item.path for item, _ in pieces],
+                                             walk_on=self._walk_chunk)
         except BaseException as exc:
             outcomes = [exc] * len(pieces)
         for item, _ in pieces:

@@ -32,9 +32,9 @@ import errno
 import logging
 import os
 import time
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
-from . import blockrows, codecs, testkill
+from . import blockrows, codecs, lockorder, sharedrefs, testkill
 from . import signature as sigmod
 from .archive import STORE_MODES, Archive
 from .block import HEADER_SIZE, BlockHeader, percent_encode, utc_timestamp
@@ -51,10 +51,8 @@ from .placement import home_disks
 from .protection import Protection
 from .piece import Piece
 from .refheaders import headers_writer, mirror_refs
-from . import sharedrefs
 from .signature import ContentKey, SignatureFn
 from .volume import search_order
-from . import lockorder
 
 log = logging.getLogger(__name__)
 
@@ -226,13 +224,14 @@ class Store:
         return outcome
 
     def store_many(self, pieces: list[Piece], names: list[bytes], mode: Optional[str] = None,
-                   pin: bool = False, here: bool = False) -> list[Union[BlockRow, Exception]]:
+                   pin: bool = False, here: bool = False,
+                   walk_on: Callable[[], None] = lambda: None) -> list[Union[BlockRow, Exception]]:
         """Store documents (each named for its block header) as ``store``
-        stores one, in order; for each, its block's row or the error that
-        stopped it. The new blocks among them are written together: their
-        intents in one write, their parity placed at once and XOR-ed once per
-        stripe; a document that repeats an earlier one is compared with it in
-        memory. An import stores a chunk of files so."""
+        stores one, in order; for each, its block's row or the error. New
+        blocks are written together: their intents in one write, their parity
+        placed at once, XOR-ed once per stripe; a repeat of an earlier one is
+        compared in memory. An import stores a chunk so, walking on while the
+        files are written (``walk_on``: it takes no signature lock, raises nothing)."""
         mode = mode or self.conf.store_mode
         if mode not in STORE_MODES:
             raise ValueError(f"unknown store mode {mode!r}")
@@ -259,7 +258,7 @@ class Store:
                 new.setdefault(p.sig, []).append((i, max(taken) + 1 if taken else 0))
             made = sorted(x for per_sig in new.values() for x in per_sig)
             for (i, _), outcome in zip(made, self._store_new(
-                    [(pieces[i], names[i], overflow) for i, overflow in made], pin, here)):
+                    [(pieces[i], names[i], overflow) for i, overflow in made], pin, here, walk_on)):
                 out[i] = outcome
             again = self._count_twins(twin, out, pin)
             if again:       # their blocks released by another machine meanwhile
@@ -319,8 +318,8 @@ class Store:
             out.append((same, p.sig in rows))
         return out
 
-    def _store_new(self, new: list[tuple[Piece, bytes, int]], pin: bool,
-                   here: bool = False) -> list[Union[BlockRow, Exception]]:
+    def _store_new(self, new: list[tuple[Piece, bytes, int]], pin: bool, here: bool = False,
+                   walk_on: Callable[[], None] = lambda: None) -> list[Union[BlockRow, Exception]]:
         """New blocks (piece, name, overflow): their intents in one write, then
         their files and rows, then their parity, all at once."""
         out: list[Union[BlockRow, Exception]] = []
@@ -348,8 +347,10 @@ class Store:
         try:
             self._intend("".join(f"{h.signature}~{overflow} {first}\n"
                                  for _, h, _, overflow, _, _, first in blocks if first is not None))
-            written = self.writers.write_all([(h, payload, overflow, first)
-                                              for _, h, payload, overflow, _, _, first in blocks], self.fsync)
+            wait = self.writers.start_all([(h, payload, overflow, first)
+                                           for _, h, payload, overflow, _, _, first in blocks], self.fsync)
+            walk_on()                       # (an import's walk) while the writers write
+            written = wait()
             staged = []                     # (its place in out, row not yet inserted, payload)
             for (data, header, payload, overflow, grp, disks, first), disk in zip(blocks, written):
                 try:
