@@ -35,27 +35,25 @@ class BlockWriters:
         # Threads are started by the first chunk, not before (a mount that never imports has none).
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="webfs-block-writer")
 
-    def start_all(self, blocks: list[tuple[BlockHeader, bytes, int, Optional[int]]],
-                  fsync: bool) -> Callable[[], list[Optional[int]]]:
-        """Start writing blocks (header, payload, overflow, the disk their
-        intent names) side by side; the call returned waits for them and
-        gives, for each, the disk it was written on, or None: not written,
-        for the caller to write. One block is left to the caller. The caller
-        may work meanwhile (an import walks on: ``Store.store_many``). Each
-        thread is handed its share of the chunk at once (every
-        ``threads``-th block): a hand-off and a wait per block were a
-        Future, two wake-ups and a futex call or more each, 64 a chunk."""
+    def write_all(self, blocks: list[tuple[BlockHeader, bytes, int, Optional[int]]],
+                  fsync: bool, meanwhile: Callable[[], None] = lambda: None) -> list[Optional[int]]:
+        """Write blocks (header, payload, overflow, the disk their intent
+        names) side by side, calling ``meanwhile`` while they are written (an
+        import walks on: ``Store.store_many``); for each, the disk it was
+        written on, or None: not written, for the caller to write. One block
+        is left to the caller. Each thread is handed its share of the chunk
+        at once (every ``threads``-th block): a hand-off and a wait per block
+        were a Future, two wake-ups and a futex call or more each, 64 a chunk."""
         if len(blocks) < 2:
-            return lambda: [None] * len(blocks)
+            meanwhile()
+            return [None] * len(blocks)
         n = min(self.threads, len(blocks))
         shares = [self.pool.submit(self._write_share, blocks[i::n], fsync) for i in range(n)]
-
-        def written() -> list[Optional[int]]:
-            out: list[Optional[int]] = [None] * len(blocks)
-            for i, share in enumerate(shares):
-                out[i::n] = share.result()
-            return out
-        return written
+        meanwhile()
+        out: list[Optional[int]] = [None] * len(blocks)
+        for i, share in enumerate(shares):
+            out[i::n] = share.result()
+        return out
 
     def _write_share(self, blocks: list[tuple[BlockHeader, bytes, int, Optional[int]]],
                      fsync: bool) -> list[Optional[int]]:

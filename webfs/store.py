@@ -347,10 +347,9 @@ class Store:
         try:
             self._intend("".join(f"{h.signature}~{overflow} {first}\n"
                                  for _, h, _, overflow, _, _, first in blocks if first is not None))
-            wait = self.writers.start_all([(h, payload, overflow, first)
-                                           for _, h, payload, overflow, _, _, first in blocks], self.fsync)
-            walk_on()                       # (an import's walk) while the writers write
-            written = wait()
+            written = self.writers.write_all([(h, payload, overflow, first)  # an import walks on meanwhile
+                                              for _, h, payload, overflow, _, _, first in blocks],
+                                             self.fsync, walk_on)
             staged = []                     # (its place in out, row not yet inserted, payload)
             for (data, header, payload, overflow, grp, disks, first), disk in zip(blocks, written):
                 try:
