@@ -30,6 +30,7 @@ class Backend(abc.ABC):
         of a file that cannot be; its read says why."""
         yield
 
+    @abc.abstractmethod
     def write_atomic(self, path: str, data: bytes, fsync: bool = False) -> None:
         """Replace a file whole: a crash leaves the old file or the new, never half."""
 
