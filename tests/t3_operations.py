@@ -325,6 +325,27 @@ def test_a_chmod_to_the_mode_a_file_has_changes_its_ctime_alone(store):
     trio.run(main)
 
 
+def test_a_ctime_the_kernel_writes_back_older_than_the_files_writes_nothing(ops, store):
+    """After rsync's chmod or rename of a closed file the writeback cache
+    sends the ctime it took then, which the daemon stamped later: that
+    setattr writes no row and leaves the newer ctime; a newer one is written."""
+    async def main():
+        ino = await write_file(ops, b"f", b"page")
+        attrs = await ops.getattr(ino)
+        attrs.st_mode = stat.S_IFREG | 0o600
+        chmod = await ops.setattr(ino, attrs, Fields(update_mode=True), None, CTX)
+        stale = await ops.getattr(ino)
+        stale.st_ctime_ns = chmod.st_ctime_ns - 1000
+        writes = store.catalog.write_count()
+        kept = await ops.setattr(ino, stale, Fields(update_mtime=True, update_ctime=True), None, CTX)
+        assert store.catalog.write_count() == writes
+        assert kept.st_ctime_ns == chmod.st_ctime_ns == (await ops.getattr(ino)).st_ctime_ns
+        stale.st_ctime_ns = chmod.st_ctime_ns + 1000
+        newer = await ops.setattr(ino, stale, Fields(update_mtime=True, update_ctime=True), None, CTX)
+        assert store.catalog.write_count() == writes + 1 and newer.st_ctime_ns == stale.st_ctime_ns
+    trio.run(main)
+
+
 def test_a_random_open_past_the_held_one_asks_one_short_query(ops):
     """A random reader opening a file further on in the directory of its last
     open: one query that stops at the first file between (a read-ahead-lookup),

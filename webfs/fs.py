@@ -328,6 +328,12 @@ class Operations(pyfuse3.Operations):
             a = self._attrs(node)
             a.st_mtime_ns = self.files.pending_mtime(inode) or a.st_mtime_ns
             return a
+        if set(changed) == {"ctime_ns"} and changed["ctime_ns"] <= node.ctime_ns:
+            # The kernel writing back the ctime it took at a chmod or rename
+            # this daemon has already stamped later (rsync's every file):
+            # stale, the newer one stays, nothing is written.
+            count_request("setattr-stale-ctime")
+            return self._attrs(node)
         if changes:
             node = self.ns.set_attrs(inode, **changed)
         self._changed()
