@@ -59,7 +59,8 @@ NEGATIVE_MAX = 1 << 14
 # Beside them: lookup-miss (lookups that found nothing), piece-hit and
 # piece-miss (a read's piece was decoded already, or had to be fetched or
 # waited for: what read-ahead saves), others-invalidated (entries and inodes
-# of other machines' changes told to the kernel), readdir-at-end (dirhandles).
+# of other machines' changes told to the kernel), readdir-at-end (dirhandles),
+# setattr-stale-ctime (a ctime older than the file's, not written).
 REQUESTS: dict[str, int] = {}
 # Requests the kernel expects no reply to: an error is logged, never answered.
 NO_REPLY = frozenset({"forget", "releasedir"})
