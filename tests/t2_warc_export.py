@@ -63,6 +63,42 @@ def test_order_disk_reads_every_disk_in_turn_each_in_its_order(tmp_path):
     assert len(set(first)) == 4                 # the disks taken in turn, not one after the other
 
 
+def test_a_page_stored_once_is_read_once_for_all_its_captures(tmp_path, monkeypatch):
+    """40 captures of 5 pages (stored once each): --order disk puts the captures
+    of one stored page together, and their task reads its block once, where each
+    capture read it (40 reads); every record is still the source's very member."""
+    pages = [(f"http://dup.org/{i % 3}/p{i}.html", b"<html>shared %d</html>" % (i % 5) * 40) for i in range(40)]
+    disks, src = _archive(tmp_path, 4, pages)
+    out = tmp_path / "out.warc.gz"
+    t = tree(disks[0], "/c")
+    try:
+        reads, real = [], t.store.read
+        monkeypatch.setattr(t.store, "read", lambda row: reads.append(row.id) or real(row))
+        res = warcexport.export_tree(t, str(out), order="disk")
+    finally:
+        t.close()
+    assert res.figures["gzip_identical"] == res.figures["records"] == len(records_of(src))
+    assert sorted(records_of(out), key=lambda r: r["id"]) == sorted(records_of(src), key=lambda r: r["id"])
+    assert len(reads) == len(set(reads)) == 5 + 2       # and the kept heads and index of the source
+
+
+@pytest.mark.parametrize("files,queries", [(3, 1), (4, 2), (5, 2), (8, 3)])
+def test_a_directory_is_listed_in_pages_a_short_one_the_last(tmp_path, monkeypatch, files, queries):
+    """The export lists every directory of the collection: a query a page of
+    entries, a short page the last (not one more that finds none)."""
+    from webfs import warc
+    monkeypatch.setattr(warc, "LISTING_PAGE", 4)
+    disks, _ = _archive(tmp_path, 2, [(f"http://dir.org/d/p{i}.html", b"page %d" % i) for i in range(files)])
+    t = tree(disks[0], "/c")
+    try:
+        asked, real = [], t.ns.entries
+        monkeypatch.setattr(t.ns, "entries", lambda *a: asked.append(a) or real(*a))
+        listed = t.listdir(b"http/dir.org/d")
+    finally:
+        t.close()
+    assert len(listed) == files and len(asked) == queries
+
+
 def test_an_unwritable_out_is_one_line_and_nothing_written(tmp_path):
     disks, _ = _archive(tmp_path, 2)
     proc = webfs_here("export-warc", f"{disks[0]}:/c", tmp_path / "no" / "such" / "out.warc.gz", check=False)

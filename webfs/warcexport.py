@@ -26,7 +26,7 @@ from .errors import FsError, WebfsError
 from .files import create_new, publish
 from .importsource import show_path
 from .assembly import OpenArchive
-from .warc import (HEADS_SUFFIX, INDEX_SUFFIX, KEEP_DIR, DiskTree, IndexLine, Where, parse_index,
+from .warc import (HEADS_SUFFIX, INDEX_SUFFIX, KEEP_DIR, NOWHERE, DiskTree, IndexLine, Where, parse_index,
                    sources_in_import_order)
 from .warcread import arc_fields
 from .stream import Position
@@ -81,12 +81,18 @@ def _kept(tree, src: bytes) -> tuple[bytes, list[IndexLine]]:
 
 def _disks_in_turn(keys: list[tuple[int, str]]) -> list[int]:
     """Indexes of ``keys`` in writing order: each disk's in its own order (by key),
-    the disks interleaved so that each is spread evenly over the whole run."""
-    by_disk: dict[int, list[int]] = {}
+    the disks interleaved so that each is spread evenly over the whole run; the
+    captures of one key (a page stored once for several URLs: the same first
+    block) one after the other, for ``_batches`` to give to one task."""
+    by_disk: dict[int, list[list[int]]] = {}
     for i in sorted(range(len(keys)), key=keys.__getitem__):
-        by_disk.setdefault(keys[i][0], []).append(i)
-    return [i for _, _, i in sorted(((j + 0.5) / len(q), d, i) for d, q in by_disk.items()
-                                     for j, i in enumerate(q))]
+        q = by_disk.setdefault(keys[i][0], [])
+        if q and keys[q[-1][0]] == keys[i] and keys[i] != NOWHERE:
+            q[-1].append(i)
+        else:
+            q.append([i])
+    return [i for _, _, same in sorted(((j + 0.5) / len(q), d, same) for d, q in by_disk.items()
+                                        for j, same in enumerate(q)) for i in same]
 
 
 def _in_order(tree, order: str, pool) -> Iterator[tuple[bytes, bytes, IndexLine, Optional[Where]]]:
@@ -139,11 +145,12 @@ def _there(tree, capture: bytes, ino: Optional[int] = None) -> bool:
 
 
 def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where],
-            duplicates: str) -> Optional[tuple[bytes, bool, bytes]]:
+            duplicates: str, read: dict) -> Optional[tuple[bytes, bool, bytes]]:
     """One record's bytes, whether they are byte-identical to the source's, and
     the gz column to make its gzip member with (b"" when not identical); None
     when its capture file was deleted since the import (``_there``), or since
-    the walk found it (``where.ino``: webfs.walkread)."""
+    the walk found it (``where.ino``: webfs.walkread). ``read``: the contents
+    of the files of this task read so far (``_fetch``)."""
     p = ln.ho
     head = heads[p:p + ln.wl]
     p += ln.wl
@@ -157,7 +164,7 @@ def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where
         p += ln.pl
     else:
         try:
-            payload = tree.fetch(where)
+            payload = _fetch(tree, where, read)
         except (OSError, FsError, WebfsError) as exc:
             if where.ino is None and not _there(tree, ln.capture):
                 return None
@@ -188,15 +195,30 @@ def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where
     return head + http + payload + tail, identical, ln.gzip if identical else b""
 
 
+def _fetch(tree, where: Where, read: dict) -> Optional[bytes]:
+    """A capture file's bytes (``tree.fetch``), read once for the captures of a
+    task whose files have the very same blocks (a page stored once for several
+    URLs: a quarter of the bench's crawl), each block checked against its
+    signature the first time. A file read as gone is read again for the next."""
+    rows = where.what
+    key = tuple(row.id for row in rows) if isinstance(rows, list) and rows else None
+    data = read.get(key) if key is not None else None
+    if data is None:
+        data = tree.fetch(where)
+        if key is not None and data:
+            read[key] = data
+    return data
+
+
 def _members(tree, batch: list[tuple], duplicates: str, gz: bool = True) -> list[tuple[bytes, bool, bool, int]]:
     """A batch of records as gzip members (plain records unless ``gz``): (member,
     record byte-identical, the source's very member, record bytes) each, the
     member None for a record whose capture was deleted. Run in
     the export's threads: the reads of a batch overlap those of the others, and
     zlib lets go of the GIL."""
-    out = []
+    out, read = [], {}
     for rec in batch:
-        made = _record(tree, *rec, duplicates)
+        made = _record(tree, *rec, duplicates, read)
         if made is None:
             out.append((None, False, False, 0))     # its capture deleted: counted, not written
             continue
@@ -207,14 +229,22 @@ def _members(tree, batch: list[tuple], duplicates: str, gz: bool = True) -> list
 
 
 def _batches(items: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
+    """``size`` records a batch, and the records of one capture file's key (its
+    first block: ``_disks_in_turn`` puts them together) not in two (up to 8
+    times ``size``), so that a page stored once is read once for all its
+    captures (``_fetch``)."""
     batch: list[tuple] = []
     for item in items:
-        batch.append(item)
-        if len(batch) == size:
+        if len(batch) >= size and (len(batch) >= 8 * size or not _same_place(batch[-1][3], item[3])):
             yield batch
             batch = []
+        batch.append(item)
     if batch:
         yield batch
+
+
+def _same_place(a: Optional[Where], b: Optional[Where]) -> bool:
+    return a is not None and b is not None and a.key == b.key and a.key != NOWHERE
 
 
 def collection_members(tree, duplicates: str = "revisit", order: str = "source",
