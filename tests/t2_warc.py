@@ -370,6 +370,26 @@ def test_well_formed_records_are_read_without_warcio(tmp_path):
     assert said == {"a.warc.gz": ["2", "False"], "b.warc": ["2", "False"], "c.warc": ["2", "True"]}
 
 
+def test_digest_check_reads_base32_as_b32decode_does():
+    """A WARC-Payload-Digest in base32 is read without base64.b32decode where
+    it is whole 5-byte groups (warcread._base32_is): the same answer for a
+    right, wrong, lower-case, padded or malformed digest, SHA-1 or SHA-256."""
+    import base64
+    import hashlib
+    for n in range(200):
+        data = os.urandom(n)
+        for algo in ("sha1", "sha256"):
+            good = base64.b32encode(hashlib.new(algo, data).digest())
+            other = base64.b32encode(hashlib.new(algo, data + b"x").digest())
+            for text, want in ((good, True), (good.lower(), True), (good.rstrip(b"="), True), (other, False),
+                               (good.rstrip(b"=")[:-1], False), (good[:8] + b"1" + good[9:], False),
+                               (good[:8] + b"_" + good[9:], False), (b" " + good[1:], False),
+                               (b"0" * len(good), False)):
+                check = warcread.DigestCheck(algo.encode() + b":" + text)
+                check.update(data)
+                assert check.matches() is want, (algo, text)
+
+
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_input(tmp_path, case, kept_before):
     disks = [tmp_path / d.name for d in kept_before]
