@@ -1005,16 +1005,19 @@ def test_full_stripes_are_written_by_the_parity_writer_each_file_created_once(tm
 def test_a_full_stripe_the_parity_writer_fails_on_is_written_by_the_next_flush(tmp_path, monkeypatch, caplog):
     """The parity writer meets an error it does not know: it says so, and the
     stripe's parity still waits in memory (its intents listed) for the next
-    flush, which writes it."""
+    flush, which writes it. The other stripes handed over with it (one
+    chunk's, one task) are still written by the writer."""
     from webfs.parity.stripeio import StripeIO
     real_write = StripeIO.write_parity
-    failed = []
+    failed, written = [], []
 
     def write(self, vol, header, payload, new=False):
         if not failed and len(header.members) == 3:
             failed.append(header.stripe)
             raise RuntimeError("an error of nobody's foresight")
         real_write(self, vol, header, payload, new)
+        if len(header.members) == 3:
+            written.append(header.stripe)
     monkeypatch.setattr(StripeIO, "write_parity", write)
     disks = make_archive(tmp_path, 4, group_size=4)
     store = open_store(disks)
@@ -1024,6 +1027,7 @@ def test_a_full_stripe_the_parity_writer_fails_on_is_written_by_the_next_flush(t
         store.commit()
         store.protection.writer.close()
         assert failed and "writing its parity file failed" in caplog.text
+        assert written and not any(store.protection.busy(s) for s in written)
         assert store.protection.busy(failed[0]) and failed[0] in store.protection.interrupted()
         store.protection.flush()
         assert_parity_consistent(store)
