@@ -579,13 +579,13 @@ def test_a_block_whose_row_cannot_be_inserted_leaves_its_stripe_as_it_was(tmp_pa
 
     def insert_block(*args, **kw):
         calls.append(args[0])
-        if len(calls) == 3:
+        if len(calls) == 2:
             raise NoSpace("the disk that holds the catalog is full")
         return real(*args, **kw)
 
     def executemany(sql, rows):
-        # SQLite's chunk in one statement (blockrows._insert_all) fails half
-        # way: undone to its savepoint, its rows go one at a time.
+        # SQLite's chunk in one statement (Catalog.insert_blocks) fails half
+        # way: the rows it inserted stay, the rest go one at a time.
         if sql.startswith("INSERT INTO blocks (id,"):
             real_many(sql, rows[:len(rows) // 2])
             raise NoSpace("the disk that holds the catalog is full")
@@ -596,8 +596,10 @@ def test_a_block_whose_row_cannot_be_inserted_leaves_its_stripe_as_it_was(tmp_pa
     out = store.store_many([Piece(d) for d in docs], [b"/f"] * len(docs), pin=True)
     monkeypatch.setattr(store.catalog, "insert_block", real)
     monkeypatch.setattr(store.catalog, "executemany", real_many)
-    assert isinstance(out[2], NoSpace) and all(isinstance(r, BlockRow) for i, r in enumerate(out) if i != 2)
-    assert not store.catalog.blocks_with_sigs([calls[2]])
+    assert len(calls) == 3      # the three the statement did not insert, the second failing
+    assert isinstance(out[4], NoSpace) and all(isinstance(r, BlockRow) for i, r in enumerate(out) if i != 4)
+    assert not store.catalog.blocks_with_sigs([calls[1]])
+    assert len({r.id for r in out if isinstance(r, BlockRow)}) == 5
     assert store.protection.out_of_date() == 0
     for stripe_id, members in store.catalog.query("SELECT id, members FROM stripes"):
         assert members == store.catalog.scalar("SELECT COUNT(*) FROM blocks WHERE stripe=?", (stripe_id,))
