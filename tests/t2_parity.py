@@ -579,13 +579,13 @@ def test_a_block_whose_row_cannot_be_inserted_leaves_its_stripe_as_it_was(tmp_pa
 
     def insert_block(*args, **kw):
         calls.append(args[0])
-        if len(calls) == 3:
+        if len(calls) == 2:
             raise NoSpace("the disk that holds the catalog is full")
         return real(*args, **kw)
 
     def executemany(sql, rows):
-        # SQLite's chunk in one statement (blockrows._insert_all) fails half
-        # way: undone to its savepoint, its rows go one at a time.
+        # SQLite's chunk in one statement (Catalog.insert_blocks) fails half
+        # way: the rows it inserted stay, the rest go one at a time.
         if sql.startswith("INSERT INTO blocks (id,"):
             real_many(sql, rows[:len(rows) // 2])
             raise NoSpace("the disk that holds the catalog is full")
@@ -596,8 +596,10 @@ def test_a_block_whose_row_cannot_be_inserted_leaves_its_stripe_as_it_was(tmp_pa
     out = store.store_many([Piece(d) for d in docs], [b"/f"] * len(docs), pin=True)
     monkeypatch.setattr(store.catalog, "insert_block", real)
     monkeypatch.setattr(store.catalog, "executemany", real_many)
-    assert isinstance(out[2], NoSpace) and all(isinstance(r, BlockRow) for i, r in enumerate(out) if i != 2)
-    assert not store.catalog.blocks_with_sigs([calls[2]])
+    assert len(calls) == 3      # the three the statement did not insert, the second failing
+    assert isinstance(out[4], NoSpace) and all(isinstance(r, BlockRow) for i, r in enumerate(out) if i != 4)
+    assert not store.catalog.blocks_with_sigs([calls[1]])
+    assert len({r.id for r in out if isinstance(r, BlockRow)}) == 5
     assert store.protection.out_of_date() == 0
     for stripe_id, members in store.catalog.query("SELECT id, members FROM stripes"):
         assert members == store.catalog.scalar("SELECT COUNT(*) FROM blocks WHERE stripe=?", (stripe_id,))
@@ -1005,16 +1007,19 @@ def test_full_stripes_are_written_by_the_parity_writer_each_file_created_once(tm
 def test_a_full_stripe_the_parity_writer_fails_on_is_written_by_the_next_flush(tmp_path, monkeypatch, caplog):
     """The parity writer meets an error it does not know: it says so, and the
     stripe's parity still waits in memory (its intents listed) for the next
-    flush, which writes it."""
+    flush, which writes it. The other stripes handed over with it (one
+    chunk's, one task) are still written by the writer."""
     from webfs.parity.stripeio import StripeIO
     real_write = StripeIO.write_parity
-    failed = []
+    failed, written = [], []
 
     def write(self, vol, header, payload, new=False):
         if not failed and len(header.members) == 3:
             failed.append(header.stripe)
             raise RuntimeError("an error of nobody's foresight")
         real_write(self, vol, header, payload, new)
+        if len(header.members) == 3:
+            written.append(header.stripe)
     monkeypatch.setattr(StripeIO, "write_parity", write)
     disks = make_archive(tmp_path, 4, group_size=4)
     store = open_store(disks)
@@ -1024,6 +1029,7 @@ def test_a_full_stripe_the_parity_writer_fails_on_is_written_by_the_next_flush(t
         store.commit()
         store.protection.writer.close()
         assert failed and "writing its parity file failed" in caplog.text
+        assert written and not any(store.protection.busy(s) for s in written)
         assert store.protection.busy(failed[0]) and failed[0] in store.protection.interrupted()
         store.protection.flush()
         assert_parity_consistent(store)

@@ -370,6 +370,26 @@ def test_well_formed_records_are_read_without_warcio(tmp_path):
     assert said == {"a.warc.gz": ["2", "False"], "b.warc": ["2", "False"], "c.warc": ["2", "True"]}
 
 
+def test_digest_check_reads_base32_as_b32decode_does():
+    """A WARC-Payload-Digest in base32 is read without base64.b32decode where
+    it is whole 5-byte groups (warcread._base32_is): the same answer for a
+    right, wrong, lower-case, padded or malformed digest, SHA-1 or SHA-256."""
+    import base64
+    import hashlib
+    for n in range(200):
+        data = os.urandom(n)
+        for algo in ("sha1", "sha256"):
+            good = base64.b32encode(hashlib.new(algo, data).digest())
+            other = base64.b32encode(hashlib.new(algo, data + b"x").digest())
+            for text, want in ((good, True), (good.lower(), True), (good.rstrip(b"="), True), (other, False),
+                               (good.rstrip(b"=")[:-1], False), (good[:8] + b"1" + good[9:], False),
+                               (good[:8] + b"_" + good[9:], False), (b" " + good[1:], False),
+                               (b"0" * len(good), False)):
+                check = warcread.DigestCheck(algo.encode() + b":" + text)
+                check.update(data)
+                assert check.matches() is want, (algo, text)
+
+
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_input(tmp_path, case, kept_before):
     disks = [tmp_path / d.name for d in kept_before]
@@ -1053,3 +1073,58 @@ def test_a_walk_failing_while_block_files_are_written_fails_the_import(tmp_path,
     finally:
         store.commit()
         close_namespace(store, ns, journal)
+
+
+def _import_repeats(tmp_path, store, monkeypatch, first_store_fails: bool):
+    """An import of 64 pages, then the same 64 again at other URLs (the next
+    chunk), each chunk prepared as if its twins were not stored yet (as when
+    it is prepared while the chunk before it is still being stored); with
+    ``first_store_fails`` the first chunk's store fails. Returns the
+    pages Store.encode was called with (in the importing process), the
+    sizes of the chunks stored, and the pages kept in blocks."""
+    import functools
+    from webfs import admin
+    from webfs.ingest import Importer
+    from webfs.recovery import close_namespace, open_namespace
+    from webfs.store import Store
+    from webfs.warcimport import WarcSource
+    bodies = [b"page %d " % i * 40 for i in range(64)]
+    src = write_warc(tmp_path / "a.warc.gz", [(f"http://example.com/a{i}", b) for i, b in enumerate(bodies)]
+                     + [(f"http://example.com/b{i}", b) for i, b in enumerate(bodies)])
+    real_encode, real_many, encoded, chunks = Store.encode, store.store_many, [], []
+
+    def store_many(pieces, names, *a, **kw):
+        chunks.append(len(pieces))
+        if first_store_fails and len(chunks) == 1:
+            raise OSError("the first chunk's disk broke")
+        return real_many(pieces, names, *a, **kw)
+    monkeypatch.setattr(Store, "encode", lambda self, data: encoded.append(data) or real_encode(self, data))
+    monkeypatch.setattr(store, "twins", lambda pieces: [(None, False)] * len(pieces))
+    monkeypatch.setattr(store, "store_many", store_many)
+    ns, journal, _ = open_namespace(store)
+    try:
+        Importer(store, ns, admin.Progress(), source=functools.partial(WarcSource, collection=b"c")).run(
+            [bytes(src)], b"/c")
+        store.commit()
+        kept = {bytes(store.read(row)) for (row,) in
+                ([r] for r in (store.catalog.block_by_id(i) for (i,) in store.catalog.query("SELECT id FROM blocks")))}
+    finally:
+        close_namespace(store, ns, journal)
+    return [d for d in encoded if d in bodies], chunks, kept & set(bodies), set(bodies)
+
+
+def test_a_repeat_of_a_block_encoded_earlier_in_the_import_is_not_encoded_again(tmp_path, store, monkeypatch):
+    """Preparation.encoded: a capture whose signature was encoded for a new
+    block in an earlier chunk is not encoded again while its chunk is
+    prepared, even if that block is not stored yet: it will be its duplicate
+    (fails without: the daemon's pool compressed each such repeat, to throw
+    it away)."""
+    encoded, chunks, kept, bodies = _import_repeats(tmp_path, store, monkeypatch, first_store_fails=False)
+    assert len(chunks) >= 2 and encoded == [] and kept == bodies
+
+
+def test_a_repeat_whose_first_was_not_stored_is_encoded_by_the_store(tmp_path, store, monkeypatch):
+    """The repeat's first failed to store after all: the repeat, not encoded
+    ahead, is encoded by the store (store_many) and kept."""
+    encoded, chunks, kept, bodies = _import_repeats(tmp_path, store, monkeypatch, first_store_fails=True)
+    assert len(chunks) >= 2 and sorted(encoded) == sorted(bodies) and kept == bodies

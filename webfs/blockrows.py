@@ -13,7 +13,7 @@ In SQLite the rows of a chunk go in one statement (``Catalog.insert_blocks``), u
 the ids SQLite would have given them one by one (past the highest): an
 import's chunk of 64 blocks was 64 calls, each a Python frame, a cursor and
 a row made from ``lastrowid``. Should that statement fail (the catalog's
-disk full), it is undone to its savepoint and the rows go one at a time, as
+disk full), the rows it inserted stay and the rest go one at a time, as
 in PostgreSQL, where each is already a write sent and not waited for
 (webfs.catalogengine), so each row gets its own outcome.
 """
@@ -35,14 +35,12 @@ def insert_new(catalog: Catalog, protection: Protection, volumes, staged: list[t
     with catalog.lock:
         placing = protection.place([row for _, row, _ in staged])
         try:
-            whole = catalog.insert_blocks([row for _, row, _ in staged])
-            if whole is not None:
-                for (i, _, payload), new, placed in zip(staged, whole, placing.chosen):
-                    out[i] = new
-                    added.append((new, payload))
-                    chosen.append(placed)
-                staged = []
-            for (i, row, payload), placed in zip(staged, placing.chosen):
+            together = catalog.insert_blocks([row for _, row, _ in staged]) or []
+            for (i, _, payload), new, placed in zip(staged, together, placing.chosen):
+                out[i] = new
+                added.append((new, payload))
+                chosen.append(placed)
+            for (i, row, payload), placed in zip(staged[len(together):], placing.chosen[len(together):]):
                 try:
                     try:
                         new = catalog.insert_block(*_columns(row), room=True)

@@ -29,6 +29,10 @@ from .store import Piece, Store
 WORKERS = 4
 CHUNK_FILES = 64
 CHUNK_BYTES = 16 << 20
+# Signatures encoded for a new block earlier in an import, remembered (~100 B
+# each) so that a repeat in a later chunk, prepared while that chunk is still
+# being stored, is not encoded again: it will be its duplicate.
+ENCODED_KEPT = 200_000
 
 
 class Preparation:
@@ -44,6 +48,7 @@ class Preparation:
         self.waiting: Optional[tuple] = None           # (chunk, its preparation, its items): stored next
         self.walk: Optional[Iterator[Item]] = None     # the source's walk, until it ends
         self.walk_failed: Optional[Exception] = None   # how it ended, if it failed
+        self.encoded: set[str] = set()                 # signatures encoded (ENCODED_KEPT at most)
 
     def enqueue(self, item: Item, size: int) -> None:
         """A file (a capture) to store: it joins the chunk being walked, and its
@@ -112,8 +117,10 @@ class Preparation:
     def _prepare(self, chunk: list[Item]) -> list[Optional[tuple[list[Piece], object]]]:
         """What the source's ``prepare`` gives for each item of a chunk, its pieces then
         matched with a block holding the very same bytes or (when no block has
-        their signature yet) encoded, in one catalog query for the chunk. Never
-        raises: what fails here fails again when stored, and is reported there."""
+        their signature yet, nor was one encoded earlier in the import)
+        encoded, in one catalog query for the chunk. Never raises: what fails
+        here fails again when stored, and is reported there; a repeat whose
+        first was not stored after all is encoded by the store."""
         out: list = []
         for item in chunk:
             try:
@@ -126,7 +133,9 @@ class Preparation:
                 if prep:
                     prep[0][:] = [p.signed(sign) for p in prep[0]]
             twins = iter(self.store.twins([p for prep in out if prep for p in prep[0]]))
-            encoded: set[str] = set()    # a twin later in the chunk will be a duplicate
+            if len(self.encoded) > ENCODED_KEPT:
+                self.encoded = set()
+            encoded = self.encoded      # a twin later in the import will be a duplicate
             for prep in out:
                 for i, p in enumerate(prep[0] if prep else ()):
                     same, stored = next(twins)

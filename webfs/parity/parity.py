@@ -217,12 +217,11 @@ class Parity(Protection):
         finally:
             for stack in held.values():
                 stack.close()
-        for stripe_id in full:
-            # Full: its file is made by the parity writer, not by the storing
-            # thread (an import's); its intents stay listed until then, as
-            # written-behind parity's. ``here`` (the loop's store of a small
-            # file): made now by the caller, no stripe lock held, no wake-up.
-            self.writer.due(stripe_id, here)
+        # Full: their files are made by the parity writer, not by the storing
+        # thread (an import's); their intents stay listed until then, as
+        # written-behind parity's. ``here`` (the loop's store of a small
+        # file): made now by the caller, no stripe lock held, no wake-up.
+        self.writer.due(full, here)
         for stripe_id in dict.fromkeys(failed):
             self.reconciler.reconcile_or_mark(stripe_id)
 

@@ -106,19 +106,22 @@ class ParityWriter:
         self._write = write
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="webfs-parity-writer")
 
-    def due(self, stripe_id: str, here: bool = False) -> None:
-        """Write this stripe's parity file; ``here``: in the caller's thread
-        (which holds no lock), now."""
+    def due(self, stripe_ids: list[str], here: bool = False) -> None:
+        """Write these stripes' parity files, in order; ``here``: in the
+        caller's thread (which holds no lock), now. One task for them all:
+        a chunk of an import fills some 16 stripes, and a task each was a
+        Future, a queue put and a wake-up of the writer each."""
         if here:
-            self._run(stripe_id)
-        else:
-            self.pool.submit(self._run, stripe_id)
+            self._run(stripe_ids)
+        elif stripe_ids:
+            self.pool.submit(self._run, stripe_ids)
 
-    def _run(self, stripe_id: str) -> None:
-        try:
-            self._write(stripe_id)
-        except Exception:       # it still waits in memory: a flush (sync, close) tries again
-            log.exception("stripe %s: writing its parity file failed", stripe_id)
+    def _run(self, stripe_ids: list[str]) -> None:
+        for stripe_id in stripe_ids:
+            try:
+                self._write(stripe_id)
+            except Exception:       # it still waits in memory: a flush (sync, close) tries again
+                log.exception("stripe %s: writing its parity file failed", stripe_id)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
