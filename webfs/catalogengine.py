@@ -277,7 +277,7 @@ class PgConnection:
 
     def _begin(self) -> None:
         if not self.in_transaction and not self.snapshot:
-            self._pipeline = _enter_pipeline(self.conn)
+            self._pipeline = enter_pipeline(self.conn)
             self.conn.execute("BEGIN")
             self.in_transaction = True
             self._writes = []
@@ -513,7 +513,7 @@ class PgConnection:
         self.conn.close()
 
 
-def _enter_pipeline(conn):
+def enter_pipeline(conn):
     """psycopg's pipeline entered on ``conn``, as ``conn.pipeline()`` enters
     it but without its context manager, whose exit always sends a Sync and
     waits for its answer: a second round trip after each COMMIT's own
@@ -525,7 +525,7 @@ def _enter_pipeline(conn):
 
 
 def _leave_pipeline(conn, pipeline, synced: bool) -> None:
-    """Leave the pipeline ``_enter_pipeline`` entered. ``synced``: its last
+    """Leave the pipeline ``enter_pipeline`` entered. ``synced``: its last
     sync just read the answers of all it sent; with nothing queued since,
     libpq leaves pipeline mode at once (it refuses while any answer is
     owed: the caller then connects again). Otherwise psycopg's exit: a Sync,

@@ -28,6 +28,7 @@ from typing import Callable, Optional
 from . import lockorder
 from .block import refs_offset_of
 from .catalog import LOCKED_BLOCKS_SQL, BlockRow, Catalog
+from .catalogengine import enter_pipeline
 from .errors import CorruptBlock
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,8 @@ class CommittedRows:
 
 class UnderRowLock:
     """Headers written from the engine's counts under the rows' locks, one
-    transaction per batch, on a connection made at the first batch; a lone
+    transaction per batch, on a connection made at the first batch and kept
+    in pipeline mode (a round trip a batch); a lone
     mount's from the rows its commits wrote (``CommittedRows``)."""
 
     def __init__(self, engine, mirror: Mirror, catalog: Catalog):
@@ -142,11 +144,22 @@ class UnderRowLock:
             self.reads += 1
             if self._db is None:
                 self._db = self.engine.connect()
+                enter_pipeline(self._db.conn)
             conn = self._db.conn
-            with conn.transaction():
+            # One round trip a batch, not three (BEGIN, the read, COMMIT each
+            # waited for): in the connection's pipeline the BEGIN goes with the
+            # read, and the COMMIT is sent (the locks go as the server reads it)
+            # and its answer read with the next batch's.
+            try:
+                conn.execute("BEGIN")
                 rows = conn.execute(LOCKED_BLOCKS_SQL, (sorted(ids),)).fetchall()
                 for r in rows:
                     self.mirror(BlockRow.of(r))
+                conn.execute("COMMIT")
+            except BaseException:
+                self._db, db = None, self._db     # its pipeline out of step: the server rolls back
+                db.close()
+                raise
 
     def close(self) -> None:
         with self._lock:

@@ -130,6 +130,10 @@ class NamespaceMemo:
         # commit number when they were made: their first content has no old
         # one to look up (a round trip with a PostgreSQL catalog).
         self.empty: dict[int, int] = {}
+        # Directories made here and the catalog's commit number when they were
+        # made: while it has not moved, no other machine sees them, so none
+        # can name anything in them (a name made there is not asked: add_name).
+        self.new_dirs: dict[int, int] = {}
         # A file's blocks as this process's last close of it stored them, for
         # the JOURNAL records of the attribute changes that follow (rsync's
         # utimens and chmod after its close): what a record needs is which
@@ -145,7 +149,7 @@ class NamespaceMemo:
 
     def clear(self) -> None:
         for table in (self.nodes, self.names, self.xattrs, self.complete, self.pieces, self.positions, self.empty,
-                      self.stored):
+                      self.new_dirs, self.stored):
             table.clear()
 
     def keep_pieces(self, ino: int, parent: int, offset: int, rows: list[BlockRow]) -> None:
@@ -180,11 +184,19 @@ class NamespaceMemo:
         self.names = names
         self.names[(parent, name)] = ino
 
-    def made_complete(self, ino: int) -> None:
-        """A directory made here: every name of it will be known."""
+    def made_complete(self, ino: int, commits: int) -> None:
+        """A directory made here, before the catalog's commit number
+        ``commits``: every name of it will be known."""
         if len(self.complete) >= self.bound:
             self.complete.pop()
         self.complete.add(ino)
+        self.new_dirs, _ = make_room(self.new_dirs, self.bound)
+        self.new_dirs[ino] = commits
+
+    def unseen_dir(self, ino: int, commits: int) -> bool:
+        """Is this a directory made here in the transaction still open (the
+        catalog's commit number ``commits``), which no other machine sees?"""
+        return self.new_dirs.get(ino) == commits
 
     def drop_node(self, ino: int) -> None:
         self.nodes.pop(ino, None)
@@ -306,9 +318,11 @@ class NamespaceRows:
         """A directory entry: ``name`` in ``parent`` is inode ``ino`` (link counts
         untouched). False, and nothing made, if another machine made the name
         first (a catalog other machines' mounts share: asked of the engine, which
-        waits for the other's commit; what this memo kept of the name is forgotten)."""
+        waits for the other's commit; what this memo kept of the name is forgotten).
+        Not asked in a directory made in the open transaction: no other machine
+        sees it before its commit, so none can have made the name."""
         numbers = self.cat.inode_numbers
-        if numbers is None or not numbers.checked:
+        if numbers is None or not numbers.checked or self.memo.unseen_dir(parent, self.cat.commits):
             self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
         elif not self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?) "
                                   "ON CONFLICT (parent, name) DO NOTHING", (parent, name, ino)).rowcount:

@@ -368,7 +368,7 @@ class Namespace(NamespaceRows):
             if stat.S_ISREG(mode):
                 self.memo.made_empty(ino, self.cat.commits)
             if is_dir:
-                self.memo.made_complete(ino)
+                self.memo.made_complete(ino, self.cat.commits)
             return node
 
     def link(self, ino: int, parent: int, name: bytes) -> Inode:
