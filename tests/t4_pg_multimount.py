@@ -528,6 +528,9 @@ def test_an_import_meeting_another_machines_new_name_says_so_and_loses_nothing(m
     (src / "sub" / "inner.html").write_bytes(b"inner" * 100)
     (a.mnt / "crawl").mkdir()
     crawl = os.stat(a.mnt / "crawl").st_ino
+    # B names f2.html in a directory it can see: A's "crawl" committed (a
+    # directory no other machine sees yet is one A names in without asking).
+    assert poll(lambda: (b.mnt / "crawl").is_dir(), 10.0)
     imported, out, err = import_meeting_held_name(postgres, pg_catalog, hold_name(pg_catalog, crawl, b"f2.html"),
                                                   src, a.mnt / "crawl")
     assert imported.returncode == 4, (out, err)
