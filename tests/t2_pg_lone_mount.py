@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from conftest import make_archive
-from webfs import machines
+from webfs import changes, machines
 from webfs.assembly import open_archive
 from webfs.background import Background
 from webfs.catalogsigs import SignatureFilter
@@ -263,3 +263,57 @@ def test_a_count_set_by_recovery_or_fsck_drops_the_rows_kept(lone):
     store.commit()
     assert store.store(data).refs == 6
     store.commit()
+
+
+def _told(store, lease, postgres, db):
+    """The mount's commits telling what they changed (as the daemon wires
+    them), and a connection listening for it as another machine's does."""
+    told = changes.ChangeLog(lease.machine)
+    store.catalog.db.notice = told.notice
+    listening = psycopg.connect(postgres.url(db), autocommit=True)
+    listening.execute(f"LISTEN {changes.CHANNEL}")
+    return told, listening
+
+
+def _commit_changing(store, told, ino: int) -> None:
+    store.store(random.Random(ino).randbytes(3000))
+    told.inode(ino)
+    store.commit()
+
+
+def test_a_lone_mount_sends_no_notice_and_a_second_machine_hears_them(lone, postgres):
+    store, lease, db = lone
+    told, listening = _told(store, lease, postgres, db)
+    _commit_changing(store, told, 5)
+    # A notice sent before this commit's own (none, alone) would be read first.
+    listening.execute("SELECT pg_notify(%s, 'marker')", (changes.CHANNEL,))
+    assert [n.payload for n in listening.notifies(timeout=60, stop_after=1)] == ["marker"]
+    other = _second_machine(store, lease)
+    _commit_changing(store, told, 6)
+    assert [n.payload for n in listening.notifies(timeout=60, stop_after=1)] == [f"{lease.machine} 6"]
+    other.release()
+    listening.close()
+
+
+def test_a_machine_mounting_while_a_commit_holds_the_lease_row_hears_it(lone, postgres):
+    """The notice asks whether others are mounted after the fence holds the
+    lease row: a newcomer's row committed while this commit's fence waits
+    for that row (held here by a renewal in flight) is seen, and told."""
+    store, lease, db = lone
+    told, listening = _told(store, lease, postgres, db)
+    store.store(random.Random(7).randbytes(3000))
+    told.inode(7)
+    renewal = psycopg.connect(postgres.url(db))
+    renewal.execute("UPDATE mounts SET renewed_at = now() WHERE machine = %s", (lease.machine,))
+    committing = threading.Thread(target=store.commit)
+    committing.start()
+    pid = store.catalog.db.conn.info.backend_pid
+    while postgres.psql(db, f"SELECT count(*) FROM pg_locks WHERE pid={pid} AND NOT granted").strip() != "1":
+        committing.join(0.02)
+    newcomer = psycopg.connect(postgres.url(db), autocommit=True)
+    newcomer.execute("INSERT INTO mounts (machine, host, pid, token, renew) VALUES ('machine-b', 'b', 1, 0, 60)")
+    renewal.commit()
+    committing.join(60)
+    assert [n.payload for n in listening.notifies(timeout=60, stop_after=1)] == [f"{lease.machine} 7"]
+    for conn in (renewal, newcomer, listening):
+        conn.close()

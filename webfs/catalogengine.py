@@ -290,7 +290,10 @@ class PgConnection:
         statements = [("ROLLBACK", None)]
         if how == "COMMIT":
             notice = self.notice() if self.notice is not None else None
-            statements = [s for s in (notice, self.fence) if s is not None] + [("COMMIT", None)]
+            # The fence first: the notice's statement, which asks whether any
+            # other machine is mounted, then reads after the lease row is
+            # held (webfs.changes, NOTIFY_SQL).
+            statements = [s for s in (self.fence, notice) if s is not None] + [("COMMIT", None)]
 
         def finish() -> None:
             for statement in statements:

@@ -25,6 +25,15 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "webfs_changes"
 NOTIFY_SQL = f"SELECT pg_notify('{CHANNEL}', %s)"
+# A commit's notice, sent only when another machine holds a lease row: a lone
+# mount's would reach nobody but its own listener (a wake-up of it and of the
+# server a commit; webfs-internals(7), POSTGRESQL CP, ONE MOUNT). Sent after
+# the fence, which holds this mount's lease row FOR SHARE until the commit:
+# a newcomer goes on only once this mount has renewed that row since its own
+# was made (MachineLease._until_others_heard), and the renewal waits for the
+# commit; so a newcomer whose row this statement does not see reads the
+# catalog after the commit, and needs no notice of it.
+NOTIFY_IF_OTHERS_SQL = NOTIFY_SQL + " WHERE EXISTS (SELECT 1 FROM mounts WHERE machine != %s)"
 MOST = 7900                     # bytes of a notice (PostgreSQL takes 8000)
 EVERYTHING = "*"
 WAKE = 0.5                      # seconds the listener waits for a notice before it looks whether to stop
@@ -46,8 +55,8 @@ class ChangeLog:
         self.names.add((parent, name))
 
     def notice(self) -> Optional[tuple[str, tuple]]:
-        """The statement that tells the others (None: nothing changed), taken:
-        the next commit starts afresh."""
+        """The statement that tells the others, if any are mounted (None:
+        nothing changed), taken: the next commit starts afresh."""
         if not self.inodes and not self.names:
             return None
         words = [self.machine, *map(str, self.inodes), *(f"{p}/{n.hex()}" for p, n in self.names)]
@@ -55,7 +64,7 @@ class ChangeLog:
         text = " ".join(words)
         if len(text) > MOST:
             text = f"{self.machine} {EVERYTHING}"
-        return NOTIFY_SQL, (text,)
+        return NOTIFY_IF_OTHERS_SQL, (text, self.machine)
 
 
 def parse(text: str) -> tuple[str, set[int], set[tuple[int, bytes]], bool]:
