@@ -619,6 +619,11 @@ def test_a_failed_commit_leaves_its_new_block_files_while_other_machines_are_mou
     # would be stored to be kept.
     a.umount()
     a.mount(renew=3600)
+    # The premise: B still holds its row. Were a renewal of B's held up 3 s on
+    # a loaded machine, A's first mount could take B's row over, and A, alone,
+    # would rightly remove the block: said as such, not as a lost block.
+    mounts = postgres.psql(database(pg_catalog), "SELECT count(*) FROM mounts").strip()
+    assert mounts == "2", f"B's lease was taken over before the test began ({mounts} row(s))"
     with psycopg.connect(pg_catalog, autocommit=True) as cut:
         with pytest.raises(OSError):
             with open(a.mnt / "lost", "wb") as f:
