@@ -149,8 +149,8 @@ def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where
     """One record's bytes, whether they are byte-identical to the source's, and
     the gz column to make its gzip member with (b"" when not identical); None
     when its capture file was deleted since the import (``_there``), or since
-    the walk found it (``where.ino``: webfs.walkread). ``read``: the contents
-    of the files of this task read so far (``_fetch``)."""
+    the walk found it (``where.ino``: webfs.walkread). ``read``: the bytes of
+    the file this task read last, by its blocks (``_fetch``)."""
     p = ln.ho
     head = heads[p:p + ln.wl]
     p += ln.wl
@@ -199,12 +199,16 @@ def _fetch(tree, where: Where, read: dict) -> Optional[bytes]:
     """A capture file's bytes (``tree.fetch``), read once for the captures of a
     task whose files have the very same blocks (a page stored once for several
     URLs: a quarter of the bench's crawl), each block checked against its
-    signature the first time. A file read as gone is read again for the next."""
+    signature the first time. ``_disks_in_turn`` puts such captures one after
+    the other, so only the last file's bytes are kept: a task holds one
+    payload more than its members, not every one it read. A file read as gone
+    is read again for the next."""
     rows = where.what
     key = tuple(row.id for row in rows) if isinstance(rows, list) and rows else None
     data = read.get(key) if key is not None else None
     if data is None:
         data = tree.fetch(where)
+        read.clear()
         if key is not None and data:
             read[key] = data
     return data
