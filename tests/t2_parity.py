@@ -635,28 +635,6 @@ def test_a_chunks_new_rows_go_in_one_statement_numbered_as_sqlite_numbers_them(t
     assert_kept_after_close(store, zip(out, docs), disks[0])
 
 
-def test_a_chunk_on_local_disks_is_written_by_one_thread_and_on_slow_disks_by_several(tmp_path, monkeypatch):
-    # webfs.blockwriters: where every disk is a local directory, one thread
-    # writes a chunk's files beside the storing thread (more only contend for
-    # the GIL); where a disk's I/O waits (an object store; here a local one
-    # given a service time), the chunk is shared among WRITERS threads.
-    from webfs import blockwriters
-    disks = make_archive(tmp_path / "a", disks=4, group_size=3)
-    store = open_store(disks)
-    shares = []
-    submit = store.writers.pool.submit
-    monkeypatch.setattr(store.writers.pool, "submit", lambda fn, blocks, *a: shares.append(len(blocks)) or submit(fn, blocks, *a))
-    store.store_many([Piece(d) for d in documents(24, seed=43)], [b"/f"] * 24, pin=True)
-    assert shares == [24] and blockwriters.LOCAL_WRITERS == 1
-    store.archive.volumes[2].backend.delay = 0.001
-    shares.clear()
-    store.store_many([Piece(d) for d in documents(24, seed=44)], [b"/g"] * 24, pin=True)
-    assert shares == [24 // blockwriters.WRITERS] * blockwriters.WRITERS
-    store.archive.volumes[2].backend.delay = 0.0
-    store.commit()
-    store.close()
-
-
 def test_a_block_its_writer_thread_fails_is_written_by_the_storing_thread(tmp_path, monkeypatch):
     # webfs.blockwriters: each writer thread is handed its share of a chunk; a
     # block it fails to write (an error of its disk, or any other) comes back

@@ -1,13 +1,11 @@
-"""The block files of a chunk of new blocks, written beside the storing thread.
+"""The block files of a chunk of new blocks, written by a few threads at once.
 
 A bulk import stores its documents a chunk at a time (``Store.store_many``);
 each new block is a new file in a leaf directory of the signature tree,
 most often a directory of its own. Creating that file is a system call
-that waits on the filesystem, or a PUT that waits on the network, not on
-the interpreter, so the chunk's files are written by other threads while
-the storing thread walks on, then waits once for all of them: one thread
-when every disk is a local directory, a few side by side when a disk is an
-object store (``WRITERS``). Each thread writes a block
+that waits on the filesystem (its journal, the directory's blocks), not on
+the interpreter, so a few threads create a chunk's files side by side while
+the storing thread waits once for all of them. Each thread writes a block
 on the disk its intent line already names, and only there: a block that
 cannot go there (the disk full, gone, failing) comes back unwritten, and
 the storing thread writes it itself with the store's whole choice of disks
@@ -23,14 +21,9 @@ from typing import Callable, Optional
 from .archive import Archive
 from .block import HEADER_SIZE, BlockHeader
 
-# Threads that create block files where a disk waits on the network (S3:
-# a PUT's round trip), and where every disk is a local directory (a file
-# creation is a short system call: more threads only contend for the GIL
-# with the walk and the reading process). Measured on ext4 (2 cores, 4
-# disks, 11,061 small pages): webfs-internals(7), SMALL BLOCK WRITES and
-# ONE BLOCK WRITER ON LOCAL DISKS.
+# Threads that create block files. Measured on ext4 (2 cores, 4 disks, an
+# import of 11,061 small pages): see webfs-internals(7), SMALL BLOCK WRITES.
 WRITERS = 4
-LOCAL_WRITERS = 1
 
 
 class BlockWriters:
@@ -54,17 +47,13 @@ class BlockWriters:
         if len(blocks) < 2:
             meanwhile()
             return [None] * len(blocks)
-        n = min(self._threads(), len(blocks))
+        n = min(self.threads, len(blocks))
         shares = [self.pool.submit(self._write_share, blocks[i::n], fsync) for i in range(n)]
         meanwhile()
         out: list[Optional[int]] = [None] * len(blocks)
         for i, share in enumerate(shares):
             out[i::n] = share.result()
         return out
-
-    def _threads(self) -> int:
-        local = all(vol.backend.quick_io for vol in self.archive.volumes.values())
-        return min(LOCAL_WRITERS, self.threads) if local else self.threads
 
     def _write_share(self, blocks: list[tuple[BlockHeader, bytes, int, Optional[int]]],
                      fsync: bool) -> list[Optional[int]]:
