@@ -277,3 +277,22 @@ def test_postgres_aims_not_measured_when_the_section_did_not_run():
     t = bench_report.goals_table(tiny_result())
     assert row(t, "`cp -r` crawl 1, catalog in PostgreSQL")[1:] == ["not measured", "–"]
     assert row(t, "PostgreSQL database per file (no aim)")[1:] == ["not measured", "–"]
+
+
+def test_what_the_bench_removes_is_put_aside_until_the_end_of_its_run(tmp_path):
+    """bench_lib.rmtree renames a tree into a trash directory beside it (no
+    inode freed before a timed step: ext4 without a journal skips recently
+    freed ones at each allocation); empty_trash removes it for good, and
+    ``now`` removes at once."""
+    import bench_lib
+    target = tmp_path / "target"
+    (target / "d").mkdir(parents=True)
+    (target / "d" / "f").write_bytes(b"x")
+    bench_lib.rmtree(str(target))
+    assert not target.exists()
+    assert [p.read_bytes() for p in (tmp_path / bench_lib.TRASH).rglob("f")] == [b"x"]
+    target.mkdir()                       # the name is free for the next step at once
+    bench_lib.empty_trash()
+    assert not (tmp_path / bench_lib.TRASH).exists() and target.is_dir()
+    bench_lib.rmtree(str(target), now=True)
+    assert not target.exists() and not (tmp_path / bench_lib.TRASH).exists()

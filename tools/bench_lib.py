@@ -95,20 +95,45 @@ def drop_caches():
 
 
 # ext4 without a journal (this machine's root) does not give out again an inode
-# freed less than a minute ago (more while its inode table is not written
-# back): it skips every such inode on each allocation, up to ~1 ms a file
-# after the bench removed tens of thousands. A section that times a command
-# creating files against one that creates none (import-warc against
-# cdxj-indexer) waits that out first (settle_deletions).
+# freed less than a minute ago (five more while its inode table block is dirty,
+# which any file made in it makes it again: fs/ext4/ialloc.c, recently_deleted):
+# it skips every such inode on each allocation, up to ~1 ms a file after the
+# bench removed tens of thousands. So what the bench removes during a run is
+# only renamed out of the way (a trash directory beside it, same filesystem),
+# and removed for good at the run's end (empty_trash), after every timed step.
+# A real removal before a timed step (rmtree now=True) is waited out by a
+# section that times a command creating files against one that creates none
+# (import-warc against cdxj-indexer): settle_deletions.
 _last_deletion = [0.0]
 RECENTLY_DELETED = 65.0
+TRASH = ".bench-removed"
+_trash = []                     # trash directories made by this run
 
 
-def rmtree(path):
-    if os.path.lexists(path):
-        # faster than shutil.rmtree for big trees, and it does not follow mounts
-        run(["rm", "-rf", "--one-file-system", "--", path])
-        _last_deletion[0] = time.monotonic()
+def rmtree(path, now=False):
+    """Remove a tree: at the end of the run (renamed into a trash directory
+    beside it now), or ``now``."""
+    if not os.path.lexists(path):
+        return
+    if not now:
+        trash = os.path.join(os.path.dirname(os.path.abspath(path)), TRASH)
+        try:
+            os.makedirs(trash, exist_ok=True)
+            os.rename(path, os.path.join(trash, "%d-%s" % (len(_trash), os.path.basename(path))))
+            if trash not in _trash:
+                _trash.append(trash)
+            return
+        except OSError:
+            pass                # (a mount point, another filesystem) removed now
+    # faster than shutil.rmtree for big trees, and it does not follow mounts
+    run(["rm", "-rf", "--one-file-system", "--", path])
+    _last_deletion[0] = time.monotonic()
+
+
+def empty_trash():
+    """Remove for good what this run's rmtree put aside."""
+    while _trash:
+        rmtree(_trash.pop(), now=True)
 
 
 def settle_deletions():
