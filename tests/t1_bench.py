@@ -291,7 +291,13 @@ def test_what_the_bench_removes_is_put_aside_until_the_end_of_its_run(tmp_path):
     bench_lib.rmtree(str(target))
     assert not target.exists()
     assert [p.read_bytes() for p in (tmp_path / bench_lib.TRASH).rglob("f")] == [b"x"]
-    target.mkdir()                       # the name is free for the next step at once
+    for again in (b"y", b"z"):            # the name is free for the next step at once,
+        target.mkdir()                    # and trees of the same name are put aside too
+        (target / "g").write_bytes(again)
+        bench_lib.rmtree(str(target))
+    assert not target.exists()
+    assert sorted(p.read_bytes() for p in (tmp_path / bench_lib.TRASH).rglob("*") if p.is_file()) == [b"x", b"y", b"z"]
+    target.mkdir()
     bench_lib.empty_trash()
     assert not (tmp_path / bench_lib.TRASH).exists() and target.is_dir()
     bench_lib.rmtree(str(target), now=True)

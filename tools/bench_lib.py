@@ -2,6 +2,7 @@
 dropping caches, reading daemon statistics from /proc, mount bookkeeping,
 machine description.  Standard library only."""
 
+import itertools
 import json
 import os
 import platform
@@ -108,6 +109,7 @@ _last_deletion = [0.0]
 RECENTLY_DELETED = 65.0
 TRASH = ".bench-removed"
 _trash = []                     # trash directories made by this run
+_put_aside = itertools.count()  # a name of its own for each tree put aside
 
 
 def rmtree(path, now=False):
@@ -119,7 +121,7 @@ def rmtree(path, now=False):
         trash = os.path.join(os.path.dirname(os.path.abspath(path)), TRASH)
         try:
             os.makedirs(trash, exist_ok=True)
-            os.rename(path, os.path.join(trash, "%d-%s" % (len(_trash), os.path.basename(path))))
+            os.rename(path, os.path.join(trash, "%d-%s" % (next(_put_aside), os.path.basename(path))))
             if trash not in _trash:
                 _trash.append(trash)
             return
