@@ -458,18 +458,14 @@ class Webfs(Target):
         self.start_daemon(self.mount_argv(), self.path, timeout=600)
 
     def destroy(self):
-        """As any target's; an import of an unmounted archive may leave its
-        last index pass to a process that goes on after the command (webfs(1),
-        the query index): a removal that met it waits for it and removes again."""
+        """As any target's, once no index pass is left running: an import of an
+        unmounted archive may leave its last one to a process that goes on after
+        the command (webfs(1), the query index), and the archive is only put
+        aside (bench_lib.rmtree), so nothing else would stop it writing there,
+        on the cores of the next timed step."""
         self.umount()
-        for d in self.backing():
-            try:
-                rmtree(d)
-            except BenchError:
-                log("%s: %s was still being written (an index pass left by an import?): "
-                    "waiting for it" % (self.name, d))
-                wait_for_detached_index_passes()
-                rmtree(d)
+        wait_for_detached_index_passes()
+        super().destroy()
 
     def umount(self):
         self.stop_daemon(self.path, [self.cmd(), "umount", self.path])
