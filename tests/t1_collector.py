@@ -1,0 +1,34 @@
+"""The collector's pace while imports run (ingest.CollectorPace): raised by
+the first import, set back by the last, whatever order they end in and
+however they end."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from webfs import ingest
+
+
+def test_the_pace_is_the_imports_until_the_last_ends():
+    before = gc.get_threshold()
+    pace = ingest.CollectorPace()
+    try:
+        gc.set_threshold(50_000, 20, 20)
+        first, second = pace.importing(), pace.importing()
+        first.__enter__()
+        assert gc.get_threshold() == (ingest.IMPORT_GC_ALLOCATIONS, 20, 20)
+        second.__enter__()
+        first.__exit__(None, None, None)         # the first ends while the second runs
+        assert gc.get_threshold() == (ingest.IMPORT_GC_ALLOCATIONS, 20, 20)
+        with pytest.raises(RuntimeError):
+            with pace.importing():                # a third, failing
+                raise RuntimeError("import failed")
+        assert gc.get_threshold() == (ingest.IMPORT_GC_ALLOCATIONS, 20, 20)
+        second.__exit__(None, None, None)
+        assert gc.get_threshold() == (50_000, 20, 20) and pace.imports == 0
+        gc.set_threshold(2_000_000, 10, 10)       # a pace above the imports' is kept
+        with pace.importing():
+            assert gc.get_threshold() == (2_000_000, 10, 10)
+    finally:
+        gc.set_threshold(*before)
