@@ -52,7 +52,7 @@ LAYERS = (
     ("daemon", "mountstart", "mountoptions"),                 # the running mount, and starting it
     ("admincommands", "control", "fs", "replay", "versions"),  # what a mount or a command serves
     ("ingest", "importsource", "treesource", "preparation", "warc", "cdxj", "importcdxj", "warcimport", "warcexport",
-     "warcread", "warcapart", "urlpath", "commands", "admin", "indexer", "indexprocess", "searching", "stream",
+     "warcread", "warcapart", "capture", "urlpath", "commands", "admin", "indexer", "indexprocess", "searching", "stream",
      "searchtree", "openfiles", "readcache", "kernelpages", "controltree", "warcview", "groupcommit"),  # the work they do
     ("recovery",),                                            # namespace and journal opened, crash mended
     ("assembly",),                                            # an archive's parts put together

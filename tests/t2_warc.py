@@ -719,6 +719,44 @@ def test_the_reading_process_gives_the_records_prepared(tmp_path):
     assert [p[2] is not None for p in got] == [True, False, True]
 
 
+def test_the_reading_process_files_captures_and_prepares_their_documents(tmp_path):
+    """Each capture comes filed by the reading process (capture.file_record:
+    the same as the importing process would file it), and an encoded page
+    prepared as its file shows it: its document signed and encoded, its
+    digest checked over the entity as recorded; a page that does not decode
+    prepared as recorded."""
+    from webfs import capture, codecs
+    from webfs.signature import signature
+    doc = b"<html>the page itself</html>" * 20
+
+    def encoded(url: bytes, coding: bytes, entity: bytes) -> bytes:
+        http = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n" + coding + b"\r\n\r\n"
+        block = http + entity
+        head = [b"WARC/1.0", b"WARC-Type: response", b"WARC-Target-URI: " + url,
+                b"WARC-Date: 2024-01-01T12:00:00Z", b"WARC-Record-ID: <urn:uuid:%s>" % url[-2:].hex().encode(),
+                b"WARC-Payload-Digest: " + _digest(entity), b"Content-Length: %d" % len(block)]
+        return b"\r\n".join(head) + b"\r\n\r\n" + block + b"\r\n\r\n"
+    docs = [doc + b"%d" % i for i in range(4)]             # each its own signature: each encoded
+    chunked = b"%x\r\n" % len(docs[1]) + docs[1] + b"\r\n0\r\n\r\n"
+    src = tmp_path / "a.warc.gz"
+    src.write_bytes(b"".join(_gz(r) for r in [
+        encoded(b"http://example.com/gz", b"Content-Encoding: gzip", gzip.compress(docs[0])),
+        encoded(b"http://example.com/ch", b"Transfer-Encoding: chunked", chunked),
+        encoded(b"http://example.com/bad", b"Content-Encoding: gzip", gzip.compress(docs[2])[:40]),
+        encoded(b"<http://example.com/plain>", b"X-Plain: yes", docs[3])]))
+    got = list(warcapart.read_records_apart(str(src), _preparing()))
+    here = list(warcread.read_records(str(src)))
+    assert len(got) == len(here) == 4
+    for r, h in zip(got, here):
+        assert r.filed == capture.file_record(h) and r.filed.unfiled is None
+        assert (r.document, r.undecoded) == (h.document, h.undecoded)
+        shown = r.payload if r.document is None else r.document
+        assert r.prepared == (signature(shown), True, codecs.encode(shown, "gzip", 3))
+    assert [r.document for r in got] == [docs[0], docs[1], None, None]
+    assert "does not decode" in got[2].undecoded
+    assert got[3].filed.uri == b"http://example.com/plain"
+
+
 def test_the_reading_process_makes_new_blocks_directories_where_they_go(tmp_path):
     """The reading process makes the placement group directory of each new
     capture's block ahead of the import, on the disk the store then writes it

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from . import importcdxj, lockorder, warc
+from .capture import http_codings
 from .errors import WebfsError
 from .signature import signature
 
@@ -121,7 +122,7 @@ class VirtualFile:
         head = self.heads[ln.ho:ln.ho + ln.wl]
         http = self.heads[ln.ho + ln.wl:ln.ho + ln.wl + ln.hl]
         if (ln.capture == b"-" or not head.startswith(b"WARC/") or _field(head, b"warc-payload-digest") in originals
-                or not re.match(rb"HTTP/\S+ 2\d\d", http) or any(warc.http_codings(http))):
+                or not re.match(rb"HTTP/\S+ 2\d\d", http) or any(http_codings(http))):
             return None     # no capture file, its original is here, no 2xx header, or an encoded entity
         n = self.sizes[ln.capture]
         if not n:

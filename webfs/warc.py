@@ -1,6 +1,5 @@
 """What a collection made by ``webfs import-warc`` keeps, and the reading of it
-back: its layout, its index files, the HTTP entities of its captures decoded,
-and the collection (or the whole archive) as a tree to read, through a mount
+back: its layout, its index files, and the collection (or the whole archive) as a tree to read, through a mount
 or from the disks of an unmounted archive.
 
 The import is webfs.warcimport's, the export webfs.warcexport's; both, and
@@ -28,9 +27,7 @@ import contextlib
 import errno
 import hashlib
 import os
-import re
 import stat
-import zlib
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -48,142 +45,6 @@ INDEX_SUFFIX = b".index"
 HEADS_SUFFIX = b".heads"
 INDEX_HEADER = ("# webfs warc index 1\toffset\tlength\tgzip\ttype\theads-offset\twarc-header"
                 "\thttp-header\tpayload\ttail\tpayload-in\tcapture\n")
-CAPTURE_TYPES = ("response", "resource", "revisit")
-# HTTP response headers a capture file shows as xattrs (the first of each):
-# the encodings say that the file holds the entity as recorded, so encoded.
-HTTP_XATTRS = {
-    b"content-type": b"user.http.content-type",
-    b"content-encoding": b"user.http.content-encoding",
-    b"transfer-encoding": b"user.http.transfer-encoding",
-}
-XATTR_FIELDS = (
-    (b"user.warc.target-uri", b"warc-target-uri"),
-    (b"user.warc.date", b"warc-date"),
-    (b"user.warc.record-id", b"warc-record-id"),
-    (b"user.warc.payload-digest", b"warc-payload-digest"),
-    (b"user.warc.type", b"warc-type"),
-)
-
-
-# ---------------------------------------------------------------- entities decoded
-
-DECODED_MAX = 64 << 20      # a document decoded larger than this is kept as recorded (a bomb)
-
-
-def _gunzip(data: bytes) -> bytes:
-    out, z = [], zlib.decompressobj(16 + zlib.MAX_WBITS)
-    size = 0
-    while True:
-        out.append(z.decompress(data, DECODED_MAX + 1 - size))
-        size += len(out[-1])
-        if size > DECODED_MAX:
-            raise ValueError(f"larger than {DECODED_MAX >> 20} MiB decoded")
-        if z.unconsumed_tail:
-            data = z.unconsumed_tail
-            continue
-        if not z.eof:
-            raise ValueError("cut short")
-        data = z.unused_data
-        if not data:
-            return b"".join(out)
-        z = zlib.decompressobj(16 + zlib.MAX_WBITS)     # a second member
-
-
-def _inflate(data: bytes) -> bytes:
-    try:                     # RFC 9110's deflate is zlib-wrapped; some servers send it raw
-        return zlib.decompress(data)
-    except zlib.error:
-        return zlib.decompress(data, -zlib.MAX_WBITS)
-
-
-def _unbrotli(data: bytes) -> bytes:
-    import brotli            # pywb's dependency (brotlipy); not always installed
-    return brotli.decompress(data)
-
-
-def _unzstd(data: bytes) -> bytes:
-    import zstandard         # an install dependency; a copy without it keeps zstd pages as recorded
-    out, size = [], 0
-    with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
-        while piece := reader.read(1 << 20):        # bounded: a bomb stops at DECODED_MAX
-            size += len(piece)
-            if size > DECODED_MAX:
-                raise ValueError(f"larger than {DECODED_MAX >> 20} MiB decoded")
-            out.append(piece)
-    rest = data                 # the reader ends quietly at a cut frame: every frame must end
-    while rest:
-        frame = zstandard.ZstdDecompressor().decompressobj()
-        frame.decompress(rest)
-        if not frame.eof:
-            raise ValueError("cut short")
-        rest = frame.unused_data
-    return b"".join(out)
-
-
-CONTENT_DECODERS = {b"gzip": _gunzip, b"x-gzip": _gunzip, b"deflate": _inflate, b"br": _unbrotli,
-                    b"zstd": _unzstd}
-
-
-CHUNK_SIZE_LINE = re.compile(rb"[0-9A-Fa-f]+[ \t]*(;[^\r\n]*)?\r?\n")
-
-
-def dechunk(data: bytes) -> bytes:
-    """The body of a ``Transfer-Encoding: chunked`` message (trailers dropped)."""
-    out, p = [], 0
-    while True:
-        eol = data.find(b"\n", p)
-        if eol < 0:
-            raise ValueError("a chunk size line is cut short")
-        size = int(data[p:eol].split(b";")[0].strip() or b"x", 16)
-        p = eol + 1
-        if size == 0:
-            return b"".join(out)
-        if p + size > len(data):
-            raise ValueError("a chunk is cut short")
-        out.append(data[p:p + size])
-        p += size
-        p += 2 if data[p:p + 2] == b"\r\n" else 1 if data[p:p + 1] == b"\n" else 0
-
-
-def http_codings(http: bytes) -> tuple[list[bytes], list[bytes]]:
-    """(transfer codings, content codings) an HTTP header block names, lowercase, in order."""
-    found: dict[bytes, list[bytes]] = {b"transfer-encoding": [], b"content-encoding": []}
-    for line in http.split(b"\n")[1:]:
-        k, sep, v = line.partition(b":")
-        if sep and k.strip().lower() in found:
-            found[k.strip().lower()] += [c.strip().lower() for c in v.split(b",") if c.strip()]
-    return ([c for c in found[b"transfer-encoding"] if c != b"identity"],
-            [c for c in found[b"content-encoding"] if c != b"identity"])
-
-
-def decode_entity(http: bytes, entity) -> tuple[Optional[bytes], Optional[str]]:
-    """(the document a browser shows: dechunked, decompressed; or None, why not).
-    (None, None) when the entity is not encoded."""
-    transfer, content = http_codings(http)
-    if not transfer and not content:
-        return None, None
-    if not isinstance(entity, bytes):
-        return None, "longer than a record held in memory"
-    data = entity
-    try:
-        for coding in reversed(transfer):
-            if coding != b"chunked":
-                return None, f"transfer coding {coding.decode('ascii', 'replace')} unknown"
-            if CHUNK_SIZE_LINE.match(data):
-                data = dechunk(data)
-            # else the crawler recorded the body dechunked, as many do (warcio reads it so)
-        for coding in reversed(content):
-            decoder = CONTENT_DECODERS.get(coding)
-            if decoder is None:
-                return None, f"content coding {coding.decode('ascii', 'replace')} unknown"
-            data = decoder(data)
-    except ImportError as exc:
-        return None, f"{b', '.join(content).decode('ascii', 'replace')}: the {exc.name} package is not installed"
-    except Exception as exc:        # zlib.error, brotli.error, ValueError: damaged data
-        return None, f"{b', '.join(transfer + content).decode('ascii', 'replace')} does not decode ({exc})"
-    return (data, None) if data is not entity else (None, None)
-
-
 # ---------------------------------------------------------------- reading a collection back
 
 NOWHERE = (1 << 30, "")     # the order key of a capture whose place is not known: after every disk

@@ -30,6 +30,7 @@ from typing import Iterator, Optional
 
 from . import childprocess, codecs, testkill
 from . import signature as sigmod
+from .capture import CAPTURE_TYPES, file_record
 from .catalog import SignatureLookup
 from .importcdxj import KeyMaker
 from .placement import first_disk, ranked_disks
@@ -248,10 +249,8 @@ def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
                 keys.add(rec)
             if isinstance(rec.payload, Payload):
                 rec = Again(rec.offset)
-            elif rec.rtype in ("response", "resource") and len(rec.payload) <= preparing.max_block:
-                check = DigestCheck(rec.fields.get(b"warc-payload-digest"))
-                check.update(rec.payload)
-                rec.prepared = (signature(rec.payload) if preparing.sign else None, check.matches(), None)
+            elif rec.rtype in CAPTURE_TYPES:
+                _prepare(rec, preparing)
         batch.append(rec)
         held += len(rec.payload) if isinstance(rec, Record) else 0
         if len(batch) >= size or held >= BATCH_BYTES:
@@ -265,6 +264,21 @@ def _send_records(conn: Connection, path: str, preparing: Preparing) -> None:
     if keys is not None:        # after the last records, which the importing process stores meanwhile
         conn.send([CdxKeys(keys.take(wait=True))])
     conn.send(None)
+
+
+def _prepare(rec: Record, preparing: Preparing) -> None:
+    """A capture record filed (capture.file_record), and what its file shows
+    (its document, if decoded) signed and checked, when it fits in a block. A
+    record that cannot be filed is left for the importing process to say so."""
+    try:
+        rec.filed = file_record(rec)
+    except (ValueError, RecursionError):
+        return
+    shown = rec.payload if rec.document is None else rec.document
+    if rec.rtype != "revisit" and len(shown) <= preparing.max_block:
+        check = DigestCheck(rec.fields.get(b"warc-payload-digest"))
+        check.update(rec.payload)
+        rec.prepared = (signature(shown) if preparing.sign else None, check.matches(), None)
 
 
 class _Encoder:
@@ -288,8 +302,8 @@ class _Encoder:
         for r in todo:
             sig, matches, _ = r.prepared
             if sig is None or not (sig in self.seen or sig in known):
-                r.prepared = (sig, matches, codecs.encode(r.payload, self.preparing.codec,
-                                                          self.preparing.level))
+                shown = r.payload if r.document is None else r.document
+                r.prepared = (sig, matches, codecs.encode(shown, self.preparing.codec, self.preparing.level))
                 if sig is not None:
                     new.add(sig)
             if sig is not None:

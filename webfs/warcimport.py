@@ -32,8 +32,8 @@ from .assembly import OpenArchive
 from .ingest import Importer
 from .signature import signature
 from .store import Piece
-from .warc import (CAPTURE_TYPES, HEADS_SUFFIX, HTTP_XATTRS, INDEX_HEADER, INDEX_SUFFIX, KEEP_DIR, XATTR_FIELDS,
-                   decode_entity)
+from .capture import CAPTURE_TYPES, file_record
+from .warc import HEADS_SUFFIX, INDEX_HEADER, INDEX_SUFFIX, KEEP_DIR
 from .warcapart import Preparing, read_records_apart
 from .walkread import take_all, take_found
 from .warcread import READ_CHUNK, DigestCheck, Problem, Record, payload_pieces
@@ -163,12 +163,13 @@ class WarcSource(Source):
         item.warc_future = item.future
         return item
 
-    def _free_path(self, stem: bytes, stamp_of, identity: bytes) -> tuple[bytes, bool]:
+    def _free_path(self, stem: bytes, first: bytes, stamp_of, identity: bytes) -> tuple[bytes, bool]:
         """(the first capture path stem+stamp(n) not taken by another capture, True), or
-        (its path, False) when this very capture (same identity) is already there."""
+        (its path, False) when this very capture (same identity) is already there;
+        ``first``: stamp(1), ``stamp_of(n)`` the others'."""
         n = 1
         while True:
-            path = stem + stamp_of(n).encode()
+            path = stem + (first if n == 1 else stamp_of(n))
             if path not in self.taken:
                 parent_path, _, name = path.rpartition(b"/")
                 parent = self.dirs.get(parent_path) if parent_path in self.dirs else None
@@ -300,56 +301,32 @@ class WarcSource(Source):
 
     def _capture(self, src: bytes, name: bytes, rec: Record) -> tuple[Optional[Item], bytes]:
         f = rec.fields
-        rec.document, rec.undecoded = None, None
-        if rec.rtype != "revisit" and rec.http:
-            rec.document, rec.undecoded = decode_entity(rec.http, rec.payload)
-        uri = f.get(b"warc-target-uri", b"")
+        filed = rec.filed or file_record(rec)      # the reading process's, or this one's
         where = f"{show_path(src)}: offset {rec.offset}"
-        if not uri:
+        if filed.unfiled == "WARC-Target-URI":
             self._report(f"{where}: a {rec.rtype} record without a WARC-Target-URI; kept in the heads only")
             return None, b"-"
-        clean = uri.strip(b" \t")
-        if clean.startswith(b"<") and clean.endswith(b">"):
-            clean = clean[1:-1].strip(b" \t")
-        if clean != uri:
-            self._report(f"{where}: WARC-Target-URI written as {show_path(uri)}; filed under {show_path(clean)}")
-        date = f.get(b"arc-date") or f.get(b"warc-date", b"")
-        try:
-            urlpath.stamp(date.decode("ascii"))
-        except (ValueError, UnicodeDecodeError):
+        uri = f[b"warc-target-uri"]
+        if filed.uri != uri:
+            self._report(f"{where}: WARC-Target-URI written as {show_path(uri)}; filed under {show_path(filed.uri)}")
+        if filed.unfiled:
+            date = f.get(b"arc-date") or f.get(b"warc-date", b"")
             self._report(f"{where}: no usable date ({show_path(date)}); kept in the heads only")
             return None, b"-"
-        stem = urlpath.url_to_path(clean).encode("utf-8", "surrogateescape")
         identity = name + b"\t" + str(rec.offset).encode()
-        path, new = self._free_path(stem, lambda n: urlpath.stamp(date.decode("ascii"), n), identity)
+        path, new = self._free_path(filed.stem, filed.stamp,
+                                    lambda n: urlpath.stamp(filed.date, n).encode(), identity)
         if not new:
             self.wc.already += 1
             if rec.rtype != "revisit" and digest_of(f) and digest_of(f) not in self.by_digest:
                 self.by_digest[digest_of(f)] = self._stored_with_digest(digest_of(f))
             return None, path          # already imported: its index line names it all the same
-        found = {b"user.warc.source": identity}
-        for xname, key in XATTR_FIELDS:
-            if key in f:
-                found[xname] = f[key]
-        if rec.arc:
-            found[b"user.warc.type"] = rec.rtype.encode()
-        if rec.http:
-            first = rec.http.split(b"\n", 1)[0].split()
-            if len(first) >= 2:
-                found[b"user.http.status"] = first[1]
-            for line in rec.http.split(b"\n")[1:]:
-                k, sep, v = line.partition(b":")
-                xname = HTTP_XATTRS.get(k.strip().lower()) if sep else None
-                if xname is not None and xname not in found:
-                    found[xname] = v.strip(b" \t\r")
-        elif f.get(b"content-type") and rec.rtype == "resource":
-            found[b"user.http.content-type"] = f[b"content-type"]
-        xattrs = list(found.items())
-        mtime = _date_ns(date)
+        xattrs = [(b"user.warc.source", identity), *filed.xattrs]
+        mtime = filed.mtime_ns
         digest = f.get(b"warc-payload-digest")
         if rec.rtype == "revisit":
             self.wc.captures += 1
-            rv = Revisit(path, rec.payload, mtime, xattrs, identity, src, digest, where, clean)
+            rv = Revisit(path, rec.payload, mtime, xattrs, identity, src, digest, where, filed.uri)
             orig = self._original(digest)
             if orig is None and digest:
                 self.revisits_left.append(rv)   # its original may come later in this import
@@ -367,7 +344,9 @@ class WarcSource(Source):
         """(what the capture file holds, its preparation, the digest to check it
         against): the decoded document, its record's digest checked here over
         the entity as recorded; or that entity, as read, when it is not encoded
-        or does not decode (said in an xattr and a problem line)."""
+        or does not decode (said in an xattr and a problem line). The reading
+        process prepares what the file holds: a document, signed and encoded,
+        with the verdict on the entity's digest, said here."""
         if rec.undecoded:
             xattrs.append((b"user.http.decoded", b"no: " + rec.undecoded.encode()))
             self._report(f"{where}: {rec.undecoded}; the capture file holds the entity as recorded")
@@ -383,7 +362,7 @@ class WarcSource(Source):
         if matches is False:
             self._report(f"{where}: WARC-Payload-Digest {show_path(digest)} does not match the payload; "
                          f"imported as read")
-        return rec.document, None, None
+        return rec.document, rec.prepared and (rec.prepared[0], None, rec.prepared[2]), None
 
     def _original(self, digest: Optional[bytes]):
         """The capture (Item of this import, or inode) whose payload has this digest, or None."""
@@ -509,20 +488,6 @@ class WarcSource(Source):
 
 def digest_of(fields: dict) -> Optional[bytes]:
     return fields.get(b"warc-payload-digest")
-
-
-@functools.lru_cache(maxsize=4096)
-def _date_ns(date: bytes) -> int:
-    try:
-        s = date.decode("ascii")
-        if len(s) == 14 and s.isdigit():
-            t = time.strptime(s, "%Y%m%d%H%M%S")
-        else:
-            t = time.strptime(s[:19], "%Y-%m-%dT%H:%M:%S")
-        import calendar
-        return calendar.timegm(t) * 1_000_000_000
-    except (ValueError, UnicodeDecodeError):
-        return time.time_ns()
 
 
 def warc_summary(wc: WarcCounts, c, seconds: float, stopped: bool) -> list[str]:

@@ -100,6 +100,9 @@ class Record:
     arc: bool = False
     gzip: bytes = b""            # the index's gz column: how to make the gzip member again (gzip_recipe)
     prepared: Optional[tuple] = None   # (signature, digest verdict, encoded): read_records_apart
+    filed: Optional[object] = None     # capture.Filed, the reading process's (read_records_apart)
+    document: Optional[bytes] = None   # the entity decoded, and why it is not: capture.file_record
+    undecoded: Optional[str] = None
 
 
 def gzip_recipe(member: bytes, crc: int) -> bytes:
