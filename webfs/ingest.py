@@ -97,7 +97,7 @@ class Counts:
 class CollectorPace:
     """The collector's pace: IMPORT_GC_ALLOCATIONS while any import runs in
     this process (a mount's daemon runs several at once), set back when the
-    last ends."""
+    last ends, with what they made moved to the oldest generation."""
 
     def __init__(self):
         self.lock = lockorder.lock("collector pace")
@@ -117,6 +117,11 @@ class CollectorPace:
             with self.lock:
                 self.imports -= 1
                 if not self.imports:
+                    # What the imports made and still hold goes to the oldest
+                    # generation at once (two list splices), not walked by the
+                    # young collection the count past the pace would start.
+                    gc.freeze()
+                    gc.unfreeze()
                     gc.set_threshold(*self.before)
 
 
