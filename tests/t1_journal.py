@@ -3,6 +3,9 @@ reader of MANIFEST + JOURNAL replays (the kills that make such journals are
 in t5_crash_points)."""
 from __future__ import annotations
 
+from hypothesis import given, settings, strategies as st
+
+from conftest import FAST
 from webfs.manifest import checkpoint_line, checkpoint_of, journal_after_checkpoint
 
 
@@ -38,3 +41,19 @@ def test_gunzip_tolerant_reads_what_zcat_reads():
     assert why and lines.startswith(got[:len(got) // 2])
     assert gunzip_tolerant(b"plain text\n")[1].startswith("not a whole gzip stream")
     assert gunzip_tolerant(b"") == (b"", None)
+
+
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=12), st.binary(max_size=12)), max_size=6),
+       st.integers(1, 3))
+@settings(max_examples=300 if not FAST else 75)
+def test_attribute_lines_escape_what_needs_it(xattrs, nlink):
+    """attribute_lines writes a name or value as it is only where escape_path
+    and xattr_field would leave it so (its fast path for most xattrs)."""
+    import stat
+    from types import SimpleNamespace
+    from webfs.manifest import INODE, OWNER, XATTR, attribute_lines, escape_path, xattr_field
+    node = SimpleNamespace(uid=1000, gid=100, nlink=nlink, mode=stat.S_IFREG | 0o644, id=42)
+    want = (b"#\t%s\t1000\t100\n" % OWNER
+            + b"".join(b"#\t%s\t%s\t%s\n" % (XATTR, escape_path(n), xattr_field(v)) for n, v in xattrs)
+            + (b"#\t%s\t42\n" % INODE if nlink > 1 else b""))
+    assert attribute_lines(node, xattrs) == want
