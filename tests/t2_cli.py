@@ -201,3 +201,22 @@ def test_fsck_refuses_while_the_archive_is_held(disks):
             assert proc.returncode == 8 and b"in use" in proc.stderr and b"/mnt/x" in proc.stderr
     finally:
         s.close()
+
+
+def test_a_command_without_a_terminal_draws_no_bar_and_imports_no_tqdm(tmp_path):
+    """A script's command (stderr not a terminal) gets the bar's stand-in:
+    tqdm is not even imported (its import is some 55 ms of every command's
+    start), and a problem line still reaches stderr as it is met."""
+    webfs("mkfs", tmp_path / "d0")
+    src = tmp_path / "src"
+    (src / ".webfs").mkdir(parents=True)        # the root's .webfs is webfs's own: a problem line
+    (src / "page.html").write_bytes(b"<p>hello</p>")
+    run = ("import sys\nfrom webfs.cli import main\n"
+           "try:\n    main(sys.argv[1:])\n"
+           "finally:\n    print('tqdm' in sys.modules, file=sys.stderr)\n")
+    proc = subprocess.run([str(BIN / "python"), "-c", run, "import", f"{src}/", f"{tmp_path / 'd0'}:/"],
+                          capture_output=True)
+    err = proc.stderr.decode()
+    assert proc.returncode == 4, err
+    assert err.splitlines()[0].endswith(".webfs: the name .webfs in the root is webfs's own (EEXIST); not walked")
+    assert err.splitlines()[-1] == "False"
