@@ -4,7 +4,7 @@ archives' stores in this process stand for two machines, no FUSE mount):
 while the transaction that made it is open no other machine can see it, so
 there is no old content to look up; once committed, another machine may
 have given it blocks, which the content set here releases
-(webfs.namespace.tree ``_known_empty``, ``Catalog.commits``)."""
+(webfs.namespace.rows ``known_empty``, ``Catalog.commits``)."""
 from __future__ import annotations
 
 import stat
@@ -76,3 +76,19 @@ def test_a_file_committed_then_written_by_another_machine_loses_that_content(two
     # B's block lost the reference the file held: no file holds it any more.
     assert postgres.psql(db, f"SELECT count(*) FROM contents WHERE block={theirs.id}").strip() == "0"
     assert postgres.psql(db, f"SELECT coalesce(max(refs), 0) FROM blocks WHERE id={theirs.id}").strip() == "0"
+
+
+def test_a_files_content_and_its_size_are_one_statement(two, postgres):
+    """(``NamespaceRows.add_contents`` with the inode's columns: the content
+    rows from an array, in piece order, and the UPDATE of the inode.)"""
+    (a, a_ns), _, db = two
+    f = a_ns.create(ROOT_INODE, b"page.html", stat.S_IFREG | 0o644, 0, 0)
+    rows = [a.store(b"piece %d of a page" % i, name=b"/page.html") for i in range(3)]
+    sent = a.catalog.db.total_changes
+    a_ns.set_contents(f.id, rows, 54, 12345)
+    assert a.catalog.db.total_changes - sent == 1          # not an INSERT of each piece and an UPDATE
+    a.commit()
+    assert postgres.psql(db, f"SELECT piece, block FROM contents WHERE inode={f.id} ORDER BY piece").split() \
+        == [f"{i}|{r.id}" for i, r in enumerate(rows)]
+    assert postgres.psql(db, f"SELECT size, mtime_ns FROM inodes WHERE id={f.id}").strip() == "54|12345"
+    assert a_ns.get(f.id).size == 54

@@ -19,11 +19,29 @@ from types import MappingProxyType
 from typing import Mapping, Optional
 
 from ..catalog import BLOCK_COLUMNS, BlockRow, Catalog, hex_of
+from ..catalogengine import SQLITE
 from ..errors import FsError
 
 ROOT_INODE = 1
 NAME_MAX = 255
 INODE_COLUMNS = "id, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev"
+NAME_CONFLICT = " ON CONFLICT (parent, name) DO NOTHING"
+# A new inode, its name and its parent's times in one statement (PostgreSQL's
+# WITH of INSERTs and an UPDATE; ?11 the parent, ?12 the name, ?13 the
+# parent's link count change). Both INSERTs are of the name made: with
+# ON CONFLICT, nothing when another machine's name is there (row count 0).
+# CockroachDB refuses a statement changing one table twice (inodes: the new
+# row, the parent's): there it would be add_inode, add_name and touch_dir.
+# Keyed by whether the name is asked (``_name_asked``).
+NAMED_INODE_SQL = {asked: (
+    f"WITH named AS (INSERT INTO dentries (parent, name, inode) VALUES (?11, ?12, ?1){conflict} RETURNING inode), "
+    "touched AS (UPDATE inodes SET mtime_ns=?8, ctime_ns=?9, nlink=nlink+?13 "
+    "WHERE id=?11 AND EXISTS (SELECT 1 FROM named)) "
+    f"INSERT INTO inodes ({INODE_COLUMNS}) SELECT inode, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 FROM named")
+    for asked, conflict in ((False, ""), (True, NAME_CONFLICT))}
+# A file's content rows from an array of block ids, piece by piece (PostgreSQL).
+CONTENTS_OF_ARRAY = ("INSERT INTO contents (inode, piece, block) "
+                     "SELECT ?, piece - 1, block FROM unnest(?::BIGINT[]) WITH ORDINALITY AS p (block, piece)")
 BLOCK_COLUMNS_OF_B = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))   # blocks joined as b
 
 
@@ -263,16 +281,52 @@ class NamespaceRows:
                   mtime_ns: int, ctime_ns: int, rdev: int = 0, ino: Optional[int] = None) -> Inode:
         """A new inode, numbered ``ino`` or past every number used so far (not
         SQLite's pick, which would give a freed number to the next file)."""
-        if ino is None:
-            numbers = self.cat.inode_numbers        # several machines' mounts: the engine's sequence
-            ino = numbers.take(self.cat) if numbers is not None else self.last_ino() + 1
-        self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                         (ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev))
+        row = (self._new_number() if ino is None else ino, mode, uid, gid, size, nlink,
+               atime_ns, mtime_ns, ctime_ns, rdev)
+        self.cat.execute(f"INSERT INTO inodes ({INODE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", row)
+        return self._added(row)
+
+    def _new_number(self) -> int:
+        numbers = self.cat.inode_numbers        # several machines' mounts: the engine's sequence
+        return numbers.take(self.cat) if numbers is not None else self.last_ino() + 1
+
+    def _added(self, row: tuple) -> Inode:
+        """The inode of the row just sent, counted as used."""
+        node = Inode(*row)
         if self.memo.last_ino:      # else not asked yet: the catalog's answer will count this one
-            self.memo.last_ino = max(self.memo.last_ino, ino)
-        node = Inode(ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev)
-        self.memo.drop_node(ino)
+            self.memo.last_ino = max(self.memo.last_ino, node.id)
+        self.memo.drop_node(node.id)
         return node
+
+    def add_named_inode(self, parent: int, name: bytes, mode: int, uid: int, gid: int, size: int,
+                        nlink: int, t: int, rdev: int, parent_links: int) -> Optional[Inode]:
+        """``add_inode``, ``add_name`` and ``touch_dir`` (``t`` the times of
+        both, ``parent_links`` the parent's link count change) at once; None,
+        and nothing made, if another machine made the name first. On
+        PostgreSQL one statement, not three (a statement's CPU, not its wait,
+        was a create's cost: webfs-internals(7), POSTGRESQL CP, STATEMENTS A
+        FILE); SQLite takes no INSERT or UPDATE in a WITH."""
+        if self.cat.engine is SQLITE:
+            node = self.add_inode(mode, uid, gid, size, nlink, t, t, t, rdev)
+            if not self.add_name(parent, name, node.id):
+                self.drop_unnamed(node.id)
+                return None
+            self.touch_dir(parent, t, parent_links)
+            return node
+        row = (self._new_number(), mode, uid, gid, size, nlink, t, t, t, rdev)
+        asked = self._name_asked(parent)
+        made = self.cat.execute(NAMED_INODE_SQL[asked], (*row, parent, name, parent_links))
+        node = self._added(row)
+        if asked and not made.rowcount:
+            self.memo.forget_others(set(), {(parent, name)})
+            return None
+        self.memo.made_name(parent, name, node.id)
+        return node
+
+    def touch_dir(self, parent: int, t: int, links: int = 0) -> None:
+        """A directory's times set to ``t`` and its link count moved by ``links``."""
+        self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=?, nlink=nlink+? WHERE id=?",
+                         (t, t, links, parent))
 
     def last_ino(self) -> int:
         """The highest inode number used so far, freed ones too (asked of the
@@ -321,15 +375,19 @@ class NamespaceRows:
         waits for the other's commit; what this memo kept of the name is forgotten).
         Not asked in a directory made in the open transaction: no other machine
         sees it before its commit, so none can have made the name."""
-        numbers = self.cat.inode_numbers
-        if numbers is None or not numbers.checked or self.memo.unseen_dir(parent, self.cat.commits):
+        if not self._name_asked(parent):
             self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)", (parent, name, ino))
-        elif not self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?) "
-                                  "ON CONFLICT (parent, name) DO NOTHING", (parent, name, ino)).rowcount:
+        elif not self.cat.execute("INSERT INTO dentries (parent, name, inode) VALUES (?,?,?)" + NAME_CONFLICT,
+                                  (parent, name, ino)).rowcount:
             self.memo.forget_others(set(), {(parent, name)})
             return False
         self.memo.made_name(parent, name, ino)
         return True
+
+    def _name_asked(self, parent: int) -> bool:
+        """Can another machine have made a name in ``parent`` (see ``add_name``)?"""
+        numbers = self.cat.inode_numbers
+        return not (numbers is None or not numbers.checked or self.memo.unseen_dir(parent, self.cat.commits))
 
     def drop_unnamed(self, ino: int) -> None:
         """Take back an inode just added whose name another machine made first."""
@@ -359,11 +417,33 @@ class NamespaceRows:
     def add_symlink_target(self, ino: int, target: bytes) -> None:
         self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
 
-    def add_contents(self, ino: int, block_ids: list[int]) -> None:
-        """A file's blocks, in piece order, for a file that has none yet."""
-        self.cat.executemany("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
-                             [(ino, piece, block_id) for piece, block_id in enumerate(block_ids)])
+    def add_contents(self, ino: int, block_ids: list[int], attrs: Optional[dict] = None) -> None:
+        """A file's blocks, in piece order, for a file that has none yet; with
+        ``attrs``, its inode's columns set (``set_inode``) too: on PostgreSQL
+        in the same statement (webfs-internals(7), POSTGRESQL CP, STATEMENTS A FILE)."""
+        if attrs and self.cat.engine is not SQLITE:
+            sets = ", ".join(f"{k}=?" for k in attrs)
+            self.cat.execute(f"WITH pieces AS ({CONTENTS_OF_ARRAY}) UPDATE inodes SET {sets} WHERE id=?",
+                             (ino, block_ids, *attrs.values(), ino))
+        else:
+            self.cat.executemany("INSERT INTO contents (inode, piece, block) VALUES (?,?,?)",
+                                 [(ino, piece, block_id) for piece, block_id in enumerate(block_ids)])
+            if attrs:
+                self.set_inode(ino, attrs)
         self.memo.drop_reading(ino)
+
+    def set_inode(self, ino: int, attrs: dict) -> None:
+        """An inode's columns (name: value) set, as they are."""
+        self.cat.execute(f"UPDATE inodes SET {', '.join(k + '=?' for k in attrs)} WHERE id=?", (*attrs.values(), ino))
+
+    def known_empty(self, ino: int) -> bool:
+        """Is this a file made here that holds no blocks yet (taken: its content
+        is being set)? With other machines mounted, only while the transaction
+        that made it is open: once committed, one of them may have given it
+        blocks a moment ago, its notice not yet heard."""
+        made_at = self.memo.empty.pop(ino, None)
+        numbers = self.cat.inode_numbers
+        return made_at is not None and (numbers is None or not numbers.checked or made_at == self.cat.commits)
 
     def new_ino(self) -> int:
         """The number of an inode ``add_many`` will add, past every number used

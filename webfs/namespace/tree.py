@@ -317,8 +317,10 @@ class Namespace(NamespaceRows):
         catalog's is, not dropped: the next name made there (cp -r makes
         one after another) then reads no row back."""
         t = now_ns()
-        self.cat.execute("UPDATE inodes SET mtime_ns=?, ctime_ns=?, nlink=nlink+? WHERE id=?",
-                         (t, t, nlink_delta, parent))
+        self.touch_dir(parent, t, nlink_delta)
+        self._dir_touched(parent, t, nlink_delta)
+
+    def _dir_touched(self, parent: int, t: int, nlink_delta: int) -> None:
         kept = self.memo.nodes.get(parent)
         if kept is not None:
             self.memo.nodes[parent] = dataclasses.replace(kept, mtime_ns=t, ctime_ns=t,
@@ -349,12 +351,11 @@ class Namespace(NamespaceRows):
             t = now_ns()
             is_dir = stat.S_ISDIR(mode)
             size = len(target) if target is not None else 0
-            node = self.add_inode(mode, uid, gid, size, 2 if is_dir else 1, t, t, t, rdev)
-            ino = node.id
-            if not self.add_name(parent, name, ino):        # made by another machine meanwhile
-                self.drop_unnamed(ino)
+            node = self.add_named_inode(parent, name, mode, uid, gid, size, 1 + is_dir, t, rdev, int(is_dir))
+            if node is None:                                # made by another machine meanwhile
                 raise FsError(errno.EEXIST)
-            self._touch_dir(parent, 1 if is_dir else 0)
+            ino = node.id
+            self._dir_touched(parent, t, int(is_dir))
             path = self._join(parent, name)
             (self.paths.keep_dir if is_dir else self.paths.keep_file)(ino, path, parent, name)
             rows = []
@@ -568,15 +569,16 @@ class Namespace(NamespaceRows):
 
     # -- attributes and content -----------------------------------------------
 
-    def set_attrs(self, ino: int, rows: Optional[list[BlockRow]] = None, **attrs) -> Inode:
+    def set_attrs(self, ino: int, rows: Optional[list[BlockRow]] = None, sent: bool = False, **attrs) -> Inode:
         """Set mode, uid, gid, size, atime_ns, mtime_ns (ctime follows); rows, if
-        given, are the file's blocks (so the journal need not look them up)."""
+        given, are the file's blocks (so the journal need not look them up);
+        ``sent``: the row's UPDATE was sent already (``add_contents``)."""
         allowed = {"mode", "uid", "gid", "size", "atime_ns", "mtime_ns", "ctime_ns"}
         attrs = {k: v for k, v in attrs.items() if k in allowed and v is not None}
         attrs.setdefault("ctime_ns", now_ns())
         with self.cat.lock:
-            self.cat.execute(f"UPDATE inodes SET {', '.join(k + '=?' for k in attrs)} WHERE id=?",
-                             (*attrs.values(), ino))
+            if not sent:
+                self.set_inode(ino, attrs)
             kept = self.memo.nodes.get(ino)
             self.memo.drop_node(ino)
             if kept is None:
@@ -593,12 +595,13 @@ class Namespace(NamespaceRows):
         the old blocks lose the references this file held (once per name)."""
         with self._locked():
             node = self.get(ino)
-            empty = self._known_empty(ino)
+            empty = self.known_empty(ino)
             old = [] if empty else self.contents(ino)
             if not empty:           # a file made here holds no rows yet: nothing to delete
                 self.cat.execute("DELETE FROM contents WHERE inode=?", (ino,))
             self.memo.drop_reading(ino)
-            self.add_contents(ino, [row.id for row in rows])
+            attrs = {"size": size, "mtime_ns": mtime_ns, "ctime_ns": now_ns()}
+            self.add_contents(ino, [row.id for row in rows], attrs)
             # A file with n names holds n references to each of its blocks.
             for _ in range(max(node.nlink, 1) - 1):
                 for row in rows:
@@ -606,18 +609,9 @@ class Namespace(NamespaceRows):
             for _ in range(max(node.nlink, 1)):
                 for row in old:
                     self._later(self.store.release, row)
-            node = self.set_attrs(ino, rows=rows, size=size, mtime_ns=mtime_ns, ctime_ns=now_ns())
+            node = self.set_attrs(ino, rows=rows, sent=True, **attrs)
             self.memo.keep_stored(ino, rows)
             return node
-
-    def _known_empty(self, ino: int) -> bool:
-        """Is this a file made here that holds no blocks yet (taken: its content
-        is being set)? With other machines mounted, only while the transaction
-        that made it is open: once committed, one of them may have given it
-        blocks a moment ago, its notice not yet heard."""
-        made_at = self.memo.empty.pop(ino, None)
-        numbers = self.cat.inode_numbers
-        return made_at is not None and (numbers is None or not numbers.checked or made_at == self.cat.commits)
 
     # -- xattrs ----------------------------------------------------------------
 
