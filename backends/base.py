@@ -91,6 +91,11 @@ class Backend(abc.ABC):
         not wait on a hung server); by default, ``present()``."""
         return self.present()
 
+    def waiting(self) -> int:
+        """Objects written that the disk does not hold yet, kept only on this
+        machine until it does (an object store's staged uploads); 0 here."""
+        return 0
+
     def comes_back(self) -> bool:
         """Can a disk that went away during a mount be taken back when
         ``present()`` again? Only when its absence was an outage that ends by

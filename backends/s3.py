@@ -368,6 +368,9 @@ class S3Backend(Backend):
         """Reachable as far as the last request knows (asks nothing: status)."""
         return not self.endpoint.down
 
+    def waiting(self) -> int:
+        return self.staging.pending
+
     def sync(self, catalog_copy: Optional[Callable[[str], bytes]] = None) -> None:
         """Every staged object to the bucket (meta/'s copy names none it lacks),
         then meta/ (``MetaMirror.publish``); only by the lease's holder (or a new

@@ -504,6 +504,22 @@ class Archive:
         self.missing = {i: why for i, why in self.missing.items() if i != index}
         self.lost = {i: v for i, v in self.lost.items() if i != index}
 
+    def sync_disks(self, catalog_copy) -> None:
+        """Every present disk's ``Backend.sync``; the first failure raised once
+        all were tried. A disk whose endpoint died unnoticed (no request since)
+        and is owed nothing is missing from now on, as a read would find."""
+        failed = []
+        for vol in self.volumes.values():
+            try:
+                vol.backend.sync(catalog_copy)
+            except OSError as exc:
+                if vol.backend.known_present() or vol.backend.waiting():
+                    failed.append(exc)      # written, and not where it belongs
+                else:
+                    self.lose(vol.index, f"{exc.strerror or exc}")
+        if failed:
+            raise failed[0]
+
     def lose(self, index: int, why: str) -> None:
         """A disk vanished while in use (unplugged, its directory removed): from
         now on it is missing, and its blocks are read through parity."""

@@ -171,8 +171,7 @@ class Store:
         with self.catalog.lock:
             self.commit()
             self.trim_intents()
-        for vol in self.archive.volumes.values():
-            vol.backend.sync(consistent_copy)
+        self.archive.sync_disks(consistent_copy)
 
     def _remove_blocks(self, rows: list[BlockRow]) -> None:
         """Take released blocks out of their stripes and off their disks.
