@@ -226,6 +226,10 @@ class Daemon:
             send({"error": str(exc)})
         except BrokenPipeError:
             pass
+        except OSError as exc:          # a disk's failure (an outage, a full disk), not a bug
+            said = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+            log.error("%s failed: %s", name, said)
+            send({"error": said})
         except Exception as exc:        # keep the daemon up; the caller hears what broke
             log.exception("admin operation failed")
             send({"error": f"internal error: {exc}"})
