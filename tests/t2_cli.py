@@ -68,6 +68,19 @@ def test_mkfs_refuses_non_empty_and_existing(tmp_path):
     assert (d / "precious").read_text() == "keep me"
 
 
+def test_mkfs_on_a_read_only_filesystem_is_one_line(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=True)
+    try:
+        proc = webfs("mkfs", ro, check=False)
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+    said = proc.stderr.decode()
+    assert proc.returncode == 1 and said.count("\n") == 1 and "Read-only file system" in said, said
+    assert said.startswith(f"webfs: {ro}/"), said
+
+
 def test_put_get_delete_status(tmp_path, disks):
     page = tmp_path / "page.html"
     page.write_bytes(b"<html>" + b"the web " * 2000 + b"</html>")

@@ -584,3 +584,7 @@ def run() -> None:
         sys.exit(1)
     except BrokenPipeError:
         sys.exit(141)
+    except OSError as exc:      # the system refused (a read-only or full disk): said as coreutils say it
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"webfs: {where}{exc.strerror or exc}", err=True)
+        sys.exit(1)
