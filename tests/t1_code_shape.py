@@ -48,7 +48,7 @@ SQL_WORDS = ("SELECT", "INSERT", "UPDATE", "DELETE", "PRAGMA", "CREATE")
 # module may import from its own layer and those below, never from one above;
 # a module not named is in the core, below them all.
 LAYERS = (
-    ("entry", "cli", "cli_warc", "cli_query", "quicksearch", "commandline"),  # the edge: arguments, environment, exit codes
+    ("entry", "cli", "cli_warc", "cli_query", "quicksearch", "quickimport", "commandline"),  # the edge: arguments, environment, exit codes
     ("daemon", "mountstart", "mountoptions"),                 # the running mount, and starting it
     ("admincommands", "control", "fs", "replay", "versions"),  # what a mount or a command serves
     ("ingest", "importsource", "treesource", "preparation", "warc", "cdxj", "importcdxj", "warcimport", "warcexport",
@@ -63,6 +63,7 @@ LAYERS = (
 ENV_READERS = {
     "webfs.cli": "the user's settings: S3 disks and leases (webfs.backends.options), WEBFS_INDEX",
     "webfs.quicksearch": "whether a setting webfs.cli checks is set: then webfs.cli runs the search",
+    "webfs.quickimport": "the same, for an import into a mount (quicksearch's CHECKED_ENVIRONMENT)",
     "webfs.testkill": "WEBFS_TEST_KILL_AT: a test hook, read by the daemon itself to die (stop, wait) at a named point",
     "webfs.lockorder": "WEBFS_LOCK_ORDER: a test hook, read as the module loads, before any lock exists",
     "webfs.daemon": "WEBFS_TRACEMALLOC: a debug hook of the soak tests, the daemon's own memory trace",

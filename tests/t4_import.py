@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import BIN, Mounted, eventually, sh, strip_digests, unmount, webfs
+from conftest import BIN, Mounted, eventually, sh, strip_digests, unmount, webfs, webfs_here
 from records_helpers import read_manifest
 from webfs import admin
 from webfs.admincommands import ADMIN_COMMANDS
@@ -356,3 +356,43 @@ def test_a_forged_signature_collision_is_never_merged(tmp_path, monkeypatch):
     finally:
         m.umount()
     assert webfs("fsck", m.disks[0], check=False).returncode == 0
+
+
+def test_an_import_into_a_mount_loads_no_click_and_prints_what_clicks_path_prints(mounted, tmp_path):
+    """webfs.quickimport runs an import into a mount without click, webfs.cli
+    or webfs.admin (some 0.15 s of CPU of every such command: webfs-internals(7),
+    CRAWL 2 THROUGH IMPORT, AGAIN) and prints what click's path (webfs.cli, run
+    here) prints: the summary, the problems on stderr and exit status 4, the
+    JSON, a daemon's refusal; what it leaves to click is click's, message and all."""
+    from t2_query import imported_modules
+    m = mounted.mnt
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "page.html").write_text("<p>page</p>")
+    (src / "other.html").write_text("<p>other</p>")
+    (m / "file").write_text("not a directory")
+    quick_env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+
+    def same(args, status, quick_path=True):
+        quick = webfs("import", *args, check=False, env=quick_env)
+        loaded = imported_modules(quick)
+        assert ("click" in loaded) != quick_path and ("webfs.cli" in loaded) != quick_path, args
+        assert quick_path is ("webfs.admin" not in loaded), args
+        full = webfs_here("import", *[str(a).replace("/q", "/c") for a in args], check=False)
+        err = b"".join(ln for ln in quick.stderr.splitlines(True) if not ln.startswith(b"import time:"))
+
+        def masked(out):        # the seconds and rates of the summary line
+            return re.sub(rb"[0-9.]+", b"N", out.replace(b"/c", b"/q"))
+        assert (quick.returncode, masked(quick.stdout), masked(err)) == \
+            (status, masked(full.stdout), masked(full.stderr)), args
+        return quick
+
+    assert b"imported 2 files" in same([src, f"{m}/q/"], 0).stdout
+    assert same([src, f"{m}/q/"], 0).stdout == b"nothing new: all 4 entries were already there\n"
+    assert json.loads(same(["--json", f"{src}/", f"{m}/q/x/"], 0).stdout)["figures"]["files"] == 2
+    problem = same([tmp_path / "no\x1b[1mwhere", f"{m}/q/"], 4)        # the daemon shows the escape
+    assert b"no\\x1b[1mwhere: No such file or directory" in problem.stderr
+    assert b"webfs: /file: not a directory" in same([src, f"{m}/file"], 1).stderr
+    # Left to click: a source in the mount itself, an option it does not read.
+    assert b"is in the mount itself" in same([f"{m}/file", f"{m}/q/"], 1, quick_path=False).stderr
+    same(["--", src, f"{m}/q/"], 0, quick_path=False)

@@ -24,6 +24,7 @@ from .cli_warc import COMMANDS as WARC_COMMANDS
 from .commandline import (DiskPath, disk_location, import_target, open_store, options_given, progress_bar,
                           run_admin_command)
 from .errors import WebfsError
+from .quickimport import import_options
 from .settings import DEFAULT_DEPTH, DEFAULT_LEVEL, MAX_DEPTH, MIN_DEPTH, STORE_MODES
 
 if TYPE_CHECKING:
@@ -304,18 +305,7 @@ def import_(as_json, sources, dest):
     0 all imported, 4 something could not be imported (each is listed).
     """
     target, path = import_target(dest)
-    srcs = []
-    for s in sources:
-        p = os.path.abspath(s)
-        if s.endswith("/") and p != "/":
-            p += "/"                    # rsync's rule: the contents, not the directory
-        if control.is_mountpoint(target) and os.path.exists(p) and \
-                os.lstat(p).st_dev == os.stat(target).st_dev:
-            raise WebfsError(f"{s}: is in the mount itself; copy it with cp -a")
-        srcs.append(p)
-    mount_dev = os.stat(target).st_dev if control.is_mountpoint(target) else None
-    run_admin_command(target, "import", as_json=as_json, unit="file", sources=srcs, dest=path,
-                  mount_dev=mount_dev)
+    run_admin_command(target, "import", as_json=as_json, unit="file", **import_options(sources, target, path))
 
 
 @main.command()

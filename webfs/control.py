@@ -18,7 +18,7 @@ import time
 from typing import Optional
 
 from . import admin
-from .controlwire import CONTROL_XATTR, ask, is_mountpoint  # noqa: F401 (its callers ask here)
+from .controlwire import CONTROL_XATTR, ask, is_mountpoint, mount_of  # noqa: F401 (its callers ask here)
 from .errors import ArchiveError, WebfsError
 
 RUN_DIR = "/run/webfs"
@@ -122,22 +122,3 @@ def _not_zombie(pid: int) -> bool:
 def call(mountpoint: str, op: str, options: dict, listener=None) -> admin.Result:
     """Run an admin operation inside the daemon of a mount point (webfs.controlwire.ask)."""
     return admin.Result.from_json(ask(mountpoint, op, options, listener))
-
-
-def mount_of(path: str) -> Optional[tuple[str, str]]:
-    """(the webfs mount point a path is in, the path from the archive's root), or
-    None; the path need not exist yet."""
-    here = os.path.abspath(path)
-    rest = ""
-    while not os.path.exists(here):
-        here, tail = os.path.split(here)
-        rest = os.path.join(tail, rest)
-    here = os.path.realpath(here)
-    probe = here
-    while True:
-        if os.path.ismount(probe) and is_mountpoint(probe):
-            inside = os.path.join("/", os.path.relpath(here, probe), rest)
-            return probe, os.path.normpath(inside)
-        if probe == "/":
-            return None
-        probe = os.path.dirname(probe)

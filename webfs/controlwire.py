@@ -1,13 +1,15 @@
-"""The control socket's wire, client side: which socket a mount point names,
-and one admin operation asked of its daemon and answered.
+"""The control socket's wire, client side: which mount a path is in, which
+socket a mount point names, and one admin operation asked of its daemon and
+answered.
 
 A request is one line of JSON, ``{"op": NAME, "options": {...}}``; the
 daemon (webfs.daemon) answers with lines of JSON: progress
 (``{"progress": KIND, "n", "total", "what"}``), then one ``{"result": ...}``
 (webfs.admin.Result as JSON) or ``{"error": MESSAGE}``. Only the standard
 library's socket and json, so that ``webfs search`` of a mount point
-(webfs.quicksearch) starts in a few milliseconds; webfs.control builds the
-rest of the client on it.
+(webfs.quicksearch) and ``webfs import`` into a mount (webfs.quickimport)
+start in a few milliseconds; webfs.control builds the rest of the client
+on it.
 """
 from __future__ import annotations
 
@@ -27,6 +29,25 @@ def is_mountpoint(path: str) -> bool:
         return True
     except OSError:
         return False
+
+
+def mount_of(path: str) -> tuple[str, str] | None:
+    """(the webfs mount point a path is in, the path from the archive's root), or
+    None; the path need not exist yet."""
+    here = os.path.abspath(path)
+    rest = ""
+    while not os.path.exists(here):
+        here, tail = os.path.split(here)
+        rest = os.path.join(tail, rest)
+    here = os.path.realpath(here)
+    probe = here
+    while True:
+        if os.path.ismount(probe) and is_mountpoint(probe):
+            inside = os.path.join("/", os.path.relpath(here, probe), rest)
+            return probe, os.path.normpath(inside)
+        if probe == "/":
+            return None
+        probe = os.path.dirname(probe)
 
 
 def ask(mountpoint: str, op: str, options: dict, listener=None) -> dict:
