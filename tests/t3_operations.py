@@ -294,6 +294,34 @@ def test_a_listing_kept_from_readdir_fetches_no_block_a_file_no_longer_has(ops):
     trio.run(main)
 
 
+def test_a_walker_whose_next_files_are_coming_asks_nothing_of_their_blocks(ops):
+    """Whether a listed file still has the block it was listed with is asked
+    only of the files a trip ahead would fetch: an open in a walk whose next
+    files are at hand or coming (three in four) asks none. It asked it of the
+    whole window at every open (16 a file once the window was full)."""
+    async def main():
+        d = (await ops.mkdir(ROOT_INODE, b"d", 0o755, CTX)).st_ino
+        f = [await write_file(ops, b"f%02d" % i, b"page %d" % i, d) for i in range(40)]
+        for listed in (ROOT_INODE, d):                                   # what readdir does
+            ops.reader.listed(listed, 0, ops.ns.listing(listed, 0, 200), end=True)
+        await ops.forget([(ino, 1) for ino in f])    # written here: in the kernel's pages until forgotten
+        ops.reader.cache.items.clear()
+        ops.reader.cache.used = 0
+        asked = []
+        kept_block = ops.ns.kept_block
+        ops.ns.kept_block = lambda ino: asked.append(ino) or kept_block(ino)
+        async with trio.open_nursery() as nursery:
+            ops.running(nursery)
+            for ino in f:
+                info = await ops.open(ino, os.O_RDONLY, CTX)
+                await ops.release(info.fh)
+                await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+        assert 0 < len(asked) <= len(f)
+        assert [await read_file(ops, ino) for ino in f] == [b"page %d" % i for i in range(40)]
+    trio.run(main)
+
+
 def test_a_chmod_to_the_mode_a_file_has_changes_its_ctime_alone(store):
     """rsync fchmods each new file to the mode it was made with: that setattr
     moves the ctime (as chmod(2) must) and writes no JOURNAL record; a real

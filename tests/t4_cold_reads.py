@@ -67,3 +67,34 @@ def test_grep_r_lists_ahead_only_the_directories_it_has_not_listed_yet(mounted, 
     before = requests(mounted.mnt)
     assert sh("grep -rl zyzzogeton .", cwd=mounted.mnt).stdout == b"./d2/s1/p3.html\n"
     assert 0 < counted(mounted.mnt, before, "read-ahead-lookup") < 32
+
+
+def test_a_readers_close_takes_no_lock_a_writers_still_stores(mounted, tmp_path):
+    """The flush and release of a file with nothing to store are answered
+    without its lock (close-settled, one each); a close while another handle
+    has written still stores, and what was written is what reads back after a
+    remount."""
+    src = tmp_path / "src"
+    files = small_tree(src, random.Random(7))
+    sh(f"cp -r '{src}/.' '{mounted.mnt}'")
+    mounted.remount()
+    before = requests(mounted.mnt)
+    walk = "find . -type f -exec sha256sum {} + | sort"
+    assert sh(walk, cwd=mounted.mnt).stdout == sh(walk, cwd=src).stdout
+    assert counted(mounted.mnt, before, "close-settled") == 2 * files
+
+    path = os.path.join(mounted.mnt, "d1", "written.html")
+    before = requests(mounted.mnt)
+    with open(path, "wb") as writer:
+        writer.write(b"<p>first</p>\n")
+        writer.flush()
+        with open(path, "rb") as reader:
+            assert reader.read() == b"<p>first</p>\n"
+        # The reader's flush stored the writer's bytes; its release had nothing left.
+        assert counted(mounted.mnt, before, "close-settled") == 1
+        writer.write(b"<p>second</p>\n")
+    # The writer's flush stored the rest; its release, again, nothing.
+    assert counted(mounted.mnt, before, "close-settled") == 2
+    mounted.remount()
+    with open(path, "rb") as f:
+        assert f.read() == b"<p>first</p>\n<p>second</p>\n"

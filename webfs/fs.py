@@ -60,6 +60,7 @@ NEGATIVE_MAX = 1 << 14
 # piece-miss (a read's piece was decoded already, or had to be fetched or
 # waited for: what read-ahead saves), others-invalidated (entries and inodes
 # of other machines' changes told to the kernel), readdir-at-end (dirhandles),
+# close-settled (a flush or release with nothing to store: no lock taken),
 # setattr-stale-ctime (a ctime older than the file's, not written).
 REQUESTS: dict[str, int] = {}
 # Requests the kernel expects no reply to: an error is logged, never answered.
@@ -167,7 +168,7 @@ class Operations(pyfuse3.Operations):
                                store_mode=store_mode, buffer_bound=buffer_bound,
                                forget_kernel_copy=self._forget_kernel_copy,
                                known_to_kernel=lambda ino: bool(self.lookups.get(ino)),
-                               stored=self.pages.written)
+                               stored=self.pages.written, count=count_request)
         self.control = ControlTree(store.catalog, store.conf.depth, self.owner)
         self.dirs = DirHandles()
         self.control.search.answer = lambda query, limit: searching.answers(store, query, limit)

@@ -165,6 +165,9 @@ class FileLock:
     async def __aexit__(self, *exc) -> None:
         self._lock.release()
 
+    def locked(self) -> bool:
+        return self._lock.locked()
+
 
 class OpenFile:
     """An inode that has open handles: its lock, its buffer while written."""
@@ -172,7 +175,7 @@ class OpenFile:
     def __init__(self, ino: int):
         self.ino = ino
         self.handles = 0
-        self.lock = FileLock()
+        self._lock: Optional[FileLock] = None     # made at its first use: a reader's close needs none
         self.buffer: Optional[FileBuffer] = None
         self.dirty = False
         self.mtime_ns = 0            # of the last write, or as set by utimens since
@@ -181,6 +184,19 @@ class OpenFile:
         self.dropped = False         # changes were dropped (a store failed)
         self.owed: dict[int, int] = {}   # handle -> errno of a drop it has not been told of
         self.reading = ReadState()
+
+    @property
+    def lock(self) -> FileLock:
+        if self._lock is None:
+            self._lock = FileLock()
+        return self._lock
+
+    def settled(self, fh: int) -> bool:
+        """Nothing for a close of ``fh`` to store or to tell, and no one holds
+        the lock: what ``_commit_or_drop`` would find under it, without taking
+        it (the loop runs nothing else between the take and the give back)."""
+        return ((self._lock is None or not self._lock.locked()) and not self.error
+                and (not self.dirty or self.buffer is None) and fh not in self.owed)
 
 
 class OpenFiles:
@@ -198,7 +214,8 @@ class OpenFiles:
                  buffer_bound: int = 64 << 20,
                  forget_kernel_copy: Optional[Callable[[int], trio.Event]] = None,
                  known_to_kernel: Callable[[int], bool] = lambda ino: False,
-                 stored: Callable[[int], None] = lambda ino: None):
+                 stored: Callable[[int], None] = lambda ino: None,
+                 count: Callable[[str], None] = lambda name: None):
         self.store = store
         self.ns = namespace
         self.reader = reader
@@ -211,6 +228,7 @@ class OpenFiles:
         self.forget_kernel_copy = forget_kernel_copy or _nothing_to_forget
         self.known_to_kernel = known_to_kernel
         self.stored = stored
+        self.count = count
         self.by_inode: dict[int, OpenFile] = {}
         self.handles: dict[int, int] = {}                 # fh -> inode
         self.direct: set[int] = set()                     # handles opened O_DIRECT
@@ -525,6 +543,9 @@ class OpenFiles:
         names and attributes made meanwhile go with the next commit (within a
         second), as they would if it had not been opened."""
         of = self.of_handle(fh)
+        if of.settled(fh):
+            self.count("close-settled")
+            return
         async with of.lock:
             await self._commit_or_drop(of, "close", fh, pending=False)
 
@@ -543,6 +564,10 @@ class OpenFiles:
     async def release(self, fh: int) -> None:
         of = self.by_inode[self.handles.pop(fh)]
         self.direct.discard(fh)
+        if of.settled(fh) and not of.dropped:
+            self.count("close-settled")
+            await self._let_go(of)
+            return
         async with of.lock:
             try:
                 # The flush before it committed what this close owes; other

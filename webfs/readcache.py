@@ -347,9 +347,8 @@ class PieceReader:
             return
         self._expect(parent_of_opened, walk)
         walk.streak += 1
-        # Listed earlier (a kept listing): fetched only while the file still has that block.
-        self._fetch_files_ahead([row for ahead, row, _ in itertools.islice(walk.files, window)
-                                 if row.size <= READ_AHEAD_BYTES and still_kept(self.ns.kept_block(ahead), row)])
+        self._fetch_files_ahead([(ahead, row) for ahead, row, _ in itertools.islice(walk.files, window)
+                                 if row.size <= READ_AHEAD_BYTES])
 
     def _hold(self, directory: int, walk: Walk) -> None:
         """An open out of order: its walk is kept, not listed, until the
@@ -398,7 +397,7 @@ class PieceReader:
         vol = self.store.archive.volumes.get(row.disk)
         return vol is not None and vol.backend.quick_io
 
-    def _fetch_files_ahead(self, rows: list[BlockRow]) -> None:
+    def _fetch_files_ahead(self, files: list[tuple[int, BlockRow]]) -> None:
         """Fetch the pieces of a walk's next files (up to TOGETHER_FILES).
         From quick disks, in one trip to a worker once fewer than three
         quarters of them are at hand or coming: a trip a file was a hand-off
@@ -406,14 +405,21 @@ class PieceReader:
         ahead was still running when its reader got there (a cold cat's
         pieces waited for: 104 to 214 of 1,360, against 11 to 51). From other disks (delays, object stores),
         the first READ_AHEAD_FILES each in its own trip as its disk has room,
-        so that a slow disk holds up only its own reads."""
-        wanted = [row for row in rows if self.cache.wanted(row) and row.size <= self.cache.limit // 2]
-        if not wanted or not all(self._quick(row) for row in wanted):
+        so that a slow disk holds up only its own reads.
+        A file listed earlier (a kept listing) is fetched only while it still
+        has that block; that is asked of the pieces wanted alone, after the
+        count of those at hand (three opens in four stop there)."""
+        wanted = [(ino, row) for ino, row in files if self.cache.wanted(row) and row.size <= self.cache.limit // 2]
+        quick = bool(wanted) and all(self._quick(row) for _, row in wanted)
+        if quick and len(files) - len(wanted) >= max(1, len(files) * 3 // 4):
+            return                          # enough ahead still: the next trip takes more at once
+        wanted = [row for ino, row in wanted if still_kept(self.ns.kept_block(ino), row)]
+        if not quick:
             for row in wanted[:READ_AHEAD_FILES]:
                 self._fetch_ahead(row)
             return
-        if len(rows) - len(wanted) >= max(1, len(rows) * 3 // 4):
-            return                          # enough ahead still: the next trip takes more at once
+        if not wanted:
+            return
         if self._disk_limiter(wanted[0].disk).available_tokens <= 0:
             return
         # In flight from now, so that the opens before the trip starts ask for none of them again.
