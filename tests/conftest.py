@@ -227,13 +227,25 @@ def sh(cmd: str, cwd=None, check=True) -> subprocess.CompletedProcess:
     return proc
 
 
+def make_crawls(tmp_path_factory, pages: int) -> Path:
+    out = tmp_path_factory.mktemp("corpus") / "crawls"
+    subprocess.run([sys.executable, str(REPO / "tools" / "make-corpus"), "--seed", "7",
+                    "--pages", str(pages), "--crawls", "2", str(out)], check=True, capture_output=True)
+    return out
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> Path:
     """Two small generated crawls (a few thousand files) from tools/make-corpus."""
-    out = tmp_path_factory.mktemp("corpus") / "crawls"
-    subprocess.run([sys.executable, str(REPO / "tools" / "make-corpus"), "--seed", "7",
-                    "--pages", "1500", "--crawls", "2", str(out)], check=True, capture_output=True)
-    return out
+    return make_crawls(tmp_path_factory, 1500)
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory) -> Path:
+    """The same two crawls at a fifth of the pages (about 500 files, 11 MB a
+    crawl): for tests that run a workload again on another backend, where
+    every kind of operation matters and not the count."""
+    return make_crawls(tmp_path_factory, 300)
 
 
 @contextlib.contextmanager

@@ -23,6 +23,15 @@ from t4_mount import (test_cp_r_of_a_crawl_reads_back_identical,  # noqa: F401  
 
 
 @pytest.fixture
+def corpus(small_corpus):
+    """t4_mount's workloads with a fifth of the files: each round trip to the
+    server is what the PostgreSQL catalog adds, and every tool's kinds of
+    operation (mkdir, create, write, chmod, utimes, rsync's renames,
+    duplicates sharing blocks) are in the smaller crawl as in the larger."""
+    return small_corpus
+
+
+@pytest.fixture
 def mounted(tmp_path, pg_catalog):
     """A mounted archive whose catalog is a fresh PostgreSQL database."""
     m = Mounted(tmp_path, mkfs_args=("--catalog", pg_catalog))
