@@ -23,7 +23,7 @@ from .cli_query import COMMANDS as QUERY_COMMANDS
 from .cli_warc import COMMANDS as WARC_COMMANDS
 from .commandline import (DiskPath, disk_location, import_target, open_store, options_given, progress_bar,
                           run_admin_command)
-from .errors import WebfsError
+from .errors import WebfsError, os_error_text
 from .quickimport import import_options
 from .settings import DEFAULT_DEPTH, DEFAULT_LEVEL, MAX_DEPTH, MIN_DEPTH, STORE_MODES
 
@@ -575,6 +575,5 @@ def run() -> None:
     except BrokenPipeError:
         sys.exit(141)
     except OSError as exc:      # the system refused (a read-only or full disk): said as coreutils say it
-        where = f"{exc.filename}: " if exc.filename else ""
-        click.echo(f"webfs: {where}{exc.strerror or exc}", err=True)
+        click.echo(f"webfs: {os_error_text(exc)}", err=True)
         sys.exit(1)

@@ -28,7 +28,7 @@ import trio
 
 from . import admin, catalogfile, changes, heapmemory, indexer, machines, outages, recovery, testkill
 from .commands.cooling import background_step
-from .errors import ArchiveError, WebfsError
+from .errors import ArchiveError, WebfsError, os_error_text
 from .fs import Operations, count_request, work_answered
 from .groupcommit import away
 from .manifest import manifest_chunks
@@ -208,6 +208,7 @@ class Daemon:
         def send(obj):
             wfile.write((json.dumps(obj) + "\n").encode())
             wfile.flush()
+        name = None
         try:
             req = json.loads(rfile.readline() or b"{}")
             name = req.get("op")
@@ -227,8 +228,8 @@ class Daemon:
         except BrokenPipeError:
             pass
         except OSError as exc:          # a disk's failure (an outage, a full disk), not a bug
-            said = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
-            log.error("%s failed: %s", name, said)
+            said = os_error_text(exc)
+            log.error("%s failed: %s", name or "an admin operation", said)
             send({"error": said})
         except Exception as exc:        # keep the daemon up; the caller hears what broke
             log.exception("admin operation failed")

@@ -1,8 +1,14 @@
-"""The errors webfs raises, as types.
+"""The errors webfs raises, as types, and how an OSError is said to a user.
 
 They are raised deep down and turned into an errno only at the FUSE edge
 (`fs`) or into a message only at the CLI edge (`cli`), as S3QL does.
 """
+
+
+def os_error_text(exc: OSError) -> str:
+    """What the system refused, as coreutils say it: "PATH: what happened"."""
+    what = exc.strerror or str(exc)
+    return f"{exc.filename}: {what}" if exc.filename else what
 
 
 class WebfsError(Exception):
