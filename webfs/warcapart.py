@@ -274,11 +274,10 @@ def _prepare(rec: Record, preparing: Preparing) -> None:
         rec.filed = file_record(rec)
     except (ValueError, RecursionError):
         return
-    shown = rec.payload if rec.document is None else rec.document
-    if rec.rtype != "revisit" and len(shown) <= preparing.max_block:
+    if rec.rtype != "revisit" and len(rec.shown) <= preparing.max_block:
         check = DigestCheck(rec.fields.get(b"warc-payload-digest"))
         check.update(rec.payload)
-        rec.prepared = (signature(shown) if preparing.sign else None, check.matches(), None)
+        rec.prepared = (signature(rec.shown) if preparing.sign else None, check.matches(), None)
 
 
 class _Encoder:
@@ -302,8 +301,7 @@ class _Encoder:
         for r in todo:
             sig, matches, _ = r.prepared
             if sig is None or not (sig in self.seen or sig in known):
-                shown = r.payload if r.document is None else r.document
-                r.prepared = (sig, matches, codecs.encode(shown, self.preparing.codec, self.preparing.level))
+                r.prepared = (sig, matches, codecs.encode(r.shown, self.preparing.codec, self.preparing.level))
                 if sig is not None:
                     new.add(sig)
             if sig is not None:

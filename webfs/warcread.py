@@ -104,6 +104,11 @@ class Record:
     document: Optional[bytes] = None   # the entity decoded, and why it is not: capture.file_record
     undecoded: Optional[str] = None
 
+    @property
+    def shown(self):
+        """What its capture file holds: the document decoded, else the payload as recorded."""
+        return self.payload if self.document is None else self.document
+
 
 def gzip_recipe(member: bytes, crc: int) -> bytes:
     """The index's gz column for a gzip member: ``gz:LEVEL:HEADER:CRC`` (zlib's
