@@ -91,6 +91,11 @@ class Backend(abc.ABC):
         not wait on a hung server); by default, ``present()``."""
         return self.present()
 
+    def answers_now(self) -> bool:
+        """Reachable, asked now even if known unreachable a moment ago (a sync
+        or an unmount, which would leave the disk out); by default, ``present()``."""
+        return self.present()
+
     def waiting(self) -> int:
         """Objects written that the disk does not hold yet, kept only on this
         machine until it does (an object store's staged uploads); 0 here."""

@@ -368,6 +368,10 @@ class S3Backend(Backend):
         """Reachable as far as the last request knows (asks nothing: status)."""
         return not self.endpoint.down
 
+    def answers_now(self) -> bool:
+        """A down endpoint probed now, in the caller, not at its next probe."""
+        return self.endpoint.ask_now() if self.endpoint.down else self.present()
+
     def waiting(self) -> int:
         return self.staging.pending
 

@@ -67,21 +67,25 @@ class Endpoint:
             if self._probing or self.clock.monotonic() < self._down_until:
                 return False
             self._probing = True
-        threading.Thread(target=self._ask, name="webfs-endpoint-probe", daemon=True).start()
+        threading.Thread(target=self.ask_now, name="webfs-endpoint-probe", daemon=True).start()
         return False
 
-    def _ask(self) -> None:
+    def ask_now(self) -> bool:
+        """The probe, run in the caller, whenever it is due: the background
+        one's, and a caller's that must know before it goes on (an unmount,
+        whose records would miss a disk given up a moment ago for a late read)."""
         try:
             self._probe()
         except Exception:
             with self._lock:
                 self._down_until = self.clock.monotonic() + DOWN_SECONDS
                 self._probing = False
-            return
+            return False
         with self._lock:
-            self._down_until = 0.0
-            self._probing = False
-        log.warning("%s: endpoint answers again", self.where)
+            was_down, self._down_until, self._probing = self.down, 0.0, False
+        if was_down:
+            log.warning("%s: endpoint answers again", self.where)
+        return True
 
     def failed(self, why: str) -> None:
         """A request found it unreachable: down from now (said once per outage,

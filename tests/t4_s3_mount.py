@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 from conftest import REPO, eventually, sh, state_of, unmount, webfs
+from webfs.backends.s3 import DiskURL
 
 
 def bucket(tag: str) -> str:
@@ -228,9 +229,54 @@ def test_a_server_that_comes_back_is_taken_back_without_a_remount(weeds, tmp_pat
         said = proc.stdout.decode() + proc.stderr.decode()
         assert proc.returncode == 0 and " 0 problem(s)" in said, said
         sh(f"diff -r '{src}' '{mnt}/again'")
-        log = (Path(state_of(disks[0])) / "meta" / "webfs.log").read_text()
+        # The mount names its log, which for an S3 disk is in the state directory.
+        named = os.getxattr(mnt, "user.webfs.log").decode()
+        assert named == str(Path(state_of(disks[0])) / "meta" / "webfs.log")
+        log = Path(named).read_text()
         assert "disk 1 is back" in log and "Refs header(s) written from the catalog" in log
     finally:
         proc = webfs("umount", mnt, check=False)
         unmount(mnt)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+
+
+def test_a_disk_given_up_for_a_late_read_is_asked_again_at_the_unmount(weeds, tmp_path, corpus, monkeypatch):
+    """A cold read of a block on disk 0 while its server stands still for a
+    moment (SIGSTOP) is served through parity, and the disk is given up
+    until its endpoint's next probe (a few seconds). An unmount that comes
+    meanwhile asks that disk again at once and takes it back: its bucket gets
+    the unmount's MANIFEST and catalog and loses the mount's lease, as the
+    others do, and a new machine mounts it (before: the unmount left that
+    disk out, its lease and a catalog without the last names in its bucket)."""
+    disks = bucket_on_each(weeds, "late")
+    mnt, src = mounted_site(disks, tmp_path, corpus)
+    webfs("umount", mnt)
+    webfs("mount", disks[0], mnt)               # cold: nothing cached in the daemon
+    stopped = weeds[0]
+    try:
+        on_disk0 = next(p for p in (mnt / "site").rglob("*")
+                        if p.is_file() and os.getxattr(p, "user.webfs.disk") == b"0")
+        (mnt / "after").write_bytes(b"a name only the unmount's records hold")
+        os.killpg(stopped.proc.pid, signal.SIGSTOP)
+        try:
+            assert on_disk0.read_bytes() == (src / on_disk0.relative_to(mnt / "site")).read_bytes()
+        finally:
+            os.killpg(stopped.proc.pid, signal.SIGCONT)
+        log = Path(os.getxattr(mnt, "user.webfs.log").decode())
+        assert "disk 0 is gone" in log.read_text()
+    finally:
+        proc = webfs("umount", mnt, check=False)
+        unmount(mnt)
+    assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    meta = [{o["Key"]: o["ETag"] for o in weeds[i].client().list_objects_v2(
+        Bucket=DiskURL.parse(d).bucket, Prefix="meta/")["Contents"]} for i, d in enumerate(disks)]
+    assert "meta/MOUNTED" not in meta[0], meta[0]
+    manifests = {m["meta/MANIFEST.gz"] for m in meta if "meta/MANIFEST.gz" in m}     # the record disks'
+    assert "meta/MANIFEST.gz" in meta[0] and len(manifests) == 1, meta
+    monkeypatch.setenv("WEBFS_STATE_DIR", str(tmp_path / "new-machine"))
+    webfs("mount", disks[0], mnt)
+    try:
+        assert (mnt / "after").read_bytes() == b"a name only the unmount's records hold"
+        sh(f"diff -r '{src}' '{mnt}/site'")
+    finally:
+        webfs("umount", mnt)

@@ -535,11 +535,14 @@ class Archive:
         log.error("disk %d is gone (%s); treating it as missing%s", index, why,
                   " until its endpoint answers again" if back else "")
 
-    def regain(self, index: int) -> Volume:
+    def regain(self, index: int) -> Optional[Volume]:
         """A disk lost while in use is there again (its endpoint answers): it is
-        present from now on. The caller puts right what it missed."""
+        present from now on. The caller puts right what it missed; None when
+        another caller took it back already."""
         with self._losing:
-            vol = self.lost[index]
+            vol = self.lost.get(index)
+            if vol is None:
+                return None
             self.lost = {i: v for i, v in self.lost.items() if i != index}
             self.volumes = {**self.volumes, index: vol}
             self.missing = {i: why for i, why in self.missing.items() if i != index}

@@ -87,8 +87,7 @@ def umount(mountpoint: str, timeout: float = 600.0) -> None:
     try:
         pid = int(os.getxattr(mnt, "user.webfs.pid"))
         report = report_path(os.getxattr(mnt, CONTROL_XATTR).decode())
-        log_file = os.path.join(os.getxattr(mnt, "user.webfs.disks").decode().split("\n")[0],
-                                "meta", "webfs.log")
+        log_file = os.getxattr(mnt, "user.webfs.log").decode()     # an S3 disk's is in its state directory
     except OSError:
         raise ArchiveError(f"{mountpoint}: not a webfs mount") from None
     proc = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)

@@ -92,7 +92,7 @@ class Daemon:
             catalogfile.prefetch(store.catalog.path)
         self.lease = machines.lease_for(store.catalog, (self.backend_options or BackendOptions()).state_base(),
                                         self.opts.machine_renew)
-        log_path = _log_to_disk(store)
+        self.log_path = log_path = _log_to_disk(store)
         if lockorder.checked() is not None:
             log.info("the order in which threads take locks is checked (WEBFS_LOCK_ORDER)")
         # Another machine's mount at work left the catalog marked in use: not a crash.
@@ -200,6 +200,7 @@ class Daemon:
         info = {CONTROL_XATTR.encode(): self.socket_path.encode(),
                 b"user.webfs.pid": str(os.getpid()).encode(),
                 b"user.webfs.archive": self.store.conf.uuid.encode(),
+                b"user.webfs.log": self.log_path.encode(),
                 b"user.webfs.disks": "\n".join(v.backend.location for v in self.store.archive.volumes.values()).encode()}
         self.fs.root_xattrs.update(info)
 
@@ -248,10 +249,20 @@ class Daemon:
         stays open and dirty for its writer, and the sync fails naming it."""
         failed = await self.fs.files.commit_all()
         with away():
+            await trio.to_thread.run_sync(self._disks_back)
             await trio.to_thread.run_sync(self.checkpoint)
         if failed:
             raise WebfsError(f"synced, except {len(failed)} open file(s) that could not be stored: "
                              + ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else ""))
+
+    def _disks_back(self) -> None:
+        """Before a sync's or the unmount's writes: a disk given up a moment ago
+        (a read not answered in time) that answers now is taken back, so that
+        its MANIFEST, catalog copy and lease are not left behind."""
+        try:
+            outages.ask_again(self.store)
+        except Exception:
+            log.exception("cannot take back the disks that answer again")
 
     def _flush_parity(self) -> None:
         from .parity import WRITE_BEHIND
@@ -527,6 +538,7 @@ class Daemon:
         if self.ns is not None and not self.opts.read_only:
             for ino in self.ns.orphans():
                 self.ns.free(ino)
+        self._disks_back()
         try:
             self.checkpoint()
         except Exception as exc:

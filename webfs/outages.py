@@ -3,9 +3,10 @@
 A disk whose directory vanishes or whose endpoint stops answering is taken
 out of use (``Archive.lose``); while it is away, ``Missed`` keeps what it
 missed: Refs headers behind the catalog, files of blocks released
-meanwhile. ``check_disks`` notices both ways, and a disk that answers again
-is taken back and ``catch_up`` puts right what it missed, without a
-remount. The store records what is missed; this module owns the rest.
+meanwhile. ``check_disks`` notices both ways (``ask_again``, before a sync
+or an unmount, at once), and a disk that answers again is taken back and
+``catch_up`` puts right what it missed, without a remount. The store
+records what is missed; this module owns the rest.
 """
 from __future__ import annotations
 
@@ -52,12 +53,32 @@ def check_disks(store, ask: bool = True) -> None:
                               else "its endpoint does not answer")
     for index, vol in list(store.archive.lost.items()) if ask else ():
         if vol.backend.present():
-            store.catching_up.add(index)     # status says so until the catch-up is done
-            try:
-                store.archive.regain(index)
-                log.warning("disk %d: %s", index, catch_up(store, index))
-            finally:
-                store.catching_up.discard(index)
+            take_back(store, index)
+
+
+def ask_again(store) -> None:
+    """Before a sync's or an unmount's writes: each endpoint found down a moment
+    ago (one late read is enough) is asked again now, not at its next probe,
+    and a lost disk that answers is taken back; else that disk would miss the
+    MANIFEST, the catalog's copy and the lease's release. One that does not
+    answer is left to the sync (which fails on what it owes the disk, or gives
+    it up)."""
+    for vol in list(store.archive.volumes.values()):
+        if not vol.backend.known_present():
+            vol.backend.answers_now()
+    for index, vol in list(store.archive.lost.items()):
+        if vol.backend.answers_now():
+            take_back(store, index)
+
+
+def take_back(store, index: int) -> None:
+    """A lost disk that answers again in use again, what it missed put right."""
+    store.catching_up.add(index)     # status says so until the catch-up is done
+    try:
+        if store.archive.regain(index) is not None:     # else taken back meanwhile, by another check
+            log.warning("disk %d: %s", index, catch_up(store, index))
+    finally:
+        store.catching_up.discard(index)
 
 def catch_up(store, disk: int) -> str:
     """Put right what a disk that is back missed (``Missed``): each Refs header
