@@ -148,11 +148,11 @@ def current(coll: str, files, pywb_dir: str, tree=None, sources: Optional[dict] 
         path = os.path.join(cache, name + ".cdxj")
         lines = _cached(path, key)
         if lines is None:
-            if not isinstance(files, dict):
-                files = files()
             lines = kept_lines(tree or files[name].tree, src, key)
             from_import += lines is not None
             if lines is None:       # not kept, or stale (a capture deleted, a revisit's original elsewhere)
+                if not isinstance(files, dict):
+                    files = files()     # laid out here only now (the daemon's layout gave the keys)
                 lines = _index_again(name, files.get(name), key)
                 fresh += 1
             write_file(path, KEY_PREFIX + key + b"\n" + b"".join(lines))   # the next start reads it here
