@@ -268,18 +268,20 @@ class DiskTree:
 
     def files_below(self) -> dict:
         """Every file of the collection (an Inode), by its path: each directory
-        listed once (replay lays out 11,000 captures in a tenth of a second, where
-        a lookup per file took half a second)."""
-        out = {}
-        todo = [(self.top, b"")]
-        while todo:
-            ino, rel = todo.pop()
-            for name, node in self._entries(ino).items():
-                path = rel + b"/" + name if rel else name
+        listed once, the directories of a level 500 to a query (replay lays out
+        11,000 captures in 2,600 directories; a query per directory took 0.1 s of
+        CPU, a lookup per file half a second)."""
+        out: dict = {}
+        level = {self.top: b""}         # directories by inode -> their paths
+        while level:
+            below = {}
+            for parent, name, node in self.ns.entries_of(list(level)):
+                path = level[parent] + b"/" + name if level[parent] else name
                 if node.is_dir:
-                    todo.append((node.id, path))
+                    below[node.id] = path
                 else:
                     out[path] = node
+            level = below
         return out
 
     def locate(self, paths: list[bytes], pool, ordered: bool) -> list[Where]:
