@@ -29,15 +29,15 @@ import hashlib
 import os
 import stat
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from . import walkread
 from .admin import Progress, Result
 from .archive import archive_place
-from .assembly import OpenArchive, open_archive
 from .backends import BackendOptions, is_url
 from .errors import FsError, WebfsError
-from .namespace import ROOT_INODE
+if TYPE_CHECKING:
+    from .assembly import OpenArchive
 
 
 KEEP_DIR = b"@warc"                  # at the top of a collection: webfs's own names
@@ -186,7 +186,9 @@ class DiskTree:
         with ``options`` (the command line's, for S3 disks and leases; None:
         the defaults) and closed by ``close``; or of ``opened`` (left open),
         with its namespace."""
-        from .namespace import Namespace
+        # here: replay of a collection in a mount opens no archive, and loads no store
+        from .assembly import open_archive
+        from .namespace import ROOT_INODE, Namespace
         self.name = path
         self.owns_store = opened is None
         # Reading only (versions, url, replay), as status and get: no lock, no S3 lease.
