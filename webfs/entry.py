@@ -1,9 +1,8 @@
 """The ``webfs`` command's entry point (setup.cfg's console script): a
 ``webfs search`` is first offered to webfs.quicksearch, a ``webfs import``
 to webfs.quickimport, which run a plain one of a mount point without
-loading click or the rest of the command line; a ``webfs replay`` has its
-view asked ahead (webfs.replayahead); every other command, and every one
-they leave, is webfs.cli's.
+loading click or the rest of the command line; every other command, and
+every one they leave, is webfs.cli's.
 """
 import sys
 
@@ -17,9 +16,6 @@ def run() -> None:
     elif sys.argv[1:2] == ["import"]:
         from .quickimport import import_
         status = import_(sys.argv[2:])
-    elif sys.argv[1:2] == ["replay"]:
-        from .replayahead import ask_ahead
-        ask_ahead(sys.argv[2:])         # the daemon lays the collection out while click loads
     if status is not None:
         sys.exit(status)
     from .cli import run as run_cli

@@ -27,8 +27,7 @@ import re
 import stat
 from typing import TYPE_CHECKING, Optional
 
-from . import control, replayahead, warc, warcview
-from .admin import Result
+from . import control, warc, warcview
 from .cdxj import KEY_PREFIX, VirtualFile, index_one, kept_lines, key_of, laid_out
 from .files import write_file as write_new
 from .errors import WebfsError
@@ -253,9 +252,7 @@ def shown_by_mount(tree) -> Optional[tuple[str, dict]]:
     if not found:
         return None
     mnt, inside = found
-    ahead = replayahead.taken(mnt, inside)
-    got = (Result.from_json(ahead) if ahead is not None
-           else control.call(mnt, "warc-view", {"collection": inside})).figures      # warcview.warc_view
+    got = control.call(mnt, "warc-view", {"collection": inside}).figures      # warcview.warc_view
     sources = {name: (os.fsencode(src), key.encode("utf-8", "surrogateescape"))
                for name, (src, key) in got["files"].items()}
     return os.path.join(mnt, ".webfs", os.fsdecode(warcview.VIEW_DIR), got["view"]) + "/", sources
