@@ -405,3 +405,16 @@ def test_blocks_kept_by_a_lookup_serve_one_open_then_the_catalog_answers(ns, sto
     move_group(store, row.grp, moved_to)
     assert [r.disk for r in cold.pieces(f.id)] == [row.disk]       # kept by the lookup, for its open
     assert [r.disk for r in cold.pieces(f.id)] == [moved_to]       # the next open asks the catalog
+
+
+def test_entries_of_many_directories_at_once(ns):
+    """entries_of (a collection's walk, level by level): every entry of the
+    directories asked, more of them than one query's 500, as entries lists them."""
+    dirs = [mkdir(ns, ROOT_INODE, b"d%d" % i) for i in range(600)]
+    for d in dirs[::7]:
+        mkfile(ns, d.id, b"f")
+        mkdir(ns, d.id, b"sub")
+    got = sorted((parent, name, node) for parent, name, node in ns.entries_of([d.id for d in dirs]))
+    want = sorted((d.id, name, node) for d in dirs for _, name, node in ns.entries(d.id))
+    assert got == want and len(got) == 2 * len(dirs[::7])
+    assert ns.entries_of([dirs[1].id]) == []

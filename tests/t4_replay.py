@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import http.client
 import json
+import os
 import re
 import subprocess
 import time
@@ -189,7 +190,11 @@ def test_replay_indexes_again_only_what_changed(tmp_path):
         webfs("import-warc", "--collection", "c", write_warc(tmp_path / "a.warc.gz", pages), m.mnt)
         pw = tmp_path / "pw"
         # the first start takes the lines import-warc kept, the next its own copy
+        opens = lambda: json.loads(os.getxattr(m.mnt, "user.webfs.requests")).get("open", 0)  # noqa: E731
+        before = opens()
         assert "(5 lines; 0 of 1 source file(s) indexed now, 1 as import-warc" in replay_says(m.mnt / "c", pw)
+        # the kept lines are all it opens: the daemon laid the collection out (no .heads, .index read here)
+        assert opens() - before == 1
         assert "(5 lines; 0 of 1 source file(s) indexed now, 0 as import-warc" in replay_says(m.mnt / "c", pw)
         later = [("http://example.com/new", b"<html>new</html>")]
         webfs("import-warc", "--collection", "c", write_warc(tmp_path / "b.warc.gz", later, start=100), m.mnt)

@@ -21,18 +21,19 @@ from __future__ import annotations
 
 import collections
 import heapq
-import http.server
 import logging
 import os
 import re
 import stat
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from . import control, warc, warcview
-from .backends import BackendOptions
 from .cdxj import KEY_PREFIX, VirtualFile, index_one, kept_lines, key_of, laid_out
 from .files import write_file as write_new
 from .errors import WebfsError
+
+if TYPE_CHECKING:
+    from .backends import BackendOptions
 
 log = logging.getLogger(__name__)
 
@@ -148,11 +149,11 @@ def current(coll: str, files, pywb_dir: str, tree=None, sources: Optional[dict] 
         path = os.path.join(cache, name + ".cdxj")
         lines = _cached(path, key)
         if lines is None:
-            if not isinstance(files, dict):
-                files = files()
             lines = kept_lines(tree or files[name].tree, src, key)
             from_import += lines is not None
             if lines is None:       # not kept, or stale (a capture deleted, a revisit's original elsewhere)
+                if not isinstance(files, dict):
+                    files = files()     # laid out here only now (the daemon's layout gave the keys)
                 lines = _index_again(name, files.get(name), key)
                 fresh += 1
             write_file(path, KEY_PREFIX + key + b"\n" + b"".join(lines))   # the next start reads it here
@@ -186,6 +187,7 @@ def _index_again(name: str, vf: Optional[VirtualFile], key: bytes) -> list[bytes
 
 def serve(served: dict[str, dict[str, VirtualFile]], port: int, host: str = "127.0.0.1"):
     """An HTTP server of the virtual files at /COLL/NAME, with byte ranges (not started)."""
+    import http.server      # here: a collection in a mount is served by the mount, and replay ends at once
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def _target(self) -> Optional[VirtualFile]:

@@ -29,15 +29,15 @@ import hashlib
 import os
 import stat
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from . import walkread
 from .admin import Progress, Result
 from .archive import archive_place
-from .assembly import OpenArchive, open_archive
 from .backends import BackendOptions, is_url
 from .errors import FsError, WebfsError
-from .namespace import ROOT_INODE
+if TYPE_CHECKING:
+    from .assembly import OpenArchive
 
 
 KEEP_DIR = b"@warc"                  # at the top of a collection: webfs's own names
@@ -186,7 +186,9 @@ class DiskTree:
         with ``options`` (the command line's, for S3 disks and leases; None:
         the defaults) and closed by ``close``; or of ``opened`` (left open),
         with its namespace."""
-        from .namespace import Namespace
+        # here: replay of a collection in a mount opens no archive, and loads no store
+        from .assembly import open_archive
+        from .namespace import ROOT_INODE, Namespace
         self.name = path
         self.owns_store = opened is None
         # Reading only (versions, url, replay), as status and get: no lock, no S3 lease.
@@ -268,18 +270,20 @@ class DiskTree:
 
     def files_below(self) -> dict:
         """Every file of the collection (an Inode), by its path: each directory
-        listed once (replay lays out 11,000 captures in a tenth of a second, where
-        a lookup per file took half a second)."""
-        out = {}
-        todo = [(self.top, b"")]
-        while todo:
-            ino, rel = todo.pop()
-            for name, node in self._entries(ino).items():
-                path = rel + b"/" + name if rel else name
+        listed once, the directories of a level 500 to a query (replay lays out
+        11,000 captures in 2,600 directories; a query per directory took 0.1 s of
+        CPU, a lookup per file half a second)."""
+        out: dict = {}
+        level = {self.top: b""}         # directories by inode -> their paths
+        while level:
+            below = {}
+            for parent, name, node in self.ns.entries_of(list(level)):
+                path = level[parent] + b"/" + name if level[parent] else name
                 if node.is_dir:
-                    todo.append((node.id, path))
+                    below[node.id] = path
                 else:
                     out[path] = node
+            level = below
         return out
 
     def locate(self, paths: list[bytes], pool, ordered: bool) -> list[Where]:

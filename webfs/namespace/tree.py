@@ -23,6 +23,10 @@ from .rows import (BLOCK_COLUMNS_OF_B, INODE_COLUMNS, NAME_MAX, NO_XATTRS, ROOT_
                    NamespaceRows, check_name, now_ns)
 from .paths import NAMES_UP_SQL, KeptPaths
 
+# A directory's entries joined with their inodes: (rowid, parent, name, the inode's columns).
+ENTRIES_SQL = (f"SELECT d.rowid, d.parent, d.name, {', '.join('i.' + c.strip() for c in INODE_COLUMNS.split(','))} "
+               "FROM dentries d JOIN inodes i ON i.id = d.inode WHERE ")
+
 # Times a rename is done again after another machine changed one of its names meanwhile.
 RENAME_TRIES = 4
 
@@ -131,12 +135,13 @@ class Namespace(NamespaceRows):
         """(offset, name, inode) of a directory's entries after an offset, in
         offset order, kept nowhere: a walk of everything leaves the memo to
         what is in use (the kernel's readdir asks ``listing``)."""
-        with self.cat.lock:
-            rows = self.cat.query(
-                f"SELECT d.rowid, d.name, {', '.join('i.' + c.strip() for c in INODE_COLUMNS.split(','))} "
-                "FROM dentries d JOIN inodes i ON i.id = d.inode "
-                "WHERE d.parent=? AND d.rowid>? ORDER BY d.rowid LIMIT ?", (parent, after, limit))
-        return [(r[0], r[1], Inode(*r[2:])) for r in rows]
+        rows = self.cat.query(ENTRIES_SQL + "d.parent=? AND d.rowid>? ORDER BY d.rowid LIMIT ?", (parent, after, limit))
+        return [(r[0], r[2], Inode(*r[3:])) for r in rows]
+
+    def entries_of(self, parents: list[int]) -> list[tuple[int, bytes, Inode]]:
+        """(parent, name, inode) of every entry of many directories, a query per
+        500 (a collection's walk, level by level: not a query per directory)."""
+        return [(r[1], r[2], Inode(*r[3:])) for r in self.cat.query_in(ENTRIES_SQL + "d.parent IN ({})", parents)]
 
     def listing(self, parent: int, after: int, limit: int, keep: bool = True
                 ) -> list[tuple[int, bytes, Inode, Optional[BlockRow]]]:
