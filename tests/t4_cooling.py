@@ -66,9 +66,12 @@ class ZipfReader(threading.Thread):
 
 
 def start_reading(m: Mounted, corpus: Path, **kwargs) -> tuple[Path, ZipfReader]:
-    """Copy a crawl into the mount and start a ZipfReader on it."""
+    """Copy a crawl into the mount and start a ZipfReader on it. webfs import
+    has the daemon copy it (no FUSE round trip a file): what the readers and
+    the moves need is the crawl's blocks, stored as cp -a stores them;
+    cp -a through FUSE is t4_mount's."""
     src = corpus / "crawl-001"
-    sh(f"cp -a '{src}' '{m.mnt}/crawl-001'")
+    webfs("import", src, m.mnt)
     reader = ZipfReader(m.mnt / "crawl-001", src, **kwargs)
     reader.start()
     return src, reader
