@@ -13,7 +13,7 @@ import pytest
 from conftest import eventually
 from webfs.catalog import Catalog
 from webfs.catalogengine import BLOCK_IDS, PostgresEngine
-from webfs.machines import MachineLease, renewed_meanwhile
+from webfs.machines import MachineLease
 from webfs.namespace.tree import Namespace
 
 SIG, OTHER = "ab" * 16, "cd" * 16
@@ -119,40 +119,61 @@ def test_two_mounts_waiting_for_each_other_go_on_without_waiting_to_the_end(cata
         second.release(), first.release()
 
 
-def test_while_the_mount_unmounts_its_row_is_renewed_by_a_thread_of_its_own(catalog, postgres):
-    """The daemon's loop, which renews the row, has stopped at an unmount: its
-    last writes took more than three periods on a loaded host, and another
-    mount took the row over and refused its last commit."""
+def test_the_row_is_renewed_by_a_thread_of_its_own_until_it_is_released(catalog, postgres):
+    """Not by the daemon's loop: a loaded host held it up, and an unmount
+    waiting for work in flight had ended it, for more than three periods;
+    another mount then took the row over and refused the last commit."""
     cat, db = catalog
     lease = MachineLease(cat.engine, "machine-a", renew=0.1)
     lease.take()
     renewed = lambda: postgres.psql(db, "SELECT renewed_at FROM mounts WHERE machine = 'machine-a'").strip()  # noqa: E731
     seen = {renewed()}
+    lease.keep_renewed()
     try:
-        with renewed_meanwhile(lease):
-            deadline = time.monotonic() + 60
-            while len(seen) < 3 and time.monotonic() < deadline:
-                time.sleep(0.05)
-                seen.add(renewed())
-        assert len(seen) >= 3
-        after = renewed()
-        assert lease.touch() and renewed() != after      # the thread stopped; the row is still this mount's
+        eventually(lambda: seen.add(renewed()) or len(seen) >= 3, "three renewals", 60, every=0.05)
     finally:
         lease.release()
+    assert postgres.psql(db, "SELECT count(*) FROM mounts").strip() == "0"
+    assert not lease._thread.is_alive()
 
 
-def test_an_unmount_renews_its_row_at_once_not_a_period_later(catalog, postgres):
-    """The loop's last renewal may be a period old when the unmount starts:
-    the thread renews at once (a period later, a loaded unmount could be
-    taken for dead before its first renewal). A period of an hour shows it."""
+def test_after_the_unmounts_last_call_the_renewals_take_nothing_over(catalog, postgres):
+    """Machines taken over are handed to the mount (their stripes are its to
+    see to) until its last writes begin; after those, its renewals only keep
+    its own row: a machine taken over then would have no one to see to it."""
     cat, db = catalog
-    lease = MachineLease(cat.engine, "machine-a", renew=3600)
+    dead = MachineLease(cat.engine, "machine-dead", renew=0.1)
+    dead.take()
+    lease = MachineLease(cat.engine, "machine-a", renew=0.1)
     lease.take()
-    renewed = lambda: postgres.psql(db, "SELECT renewed_at FROM mounts WHERE machine = 'machine-a'").strip()  # noqa: E731
-    before = renewed()
+    lease.keep_renewed()
     try:
-        with renewed_meanwhile(lease):
-            eventually(lambda: renewed() != before, "the row renewed as the unmount starts", 60, every=0.05)
+        eventually(lambda: postgres.psql(db, "SELECT count(*) FROM mounts").strip() == "1", "the dead row taken", 60,
+                   every=0.05)
+        assert lease.taken_over() == ["machine-dead"] and lease.taken_over() == []
+        assert lease.taken_over(last=True) == []
+        dead.take()                     # dies again, now as the mount unmounts
+        first = postgres.psql(db, "SELECT renewed_at FROM mounts WHERE machine = 'machine-a'").strip()
+        eventually(lambda: postgres.psql(db, "SELECT renewed_at FROM mounts WHERE machine = 'machine-a' AND "
+                                             f"renewed_at > '{first}'::timestamptz + interval '0.5 s'").strip(),
+                   "five periods of renewals", 60, every=0.05)
+        assert postgres.psql(db, "SELECT count(*) FROM mounts").strip() == "2"
+        assert lease.taken_over() == []
+    finally:
+        lease.release()
+        dead.release()
+
+
+def test_a_renewal_that_finds_the_row_taken_over_ends_the_renewals(catalog, postgres, caplog):
+    cat, db = catalog
+    lease = MachineLease(cat.engine, "machine-a", renew=0.1)
+    lease.take()
+    lease.keep_renewed()
+    try:
+        postgres.psql(db, "UPDATE mounts SET token = token + 1000")
+        eventually(lambda: lease.lost, "the renewals finding the row taken", 60, every=0.05)
+        lease._thread.join(60)
+        assert not lease._thread.is_alive() and "read-only from now on" in caplog.text
     finally:
         lease.release()
 

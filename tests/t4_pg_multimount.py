@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, REPO, sh, unmount, webfs
+from conftest import BIN, REPO, eventually, sh, unmount, webfs
 from webfs.control import CONTROL_XATTR
 
 # Seconds between renewals of a mount's row: take-over after 3 s. Not less: under
@@ -45,6 +45,10 @@ class Machine:
 
     def pid(self) -> int:
         return int(os.getxattr(self.mnt, "user.webfs.pid"))
+
+    def machine(self) -> str:
+        """Its machine id (made at its first mount)."""
+        return (self.state / "machine-id").read_text().strip()
 
 
 @pytest.fixture(scope="module")
@@ -664,3 +668,46 @@ def test_files_in_a_fetched_read_ahead_window_changed_elsewhere_are_not_served_s
     assert poll(lambda: not (d / "f12").exists() and not (d / "f11").exists(), 10.0)
     assert (d / "f11.moved").read_bytes() == b"old 11 " * 300
     assert (d / "f13").read_bytes() == b"old 13 " * 300
+
+
+def test_an_unmount_that_waits_for_work_in_flight_keeps_its_lease(tmp_path, pg_catalog, postgres):
+    """A's unmount waits, its loop ended, for work its daemon has in flight (a
+    parity file written behind, held on a FIFO here; an indexing pass on a
+    loaded machine in CI) longer than three renewal periods: its row is renewed meanwhile by a
+    thread of its own, so B does not take it for dead, and A's last commit
+    is kept (before: refused, and the unmount exited 1)."""
+    disks = [tmp_path / f"disk{i}" for i in range(4)]
+    webfs("mkfs", "--catalog", pg_catalog, *disks)
+    a, b = (Machine(tmp_path, name, disks[i]) for i, name in enumerate("ab"))
+    fifo = tmp_path / "point.fifo"
+    os.mkfifo(fifo)
+    a.env["WEBFS_TEST_KILL_AT"] = f"parity-before-write:1:wait:{fifo}"
+    db = database(pg_catalog)
+    page = b"<html><body>written last on a</body></html>" * 100
+    a.mount()
+    b.mount()
+    try:
+        (a.mnt / "last.html").write_bytes(page)
+        held = os.open(fifo, os.O_WRONLY)   # returns once A's parity flush waits at the point
+        try:
+            umount = subprocess.Popen([str(BIN / "webfs"), "umount", str(a.mnt)], env=a.env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            eventually(lambda: not os.path.ismount(a.mnt), "A's FUSE loop ending", every=0.05)
+            since = postgres.psql(db, "SELECT now()").strip()
+            # B renews every period; a renewal 4 periods on would find A's row stale, were it not renewed.
+            eventually(lambda: postgres.psql(db, f"SELECT count(*) FROM mounts WHERE machine = '{b.machine()}' "
+                                                 f"AND renewed_at > '{since}'::timestamptz + interval '{4 * RENEW} s'"
+                                                 ).strip() == "1",
+                       "B renewing 4 periods after A's loop ended", every=0.1)
+            assert postgres.psql(db, f"SELECT count(*) FROM mounts WHERE machine = '{a.machine()}'").strip() == "1"
+        finally:
+            os.close(held)                  # A's parity flush goes on, then its unmount
+        out, _ = umount.communicate(timeout=120)
+        assert umount.returncode == 0, out.decode(errors="replace")
+        assert (b.mnt / "last.html").read_bytes() == page
+        assert postgres.psql(db, "SELECT machine FROM mounts").split() == [b.machine()]
+    finally:
+        for m in (a, b):
+            if os.path.ismount(m.mnt):
+                m.umount()
+    assert webfs("fsck", a.disk).returncode == 0

@@ -330,7 +330,7 @@ class Daemon:
             if self.index_keeper is not None:
                 nursery.start_soon(self._index_when_quiet)
             if self.lease is not None:
-                nursery.start_soon(self.run_every, self.lease.renew, self._renew_lease, "lease renewal")
+                nursery.start_soon(self.run_every, self.lease.renew, self._after_renewals, "taking over")
                 self.listener = changes.Listener(self.store.catalog.engine, self.lease.machine,
                                                  self.others_changed)
             ready()
@@ -390,21 +390,18 @@ class Daemon:
         # One hand-off to the loop per notice (two wake-ups on a busy host), not one for each.
         invalidate_entries(trio.from_thread.run_sync(on_loop, trio_token=self.trio_token))
 
-    def _renew_lease(self) -> None:
-        """Renew this machine's row; one that another machine took over (this
-        one did not renew it in time) makes the mount read-only, said once.
-        The stripes of machines whose rows this renewal took over (they died)
-        get their parity rewritten from the blocks on the disks."""
-        if self.fs.read_only and self.lease.lost:
-            return
-        try:
-            taken = self.lease.renew_once()
-        except machines.LeaseLost as exc:
+    def _after_renewals(self, last: bool = False) -> None:
+        """What the lease's renewals (a thread of its own: webfs.machines) found.
+        This mount's row taken over (it was not renewed in time) makes it
+        read-only. The stripes of machines whose rows they took over (those
+        died) get their parity rewritten from the blocks on the disks.
+        ``last``: the unmount's, after which nothing more is taken over."""
+        if self.lease.lost:
             self.fs.read_only = True
-            log.error("%s: the mount is read-only from now on (unmount it and mount again)", exc)
             return
+        taken = self.lease.taken_over(last)
         if taken:
-            self.store.archive.forget_machines([machine for machine, _, _ in taken])
+            self.store.archive.forget_machines(taken)
             done = self.store.protection.reconcile_stale()
             self.store.commit()
             log.warning("took over %d machine(s)' mounts: %d parity stripe(s) brought up to date",
@@ -489,11 +486,7 @@ class Daemon:
         problems = list(self.fs.files.failures) if self.fs is not None else []
         testkill.point("unmount-after-loop")
         try:
-            # The loop that renewed this machine's row has stopped: a thread renews
-            # it until the store is closed (the last commit, the records copied to
-            # S3 disks), so that no other mount takes it for dead meanwhile.
-            with machines.renewed_meanwhile(self.lease):
-                self._write_out(problems)
+            self._write_out(problems)
         finally:
             if self.store is not None:
                 if self.lease is not None:
@@ -538,6 +531,12 @@ class Daemon:
         if self.ns is not None and not self.opts.read_only:
             for ino in self.ns.orphans():
                 self.ns.free(ino)
+        if self.lease is not None:
+            try:
+                self._after_renewals(last=True)
+            except Exception as exc:
+                log.exception("cannot see to the stripes of the machines taken over")
+                problems.append(f"cannot bring the parity of the machines taken over up to date: {exc}")
         self._disks_back()
         try:
             self.checkpoint()

@@ -9,7 +9,11 @@ sequence ``mount_tokens``, its renewal period and when the server last saw
 it renewed). A machine is a state directory (``machine_id``): two state
 directories on one host are two machines, as the tests have them.
 
-The row is renewed every ``renew`` seconds (``-o machine_renew``). A row not
+The row is renewed every ``renew`` seconds (``-o machine_renew``), by a
+thread of its own from the mount to its release (``keep_renewed``): not by
+the daemon's loop, which a loaded host holds up and which has ended while an
+unmount waits for work in flight (a parity file, an indexing pass); only a
+host that stands still stops renewing. A row not
 renewed for ``STALE_RENEWALS`` of its own periods, by the server's clock,
 belongs to a machine that died: the next renewal of any other mount deletes
 it and reports the machines it took over. Every commit of the catalog
@@ -29,9 +33,9 @@ import socket
 import threading
 import time
 import uuid
-from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Optional
 
+from . import lockorder
 from .errors import ArchiveBusy, WebfsError
 
 ROOT_INODE = 1               # webfs.namespace's root, made by the first mount
@@ -118,6 +122,11 @@ class MachineLease:
         # Counts the renewals that found others: while it stays the same and
         # none are mounted, no other machine has written since (``alone_since``).
         self.others_seen = 0
+        self._renewing = lockorder.lock("machine renewal")     # held by a renewal in flight
+        self._taking_over = True                # False from the unmount's last writes on
+        self._taken: list[str] = []             # machines taken over, their stripes not yet seen to
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
 
     def alone_since(self) -> Optional[int]:
         """A token that stays the same while this mount stays alone, or None
@@ -216,15 +225,50 @@ class MachineLease:
             self._count_others()
         return [tuple(r[:3]) for r in gone]
 
+    def keep_renewed(self) -> None:
+        """Renew the row every period on a thread of its own until ``release``.
+        A renewal that finds the row taken over ends the thread (``lost``)."""
+        def renewals() -> None:
+            while not self._stop.wait(self.renew):
+                try:
+                    with self._renewing:
+                        if self._taking_over:
+                            self._taken += [machine for machine, _, _ in self.renew_once()]
+                        elif not self.touch():
+                            self.lost = True
+                            raise LeaseLost("this mount's lease was taken over by another machine as it unmounted")
+                except LeaseLost as exc:
+                    log.error("%s: the mount is read-only from now on (unmount it and mount again)", exc)
+                except Exception:       # noqa: BLE001 - a server gone a moment: the next period tries again
+                    log.warning("cannot renew this mount's lease; trying again in %g s", self.renew, exc_info=True)
+                if self.lost:
+                    return
+        self._thread = threading.Thread(target=renewals, name="machine lease", daemon=True)
+        self._thread.start()
+
+    def taken_over(self, last: bool = False) -> list[str]:
+        """The machines whose rows the renewals took over since the last call:
+        their stripes are this mount's to bring up to date. ``last`` (the
+        unmount's last writes): from then on the renewals keep this row only,
+        taking over nothing that no one would see to."""
+        with self._renewing:
+            self._taking_over = self._taking_over and not last
+            taken, self._taken = self._taken, []
+        return taken
+
     def others(self) -> list[tuple[str, str, int]]:
         """(machine, host, pid) of the other mounts with a row."""
         return [tuple(r) for r in self._conn.execute(
             "SELECT machine, host, pid FROM mounts WHERE machine != %s ORDER BY started", (self.machine,))]
 
     def release(self) -> None:
-        """Delete the row (unmounted): others need not wait for it to go stale."""
+        """Stop renewing and delete the row (unmounted): others need not wait
+        for it to go stale."""
         if self._conn is None:
             return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
         try:
             if not self.lost:
                 self._conn.execute("DELETE FROM mounts WHERE machine = %s AND token = %s",
@@ -301,37 +345,6 @@ def _alive(host: str, pid: int) -> bool:
     return True
 
 
-@contextmanager
-def renewed_meanwhile(lease: Optional[MachineLease]) -> Iterator[None]:
-    """The lease's row renewed by a thread of its own while the daemon's loop,
-    which renews it otherwise, has stopped: the unmount's MANIFEST, parity
-    and last commit took longer than three periods on a loaded host, and
-    another mount then took the row over and the last commit was refused."""
-    if lease is None or lease.lost:
-        yield
-        return
-    stop = threading.Event()
-
-    def renew() -> None:
-        # At once, then every period: the loop's last renewal may be a period old already.
-        while True:
-            try:
-                if not lease.touch():
-                    return
-            except Exception:       # noqa: BLE001 - the last commit's fence then says what is wrong
-                log.warning("cannot renew this mount's lease while it unmounts", exc_info=True)
-                return
-            if stop.wait(lease.renew):
-                return
-    thread = threading.Thread(target=renew, name="lease at unmount", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
 def lease_for(catalog, state_dir: str, renew: float) -> Optional[MachineLease]:
     """A mount's lease, taken, its fence put on the catalog's connection
     (None: an SQLite catalog, which the archive's flock alone guards)."""
@@ -347,4 +360,5 @@ def lease_for(catalog, state_dir: str, renew: float) -> Optional[MachineLease]:
     catalog.solo = lease.alone_since
     catalog.inode_numbers = InodeNumbers(lease)
     catalog.own_stripes = OWN_STRIPES
+    lease.keep_renewed()
     return lease
