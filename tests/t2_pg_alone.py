@@ -152,13 +152,15 @@ def test_after_the_unmounts_last_call_the_renewals_take_nothing_over(catalog, po
                    every=0.05)
         assert lease.taken_over() == ["machine-dead"] and lease.taken_over() == []
         assert lease.taken_over(last=True) == []
-        dead.take()                     # dies again, now as the mount unmounts
+        again = MachineLease(cat.engine, "machine-dead", renew=0.1)
+        again.take()                    # dies again, now as the mount unmounts
         first = postgres.psql(db, "SELECT renewed_at FROM mounts WHERE machine = 'machine-a'").strip()
         eventually(lambda: postgres.psql(db, "SELECT renewed_at FROM mounts WHERE machine = 'machine-a' AND "
                                              f"renewed_at > '{first}'::timestamptz + interval '0.5 s'").strip(),
                    "five periods of renewals", 60, every=0.05)
         assert postgres.psql(db, "SELECT count(*) FROM mounts").strip() == "2"
         assert lease.taken_over() == []
+        again.release()
     finally:
         lease.release()
         dead.release()
