@@ -73,8 +73,9 @@ deps: apt $(STAMP)
 # tests wait on daemons, servers and disks about half their time, so a third
 # file fills the cores (webfs-internals(7), TEST SUITE TIME, AGAIN). The files
 # share their fixtures and no two tests of one file run at once. PYTEST_ARGS adds
-# options, e.g. PYTEST_ARGS='-n 0' for one process, or '-k store -x'.
-PYTEST := $(BIN)/pytest -q -ra -n 3 --dist loadfile $(PYTEST_ARGS)
+# options, e.g. PYTEST_ARGS='-n 0' for one process, or '-k store -x'. The 25
+# slowest tests are listed at the end: where CI's time went, in its own log.
+PYTEST := $(BIN)/pytest -q -ra -n 3 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 # Every tier (README, Tests, has the times measured).
 test: deps
