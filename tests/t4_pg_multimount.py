@@ -673,9 +673,9 @@ def test_files_in_a_fetched_read_ahead_window_changed_elsewhere_are_not_served_s
 def test_an_unmount_that_waits_for_work_in_flight_keeps_its_lease(tmp_path, pg_catalog, postgres):
     """A's unmount waits, its loop ended, for work its daemon has in flight (a
     parity file written behind, held on a FIFO here; an indexing pass on a
-    loaded machine in CI) longer than three renewal periods: its row is renewed meanwhile by a
-    thread of its own, so B does not take it for dead, and A's last commit
-    is kept (before: refused, and the unmount exited 1)."""
+    loaded machine in CI) longer than three renewal periods: its row is
+    renewed meanwhile by a thread of its own, so B does not take it for
+    dead, and A's last commit is kept (before: refused, the unmount exited 1)."""
     disks = [tmp_path / f"disk{i}" for i in range(4)]
     webfs("mkfs", "--catalog", pg_catalog, *disks)
     a, b = (Machine(tmp_path, name, disks[i]) for i, name in enumerate("ab"))
