@@ -43,6 +43,7 @@ NAMED_INODE_SQL = {asked: (
 CONTENTS_OF_ARRAY = ("INSERT INTO contents (inode, piece, block) "
                      "SELECT ?, piece - 1, block FROM unnest(?::BIGINT[]) WITH ORDINALITY AS p (block, piece)")
 BLOCK_COLUMNS_OF_B = ", ".join("b." + c.strip() for c in BLOCK_COLUMNS.split(","))   # blocks joined as b
+INODE_COLUMNS_OF_I = ", ".join("i." + c.strip() for c in INODE_COLUMNS.split(","))   # inodes joined as i
 
 
 @dataclass(slots=True)
@@ -515,8 +516,7 @@ class NamespaceRows:
 
     def children(self, parent: int) -> dict[bytes, Inode]:
         """Every name in a directory, with its inode."""
-        cols = ", ".join("i." + c.strip() for c in INODE_COLUMNS.split(","))
-        rows = self.cat.query(f"SELECT d.name, {cols} FROM dentries d JOIN inodes i ON i.id = d.inode "
+        rows = self.cat.query(f"SELECT d.name, {INODE_COLUMNS_OF_I} FROM dentries d JOIN inodes i ON i.id = d.inode "
                               "WHERE d.parent=?", (parent,))
         return {r[0]: Inode(*r[1:]) for r in rows}
 

@@ -19,12 +19,12 @@ from ..catalog import TOP_FREED, BlockRow, Catalog
 from ..errors import FsError
 from ..signature import block_name
 from ..store import Store
-from .rows import (BLOCK_COLUMNS_OF_B, INODE_COLUMNS, NAME_MAX, NO_XATTRS, ROOT_INODE, Inode,
-                   NamespaceRows, check_name, now_ns)
+from .rows import (BLOCK_COLUMNS_OF_B, INODE_COLUMNS, INODE_COLUMNS_OF_I, NAME_MAX, NO_XATTRS, ROOT_INODE,
+                   Inode, NamespaceRows, check_name, now_ns)
 from .paths import NAMES_UP_SQL, KeptPaths
 
 # A directory's entries joined with their inodes: (rowid, parent, name, the inode's columns).
-ENTRIES_SQL = (f"SELECT d.rowid, d.parent, d.name, {', '.join('i.' + c.strip() for c in INODE_COLUMNS.split(','))} "
+ENTRIES_SQL = (f"SELECT d.rowid, d.parent, d.name, {INODE_COLUMNS_OF_I} "
                "FROM dentries d JOIN inodes i ON i.id = d.inode WHERE ")
 
 # Times a rename is done again after another machine changed one of its names meanwhile.
@@ -100,7 +100,7 @@ class Namespace(NamespaceRows):
         the open and read that follow a cold lookup ask nothing more."""
         with self.cat.lock:
             rows = self.cat.query(
-                f"SELECT d.rowid, {', '.join('i.' + c.strip() for c in INODE_COLUMNS.split(','))}, "
+                f"SELECT d.rowid, {INODE_COLUMNS_OF_I}, "
                 f"{BLOCK_COLUMNS_OF_B} FROM dentries d JOIN inodes i ON i.id = d.inode "
                 "LEFT JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
                 "LEFT JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.name=?", (parent, name))
@@ -153,7 +153,7 @@ class Namespace(NamespaceRows):
         costs no query more at its opens or for what is read ahead."""
         with self.cat.lock:             # a fill under the lock, as every fill of the memo
             rows = self.cat.query(
-                f"SELECT d.rowid, d.name, {', '.join('i.' + c.strip() for c in INODE_COLUMNS.split(','))}, "
+                f"SELECT d.rowid, d.name, {INODE_COLUMNS_OF_I}, "
                 f"{BLOCK_COLUMNS_OF_B} FROM dentries d JOIN inodes i ON i.id = d.inode "
                 "LEFT JOIN contents c ON c.inode = d.inode AND c.piece = 0 "
                 "LEFT JOIN blocks b ON b.id = c.block WHERE d.parent=? AND d.rowid>? "
