@@ -252,7 +252,8 @@ class MachineLease:
         unmount's last writes): from then on the renewals keep this row only,
         taking over nothing that no one would see to."""
         with self._renewing:
-            self._taking_over = self._taking_over and not last
+            if last:
+                self._taking_over = False
             taken, self._taken = self._taken, []
         return taken
 
