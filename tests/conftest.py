@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warmstart
 from hypothesis import HealthCheck, settings
 
 from webfs.assembly import open_archive
@@ -97,10 +98,10 @@ def store(disks):
 
 
 def webfs(*args, check=True, input=None, **kwargs) -> subprocess.CompletedProcess:
-    """Run the installed webfs command as a user would."""
+    """Run the installed webfs command as a user would (forked from a process
+    with its modules loaded: tests/warmstart.py)."""
     env = dict(kwargs.pop("env", os.environ), PATH=f"{BIN}:{os.environ['PATH']}")
-    proc = subprocess.run([str(BIN / "webfs"), *map(str, args)], capture_output=True,
-                          input=input, env=env, **kwargs)
+    proc = warmstart.run([str(BIN / "webfs"), *map(str, args)], env=env, input=input, **kwargs)
     if check and proc.returncode != 0:
         raise AssertionError(f"webfs {' '.join(map(str, args))} exited {proc.returncode}:\n"
                              f"{proc.stdout.decode(errors='replace')}\n{proc.stderr.decode(errors='replace')}")

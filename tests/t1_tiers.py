@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-HELPERS = {"conftest.py", "fault_helpers.py", "postgres.py", "records_helpers.py", "seaweed.py"}
+HELPERS = {"conftest.py", "fault_helpers.py", "postgres.py", "records_helpers.py", "seaweed.py", "warmstart.py"}
 SELF = Path(__file__).name
 TIER = re.compile(r"t[1-5]_\w+\.py")
 
