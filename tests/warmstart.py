@@ -22,6 +22,7 @@ as are the commands tests start with subprocess themselves.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import json
 import os
 import signal
@@ -78,7 +79,10 @@ class Warm:
             sock.sendall(request)
             sock.settimeout(timeout)
             answer = sock.makefile("rb")
-            pid = int(answer.readline())
+            pid = answer.readline()
+            if not pid:
+                raise RuntimeError(f"the warm webfs process did not start the command {argv!r}")
+            pid = int(pid)
             try:
                 status = answer.readline()
             except socket.timeout:
@@ -118,12 +122,15 @@ def serve(path: str) -> None:
     import webfs.entry         # noqa: F401
     import webfs.mountstart    # noqa: F401  (trio, pyfuse3, the daemon)
     assert threading.active_count() == 1, "a thread in the warm process would not be in its forks"
+    PR_SET_PDEATHSIG = 1                    # ended with the test process, however it ends
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)
     listener.listen(64)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)        # the waiters reap themselves
     sys.stderr.write("ready\n")
     sys.stderr.flush()
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)     # nobody reads that pipe from here on
     while True:
         conn, _ = listener.accept()
         if os.fork() == 0:
