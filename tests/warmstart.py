@@ -104,12 +104,13 @@ def run(argv: list[str], env: dict, input: Optional[bytes] = None, timeout: Opti
     """``subprocess.run(argv, capture_output=True, ...)`` of the webfs command,
     forked from this process's warm process where it can be."""
     global _warm, _warm_pid
-    if other or os.environ.get("WEBFS_COLD_COMMANDS", "") not in ("", "0"):
+    cold = bool(other) or os.environ.get("WEBFS_COLD_COMMANDS", "") not in ("", "0")
+    if not cold:
+        if _warm is None or _warm_pid != os.getpid():
+            _warm, _warm_pid = Warm(), os.getpid()
+        cold = _import_time_env(env) != _warm.env
+    if cold:
         return subprocess.run(argv, capture_output=True, input=input, env=env, timeout=timeout, cwd=cwd, **other)
-    if _warm is None or _warm_pid != os.getpid():
-        _warm, _warm_pid = Warm(), os.getpid()
-    if _import_time_env(env) != _warm.env:
-        return subprocess.run(argv, capture_output=True, input=input, env=env, timeout=timeout, cwd=cwd)
     return _warm.run(argv, env, input, timeout, cwd)
 
 
