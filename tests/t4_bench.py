@@ -23,8 +23,9 @@ def test_tiny_bench_run_of_the_new_sections(tmp_path):
          "--sections", "small,import,scale,readers", "--corpus-size", "200K",
          "--small-size", "150K", "--scale-files", "100", "--repeat", "1",
          "--readers", "1,2", "--readers-seconds", "0.3", "--workdir", str(tmp_path),
-         "--out", str(out), "--webfs-cmd", str(BIN / "webfs")]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+         "--out", str(out), "--webfs-cmd", os.path.relpath(BIN / "webfs", tmp_path)]
+    # --webfs-cmd relative to where tools/bench starts: each section runs it from elsewhere
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
         _, err = p.communicate(timeout=240)
     except subprocess.TimeoutExpired:
