@@ -123,105 +123,59 @@ def test_a_periodic_task_runs_each_period_by_trios_clock_and_again_after_a_failu
     assert "the test's task failed: disk 2 is missing (made by the test); it runs again in 60 s" in caplog.text
 
 
-class KeeperRun:
-    """Daemon._index_when_quiet run by a MockClock, with a keeper that notes
-    the time of each pass (and reads a new page, as a pass does)."""
-
-    def __init__(self, monkeypatch):
-        from webfs import fs
-        self.clock = MockClock()
-        self.fs = fs
-        self.passes: list[float] = []
-        d = self.daemon = daemon.Daemon("/nonexistent/disk", "/nonexistent/mnt", MountOptions(),
-                                        admin_commands={})
-        run = self
-
-        class Keeper:
-            def step(self):
-                run.passes.append(run.clock.current_time())
-                d.store.heat.record("ab")           # a new page read to be parsed
-
-        d.index_keeper = Keeper()
-        d.store = types.SimpleNamespace(heat=HeatTracker(types.SimpleNamespace(group_accesses=lambda: [])))
-        monkeypatch.setattr(fs, "REQUESTS", {})
-
-    async def tick(self, writes: int = 0, request: str = "write", imports: int = 0):
-        """A period of the keeper, with this many requests answered and imports run in it."""
-        from webfs import indexer
-        self.fs.REQUESTS[request] = self.fs.REQUESTS.get(request, 0) + writes
-        for _ in range(imports):
-            with indexer.imports_running:
-                pass
-        self.clock.jump(indexer.KEEP_INTERVAL)
-        await wait_all_tasks_blocked()
-        await wait_all_threads_completed()
-        await wait_all_tasks_blocked()
-
-    def run(self, test) -> None:
-        async def main():
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.daemon._index_when_quiet)
-                await wait_all_tasks_blocked()
-                await test()
-                nursery.cancel_scope.cancel()
-        trio.run(main, clock=self.clock)
-
-
 def test_the_index_keeper_waits_while_the_mount_is_written_at_most_its_busy_interval(monkeypatch):
     """Daemon._index_when_quiet: a keeper pass every KEEP_INTERVAL in which no
     file of the mount was read or written; while writes or reads keep coming,
     none until INDEX_BUSY_INTERVAL has passed since the last; the first quiet
     period after them runs one again. Listings and stats alone (a poll of
     .webfs/search) do not hold it back."""
-    from webfs import indexer
-    k = KeeperRun(monkeypatch)
-    step, passes, d = indexer.KEEP_INTERVAL, k.passes, k.daemon
+    from webfs import fs, indexer
+    clock = MockClock()
+    d = daemon.Daemon("/nonexistent/disk", "/nonexistent/mnt", MountOptions(), admin_commands={})
+    passes: list[float] = []
+    step = indexer.KEEP_INTERVAL
 
-    async def test():
-        await k.tick()
-        await k.tick()
-        assert passes == [step, 2 * step]
-        busy_ticks = int(daemon.INDEX_BUSY_INTERVAL / step)
-        for _ in range(busy_ticks - 1):
-            await k.tick(writes=3)
-        assert passes == [step, 2 * step], "a pass ran while the mount was being written"
-        await k.tick(writes=3)
-        bound = 2 * step + daemon.INDEX_BUSY_INTERVAL
-        assert passes == [step, 2 * step, bound]
-        await k.tick(writes=1, request="read")
-        assert passes == [step, 2 * step, bound], "a pass ran while the mount was being read"
-        await k.tick(writes=50, request="readdir")
-        assert passes == [step, 2 * step, bound, bound + 2 * step]
-        # The keeper's reads are no program's: no group heated by them.
-        assert d.store.heat.reads("ab") == 0
-        d.store.heat.record("ab")
-        assert d.store.heat.reads("ab") == 1
-    k.run(test)
+    class Keeper:
+        def step(self):
+            passes.append(clock.current_time())
+            d.store.heat.record("ab")           # a new page read to be parsed
 
+    d.index_keeper = Keeper()
+    d.store = types.SimpleNamespace(heat=HeatTracker(types.SimpleNamespace(group_accesses=lambda: [])))
+    monkeypatch.setattr(fs, "REQUESTS", {})
 
-def test_the_index_keeper_waits_for_a_quiet_period_after_an_import(monkeypatch):
-    """An import into the mount that started or ended in a period is work on
-    the mount, as a write is: the pass its end asks for comes with the first
-    period in which none started or ended, not at once, where the next import
-    of a script that runs several would share its CPU; imports one after the
-    other hold it back at most INDEX_BUSY_INTERVAL."""
-    from webfs import indexer
-    k = KeeperRun(monkeypatch)
-    step, passes = indexer.KEEP_INTERVAL, k.passes
+    async def tick(writes: int = 0, request: str = "write"):
+        """A period of the keeper, with this many requests answered in it."""
+        fs.REQUESTS[request] = fs.REQUESTS.get(request, 0) + writes
+        clock.jump(step)
+        await wait_all_tasks_blocked()
+        await wait_all_threads_completed()
+        await wait_all_tasks_blocked()
 
-    async def test():
-        await k.tick()
-        assert passes == [step]
-        await k.tick(imports=1)
-        assert passes == [step], "a pass ran in the period an import ended"
-        await k.tick(imports=2)
-        assert passes == [step], "a pass ran in the period two imports ran"
-        await k.tick()
-        assert passes == [step, 4 * step]
-        for _ in range(int(daemon.INDEX_BUSY_INTERVAL / step)):
-            await k.tick(imports=1)
-        assert passes == [step, 4 * step, 4 * step + daemon.INDEX_BUSY_INTERVAL]
-    k.run(test)
+    async def main():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(d._index_when_quiet)
+            await wait_all_tasks_blocked()
+            await tick()
+            await tick()
+            assert passes == [step, 2 * step]
+            busy_ticks = int(daemon.INDEX_BUSY_INTERVAL / step)
+            for _ in range(busy_ticks - 1):
+                await tick(writes=3)
+            assert passes == [step, 2 * step], "a pass ran while the mount was being written"
+            await tick(writes=3)
+            bound = 2 * step + daemon.INDEX_BUSY_INTERVAL
+            assert passes == [step, 2 * step, bound]
+            await tick(writes=1, request="read")
+            assert passes == [step, 2 * step, bound], "a pass ran while the mount was being read"
+            await tick(writes=50, request="readdir")
+            assert passes == [step, 2 * step, bound, bound + 2 * step]
+            # The keeper's reads are no program's: no group heated by them.
+            assert d.store.heat.reads("ab") == 0
+            d.store.heat.record("ab")
+            assert d.store.heat.reads("ab") == 1
+            nursery.cancel_scope.cancel()
+    trio.run(main, clock=clock)
 
 
 def probes_running() -> bool:

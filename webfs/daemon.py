@@ -450,19 +450,16 @@ class Daemon:
 
     async def _index_when_quiet(self) -> None:
         """The index keeper's passes: every ``KEEP_INTERVAL`` in which no
-        program read or wrote the mount's files (``fs.WORK``) and no import
-        into the mount started or ended, at most every ``INDEX_BUSY_INTERVAL``
-        while they do. A pass parses every new page on the CPU a copy into the
-        mount (or a reader after it) needs, and compares the whole catalog
-        with the index; one in a quiet moment does the same parsing once.
-        ``webfs search`` catches up by itself, so its answers never wait for
-        this."""
-        def work_done() -> int:
-            return work_answered() + indexer.imports_running.changes()
-        seen, last = work_done(), trio.current_time()
+        program read or wrote the mount's files (``fs.WORK``), at most every
+        ``INDEX_BUSY_INTERVAL`` while they do. A pass parses every new page on
+        the CPU a copy into the mount (or a reader after it) needs, and
+        compares the whole catalog with the index; one in a quiet moment does
+        the same parsing once. ``webfs search`` catches up by itself, so its
+        answers never wait for this."""
+        seen, last = work_answered(), trio.current_time()
         while True:
             await trio.sleep(indexer.KEEP_INTERVAL)
-            work = work_done()
+            work = work_answered()
             busy, seen = work != seen, work
             if busy and trio.current_time() - last < INDEX_BUSY_INTERVAL:
                 continue

@@ -324,32 +324,22 @@ class Imports:
     """How many imports run in this process (a mount's, through webfs import
     or import-warc on its mount point): its passes wait for them, as for a
     copy into the mount, so that parsing pages does not take the CPU the
-    import needs; the import's end asks for a pass (``Keeper.poke``).
-    ``changes`` counts their starts and ends: the mount's keeper takes one as
-    work on the mount, as a request answered, so the pass an import's end
-    asks for waits for a quiet period (the next import of a script that runs
-    several would otherwise share its CPU with it)."""
+    import needs; the import's end asks for a pass (``Keeper.poke``)."""
 
     def __init__(self):
         self._lock = lockorder.lock("imports running")
         self._running = 0
-        self._changes = 0
 
     def __enter__(self) -> None:
         with self._lock:
             self._running += 1
-            self._changes += 1
 
     def __exit__(self, *exc) -> None:
         with self._lock:
             self._running -= 1
-            self._changes += 1
 
     def running(self) -> bool:
         return self._running > 0
-
-    def changes(self) -> int:
-        return self._changes
 
 
 imports_running = Imports()
