@@ -1,7 +1,8 @@
 """tests/warmstart.py: a command forked from the warm process answers as
 the same command started cold (exit status, stdout, stderr, relative paths
 from its working directory, its environment, a failure's traceback-free
-message), and a test process's death ends its warm process."""
+message), a test process's death ends its warm process, and a request cut
+short ends the waiter forked for it."""
 from __future__ import annotations
 
 import os
@@ -12,7 +13,7 @@ import sys
 import pytest
 
 import warmstart
-from conftest import BIN, wait_dead
+from conftest import BIN, eventually, wait_dead
 
 WEBFS = str(BIN / "webfs")
 
@@ -67,3 +68,35 @@ def test_the_warm_process_ends_with_its_test_process(tmp_path):
                           capture_output=True)
     assert proc.returncode == -signal.SIGKILL
     wait_dead(int(proc.stdout), "the warm process ending after its test process")
+
+
+def test_a_request_cut_short_leaves_no_waiter_behind():
+    """A test process that dies while it sends a request (its socket closed
+    before the whole request came): the waiter forked for it ends, rather
+    than reading an empty socket for ever."""
+    import socket
+    warmstart.run([WEBFS, "--version"], env=dict(os.environ))       # the warm process is up
+    warm = warmstart._warm
+    before = _children_of(warm.proc.pid)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(warm.path)
+        socket.send_fds(sock, [(1000).to_bytes(8, "big")], [0, 1, 2])
+        sock.sendall(b'{"argv": ')
+        waiters: set[int] = set()
+        eventually(lambda: waiters.update(_children_of(warm.proc.pid) - before) or waiters,
+                   "the waiter for the request")
+    for pid in waiters:
+        wait_dead(pid, "the waiter of a request cut short ending", seconds=30)
+
+
+def _children_of(pid: int) -> set[int]:
+    out = set()
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as fh:
+                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.add(int(p))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out

@@ -147,7 +147,10 @@ def _wait_for_command(conn: socket.socket) -> None:
         size = int.from_bytes(head, "big")
         body = b""
         while len(body) < size:
-            body += conn.recv(size - len(body))
+            part = conn.recv(size - len(body))
+            if not part:            # its test process went away mid-request
+                return
+            body += part
         request = json.loads(body)
         pid = os.fork()
         if pid == 0:
