@@ -2,8 +2,10 @@
 are one line naming the file and the next step (issue 11, items 2 and 8)."""
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -260,3 +262,73 @@ def test_a_mount_asks_the_catalog_file_into_the_page_cache(tmp_path):
         time.sleep(0.05)
     assert resident() == 4 << 20
     prefetch(str(tmp_path / "absent.db"))
+
+
+def _tree_digest(root: Path) -> dict[str, bytes]:
+    """Every file under root and its bytes (and a directory's name): what a
+    command must leave as it was."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        out[str(p.relative_to(root))] = p.read_bytes() if p.is_file() and not p.is_symlink() else b"<dir>"
+    return out
+
+
+def test_a_copy_of_an_archive_uses_its_own_disks_never_the_originals(tmp_path):
+    """cp -a of an archive's directory is a working copy: opened through one of
+    its disks, it finds its other disks beside it, although webfs.conf records
+    the original's paths (which it looked at first, and so changed the
+    original's disks: blocks and parity of the copy's writes there, the
+    original's catalog no longer matching them)."""
+    disks, _ = _archive_with(tmp_path / "orig", {"a.html": b"<p>one</p>", "b.html": b"<p>two</p>" * 500})
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", tmp_path / "orig", copy], check=True)
+    before = {d.name: _tree_digest(d) for d in disks}
+    status = json.loads(webfs_here("status", "--json", str(copy / disks[0].name)).stdout)
+    assert sorted(d["path"] for d in status["disks"]) == sorted(str(copy / d.name) for d in disks)
+    src = tmp_path / "more"
+    src.mkdir()
+    (src / "c.html").write_bytes(b"<p>three</p>" * 300)
+    webfs_here("import", f"{src}/", f"{copy / disks[0].name}:/new/")
+    assert webfs("fsck", copy / disks[0].name, check=False).returncode == 0
+    assert {d.name: _tree_digest(d) for d in disks} == before
+    assert webfs("fsck", disks[0], check=False).returncode == 0
+
+
+@pytest.mark.parametrize("where", ["elsewhere", "beside"])
+def test_a_copy_of_one_disk_is_not_opened_with_the_originals_other_disks(tmp_path, where):
+    """A copy of one disk (kept as a backup, elsewhere or beside the original)
+    whose other disks are found only at their own places, the original's, is
+    refused in one line that says so: opened, its commands and mount would
+    write the copy's catalog's view onto the original's disks."""
+    disks, mnt = _archive_with(tmp_path / "orig", {"a.html": b"<p>one</p>"})
+    copy = (tmp_path / "backup" / disks[0].name) if where == "elsewhere" else disks[0].with_name("d0.bak")
+    copy.parent.mkdir(exist_ok=True)
+    subprocess.run(["cp", "-a", disks[0], copy], check=True)
+    before = {d.name: _tree_digest(d) for d in disks}
+    for args in (["status", copy], ["fsck", "--repair", copy], ["import", tmp_path / "orig" / "src", f"{copy}:/x/"],
+                 ["mount", copy, mnt]):
+        proc = webfs(*args, check=False)
+        err = proc.stderr.decode()
+        assert proc.returncode != 0 and "Traceback" not in err, (args, err)
+        assert f"{copy} is a copy of disk 0, which is still at {disks[0]}" in err, (args, err)
+        assert "would change the original" in err and len(err.strip().splitlines()) == 1, (args, err)
+    assert {d.name: _tree_digest(d) for d in disks} == before
+    assert not os.path.ismount(mnt)
+
+
+def test_a_moved_archive_and_a_moved_disk_are_found(tmp_path):
+    """What looking beside the given disk is for stays: an archive whose
+    directory was moved (mv) opens from any of its disks, and a disk moved
+    alone (its old place gone) finds the others at their recorded paths."""
+    disks, _ = _archive_with(tmp_path / "orig", {"a.html": b"<p>one</p>"})
+    moved = tmp_path / "moved"
+    os.rename(tmp_path / "orig", moved)
+    status = json.loads(webfs_here("status", "--json", str(moved / disks[2].name)).stdout)
+    assert sorted(d["path"] for d in status["disks"]) == sorted(str(moved / d.name) for d in disks)
+    os.rename(moved, tmp_path / "orig")
+    alone = tmp_path / "newdrive" / disks[0].name
+    alone.parent.mkdir()
+    os.rename(disks[0], alone)
+    status = json.loads(webfs_here("status", "--json", str(alone)).stdout)
+    assert sorted(d["path"] for d in status["disks"]) == sorted([str(alone)] + [str(d) for d in disks[1:]])
+    assert webfs("fsck", alone, check=False).returncode == 0

@@ -387,10 +387,15 @@ class Archive:
         except ValueError as exc:
             raise ArchiveError(str(exc)) from None
         conf = _read_conf(root, wait, options)
+        # A disk given away from its recorded path was moved, or is a copy (its
+        # recorded path holds it too): the others are looked for beside it first.
+        home = None if is_url(root) else next((d for d in conf.disks if _holds(root, conf, d)), None)
+        moved = home is not None and not is_url(home.path) and not _same_dir(root, home.path)
+        original = home.path if moved and _holds(home.path, conf, home, wait, options) else None
         # A disk that was away while the archive changed has an older webfs.conf:
         # the newest one among the disks found is the archive's.
         for d in conf.disks:
-            found = _find_disk(conf, d, root, wait, options)
+            found = _find_disk(conf, d, root, moved, wait, options)
             if found is not None and found != root:
                 try:
                     other = _read_conf(found, wait, options)
@@ -402,13 +407,18 @@ class Archive:
         delays = delays or {}
         volumes, missing = {}, {}
         for d in conf.disks:
-            found = _find_disk(conf, d, root, wait, options)
+            found = _find_disk(conf, d, root, moved, wait, options)
             if found is None:
                 missing[d.index] = disk_id_advice(d.path) or f"not found at {d.path} nor beside {root}"
                 # Without the catalog's disk the caller stops and says why; else a warning.
                 (log.info if d.index == conf.catalog else log.warning)(
                     "disk %d (%s) is missing: %s", d.index, d.uuid, missing[d.index])
                 continue
+            if original and found != root and _same_dir(found, d.path):
+                raise ArchiveError(
+                    f"{root} is a copy of disk {home.index}, which is still at {original}; the archive's "
+                    f"disk {d.index} is only at its own place, {found}: opening the copy with it would change "
+                    "the original. Give the original's disk, or copy every disk into one directory")
             d.path = found
             volumes[d.index] = Volume(open_backend(found, delays.get(d.index, 0.0), options),
                                       d.index, d.uuid, conf.depth)
@@ -636,28 +646,42 @@ def _read_conf(root: str, wait: Optional[float] = None, options: Optional[Backen
     return conf
 
 
-def _find_disk(conf: Config, disk: DiskInfo, given: str, wait: Optional[float] = None,
+def _find_disk(conf: Config, disk: DiskInfo, given: str, beside_first: bool, wait: Optional[float] = None,
                options: Optional[BackendOptions] = None) -> Optional[str]:
-    """Where a disk of the archive is now: its recorded path, or a sibling of the given disk."""
-    candidates = [given, disk.path]
+    """Where a disk of the archive is now: the given disk itself, its recorded
+    path or a sibling of the given disk; the siblings before the recorded
+    path when ``beside_first`` (the given disk is not at its own recorded
+    path: moved, or a copy, whose disks are its own copies beside it)."""
     parent = os.path.dirname(given)
+    siblings = []
     try:
         if not is_url(given):
-            candidates += sorted(os.path.join(parent, n) for n in os.listdir(parent))
+            siblings = sorted(os.path.join(parent, n) for n in os.listdir(parent))
     except OSError:
         pass
-    for cand in candidates:
-        if not cand or not (is_url(cand) or os.path.isdir(cand)):
-            continue
-        try:
-            ident = read_disk_id(cand, wait, options)
-        except ArchiveError as exc:
-            if is_url(cand):
-                log.warning("%s", exc)
-            continue
-        if ident.get("Archive") == conf.uuid and ident.get("Disk") == disk.uuid:
+    for cand in [given] + siblings + [disk.path] if beside_first else [given, disk.path] + siblings:
+        if cand and (is_url(cand) or os.path.isdir(cand)) and _holds(cand, conf, disk, wait, options):
             return cand if is_url(cand) else os.path.abspath(cand)
     return None
+
+
+def _holds(path: str, conf: Config, disk: DiskInfo, wait: Optional[float] = None,
+           options: Optional[BackendOptions] = None) -> bool:
+    """Does ``path`` hold this disk of this archive (its WEBFS-DISK says so)?"""
+    try:
+        ident = read_disk_id(path, wait, options)
+    except ArchiveError as exc:
+        if is_url(path):
+            log.warning("%s", exc)
+        return False
+    return ident.get("Archive") == conf.uuid and ident.get("Disk") == disk.uuid
+
+
+def _same_dir(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def archive_place(text: str) -> Optional[tuple[str, str]]:
