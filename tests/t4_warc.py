@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
-from conftest import BIN, Mounted, eventually, webfs
+from conftest import BIN, Mounted, eventually, webfs, webfs_here
 from t2_warc import records_of, write_warc
 
 
@@ -45,6 +46,49 @@ def test_import_into_a_mount(tmp_path):
         caps = json.loads(webfs("versions", "--json", "http://example.com/a/b.html", m.mnt).stdout)
         assert [c["path"] for c in caps] == ["crawl/http/example.com/a/b.html@20240101120000"]
         assert webfs("url", "http://example.com/", m.mnt).stdout.decode().strip() == str(home)
+    finally:
+        m.umount()
+
+
+def test_an_import_warc_into_a_mount_loads_no_click_and_prints_what_clicks_path_prints(tmp_path):
+    """webfs.quickimport runs a plain import-warc into a mount without click or
+    webfs.cli (a tenth of a second of CPU of every command: a loop of them
+    over a crawl's files) and prints what click's path (webfs.cli, run here)
+    prints: the summary, the JSON, the damaged records on stderr and exit
+    status 4, a daemon's refusal; what it leaves to click is click's."""
+    from t2_query import imported_modules
+    m = Mounted(tmp_path, disks=3)
+    try:
+        pages = [("http://example.com/", b"<html>home</html>"), ("http://example.com/b", b"<html>b</html>")]
+        src = write_warc(tmp_path / "crawl.warc.gz", pages)
+        damaged = tmp_path / "damaged.warc.gz"
+        damaged.write_bytes(src.read_bytes() + b"not a record")
+        (m.mnt / "file").write_text("not a directory")
+        quick_env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+
+        def same(args, status, quick_path=True):
+            quick = webfs("import-warc", *args, check=False, env=quick_env)
+            loaded = imported_modules(quick)
+            assert ("click" in loaded) != quick_path and ("webfs.cli" in loaded) != quick_path, args
+            full = webfs_here("import-warc", *[str(a).replace("/q", "/c") for a in args], check=False)
+            err = b"".join(ln for ln in quick.stderr.splitlines(True) if not ln.startswith(b"import time:"))
+
+            def masked(out):        # the figures of the summary line (the second finds the first's blocks)
+                return re.sub(rb"[0-9.]+( [KMG]?i?B\b)?", b"N", out.replace(b"/c", b"/q"))
+            assert (quick.returncode, masked(quick.stdout), masked(err)) == \
+                (status, masked(full.stdout), masked(full.stderr)), args
+            return quick
+
+        assert b"imported 5 records" in same([src, f"{m.mnt}/q/"], 0).stdout
+        got = json.loads(same(["--json", "--collection", "k", src, f"{m.mnt}/q/x/"], 0).stdout)
+        assert got["figures"]["captures"] == 2
+        assert (m.mnt / "q/x/k/http/example.com/b@20240101120000").read_bytes() == b"<html>b</html>"
+        problem = same(["--collection=d", damaged, f"{m.mnt}/q/"], 4)
+        assert b"damaged.warc.gz: offset" in problem.stderr
+        assert b"not a directory" in same([src, f"{m.mnt}/file"], 1).stderr
+        # Left to click: a WARC that is not a file, an option it does not read.
+        assert b"does not exist" in same([tmp_path / "nowhere.warc", f"{m.mnt}/q/"], 2, quick_path=False).stderr
+        same(["--", src, f"{m.mnt}/q/y/"], 0, quick_path=False)
     finally:
         m.umount()
 
