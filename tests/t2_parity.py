@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from conftest import cases, examples, make_archive, webfs_here
+from records_helpers import read_manifest
 from webfs.figures import archive_figures
 from webfs.assembly import open_archive
 from webfs import admin
@@ -233,6 +234,33 @@ def test_a_lost_disk_reads_through_parity_and_rebuilds_byte_identical(tmp_path, 
     assert not store.archive.missing
     assert_parity_consistent(store)
     store.close()
+
+
+def test_a_rebuilt_record_disk_gets_the_manifest_and_journal_back(tmp_path):
+    """The records (MANIFEST, JOURNAL: every name) are on two disks so that
+    losing one leaves a copy (webfs-format(5), RECORDS); a record disk
+    rebuilt had none until the next mount, so a second loss in between lost
+    every name. The rebuild now writes them there."""
+    disks = make_archive(tmp_path / "a", disks=4)
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    for i in range(30):
+        (src / "d" / f"page-{i}.html").write_bytes(b"<p>%d</p>" % i * (i + 1))
+    webfs_here("import", f"{src}/", f"{disks[0]}:/crawl/")
+    assert (disks[1] / "meta" / "RECORDS").read_text().splitlines()[-1] == "Disks: 0 1"
+    lose(disks[1], tmp_path)
+    new = tmp_path / "new"
+    out = webfs_here("rebuild", "--disk", 1, "--to", new, disks[0]).stdout.decode()
+    assert "MANIFEST and JOURNAL written on the record disks (0, 1)" in out, out
+    assert (new / "meta" / "JOURNAL").exists()
+    names = read_manifest(new / "meta")
+    assert all(b"/crawl/d/page-%d.html" % i in names for i in range(30))
+    for d in (disks[0], new, disks[2], disks[3]):
+        assert (d / "meta" / "RECORDS").read_text().splitlines()[-1] == "Disks: 0 1", d
+    # Nothing more to write when the records are where they belong.
+    out = webfs_here("rebuild", "--disk", 1, "--to", new, disks[0]).stdout.decode()
+    assert "MANIFEST" not in out, out
+    assert webfs_here("fsck", disks[0]).returncode == 0
 
 
 def test_writes_while_a_disk_is_missing_get_parity_on_the_survivors(tmp_path):

@@ -9,7 +9,8 @@ import shutil
 
 import pytest
 
-from conftest import Mounted, sh, webfs
+from conftest import Mounted, eventually, sh, webfs
+from records_helpers import read_manifest
 
 
 def _flip(path, offset):
@@ -35,12 +36,14 @@ def _mount_with_site(tmp_path, src, disks: int, group: int) -> Mounted:
     return m
 
 
-@pytest.mark.parametrize("disks,group", [(4, 4), (5, 3)])
-def test_a_disk_removed_while_mounted_is_read_through_and_rebuilt_online(tmp_path, corpus, disks, group):
+@pytest.mark.parametrize("disks,group,index", [(4, 4, 2), (5, 3, 1)])
+def test_a_disk_removed_while_mounted_is_read_through_and_rebuilt_online(tmp_path, corpus, disks, group, index):
+    """Disk 1 is a record disk: rebuilt online, it gets the MANIFEST and
+    JOURNAL back from the mount's checkpoint, not at the next mount."""
     src = _site(corpus)
     m = _mount_with_site(tmp_path, src, disks, group)
     try:
-        lost = m.disks[2]
+        lost = m.disks[index]
         before = tmp_path / "before"
         shutil.copytree(lost / "blocks", before)
         shutil.rmtree(lost)                                   # the disk dies under the mount
@@ -48,11 +51,16 @@ def test_a_disk_removed_while_mounted_is_read_through_and_rebuilt_online(tmp_pat
         (m.mnt / "after.html").write_bytes(b"<html>written while a disk is gone</html>" * 50)
         assert (m.mnt / "after.html").read_bytes() == b"<html>written while a disk is gone</html>" * 50
         st = json.loads(webfs("status", "--json", m.mnt).stdout)
-        assert [d["state"] for d in st["disks"]][2] == "missing"
+        assert [d["state"] for d in st["disks"]][index] == "missing"
         new = tmp_path / "replacement"
-        proc = webfs("rebuild", "--disk", "2", "--to", new, m.mnt, check=False)
+        proc = webfs("rebuild", "--disk", str(index), "--to", new, m.mnt, check=False)
         assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
         sh(f"diff -r '{src}' '{m.mnt}/site'")
+        if index == 1:
+            assert b"MANIFEST and JOURNAL are being written on the record disks (0, 1)" in proc.stdout
+            eventually(lambda: (new / "meta" / "RECORDS").exists() and
+                       (new / "meta" / "RECORDS").read_text().splitlines()[-1] == "Disks: 0 1", "records on it")
+            assert b"/site/" in read_manifest(new / "meta")
     finally:
         m.umount()
     # The rebuilt disk's blocks are byte for byte the lost ones.

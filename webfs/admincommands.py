@@ -8,7 +8,7 @@ needs only the store is written as ``fn(store, ...)`` and named here through
 """
 from __future__ import annotations
 
-from . import admin, indexer, ingest, searching, warc, warcexport, warcimport, warcview
+from . import admin, indexer, ingest, recovery, searching, warc, warcexport, warcimport, warcview
 from .assembly import OpenArchive
 from .commands import cooling, rebalance, rebuild_disk, scrub
 
@@ -21,13 +21,27 @@ def on_store(fn) -> admin.AdminCommand:
     return command
 
 
+def disks_changed(fn) -> admin.AdminCommand:
+    """``on_store(fn)`` for a command that may change the archive's disks (one
+    rebuilt, added or removed): the records (MANIFEST, JOURNAL) are then put
+    on the disks the rule names (webfs.recovery.records_where_they_belong)."""
+    def command(archive: OpenArchive, progress: admin.Progress, **options) -> admin.Result:
+        result = fn(archive.store, progress, **options)
+        said = recovery.records_where_they_belong(archive)
+        if said:
+            result.say(said)
+        return result
+    command.__doc__ = fn.__doc__
+    return command
+
+
 ADMIN_COMMANDS: dict[str, admin.AdminCommand] = {
     "status": on_store(admin.status),
     "scrub": on_store(scrub.scrub),
-    "rebuild": on_store(rebuild_disk.rebuild),
-    "add-disk": on_store(rebalance.add_disk),
+    "rebuild": disks_changed(rebuild_disk.rebuild),
+    "add-disk": disks_changed(rebalance.add_disk),
     "rebalance": on_store(rebalance.rebalance),
-    "remove-disk": on_store(rebalance.remove_disk),
+    "remove-disk": disks_changed(rebalance.remove_disk),
     "cool": on_store(cooling.cool),
     "heat": on_store(cooling.heat),
     # Imports index what they made when they finish (webfs.indexer).

@@ -417,6 +417,13 @@ class Journal:
         self.grown += len(data)
         self._ask_if(gone or self.grown > self.limit * (IMPORT_SLACK if self._importing else 1))
 
+    def ask_checkpoint(self) -> bool:
+        """Ask for a checkpoint (``on_full``) if one is wanted: the disks
+        changed, say. Whether one was wanted."""
+        wanted = self.wants_checkpoint()
+        self._ask_if(wanted)
+        return wanted
+
     def _ask_if(self, due: bool) -> None:
         if due and self.on_full is not None and not self._asked:
             self._asked = True

@@ -9,6 +9,8 @@ mended; ``mark_in_use`` marks the catalog unclean while names are being
 made; ``close_namespace`` commits, checkpoints when the JOURNAL is past its
 bound, syncs and marks the catalog clean. ``names`` is the namespace a
 command makes names in: the mount's, or one opened and closed around it.
+``records_where_they_belong`` writes the MANIFEST and JOURNAL on the disks
+the rule names after a disk came or went.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Iterator, Optional
 
 from .assembly import OpenArchive
 from .errors import WebfsError
-from .manifest import JOURNAL_LIMIT, Journal
+from .manifest import JOURNAL_LIMIT, Journal, record_disks
 from .namespace import Namespace
 from .store import Store
 
@@ -133,3 +135,26 @@ def names(archive: OpenArchive) -> Iterator[Namespace]:
         yield ns
     finally:
         close_namespace(archive.store, ns, journal)
+
+
+def records_where_they_belong(archive: OpenArchive) -> Optional[str]:
+    """After a disk came (rebuilt, added) or went: the MANIFEST and JOURNAL
+    written on the record disks the rule now names (webfs-format(5),
+    RECORDS), when those do not hold the newest, so that losing any one disk
+    still leaves a copy of every record (a rebuilt record disk had none until
+    the next mount). In a mount its own checkpoint is asked for (it runs in
+    a thread of the mount); unmounted, the namespace is opened and closed,
+    which checkpoints. What was done, in a line, or None."""
+    if archive.read_only:
+        return None
+    journal = archive.journal or Journal(archive.store.archive)
+    disks = ", ".join(str(d) for d in record_disks(archive.store.archive))
+    if archive.journal is not None:
+        if not journal.ask_checkpoint():
+            return None
+        return f"the MANIFEST and JOURNAL are being written on the record disks ({disks}): a checkpoint"
+    if not journal.wants_checkpoint():
+        return None
+    with names(archive):
+        pass                        # close_namespace checkpoints: the records are not where the rule puts them
+    return f"the MANIFEST and JOURNAL written on the record disks ({disks})"
