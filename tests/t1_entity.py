@@ -44,6 +44,15 @@ def test_zstd_frames_decoded_and_a_cut_one_refused():
     assert doc is None and "MiB decoded" in why
 
 
+def test_an_empty_body_is_the_empty_document_whatever_its_coding():
+    """A 304, a 204 or a HEAD's response names the coding of a body it does not
+    send (common in crawls): nothing to decode, nothing damaged."""
+    for coding in ("gzip", "br", "deflate, gzip", "zstd", "x-unknown"):
+        assert capture.decode_entity(http(f"Content-Encoding: {coding}"), b"") == (None, None), coding
+    assert capture.decode_entity(http("Transfer-Encoding: chunked", "Content-Encoding: gzip"),
+                                 b"0\r\n\r\n") == (b"", None)
+
+
 def test_codings_undone_in_reverse_order():
     body = gzip.compress(zlib.compress(DOC))
     assert capture.decode_entity(http("Content-Encoding: deflate, gzip"), body) == (DOC, None)

@@ -144,6 +144,8 @@ def decode_entity(http: bytes, entity) -> tuple[Optional[bytes], Optional[str]]:
                 data = dechunk(data)
             # else the crawler recorded the body dechunked, as many do (warcio reads it so)
         for coding in reversed(content):
+            if not data:
+                break           # no body (a HEAD's, a 204 or 304's) names the coding of what it did not send
             decoder = CONTENT_DECODERS.get(coding)
             if decoder is None:
                 return None, f"content coding {coding.decode('ascii', 'replace')} unknown"
