@@ -5,6 +5,7 @@ daemon's memory on one large file. The same items checked on the handlers
 themselves, without a kernel, are in t3_handlers."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -255,17 +256,54 @@ def test_enospc_at_close_keeps_old_content_and_umount_reports(tmp_path):
         assert proc.returncode == 0, proc.stderr       # nothing failed in this mount
 
 
+def _mark_a_stripe_dirty(m) -> bytes:
+    """One stripe of the mount's catalog marked out of date (as a parity write
+    that failed marks it), behind the daemon's back; its id."""
+    import sqlite3
+    db = sqlite3.connect(m.disks[0] / "meta" / "catalog.db", timeout=30)
+    with db:
+        stripe = db.execute("SELECT id FROM stripes WHERE members > 0 LIMIT 1").fetchone()[0]
+        assert db.execute("UPDATE stripes SET state='dirty' WHERE id=?", (stripe,)).rowcount == 1
+    db.close()
+    return stripe
+
+
+def test_parity_out_of_date_is_said_and_written_at_the_next_sync(m):
+    """A stripe whose parity could not be written (its disk full) leaves its
+    blocks unprotected: status says how many, and a sync writes it (it stayed
+    out of date until a scrub --repair, and a disk lost meanwhile took those
+    blocks with it)."""
+    for i in range(6):
+        (m.mnt / f"f{i}").write_bytes(os.urandom(20000))
+    webfs("sync", m.mnt)
+    _mark_a_stripe_dirty(m)
+    st = json.loads(webfs("status", "--json", m.mnt).stdout)["protection"]
+    assert st["dirty_stripes"] == 1 and st["stale_blocks"] >= 1, st
+    assert b"whose parity is out of date: not protected" in webfs("status", m.mnt).stdout
+    webfs("sync", m.mnt)
+    st = json.loads(webfs("status", "--json", m.mnt).stdout)["protection"]
+    assert st["dirty_stripes"] == 0 and st["stale_blocks"] == 0, st
+    assert b"out of date" not in webfs("status", m.mnt).stdout
+
+
 def test_umount_reports_stale_parity(m):
-    """Parity flagged out of date while mounted is not silently left behind."""
+    """Parity out of date that the unmount cannot write either (here a member
+    block and the parity file are both gone) is not silently left behind."""
     import sqlite3
     for i in range(6):
         (m.mnt / f"f{i}").write_bytes(os.urandom(20000))
     webfs("sync", m.mnt)
+    stripe = _mark_a_stripe_dirty(m)
     db = sqlite3.connect(m.disks[0] / "meta" / "catalog.db", timeout=30)
-    with db:
-        assert db.execute("UPDATE stripes SET state='dirty' WHERE id IN "
-                          "(SELECT id FROM stripes LIMIT 1)").rowcount == 1
+    sig, disk, parity_disk = db.execute(
+        "SELECT b.sig, b.disk, s.parity_disk FROM blocks b JOIN stripes s ON b.stripe = s.id "
+        "WHERE s.id=? LIMIT 1", (stripe,)).fetchone()
     db.close()
+    for top, name in ((m.disks[disk] / "blocks", sig.hex()), (m.disks[parity_disk] / "parity", stripe.hex())):
+        found = [p for p in top.rglob("*") if p.is_file() and "".join(p.relative_to(top).parts).startswith(name)]
+        assert found, name
+        for p in found:
+            p.unlink()
     proc = webfs("umount", m.mnt, check=False)
     assert proc.returncode != 0 and b"parity stripe(s) out of date" in proc.stderr, proc.stderr
     assert not os.path.ismount(m.mnt)

@@ -157,6 +157,10 @@ def protection_lines(st: dict) -> list[str]:
     if p["unprotected_blocks"]:
         lines.append(f"  {p['unprotected_blocks']} block(s) in no parity stripe"
                      + ("; 'webfs scrub --repair' protects them" if p["can_protect"] else ""))
+    if p.get("stale_blocks"):
+        lines.append(f"  {p['stale_blocks']} block(s) in the {p['dirty_stripes']} stripe(s) whose parity is out of "
+                     "date: not protected until it is written ('webfs sync' of a mount, or "
+                     "'webfs scrub --repair', tries again; a full disk needs room first)")
     for d in p["missing_disks"]:
         lines.append(f"  MISSING disk {d}: its blocks are read from parity; "
                      f"'webfs rebuild --disk {d} --to NEWDIR' replaces it")

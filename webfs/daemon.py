@@ -250,10 +250,19 @@ class Daemon:
         failed = await self.fs.files.commit_all()
         with away():
             await trio.to_thread.run_sync(self._disks_back)
+            await trio.to_thread.run_sync(self._stale_parity)
             await trio.to_thread.run_sync(self.checkpoint)
         if failed:
             raise WebfsError(f"synced, except {len(failed)} open file(s) that could not be stored: "
                              + ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else ""))
+
+    def _stale_parity(self) -> None:
+        """Stripes whose parity could not be written (its disk was full, say)
+        are tried again at a sync and at the unmount: their blocks are not
+        protected until then (webfs status counts them)."""
+        if self.store.protection.out_of_date():
+            self.store.protection.reconcile_stale()
+            self.store.commit()
 
     def _disks_back(self) -> None:
         """Before a sync's or the unmount's writes: a disk given up a moment ago
@@ -545,6 +554,7 @@ class Daemon:
             problems.append(f"cannot write the MANIFEST and JOURNAL: {exc}")
         try:
             self.store.protection.flush()
+            self._stale_parity()
         except Exception as exc:
             log.exception("cannot write parity at unmount")
             problems.append(f"cannot write parity: {exc}")

@@ -20,6 +20,8 @@ def parity_status(archive: Archive, catalog: Catalog, layout: StripeLayout,
     protected, protected_bytes = catalog.query(
         "SELECT COUNT(*), COALESCE(SUM(stored), 0) FROM blocks WHERE stripe IS NOT NULL")[0]
     unprotected = catalog.scalar("SELECT COUNT(*) FROM blocks WHERE stripe IS NULL")
+    stale = catalog.scalar("SELECT COUNT(*) FROM blocks WHERE stripe IN "
+                           "(SELECT id FROM stripes WHERE state != 'ok')") if dirty else 0
     per_disk = {d: {"parity_files": n, "parity_bytes": b} for d, n, b in catalog.query(
         "SELECT parity_disk, COUNT(*), COALESCE(SUM(length), 0) FROM stripes GROUP BY parity_disk")}
     missing = sorted(archive.missing)
@@ -28,7 +30,7 @@ def parity_status(archive: Archive, catalog: Catalog, layout: StripeLayout,
     return {
         "kind": "parity", "group_size": archive.conf.group_size,
         "stripes": stripes, "open_stripes": open_, "dirty_stripes": dirty,
-        "protected_blocks": protected, "unprotected_blocks": unprotected,
+        "protected_blocks": protected, "unprotected_blocks": unprotected, "stale_blocks": stale,
         "written_behind_blocks": write_behind.blocks,
         "can_protect": bool(unprotected and layout.width >= 1 and len(archive.volumes) >= 2),
         "parity_bytes": parity_bytes,
