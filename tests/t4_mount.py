@@ -231,7 +231,28 @@ def test_posix_details(mounted):
     with pytest.raises(OSError) as exc:
         os.setxattr(m / "b", "user.webfs.refs", b"99")
     assert exc.value.errno == errno.EPERM
+    # a name in no namespace Linux knows is refused as ext4 refuses it (else
+    # cp -a / rsync -X out of the mount fail on it); trusted.* is kept
+    proc = sh(f"setfattr -n foo.bar -v x '{m}/b'", check=False)
+    assert proc.returncode != 0 and b"Operation not supported" in proc.stderr
+    with pytest.raises(OSError) as exc:
+        os.setxattr(m / "b", "foo.bar", b"x")
+    assert exc.value.errno == errno.EOPNOTSUPP
+    sh(f"setfattr -n trusted.kept -v t '{m}/b'")
+    assert os.getxattr(m, "user.webfs.pid") == str(mounted.pid()).encode()     # the root's control xattrs
+    # renameat2: RENAME_WHITEOUT (4) is refused (EINVAL, as a filesystem
+    # without whiteouts), not done as a plain rename; NOREPLACE and EXCHANGE work
+    (m / "w1").write_text("1")
+    (m / "w2").write_text("2")
+    assert _renameat2(m / "w1", m / "w2", 4) == errno.EINVAL
+    assert _renameat2(m / "w1", m / "w3", 4) == errno.EINVAL
+    assert (m / "w1").read_text() == "1" and (m / "w2").read_text() == "2" and not (m / "w3").exists()
+    assert _renameat2(m / "w1", m / "w2", 1) == errno.EEXIST
+    assert _renameat2(m / "w1", m / "w2", 2) == 0
+    assert (m / "w1").read_text() == "2" and (m / "w2").read_text() == "1"
     mounted.remount()
+    listed = sh(f"getfattr -d -m - '{m}/b'").stdout
+    assert b"trusted.kept" in listed and b"foo.bar" not in listed
     assert (m / "hard").read_text() == "A" and os.readlink(m / "soft") == "b"
     for name in odd:
         with open(os.path.join(os.fsencode(m), name), "rb") as f:
@@ -240,6 +261,16 @@ def test_posix_details(mounted):
     assert (m / "b").stat().st_uid == 123
     mounted.umount()
     assert webfs("fsck", mounted.disks[0]).returncode == 0
+
+
+def _renameat2(old: Path, new: Path, flags: int) -> int:
+    """renameat2(2) through libc: 0, or its errno."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd = -100
+    if libc.renameat2(at_fdcwd, os.fsencode(old), at_fdcwd, os.fsencode(new), ctypes.c_uint(flags)) == 0:
+        return 0
+    return ctypes.get_errno()
 
 
 def test_the_webfs_tree_shows_blocks_and_is_hidden(mounted):
@@ -266,6 +297,14 @@ def test_second_mount_is_refused_and_a_killed_daemon_leaves_no_stale_lock(mounte
     assert proc.returncode == 1 and b"in use" in proc.stderr
     proc = webfs("fsck", mounted.disks[2], check=False)
     assert proc.returncode == 8 and b"mount point" in proc.stderr      # not run
+    # fsck of the mount point (or a path in it) says fsck wants an unmounted
+    # archive's disk and names it, not "not a webfs disk"
+    (mounted.mnt / "sub").mkdir()
+    for target in (mounted.mnt, mounted.mnt / "sub"):
+        proc = webfs("fsck", target, check=False)
+        assert proc.returncode == 8 and b"not a webfs disk" not in proc.stderr
+        assert b"in use" in proc.stderr and b"unmounted" in proc.stderr
+        assert f"'webfs fsck {mounted.disks[0]}'".encode() in proc.stderr
     (mounted.mnt / "kept.txt").write_text("closed before the kill")
     pid = mounted.pid()
     os.kill(pid, signal.SIGKILL)

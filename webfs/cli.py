@@ -18,7 +18,7 @@ import click
 from . import __version__
 from . import control
 from .admin import human
-from .backends import options as backend_options
+from .backends import is_url, options as backend_options
 from .cli_query import COMMANDS as QUERY_COMMANDS
 from .cli_warc import COMMANDS as WARC_COMMANDS
 from .commandline import (DiskPath, disk_location, import_target, open_store, options_given, progress_bar,
@@ -206,6 +206,11 @@ def fsck(repair, rebuild, force, disk):
     skipped: list = []
     if force and not (rebuild and repair):
         raise click.UsageError("--force goes with --rebuild-catalog --repair")
+    on_disk = is_url(disk) or os.path.isfile(os.path.join(disk, "WEBFS-DISK"))
+    in_mount = None if on_disk else control.mount_of(disk)
+    if in_mount is not None:        # a mount point, or a path in one: not its disk
+        click.echo(f"webfs fsck: {disk}: {_mounted_archive(in_mount[0])}", err=True)
+        sys.exit(EXIT_FAILED)
     try:
         if rebuild:
             from .commands.rebuild_catalog import RebuildRefused, rebuild_step
@@ -256,6 +261,17 @@ def fsck(repair, rebuild, force, disk):
     if left and not repair:
         click.echo(f"'webfs fsck --repair {disk}' mends what can be mended")
     sys.exit(report.exit_code)
+
+
+def _mounted_archive(mnt: str) -> str:
+    """Why fsck does not run on the archive mounted at ``mnt``, and what to do."""
+    try:
+        pid = os.getxattr(mnt, "user.webfs.pid").decode()
+        disk = os.getxattr(mnt, "user.webfs.disks").decode().split("\n")[0]
+    except OSError:
+        pid, disk = "?", "DISK"
+    return (f"the archive is in use (webfs mount on {mnt}, pid {pid}); fsck checks an unmounted "
+            f"archive's disk: 'webfs umount {mnt}', then 'webfs fsck {disk}'")
 
 
 @main.command()

@@ -35,6 +35,7 @@ from .namespace import NAME_MAX, ROOT_INODE, Inode, Namespace
 from .openfiles import OpenFiles
 from .readcache import PieceReader
 from .store import Store
+from .treesource import XATTR_KINDS
 from . import lockorder, searching
 
 log = logging.getLogger(__name__)
@@ -396,6 +397,8 @@ class Operations(pyfuse3.Operations):
 
     @translate_errors
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        if flags & ~(pyfuse3.RENAME_NOREPLACE | pyfuse3.RENAME_EXCHANGE):
+            raise FsError(errno.EINVAL)     # RENAME_WHITEOUT or a flag not known: as a filesystem without it
         self._check_writable(parent_inode_old, name_old)
         self._check_writable(parent_inode_new, name_new)
         replaced = self.ns.rename(parent_inode_old, name_old, parent_inode_new, name_new,
@@ -618,8 +621,9 @@ class Operations(pyfuse3.Operations):
     async def setxattr(self, inode, name, value, ctx):
         if name.startswith(XATTR_PREFIX) or is_virtual(inode):
             raise FsError(errno.EPERM)      # webfs's own attributes are read-only
-        if name.startswith(b"system."):
-            # No POSIX ACLs: refusing them makes cp/rsync fall back to chmod.
+        if not name.startswith(XATTR_KINDS):
+            # No POSIX ACLs (system.*: refusing them makes cp/rsync fall back to chmod),
+            # nor a namespace Linux does not know (as ext4); such names kept already stay readable.
             raise FsError(errno.EOPNOTSUPP)
         self._check_writable()
         self.ns.setxattr(inode, name, value)
