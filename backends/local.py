@@ -21,6 +21,9 @@ from .. import lockorder
 
 TMP_SUFFIX = ".webfs-tmp"
 READ_ON = 1 << 20           # bytes a read asks for past a file's size at its fstat (it grew)
+# Never written through a symlink planted at the name (ELOOP instead).
+NEW_OR_LEFTOVER = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
 
 
 class LocalBackend(Backend):
@@ -131,10 +134,10 @@ class LocalBackend(Backend):
         full = self._path(path)
         tmp = f"{full}.{os.getpid()}{TMP_SUFFIX}"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = os.open(tmp, NEW_OR_LEFTOVER, 0o644)
         except FileNotFoundError:
             self._makedirs(os.path.dirname(full))
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = os.open(tmp, NEW_OR_LEFTOVER, 0o644)
         _fill(fd, data, fsync, tmp)
         try:
             os.rename(tmp, full)
@@ -172,7 +175,7 @@ class LocalBackend(Backend):
 
     def write_at(self, path: str, offset: int, data: bytes, fsync: bool = False) -> None:
         self._wait()
-        fd = os.open(self._path(path), os.O_WRONLY)
+        fd = os.open(self._path(path), os.O_WRONLY | os.O_NOFOLLOW)
         try:
             os.pwrite(fd, data, offset)
             if fsync:
@@ -183,10 +186,10 @@ class LocalBackend(Backend):
     def open_append(self, path: str) -> int:
         full = self._path(path)
         try:
-            return os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            return os.open(full, APPEND, 0o644)
         except FileNotFoundError:
             self._makedirs(os.path.dirname(full))
-            return os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            return os.open(full, APPEND, 0o644)
 
     def rename(self, src: str, dst: str) -> None:
         self._wait()

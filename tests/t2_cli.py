@@ -68,6 +68,49 @@ def test_mkfs_refuses_non_empty_and_existing(tmp_path):
     assert (d / "precious").read_text() == "keep me"
 
 
+def test_mkfs_force_replaces_planted_symlinks_never_follows_them(tmp_path):
+    """--force replaces webfs's own names: a symlink (or a file) planted at
+    meta, blocks or parity goes itself, as one at WEBFS-DISK does, and a real
+    directory is made there; nothing is written where it pointed."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep me")
+    d0, d1 = tmp_path / "m0", tmp_path / "m1"
+    d0.mkdir()
+    d1.mkdir()
+    (d0 / "meta").symlink_to("../outside")
+    (d1 / "blocks").symlink_to("../outside")
+    (d1 / "parity").symlink_to(outside / "parity")          # dangling: nothing made there
+    (d0 / "WEBFS-DISK").symlink_to(outside / "precious")
+    webfs_here("mkfs", "--force", d0, d1)
+    assert sorted(os.listdir(outside)) == ["precious"]
+    assert (outside / "precious").read_text() == "keep me"
+    assert (d0 / "meta").is_dir() and not (d0 / "meta").is_symlink()
+    assert (d0 / "meta" / "catalog.db").is_file()
+    assert not os.path.lexists(d1 / "blocks") and not os.path.lexists(d1 / "parity")
+    src = tmp_path / "page.html"
+    src.write_text("<p>hello</p>")
+    key = webfs_here("put", d0, src).stdout.decode().split("\t")[0]
+    assert webfs_here("get", d0, key).stdout == b"<p>hello</p>"
+    assert sorted(os.listdir(outside)) == ["precious"]
+
+
+def test_mkfs_on_a_dangling_symlink_says_so_and_follows_a_good_one(tmp_path):
+    """A DISK that is a symlink is followed to its directory (the archive is
+    made there); one to a missing directory is one line naming it, and
+    nothing is made."""
+    (tmp_path / "sdx").symlink_to(tmp_path / "nowhere")
+    proc = webfs_here("mkfs", tmp_path / "sdx", check=False)
+    said = proc.stderr.decode()
+    assert proc.returncode == 1 and said.count("\n") == 1, said
+    assert said.startswith(f"webfs: {tmp_path}/sdx: a symlink to a missing directory"), said
+    assert not os.path.lexists(tmp_path / "nowhere")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "sdy").symlink_to("real")
+    webfs_here("mkfs", tmp_path / "sdy")
+    assert (tmp_path / "real" / "WEBFS-DISK").is_file() and (tmp_path / "real" / "meta").is_dir()
+
+
 def test_mkfs_on_a_read_only_filesystem_is_one_line(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()

@@ -13,6 +13,7 @@ disk, and marks the catalog clean.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -580,7 +581,14 @@ def _log_to_disk(store: Store) -> str:
     """The daemon's log goes to meta/webfs.log on the first disk (and stderr in the
     foreground, at the level the command was given: details stay in the file)."""
     path = os.path.join(store.archive.first_volume.root, "meta", "webfs.log")
-    handler = logging.FileHandler(path)
+    try:
+        handler = _OwnLog(path)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EINVAL):
+            what = "a symlink" if exc.errno == errno.ELOOP else "not a regular file"
+            raise ArchiveError(f"{path}: {what} where the mount writes its log; refusing to write "
+                               "through it (remove it, and the mount starts a new log)") from None
+        raise
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     for h in root.handlers:
@@ -590,3 +598,20 @@ def _log_to_disk(store: Store) -> str:
     if root.level > logging.INFO or root.level == logging.NOTSET:
         root.setLevel(logging.INFO)
     return path
+
+
+class _OwnLog(logging.FileHandler):
+    """The log file itself, never what a symlink planted at its name points
+    at (O_NOFOLLOW: ELOOP), nor a FIFO or device (EINVAL)."""
+    def _open(self):
+        return open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors,
+                    opener=_open_regular)
+
+
+def _open_regular(path: str, flags: int) -> int:
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    os.set_blocking(fd, True)
+    return fd

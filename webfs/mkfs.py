@@ -17,7 +17,7 @@ from .backends import BackendOptions, is_url, normalize, open_backend
 from .block import utc_timestamp
 from .errors import ArchiveError
 from .signature import DEFAULT_DEPTH
-from .volume import CONF_FILE, DISK_ID_FILE, META
+from .volume import BLOCKS, CONF_FILE, DISK_ID_FILE, META, PARITY
 
 
 def disk_id_text(conf: Config, disk: DiskInfo) -> str:
@@ -60,6 +60,7 @@ def mkfs(paths: list[str], depth: int = DEFAULT_DEPTH, group_size: Optional[int]
     for root in roots:
         if is_url(root):
             continue
+        check_root_link(root)
         if os.path.exists(root) and not os.path.isdir(root):
             raise ArchiveError(f"{root}: exists and is not a directory")
         if os.path.isdir(root) and os.listdir(root) and not force:
@@ -147,8 +148,37 @@ def make_disk_root(location: str, options: Optional[BackendOptions] = None) -> N
         from .backends.s3 import open_s3
         open_s3(location, options, fetch=False).create()         # its state directory is made 0700
     else:
-        os.makedirs(os.path.join(location, META), exist_ok=True)
+        check_root_link(location)
+        os.makedirs(location, exist_ok=True)
+        own_directory(location, META)
         make_private(location)
+
+
+def check_root_link(root: str) -> None:
+    """A disk root that is a symlink is followed to its directory, which must
+    exist: ArchiveError for a dangling one (nothing is made at its target)."""
+    if os.path.islink(root) and not os.path.exists(root):
+        raise ArchiveError(f"{root}: a symlink to a missing directory ({os.readlink(root)}); "
+                           "make that directory first, or name another")
+
+
+OWN_DIRECTORIES = (BLOCKS, PARITY, META)     # what webfs makes below a disk root
+
+
+def own_directory(root: str, name: str) -> None:
+    """``root/name`` a real directory (made if absent): never through a symlink,
+    nor over a file; ArchiveError naming it if something else is there."""
+    path = os.path.join(root, name)
+    try:
+        os.mkdir(path)
+        return
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        what = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
+        raise ArchiveError(f"{path}: {what} where webfs makes its own directory; "
+                           "refusing to write through it (remove it)")
 
 
 PRIVATE_MODE = 0o700
@@ -181,9 +211,15 @@ def open_to_others(root: str) -> Optional[str]:
 
 
 def _clear_webfs_files(root: str) -> None:
+    """What --force replaces: webfs's own names at the root. A symlink or file
+    at one of its directories' names goes itself (never what it points at)."""
     import shutil
-    for name in ("blocks", "parity", META):
-        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    for name in OWN_DIRECTORIES:
+        path = os.path.join(root, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            os.unlink(path)
     for name in (DISK_ID_FILE, CONF_FILE):
         try:
             os.unlink(os.path.join(root, name))
