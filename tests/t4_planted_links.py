@@ -1,5 +1,6 @@
 """Files a mount writes in its disk's meta/ directory are never written
-through a symlink planted at their names (the daemon's log)."""
+through a symlink planted at their names (the daemon's log, the lock, the
+intent files)."""
 from __future__ import annotations
 
 import os
@@ -36,3 +37,41 @@ def test_a_mount_refuses_a_symlink_at_its_log_and_writes_nothing_through_it(tmp_
         webfs("umount", mnt)
     assert victim.read_text() == "VICTIM\n"
     assert log.is_file() and not log.is_symlink() and log.stat().st_size > 0
+
+
+def test_a_symlink_at_the_lock_or_an_intent_file_is_never_written_through(tmp_path):
+    """The lock (the holder's line was written into the victim) and the
+    intent files (the victim was truncated, and read as intents): the lock
+    refuses the mount, an intent file the first use of it (the mount's
+    recovery, a write, the unmount), in one line naming the file; the victim
+    is left as it was."""
+    disks = [tmp_path / "l0", tmp_path / "l1"]
+    webfs("mkfs", *disks)
+    victim = tmp_path / "victim"
+    victim.write_text("VICTIM\n")
+    mnt = tmp_path / "ml"
+    mnt.mkdir()
+    for name in ("lock", "intents", "parity-intent"):
+        planted = disks[0] / "meta" / name
+        planted.unlink(missing_ok=True)
+        planted.symlink_to(victim)
+        proc = webfs("mount", disks[0], mnt, check=False)
+        said = proc.stderr.decode()
+        if proc.returncode == 0:
+            try:
+                (mnt / f"{name}.html").write_bytes(b"<p>hello</p>" * 1000)
+            except OSError:
+                pass
+            proc = webfs("umount", mnt, check=False)
+            said += proc.stderr.decode()
+        assert proc.returncode != 0 and not os.path.ismount(mnt), (name, said)
+        assert f"{planted}: a symlink where webfs keeps a file of its own" in said, (name, said)
+        assert "Traceback" not in said, said
+        assert victim.read_text() == "VICTIM\n", name
+        planted.unlink()
+    webfs("mount", disks[0], mnt)
+    try:
+        (mnt / "page.html").write_bytes(b"<p>hello</p>" * 1000)
+    finally:
+        webfs("umount", mnt)
+    assert victim.read_text() == "VICTIM\n"

@@ -30,7 +30,7 @@ from .errors import ArchiveBusy, ArchiveError, ConfigError
 from .locks import BucketLease, remove_shared
 from .machines import machine_id
 from .settings import DEFAULT_DEPTH, DEFAULT_LEVEL, MAX_DEPTH, MIN_DEPTH, STORE_MODES
-from .volume import CONF_FILE, DISK_ID_FILE, META, Volume
+from .volume import CONF_FILE, DISK_ID_FILE, META, Volume, open_own
 
 log = logging.getLogger(__name__)
 
@@ -601,7 +601,7 @@ def _flock(root: str, write: bool = True, shared: bool = False) -> Optional[int]
     path = os.path.join(root, LOCK_FILE)
     if write:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_own(path, os.O_RDWR | os.O_CREAT)
     else:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)

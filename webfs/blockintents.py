@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from .volume import empty_own, open_own
+
 INTENTS_FILE = "meta/intents"
 REFS_INTENT = "refs"            # intent line of a Refs header not yet written after its commit
 
@@ -23,20 +25,20 @@ class Intents:
 
     def append(self, lines: str) -> None:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = open_own(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         os.write(self._fd, lines.encode())
 
     def lines(self) -> list[str]:
         """Every line written since it was last emptied (none if there is no file)."""
         try:
-            with open(self.path) as f:
+            with open(self.path, opener=open_own) as f:
                 return f.read().split("\n")
         except FileNotFoundError:
             return []
 
     def clear(self) -> None:
         if os.path.exists(self.path):
-            os.truncate(self.path, 0)
+            empty_own(self.path)
 
     def close(self) -> None:
         if self._fd is not None:

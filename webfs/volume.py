@@ -7,6 +7,7 @@ well-formed block and that what it writes lands whole.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from typing import ContextManager, Iterator, Optional
@@ -17,7 +18,7 @@ from .backends.local import LocalBackend
 from . import signature as sigmod
 from .locks import SYSTEM_CLOCK, Clock
 from .block import HEADER_SIZE, BlockHeader, encode_refs, refs_offset
-from .errors import CorruptBlock
+from .errors import ArchiveError, CorruptBlock
 from . import lockorder
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,28 @@ FS_BLOCK = 4096             # what a small file costs a file system at least (an
 # much is kept free, or half of a disk smaller than twice it (as ZFS's slop
 # space keeps at least 128 MiB, or half a small pool).
 CATALOG_RESERVE_FLOOR = 16 << 20
+
+
+def open_own(path: str, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` of a file webfs keeps in a disk's meta/, never through a
+    symlink planted at its name (ArchiveError, saying so); also an
+    ``opener`` for ``open``."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise ArchiveError(f"{path}: a symlink where webfs keeps a file of its own; refusing to "
+                           "read or write through it (remove it)") from None
+
+
+def empty_own(path: str) -> None:
+    """Empty such a file (``open_own``'s): not what a symlink there points to."""
+    fd = open_own(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
 
 
 def reserve(total: int, holds_catalog: bool) -> int:

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Optional
 
 from .. import signature as sigmod
-from ..volume import META
+from ..volume import META, empty_own, open_own
 from .. import lockorder
 
 INTENT_FILE = f"{META}/parity-intent"
@@ -30,7 +30,7 @@ class IntentLog:
 
     def listed(self) -> set[str]:
         try:
-            with open(self.path, "r", encoding="ascii", errors="replace") as f:
+            with open(self.path, "r", encoding="ascii", errors="replace", opener=open_own) as f:
                 return {line for line in f.read().split() if sigmod.is_signature(line)}
         except FileNotFoundError:
             return set()
@@ -47,7 +47,7 @@ class IntentLog:
             new = list(dict.fromkeys(s for s in stripe_ids if s not in self._listed))
             if new:
                 if self._fd is None:
-                    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                    self._fd = open_own(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
                 os.write(self._fd, "".join(f"{s}\n" for s in new).encode())
                 if self.fsync:
                     os.fsync(self._fd)
@@ -81,7 +81,7 @@ class IntentLog:
     def clear(self) -> None:
         with self._lock:
             if os.path.exists(self.path):
-                os.truncate(self.path, 0)
+                empty_own(self.path)
             self._listed.clear()
 
     def close(self) -> None:
