@@ -205,6 +205,43 @@ def test_export_keeps_the_import_order_and_writes_plain_warc_for_dot_warc(tmp_pa
     assert len(parts) > 1 and all(p.read_bytes().startswith(b"WARC/1") for p in parts)
 
 
+def _same_name_twice(tmp_path, disks):
+    """Two files both named a.warc.gz imported into collection c, one after the
+    other: the second is kept as @warc/a.warc.gz.index~2 (and .heads~2)."""
+    (tmp_path / "1").mkdir()
+    (tmp_path / "2").mkdir()
+    first = write_warc(tmp_path / "1" / "a.warc.gz", [("http://example.com/one", b"the first file")], every_type=True)
+    second = write_warc(tmp_path / "2" / "a.warc.gz", [(f"http://example.com/two{i}", b"the second file %d" % i)
+                                                      for i in range(3)], start=100)
+    imp(disks[0], first, check=True)
+    imp(disks[0], second, check=True)
+    return first, second
+
+
+def test_a_second_source_of_the_same_name_is_exported_too(tmp_path):
+    """Each source file kept is exported, the second of a name (a.warc.gz.index~2)
+    too: in import order, byte for byte, in the source's order, disk by disk
+    and as a stream (export-warc took only the names ending in .index: the
+    second file's records were missing, and the summary said 100 %)."""
+    disks = make_archive(tmp_path, 3)
+    first, second = _same_name_twice(tmp_path, disks)
+    t = tree(disks[0], "/c")
+    try:
+        assert {b"a.warc.gz.index", b"a.warc.gz.index~2", b"a.warc.gz.heads~2"} <= set(t.listdir(b"@warc"))
+    finally:
+        t.close()
+    out = tmp_path / "out.warc.gz"
+    res = webfs_here("export-warc", f"{disks[0]}:/c", out)
+    assert out.read_bytes() == first.read_bytes() + second.read_bytes()
+    assert b"exported 14 records" in res.stdout and b"(100%) byte-identical" in res.stdout
+    want = sorted(r["id"] for r in records_of(first) + records_of(second))
+    for options in (["--order", "disk"], ["--resumable"]):
+        again = tmp_path / "again.warc.gz"
+        webfs_here("export-warc", *options, f"{disks[0]}:/c", again)
+        assert sorted(r["id"] for r in records_of(again)) == want, options
+        again.unlink()
+
+
 # ---------------------------------------------------------------- over a subset, resumed
 
 def run_until(args, kill_after, out=subprocess.DEVNULL, command="stream") -> tuple[str, int] | None:

@@ -168,6 +168,11 @@ def test_replay_serves_what_plain_pywb_serves(tmp_path):
 
 def replay_says(target: Path, pw: Path, *more: str) -> str:
     """What `webfs replay` prints before it serves (then it is stopped)."""
+    return replay_said(target, pw, *more)[0]
+
+
+def replay_said(target, pw: Path, *more: str) -> tuple[str, str]:
+    """What `webfs replay` prints on stdout and on stderr before it serves (then it is stopped)."""
     proc = subprocess.Popen([str(BIN / "webfs"), "replay", "--port", str(free_port()), *more, str(target), str(pw)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -176,10 +181,10 @@ def replay_says(target: Path, pw: Path, *more: str) -> str:
             line = proc.stdout.readline()
             assert line, proc.stderr.read().decode()
             lines.append(line)
-        return b"".join(lines).decode()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    return b"".join(lines).decode(), proc.stderr.read().decode()
 
 
 def test_replay_indexes_again_only_what_changed(tmp_path):
@@ -434,3 +439,88 @@ def test_the_mount_shows_the_virtual_warc_files_pywb_reads(tmp_path):
         assert os.listdir(m.mnt / ".webfs" / "warc") == [again]     # the same layout, the same id
     finally:
         m.umount()
+
+
+def test_a_second_source_of_the_same_name_replays(tmp_path):
+    """Two files named a.warc.gz in one collection (the second kept as
+    @warc/a.warc.gz.index~2): replay serves the captures of both, the second's
+    from a virtual file of its own, a~2.warc (it had no CDXJ line: only the
+    names ending in .index were taken)."""
+    from t2_warc_export import _same_name_twice
+    m = Mounted(tmp_path, disks=3, mount=False)
+    procs = []
+    try:
+        _same_name_twice(tmp_path, m.disks)
+        port = replay_with_wayback(f"{m.disks[0]}:/", tmp_path / "pw", procs)
+        assert get(port, "/c/20240101120000id_/http://example.com/one")[:2] == (200, b"the first file")
+        for i in range(3):
+            assert get(port, f"/c/20240101120000id_/http://example.com/two{i}")[:2] == (200, b"the second file %d" % i)
+        index = (tmp_path / "pw" / "webfs-cdxj" / "c.cdxj").read_text()
+        assert '"filename": "a~2.warc"' in index and '"filename": "a.warc"' in index
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
+
+
+NO_DATE = (b"WARC/1.0\r\nWARC-Type: resource\r\nWARC-Target-URI: http://nodate.example/\r\n"
+           b"Content-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello\r\n\r\n")
+GARBAGE = b"WARC/1.0\r\nWARC-Type: response\r\nContent-Length: -5\r\n\r\nabc"
+
+
+def test_a_record_pywb_cannot_index_is_left_out_and_the_rest_replayed(tmp_path):
+    """Records pywb's indexer cannot index (a resource without a WARC-Date, which
+    import-warc keeps in the heads only, and a garbage record), alone in a
+    collection and between good records of one file (a POST among them):
+    replay names each in one line (collection, source file, offset), at every
+    start, leaves it out of the CDXJ index and serves everything else; the
+    good records' lines are those wb-manager add makes of them (replay died
+    with pywb's traceback, and wrote no config.yaml)."""
+    from t2_warc import _digest, _one
+    block = b"POST /form HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded\r\n\r\na=1&b=2"
+    post = (b"WARC/1.0\r\nWARC-Type: request\r\nWARC-Target-URI: http://example.com/form\r\n"
+            b"WARC-Date: 2024-01-01T12:00:00Z\r\nWARC-Record-ID: <urn:uuid:post>\r\n"
+            b"Content-Type: application/http; msgtype=request\r\nContent-Length: %d\r\n\r\n" % len(block)
+            + block + b"\r\n\r\n")
+    good = [_one(b"http://example.com/a", b"page a", digest=_digest(b"page a")), post,
+            _one(b"http://example.com/form", b"answer", digest=_digest(b"answer")).replace(
+                b"Content-Type:", b"WARC-Concurrent-To: <urn:uuid:post>\r\nContent-Type:", 1),
+            _one(b"http://example.com/b", b"page b")]
+    (tmp_path / "clean").mkdir()
+    (tmp_path / "clean" / "mixed.warc").write_bytes(b"".join(good))
+    (tmp_path / "mixed.warc").write_bytes(good[0] + NO_DATE + b"".join(good[1:]) + GARBAGE)
+    (tmp_path / "nodate.warc").write_bytes(NO_DATE)
+    m = Mounted(tmp_path, disks=3, mount=False)
+    procs = []
+    try:
+        disk = f"{m.disks[0]}:/"
+        for coll, src in (("bad", tmp_path / "nodate.warc"), ("mixed", tmp_path / "mixed.warc"),
+                          ("good", SAMPLES / "example.warc.gz")):
+            res = webfs("import-warc", "--collection", coll, src, disk, check=False)
+            assert res.returncode == (0 if coll == "good" else 4), res.stderr
+        pw = tmp_path / "pw"
+        port = replay_with_wayback(disk, pw, procs)
+        assert get(port, "/mixed/20240101120000id_/http://example.com/a")[:2] == (200, b"page a")
+        assert get(port, "/mixed/20240101120000id_/http://example.com/b")[:2] == (200, b"page b")
+        assert get(port, "/good/20140103030321id_/http://example.com/?example=1")[0] == 200
+        assert all(f"  {coll}:\n" in (pw / "config.yaml").read_text() for coll in ("bad", "mixed", "good"))
+        ref = reference_pywb(tmp_path, {"mixed": [tmp_path / "clean" / "mixed.warc"]})
+        keys = lambda index: sorted(x.split(" ", 2)[:2] for x in index.read_text().splitlines())  # noqa: E731
+        ours = keys(pw / "webfs-cdxj" / "mixed.cdxj")
+        assert ours == keys(ref / "collections" / "mixed" / "indexes" / "index.cdxj") and len(ours) == 3
+        assert any("__wb_method=post" in k for k, _ in ours)        # the POST joined to its response
+        procs[0].terminate()
+        procs[0].wait(timeout=30)
+        at = len(good[0]) + len(NO_DATE) + sum(map(len, good[1:]))
+        want = {"bad: nodate.warc: offset 0: a resource record",
+                f"mixed: mixed.warc: offset {len(good[0])}: a resource record",
+                f"mixed: mixed.warc: offset {at}: a response record"}
+        for said in (procs[0].stderr.read().decode(), replay_said(disk, pw)[1]):      # first start, and again
+            lines = [x for x in said.splitlines() if "pywb's indexer cannot index" in x]
+            assert {x.split(": ", 1)[1].split(" pywb's")[0] for x in lines} == want and len(lines) == 3, said
+            assert all(x.endswith("left out of the CDXJ index, not replayed") for x in lines), said
+            assert "Traceback" not in said
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)

@@ -149,3 +149,27 @@ def test_an_unreadable_capture_in_a_mount_still_fails_the_export(tmp_path):
             assert not os.path.lexists(out) and not os.path.lexists(str(out) + ".part")
     finally:
         m.umount()
+
+
+def test_a_second_source_of_the_same_name_comes_back_from_a_mount(tmp_path):
+    """Two files named a.warc.gz imported into one collection in a mount (the
+    second kept as @warc/a.warc.gz.index~2): export-warc, in the daemon and by
+    the command, writes both, byte for byte, in import order; the tool
+    webfs-warc-rebuild, without webfs, writes either (a.warc.gz, a.warc.gz~2)."""
+    from conftest import REPO
+    from t2_warc_export import _same_name_twice
+    m = Mounted(tmp_path, disks=3, mount=False)
+    try:
+        first, second = _same_name_twice(tmp_path, m.disks)
+        m.mount()
+        for out in (tmp_path / "out.warc.gz", m.mnt / "again.warc.gz"):
+            res = webfs("export-warc", m.mnt / "c", out)
+            assert b"(100%) byte-identical" in res.stdout
+            assert out.read_bytes() == first.read_bytes() + second.read_bytes()
+        for name, source in (("a.warc.gz", first), ("a.warc.gz~2", second)):
+            rebuilt = tmp_path / f"rebuilt-{name}.warc"
+            subprocess.run(["sh", str(REPO / "tools" / "webfs-warc-rebuild"), str(m.mnt / "c"), name, str(rebuilt)],
+                           check=True, capture_output=True, env={"PATH": "/usr/bin:/bin"})
+            assert records_of(rebuilt) == records_of(source), name
+    finally:
+        m.umount()

@@ -39,11 +39,11 @@ SEPARATOR = b"\r\n\r\n"
 class VirtualFile:
     """One source file's records as one plain file, read by byte ranges."""
 
-    def __init__(self, tree, src: bytes):
+    def __init__(self, tree, src: warc.Source):
         """A source's kept files read; its layout is ``lay_out``'s."""
         self.tree, self.src = tree, src
-        self.heads = tree.read(warc.KEEP_DIR + b"/" + src + warc.HEADS_SUFFIX)
-        self.index_bytes = tree.read(warc.KEEP_DIR + b"/" + src + warc.INDEX_SUFFIX)
+        self.heads = tree.read(src.path(warc.HEADS_SUFFIX))
+        self.index_bytes = tree.read(src.path(warc.INDEX_SUFFIX))
         self.lines = list(warc.parse_index(self.index_bytes))
         self._cache: tuple[bytes, bytes] = (b"", b"")
         self.lock = lockorder.lock("replay record")
@@ -91,6 +91,7 @@ class VirtualFile:
         original is not among the collection's ``originals`` is shown as the
         response it stands for."""
         self.starts: list[int] = []
+        self.shown: list = []             # per record: its index line
         self.parts: list[list] = []       # per record: ("h", start, n), ("f", path, n), ("b", bytes, n)
         self.digested: set[bytes] = set()   # capture files whose record names its payload digest
         pos = 0
@@ -110,6 +111,7 @@ class VirtualFile:
             if is_warc and parts[-1][0] == "h" and (not ln.tl or self.heads[end - 1:end] != b"\n"):
                 parts.append(("b", SEPARATOR, len(SEPARATOR)))
             self.starts.append(pos)
+            self.shown.append(ln)
             self.parts.append(parts)
             pos += sum(x[2] for x in parts)
         self.size = pos
@@ -165,8 +167,12 @@ def spans(starts: list[int], parts: list[list], start: int, end: int):
 
 
 class _Raw(io.RawIOBase):
-    def __init__(self, vf: VirtualFile, lean: bool = False):
-        self.vf, self.pos, self.lean = vf, 0, lean
+    """Bytes [start, end) of a virtual file, as a file whose offsets are the virtual file's."""
+
+    def __init__(self, vf: VirtualFile, lean: bool = False, start: int = 0, end: Optional[int] = None):
+        self.vf, self.pos, self.lean = vf, start, lean
+        self.end = vf.size if end is None else end
+        self.failed: Optional[BaseException] = None     # a read of the archive's files that failed
 
     def readable(self) -> bool:
         return True
@@ -175,14 +181,18 @@ class _Raw(io.RawIOBase):
         return True
 
     def seek(self, off: int, whence: int = 0) -> int:
-        self.pos = off if whence == 0 else self.pos + off if whence == 1 else self.vf.size + off
+        self.pos = off if whence == 0 else self.pos + off if whence == 1 else self.end + off
         return self.pos
 
     def tell(self) -> int:
         return self.pos
 
     def readinto(self, b) -> int:
-        data = self.vf.read(self.pos, min(self.pos + len(b), self.vf.size), self.lean)
+        try:
+            data = self.vf.read(self.pos, min(self.pos + len(b), self.end), self.lean)
+        except BaseException as exc:
+            self.failed = exc
+            raise
         b[:len(data)] = data
         self.pos += len(data)
         return len(data)
@@ -230,14 +240,64 @@ def key_of(name: str, vf) -> bytes:
         + b" " + name.encode("utf-8", "surrogateescape")
 
 
+class Unindexable(Exception):
+    """pywb's indexer failed on records of a virtual file (what it raised, as text)."""
+
+
 def index_one(name: str, vf) -> list[bytes]:
     """The CDXJ lines of one virtual file, sorted: pywb's own indexer, with the
     options ``wb-manager add`` gives it (POST bodies appended to the key), so
-    replay finds and orders captures as a pywb collection of the same files."""
+    replay finds and orders captures as a pywb collection of the same files.
+    Unindexable if a record is one pywb's indexer cannot index (``index_served``
+    leaves it out); a read of the collection's files that fails raises its error."""
+    return _index_span(name, vf, 0, len(vf.starts))
+
+
+def _index_span(name: str, vf, a: int, b: int) -> list[bytes]:
+    """``index_one`` of the virtual file's records a to b (b excluded) alone, at their offsets in the file."""
     from pywb.indexer.cdxindexer import write_cdx_index
-    out = io.BytesIO()
-    write_cdx_index(out, io.BufferedReader(_Raw(vf, lean=True), 1 << 16), name, append_post=True, cdxj=True, sort=True)
+    bounds = vf.starts + [vf.size]
+    raw, out = _Raw(vf, True, bounds[a], bounds[b]), io.BytesIO()
+    try:
+        # warcio's warnings about a damaged record go to stderr: the caller says its own
+        with contextlib.redirect_stderr(io.StringIO()):
+            write_cdx_index(out, io.BufferedReader(raw, 1 << 16), name, append_post=True, cdxj=True, sort=True)
+    except Exception as exc:
+        if raw.failed is not None:
+            raise raw.failed from None      # not the record's doing: a capture, the heads, cannot be read
+        raise Unindexable(" ".join(f"{type(exc).__name__}: {exc}".split())) from exc
     return [line + b"\n" for line in out.getvalue().splitlines() if line]
+
+
+def index_served(name: str, vf) -> tuple[list[bytes], list[tuple[warc.IndexLine, str]]]:
+    """``index_one``'s lines, but of a file with records pywb's indexer cannot
+    index (a resource without a WARC-Date, which import-warc keeps in the heads
+    only; a damaged record) those of the others, and each record left out,
+    with why. The file's records are halved until each one that fails alone
+    is found; the records between two of those are then indexed together
+    again (a POST's request is joined to its response), as wb-manager add
+    would index a file without them."""
+    bad: list[tuple[int, str]] = []
+    lines = _halving(name, vf, 0, len(vf.starts), bad)
+    if not bad:
+        return lines, []
+    lines, cut = [], sorted(bad)
+    for (a, _), (b, _) in zip([(-1, "")] + cut, cut + [(len(vf.starts), "")]):
+        lines += _halving(name, vf, a + 1, b, bad) if b > a + 1 else []
+    return sorted(lines), [(vf.shown[i], why) for i, why in sorted(set(bad))]
+
+
+def _halving(name: str, vf, a: int, b: int, bad: list[tuple[int, str]]) -> list[bytes]:
+    """The lines of records a to b, indexed together, else each half's; a record
+    that fails alone goes into ``bad`` (its number, why)."""
+    try:
+        return _index_span(name, vf, a, b)
+    except Unindexable as exc:
+        if b - a == 1:
+            bad.append((a, str(exc)))
+            return []
+        mid = (a + b) // 2
+        return _halving(name, vf, a, mid, bad) + _halving(name, vf, mid, b, bad)
 
 
 
@@ -247,12 +307,11 @@ def laid_out(tree, sizes: Optional[dict[bytes, int]]) -> dict[str, VirtualFile]:
     (``sizes``: of its files by path, if known; ``VirtualFile.lay_out``)."""
     out: dict[str, VirtualFile] = {}
     for src in warc.kept_sources(tree):
-        base = virtual_name(src)
-        name, n = base, 1
+        n = src.n
+        name = virtual_name(src.name, n)
         while name in out:
             n += 1
-            stem, dot, ext = base.rpartition(".")
-            name = f"{stem}~{n}.{ext}"
+            name = virtual_name(src.name, n)
         out[name] = VirtualFile(tree, src)
     for vf in out.values():
         vf.measure(sizes)
@@ -262,17 +321,20 @@ def laid_out(tree, sizes: Optional[dict[bytes, int]]) -> dict[str, VirtualFile]:
     return out
 
 
-def virtual_name(src: bytes) -> str:
-    """The name of a source's virtual file (before ``~N`` is added for a clash):
-    without ``.gz``, and ending ``.warc`` or ``.arc``."""
+def virtual_name(src: bytes, n: int = 1) -> str:
+    """The name of the virtual file of a source file named ``src``: without
+    ``.gz``, and ending ``.warc`` or ``.arc``; ``~N`` before that ending for the
+    N-th of that name (``warc.Source``), or for a clash."""
     base = re.sub(r"\.gz$", "", src.decode("utf-8", "surrogateescape"))
-    return base if base.endswith((".warc", ".arc")) else base + ".warc"
+    base = base if base.endswith((".warc", ".arc")) else base + ".warc"
+    stem, _, ext = base.rpartition(".")
+    return base if n == 1 else f"{stem}~{n}.{ext}"
 
 
-def kept_lines(tree, src: bytes, key: bytes) -> Optional[list[bytes]]:
+def kept_lines(tree, src: warc.Source, key: bytes) -> Optional[list[bytes]]:
     """The lines import-warc kept for a source's virtual file if they are under ``key``, else None."""
     try:
-        data = tree.read(warc.KEEP_DIR + b"/" + src + CDXJ_SUFFIX)
+        data = tree.read(src.path(CDXJ_SUFFIX))
     except (OSError, WebfsError):
         return None
     first, _, rest = data.partition(b"\n")
@@ -308,8 +370,9 @@ def at_import(src: bytes, index: bytes, heads: bytes, sizes: dict[bytes, int],
         import pywb  # noqa: F401   (its indexer is imported where it is used)
     except ImportError:
         return None
-    stem = warc.KEEP_DIR + b"/" + src
-    vf = VirtualFile(_Memory({stem + warc.HEADS_SUFFIX: heads, stem + warc.INDEX_SUFFIX: index, **payloads}), src)
+    source = warc.Source(src)
+    vf = VirtualFile(_Memory({source.path(warc.HEADS_SUFFIX): heads, source.path(warc.INDEX_SUFFIX): index,
+                              **payloads}), source)
     revisits = {vf.payload_digest(ln) for ln in vf.lines if ln.rtype == "revisit"}
     # every capture is there; those of records kept whole in the heads (revisits,
     # encoded pages) need no size here: their files are not part of the layout

@@ -14,7 +14,9 @@ of what it indexes (the source's kept ``.index`` and ``.heads`` and the
 sizes of its captures, which fix every offset of its virtual file). A start
 takes a source's lines from there, else from the ``@warc/F.cdxj`` import-warc
 made if its key is current, and indexes again only the sources left, so a
-collection starts without reading a capture. ``write_file`` is the one place
+collection starts without reading a capture. A record pywb's indexer cannot
+index is left out of the lines, and said at every start (the cache file
+keeps what to say, after its key). ``write_file`` is the one place
 replay writes files outside the archive.
 """
 from __future__ import annotations
@@ -28,9 +30,10 @@ import stat
 from typing import TYPE_CHECKING, Optional
 
 from . import control, warc, warcview
-from .cdxj import KEY_PREFIX, VirtualFile, index_one, kept_lines, key_of, laid_out
+from .cdxj import KEY_PREFIX, VirtualFile, index_served, kept_lines, key_of, laid_out
 from .files import write_file as write_new
 from .errors import WebfsError
+from .importsource import show_path
 
 if TYPE_CHECKING:
     from .backends import BackendOptions
@@ -99,6 +102,7 @@ def pywb_order(tree, caps: list[dict]) -> list[dict]:
 # ---------------------------------------------------------------- the CDXJ indexes
 
 CACHE_DIR = "webfs-cdxj"
+LEFT_OUT = b"#webfs-left-out "      # a cache file's line, after its key: a record left out, as said
 
 
 def write_file(path: str, data: bytes) -> None:
@@ -122,16 +126,21 @@ def _own_dir(path: str) -> str:
     return path
 
 
-def _cached(path: str, key: bytes):
-    """The lines of a source's cache file if it holds this key, else None."""
+def _cached(path: str, key: bytes) -> Optional[tuple[list[bytes], list[str]]]:
+    """(the lines, the records left out as said) of a source's cache file if it
+    holds this key, else None."""
     try:
         with open(path, "rb") as f:
             first = f.readline()
             if first != KEY_PREFIX + key + b"\n":
                 return None
-            return f.read().splitlines(keepends=True)
+            lines = f.read().splitlines(keepends=True)
     except OSError:
         return None
+    said = 0
+    while said < len(lines) and lines[said].startswith(LEFT_OUT):
+        said += 1
+    return lines[said:], [x[len(LEFT_OUT):].rstrip(b"\n").decode("utf-8", "replace") for x in lines[:said]]
 
 
 def current(coll: str, files, pywb_dir: str, tree=None, sources: Optional[dict] = None) -> tuple[str, str]:
@@ -144,19 +153,23 @@ def current(coll: str, files, pywb_dir: str, tree=None, sources: Optional[dict] 
     cache = _own_dir(os.path.join(top, coll))
     if sources is None:
         tree, sources = None, {name: (vf.src, key_of(name, vf)) for name, vf in files.items()}
-    per_file, fresh, from_import = [], 0, 0
+    per_file, fresh, from_import, left_out = [], 0, 0, 0
     for name, (src, key) in sources.items():
         path = os.path.join(cache, name + ".cdxj")
-        lines = _cached(path, key)
+        lines, said = _cached(path, key) or (None, [])
         if lines is None:
             lines = kept_lines(tree or files[name].tree, src, key)
             from_import += lines is not None
             if lines is None:       # not kept, or stale (a capture deleted, a revisit's original elsewhere)
                 if not isinstance(files, dict):
                     files = files()     # laid out here only now (the daemon's layout gave the keys)
-                lines = _index_again(name, files.get(name), key)
+                lines, said = _index_again(coll, name, files.get(name), key)
                 fresh += 1
-            write_file(path, KEY_PREFIX + key + b"\n" + b"".join(lines))   # the next start reads it here
+            notes = b"".join(LEFT_OUT + x.encode() + b"\n" for x in said)
+            write_file(path, KEY_PREFIX + key + b"\n" + notes + b"".join(lines))   # the next start reads it here
+        for x in said:
+            log.warning("%s", x)
+        left_out += len(said)
         per_file.append(lines)
     for stale in set(os.listdir(cache)) - {n + ".cdxj" for n in sources}:
         os.unlink(os.path.join(cache, stale))          # a source no longer kept
@@ -170,17 +183,22 @@ def current(coll: str, files, pywb_dir: str, tree=None, sources: Optional[dict] 
     if not same:
         write_file(index, merged)
     count = merged.count(b"\n")
+    left = f"; {left_out} record(s) pywb's indexer cannot index left out, each said above" if left_out else ""
     return index, (f"CDXJ index of {coll}: {index} ({count} lines; "
                    f"{fresh} of {len(sources)} source file(s) indexed now, {from_import} as import-warc indexed them, "
-                   f"the rest kept in PYWBDIR)")
+                   f"the rest kept in PYWBDIR{left})")
 
 
-def _index_again(name: str, vf: Optional[VirtualFile], key: bytes) -> list[bytes]:
+def _index_again(coll: str, name: str, vf: Optional[VirtualFile], key: bytes) -> tuple[list[bytes], list[str]]:
     """A source's lines made by pywb's indexer, from this process's own layout,
-    which must be the one its key (the daemon's) names."""
+    which must be the one its key (the daemon's) names; and a line to say of
+    each record left out, as pywb's indexer cannot index it."""
     if vf is None or key_of(name, vf) != key:
         raise WebfsError(f"{name}: the collection changed while replay started; run it again")
-    return index_one(name, vf)
+    lines, left = index_served(name, vf)
+    return lines, [show_path(f"{coll}: {os.fsdecode(vf.src.label)}: offset {ln.offset}: a {ln.rtype} record "
+                             f"pywb's indexer cannot index ({why}); left out of the CDXJ index, not replayed"
+                             .encode("utf-8", "surrogateescape")) for ln, why in left]
 
 
 # ---------------------------------------------------------------- serving
@@ -253,8 +271,9 @@ def shown_by_mount(tree) -> Optional[tuple[str, dict]]:
         return None
     mnt, inside = found
     got = control.call(mnt, "warc-view", {"collection": inside}).figures      # warcview.warc_view
-    sources = {name: (os.fsencode(src), key.encode("utf-8", "surrogateescape"))
-               for name, (src, key) in got["files"].items()}
+    # each source by its index file's name (an older daemon sent the source's name)
+    sources = {name: (warc.source_of(os.fsencode(src)) or warc.Source(os.fsencode(src)),
+                      key.encode("utf-8", "surrogateescape")) for name, (src, key) in got["files"].items()}
     return os.path.join(mnt, ".webfs", os.fsdecode(warcview.VIEW_DIR), got["view"]) + "/", sources
 
 

@@ -16,7 +16,9 @@ What a collection ``NAME`` keeps of a source file ``x.warc.gz``
 - ``NAME/@warc/x.warc.gz.index``: one text line per record (see INDEX_HEADER);
 - ``NAME/@warc/x.warc.gz.heads``: per record, its raw WARC header block and
   HTTP header block, the whole block of records that are not captures
-  (request, metadata, warcinfo, ...), and the bytes after the block.
+  (request, metadata, warcinfo, ...), and the bytes after the block;
+- another source file of the same name, imported into the collection later,
+  as ``x.warc.gz.index~2`` and ``x.warc.gz.heads~2`` (``Source``).
 
 Both are ordinary files (blocks, MANIFEST lines), so the recovery tools get
 them back, and the source file's records can be rebuilt with ``head -c``.
@@ -27,9 +29,10 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import stat
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional
 
 from . import walkread
 from .admin import Progress, Result
@@ -365,15 +368,51 @@ def parse_index(data: bytes) -> Iterator[IndexLine]:
                         int(f[6]), int(f[7]), int(f[8]), f[9].decode(), f[10])
 
 
-def kept_sources(tree) -> list[bytes]:
-    """The source files a collection keeps (by the names of their index files)."""
-    return [n[:-len(INDEX_SUFFIX)] for n in tree.listdir(KEEP_DIR) if n.endswith(INDEX_SUFFIX)]
+class Source(NamedTuple):
+    """A source file a collection keeps: its name, and which source of that name
+    it is. import-warc keeps the first file named F as ``@warc/F.index``,
+    ``F.heads`` and ``F.cdxj``; another file named F, imported into the same
+    collection later, as ``F.index~2``, ``F.heads~2``, ``F.cdxj~2`` (``~3``
+    for a third...). Each is a source of its own, called ``F~N`` in messages."""
+    name: bytes
+    n: int = 1
+
+    def path(self, suffix: bytes) -> bytes:
+        """The path in the collection of one of its kept files (INDEX_SUFFIX, HEADS_SUFFIX, ...)."""
+        return KEEP_DIR + b"/" + self.name + suffix + (b"~%d" % self.n if self.n > 1 else b"")
+
+    @property
+    def label(self) -> bytes:
+        """What messages call it: F, or F~N."""
+        return self.name + (b"~%d" % self.n if self.n > 1 else b"")
+
+    @property
+    def index_name(self) -> bytes:
+        """Its index file's name in @warc/, which names it without ambiguity (``source_of``)."""
+        return self.path(INDEX_SUFFIX)[len(KEEP_DIR) + 1:]
 
 
-def sources_in_import_order(tree) -> list[bytes]:
+_INDEX_NAME = re.compile(rb"(.+)" + re.escape(INDEX_SUFFIX) + rb"(?:~([2-9]|[1-9][0-9]+))?\Z", re.S)
+
+
+def source_of(index_name: bytes) -> Optional[Source]:
+    """The source whose index file has this name in @warc/ (F.index, F.index~N);
+    None for any other name."""
+    m = _INDEX_NAME.match(index_name)
+    return m and Source(m.group(1), int(m.group(2) or 1))
+
+
+def kept_sources(tree) -> list[Source]:
+    """The source files a collection keeps (by the names of their index files),
+    each of a name imported again too (F.index~2): every reader of a
+    collection's sources (export-warc, replay) takes them from here."""
+    return [src for src in map(source_of, tree.listdir(KEEP_DIR)) if src is not None]
+
+
+def sources_in_import_order(tree) -> list[Source]:
     """The kept source files in the order they were imported (their index file's
     mtime, set when the import wrote it), then by name."""
-    return sorted(kept_sources(tree), key=lambda src: (tree.mtime_ns(KEEP_DIR + b"/" + src + INDEX_SUFFIX), src))
+    return sorted(kept_sources(tree), key=lambda src: (tree.mtime_ns(src.path(INDEX_SUFFIX)), src))
 
 
 # ---------------------------------------------------------------- the whole archive as a tree (versions, url)

@@ -26,7 +26,7 @@ from .errors import FsError, WebfsError
 from .files import create_new, publish
 from .importsource import show_path
 from .assembly import OpenArchive
-from .warc import (HEADS_SUFFIX, INDEX_SUFFIX, KEEP_DIR, NOWHERE, DiskTree, IndexLine, Where, parse_index,
+from .warc import (HEADS_SUFFIX, INDEX_SUFFIX, KEEP_DIR, NOWHERE, DiskTree, IndexLine, Source, Where, parse_index,
                    sources_in_import_order)
 from .warcread import arc_fields
 from .stream import Position
@@ -73,10 +73,9 @@ def _arc_to_warc(rec_head: bytes, rtype: str, http: bytes, payload: bytes, ident
     return b"\r\n".join(lines) + b"\r\n\r\n" + http + payload + b"\r\n\r\n"
 
 
-def _kept(tree, src: bytes) -> tuple[bytes, list[IndexLine]]:
+def _kept(tree, src: Source) -> tuple[bytes, list[IndexLine]]:
     """A source file's heads and index lines, as the collection keeps them."""
-    return (tree.read(KEEP_DIR + b"/" + src + HEADS_SUFFIX),
-            list(parse_index(tree.read(KEEP_DIR + b"/" + src + INDEX_SUFFIX))))
+    return tree.read(src.path(HEADS_SUFFIX)), list(parse_index(tree.read(src.path(INDEX_SUFFIX))))
 
 
 def _disks_in_turn(keys: list[tuple[int, str]]) -> list[int]:
@@ -95,7 +94,7 @@ def _disks_in_turn(keys: list[tuple[int, str]]) -> list[int]:
                                         for j, same in enumerate(q)) for i in same]
 
 
-def _in_order(tree, order: str, pool) -> Iterator[tuple[bytes, bytes, IndexLine, Optional[Where]]]:
+def _in_order(tree, order: str, pool) -> Iterator[tuple[Source, bytes, IndexLine, Optional[Where]]]:
     """(source, its heads, index line, where its capture file is or None) of every
     record, in the order the records are written.
 
@@ -144,7 +143,7 @@ def _there(tree, capture: bytes, ino: Optional[int] = None) -> bool:
     return True
 
 
-def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where],
+def _record(tree, src: Source, heads: bytes, ln: IndexLine, where: Optional[Where],
             duplicates: str, read: dict) -> Optional[tuple[bytes, bool, bytes]]:
     """One record's bytes, whether they are byte-identical to the source's, and
     the gz column to make its gzip member with (b"" when not identical); None
@@ -185,7 +184,7 @@ def _record(tree, src: bytes, heads: bytes, ln: IndexLine, where: Optional[Where
                 head = _set_header(head, h, None)
             identical = False
     if not head.startswith(b"WARC/"):
-        return _arc_to_warc(head, ln.rtype, http, payload, src + b"\t" + str(ln.offset).encode()), False, b""
+        return _arc_to_warc(head, ln.rtype, http, payload, src.label + b"\t" + str(ln.offset).encode()), False, b""
     if len(http) + len(payload) != ln.hl + ln.pl or not identical:
         head = _set_header(head, b"Content-Length", str(len(http) + len(payload)).encode())
         if not head.endswith(b"\r\n\r\n"):
@@ -585,7 +584,7 @@ def _stream_records(tree: DiskTree, pos: Position, gz: bool) -> Iterator[tuple[t
     the export stream at ``pos`` has still to send."""
     place = pos.place
     sources = [(src, *_kept(tree, src)) for src in sources_in_import_order(tree)
-               if tree.inode(KEEP_DIR + b"/" + src + INDEX_SUFFIX) <= pos.top_ino]
+               if tree.inode(src.path(INDEX_SUFFIX)) <= pos.top_ino]
     if not pos.subset and not pos.grp and not pos.ino:
         alone = [(src, heads, ln, None) for src, heads, lines in sources for ln in lines if ln.capture == b"-"]
         for n, rec in enumerate(alone[place["heads"]:], place["heads"] + 1):

@@ -52,7 +52,7 @@ class ViewFile:
         """``vf``: a laid out ``cdxj.VirtualFile``; ``kept``: the collection's
         files it reads (``kept_files``), by path."""
         self.ns = ns
-        self.heads = warc.KEEP_DIR + b"/" + vf.src + warc.HEADS_SUFFIX
+        self.heads = vf.src.path(warc.HEADS_SUFFIX)
         self.starts, self.parts, self.size = vf.starts, vf.parts, vf.size
         self.kept = kept
 
@@ -99,7 +99,7 @@ def kept_files(ns, files: dict, found: dict) -> dict[bytes, Kept]:
     """The files the laid out virtual files ``files`` read (heads, captures) as
     ``found`` (path -> Inode: ``DiskTree.files_below``) has them, with their
     blocks, in a catalog query per 500 files."""
-    paths = {warc.KEEP_DIR + b"/" + vf.src + warc.HEADS_SUFFIX for vf in files.values()}
+    paths = {vf.src.path(warc.HEADS_SUFFIX) for vf in files.values()}
     paths.update(part[1] for vf in files.values() for parts in vf.parts for part in parts if part[0] == "f")
     nodes = {p: found[p] for p in paths if p in found}
     blocks = ns.contents_of([node.id for node in nodes.values()])
@@ -143,7 +143,7 @@ class WarcViews:
 def warc_view(archive, progress: Progress, collection: str) -> Result:
     """The admin command replay asks a mount's daemon: lay out a collection's
     virtual WARC files and show them as a view of ``.webfs/warc/``; its id, and
-    each file's source and key."""
+    each file's source (by its index file's name: ``warc.source_of``) and key."""
     tree = warc.DiskTree("", collection, None, opened=archive)
     try:
         found = tree.files_below()
@@ -153,5 +153,5 @@ def warc_view(archive, progress: Progress, collection: str) -> Result:
         tree.close()
     keys = {name: key_of(name, vf).decode("utf-8", "surrogateescape") for name, vf in files.items()}
     view_id = archive.warc_views.add(archive.namespace, tree.top, files, keys, kept)
-    return Result(figures={"view": view_id, "files": {name: [os.fsdecode(vf.src), keys[name]]
+    return Result(figures={"view": view_id, "files": {name: [os.fsdecode(vf.src.index_name), keys[name]]
                                                      for name, vf in files.items()}})
