@@ -242,6 +242,29 @@ def test_a_second_source_of_the_same_name_is_exported_too(tmp_path):
         again.unlink()
 
 
+def test_a_record_at_the_same_place_of_another_file_of_the_same_name_is_not_taken_for_it(tmp_path):
+    """A capture already imported is known by its source's name and offset;
+    another file of the same name with a record at that offset, of the same
+    URL and second (a crawler's files named by the hour, a rerun), was taken
+    for it: its payload was not stored, and the export wrote the first
+    file's payload in its record. The record id and payload digest tell them
+    apart; a second import of the very same file is still 'already there'."""
+    disks = make_archive(tmp_path, 3)
+    (tmp_path / "1").mkdir()
+    (tmp_path / "2").mkdir()
+    first = write_warc(tmp_path / "1" / "a.warc", [("http://example.com/x", b"AAAA first")], gz=False)
+    second = write_warc(tmp_path / "2" / "a.warc", [("http://example.com/x", b"BBBB other")], gz=False, start=100)
+    assert len(first.read_bytes()) == len(second.read_bytes())         # each record at the same offset
+    _, fig = imp(disks[0], first, check=True)
+    _, fig = imp(disks[0], second, check=True)
+    assert fig["already"] == 0 and fig["captures"] == 1, fig
+    out = tmp_path / "out.warc"
+    assert b"(100%) byte-identical" in webfs_here("export-warc", f"{disks[0]}:/c", out).stdout
+    assert out.read_bytes() == first.read_bytes() + second.read_bytes()
+    _, fig = imp(disks[0], second, check=True)
+    assert fig["already"] == 1 and fig["captures"] == 0, fig
+
+
 # ---------------------------------------------------------------- over a subset, resumed
 
 def run_until(args, kill_after, out=subprocess.DEVNULL, command="stream") -> tuple[str, int] | None:

@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 PREPARE_WORKERS = 2
 
 UNRESOLVED = (b"user.warc.revisit", b"unresolved")     # a revisit kept without its original's blocks
+# Besides its source's name and offset, what tells a capture already imported
+# from another record at that place (xattr, the record's field), where both have it.
+SAME_RECORD = ((b"user.warc.record-id", b"warc-record-id"), (b"user.warc.payload-digest", b"warc-payload-digest"))
 
 # The figures of a WARC import. Shaped like ingest.Counts (a list of int
 # fields), which is why `duplicates` pairs them; the figures are others.
@@ -163,10 +166,14 @@ class WarcSource(Source):
         item.warc_future = item.future
         return item
 
-    def _free_path(self, stem: bytes, first: bytes, stamp_of, identity: bytes) -> tuple[bytes, bool]:
+    def _free_path(self, stem: bytes, first: bytes, stamp_of, identity: bytes,
+                   fields: Optional[dict] = None) -> tuple[bytes, bool]:
         """(the first capture path stem+stamp(n) not taken by another capture, True), or
-        (its path, False) when this very capture (same identity) is already there;
-        ``first``: stamp(1), ``stamp_of(n)`` the others'."""
+        (its path, False) when this very capture is already there: the same
+        identity (source name and offset) and, where both have them, the same
+        WARC-Record-ID and payload digest (``fields``: the record's; another file
+        of the same name can hold another record at that offset); ``first``:
+        stamp(1), ``stamp_of(n)`` the others'."""
         n = 1
         while True:
             path = stem + (first if n == 1 else stamp_of(n))
@@ -179,12 +186,19 @@ class WarcSource(Source):
                 if node is None:
                     self.taken.add(path)
                     return path, True
-                try:
-                    if self.ns.getxattr(node.id, b"user.warc.source") == identity:
-                        return path, False
-                except FsError:
-                    pass
+                if self._holds(node.id, b"user.warc.source", identity) and all(
+                        self._holds(node.id, xattr, fields[key], True)
+                        for xattr, key in SAME_RECORD if key in (fields or {})):
+                    return path, False
             n += 1
+
+    def _holds(self, ino: int, name: bytes, value: bytes, missing: bool = False) -> bool:
+        """Does the inode's xattr ``name`` hold ``value``? (``missing``: the answer
+        when it has no such xattr.)"""
+        try:
+            return self.ns.getxattr(ino, name) == value
+        except FsError:
+            return missing
 
     def _source(self, src: bytes) -> Iterator[Item]:
         name = os.path.basename(src)
@@ -283,11 +297,8 @@ class WarcSource(Source):
                 self.taken.add(path)
                 return path
             if node is not None:
-                try:
-                    if self.ns.getxattr(node.id, b"user.warc.source") == ident:
-                        return None
-                except FsError:
-                    pass
+                if self._holds(node.id, b"user.warc.source", ident):
+                    return None
             n += 1
             path = base + b"~" + str(n).encode()
 
@@ -315,7 +326,7 @@ class WarcSource(Source):
             return None, b"-"
         identity = name + b"\t" + str(rec.offset).encode()
         path, new = self._free_path(filed.stem, filed.stamp,
-                                    lambda n: urlpath.stamp(filed.date, n).encode(), identity)
+                                    lambda n: urlpath.stamp(filed.date, n).encode(), identity, f)
         if not new:
             self.wc.already += 1
             if rec.rtype != "revisit" and digest_of(f) and digest_of(f) not in self.by_digest:
