@@ -681,6 +681,15 @@ def test_unparity_reports_what_it_cannot_rebuild(built, tools, restricted_bin, t
     assert b"unreadable parity file" in proc.stderr
 
 
+def no_digest(raw: bytes) -> bytes:
+    """A block file as written before digests: its header without the Digest line."""
+    head = raw[:512]
+    line = head[head.index(b"Digest: "):]
+    line = line[:line.index(b"\n") + 1]
+    head = head.replace(line, b"")
+    return head[:-1] + b" " * len(line) + b"\n" + raw[512:]
+
+
 def test_recover_reports_missing_and_damaged_blocks(built, tools, restricted_bin, tmp_path):
     blocks = built.blocks
     path_of = {}
@@ -692,7 +701,7 @@ def test_recover_reports_missing_and_damaged_blocks(built, tools, restricted_bin
     page = next(k for k, v in blocks.items() if v[2] == b"/crawl-2024/example.org/.hidden")
     path_of[idx].unlink()                                   # missing everywhere
     raw = path_of[logo].read_bytes()
-    path_of[logo].write_bytes(raw[:-10])                    # identity payload cut short
+    path_of[logo].write_bytes(no_digest(raw)[:-10])         # identity payload cut short
     raw = path_of[big[1]].read_bytes()
     path_of[big[1]].write_bytes(raw.replace(b"Signature: xxh128:", b"Signature: xxh128:0", 1)
                                 .replace(b"\nRefs", b"Refs", 1))     # bad header
@@ -706,7 +715,7 @@ def test_recover_reports_missing_and_damaged_blocks(built, tools, restricted_bin
     assert b"missing on every disk" in lost[E + b"/index.html"]
     assert b"missing on every disk" in lost[E + b"/hardlink.html"]
     assert b"missing on every disk" in lost[E + b"/dup-of-index.html"]
-    assert b"size mismatch" in lost[E + b"/logo.png"]
+    assert b"size mismatch" in lost[E + b"/logo.png"]      # no Digest: checked as before
     assert b"bad header" in lost[b"/crawl-2024/big-random.bin"]
     assert b"cannot decode" in lost[E + b"/.hidden"]
     assert len(lost) == 6, lost
@@ -961,6 +970,190 @@ def test_unparity_verify_all_replaces_a_rotten_block(tmp_path_factory, tools, re
     recover(tools, restricted_bin, tmp_path, *b.disks, tmp_path / "out0", expect=1)
     recover(tools, restricted_bin, tmp_path, *b.disks, tmp_path / "u", tmp_path / "out")
     assert_same_tree(b.orig, tmp_path / "out")
+
+
+# ------------------------------------------- block Digests (SHA-256) checked --
+# An identity block holds the document as it is: a damaged payload still
+# "decodes". Its header's Digest (the SHA-256 of the document) is what tells.
+
+def rot_in_place(f: Path, at: int = 100) -> bytes:
+    """Overwrite 4 payload bytes of block file f (its length kept); the old bytes."""
+    raw = bytearray(f.read_bytes())
+    old = bytes(raw)
+    pos = 512 + min(at, len(raw) - 512 - 4)
+    raw[pos:pos + 4] = bytes(b ^ 0x5A for b in raw[pos:pos + 4])
+    f.write_bytes(bytes(raw))
+    return old
+
+
+def identity_block(b: Built, hint: bytes, piece: int = 0) -> tuple[str, Path]:
+    """The key and file of the piece-th identity block whose Name hint is hint."""
+    keys = [k for k, v in b.blocks.items() if v[2] == hint]
+    files = [b.disks[b.blocks[k][0]] / "blocks" / sig_path(k, b.depth) for k in keys]
+    found = [(k, f) for k, f in zip(keys, files) if b"\nCodec: identity\n" in f.read_bytes()[:512]]
+    found.sort(key=lambda kf: kf[0])
+    assert len(found) > piece, (hint, keys)
+    return found[piece]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_recover_checks_the_digest_of_identity_blocks(built, tools, restricted_bin, tmp_path,
+                                                      shell):
+    """Identity blocks damaged in place (a whole file, one piece of a split file,
+    a symlink's target): webfs-recover reports those files lost, never writes
+    the damaged bytes, and rebuilds everything else; without a manifest too."""
+    E = b"/crawl-2024/example.org"
+    damaged = [identity_block(built, E + b"/logo.png"),
+               identity_block(built, b"/crawl-2024/big-random.bin", 1),
+               identity_block(built, E + b"/link-rel")]
+    for key, f in damaged:
+        rot_in_place(f)
+    sh = [shutil.which(shell)] + (["--posix"] if shell == "bash" else [])
+    out = tmp_path / "out"
+    proc = recover(tools, restricted_bin, tmp_path, *built.disks, out, shell=sh, expect=1)
+    lost = {l.split(b"\t")[1]: l.split(b"\t")[2]
+            for l in proc.stderr.split(b"\n") if l.startswith(b"lost\t")}
+    assert sorted(lost) == sorted([E + b"/logo.png", b"/crawl-2024/big-random.bin",
+                                   E + b"/link-rel"]), proc.stderr.decode()
+    for (key, f), path in zip(damaged, [E + b"/logo.png", b"/crawl-2024/big-random.bin",
+                                        E + b"/link-rel"]):
+        assert b"is not the Digest in its header" in lost[path], lost[path]
+        assert os.fsencode(f.relative_to(f.parents[3])) in lost[path], lost[path]
+        assert not os.path.lexists(os.fsencode(out) + path)
+    assert b"; 3 lost;" in proc.stderr
+    assert b"matched the Digest (SHA-256) in their header" in proc.stderr
+    a, b = tree(built.orig), tree(out)
+    for p in lost:
+        del a[p]
+    assert a == b
+    # without a manifest: each damaged block is lost, not named with wrong bytes
+    for d in built.disks:
+        shutil.rmtree(d / "meta")
+    out2 = tmp_path / "out2"
+    proc = recover(tools, restricted_bin, tmp_path, *built.disks, out2, shell=sh, expect=1)
+    want = expected_without_manifest(built.blocks)
+    gone = set()
+    for key, f in damaged:
+        hint, data = built.blocks[key][2], built.blocks[key][1]
+        gone.add(hint if want.get(hint) == data else b"/by-signature/" + key.encode())
+    assert gone <= set(want)
+    lost = [l.split(b"\t") for l in proc.stderr.split(b"\n") if l.startswith(b"lost\t")]
+    assert sorted(l[1] for l in lost) == sorted(gone), proc.stderr.decode()
+    assert all(b"is not the Digest in its header" in l[2] for l in lost)
+    got = {p: v[3] for p, v in tree(out2).items() if v[0] != "dir"}
+    assert got == {p: v for p, v in want.items() if p not in gone}
+
+
+def test_recover_checks_the_digest_of_gzip_pieces(tmp_path_factory, tools, restricted_bin,
+                                                  tmp_path):
+    """A gzip block whose header's Digest is not its document's (here the
+    header is the damaged part; gzip's CRC cannot tell): the file is lost,
+    whether the block is a file's first piece or a later one."""
+    rnd = random.Random(3)
+    text = b"".join(b"<p>line %d</p>\n" % rnd.randrange(99) for _ in range(2000))
+    b = build_archive(tmp_path_factory.mktemp("gz"), [
+        ("write", b"/one.html", text[:20000], 0o644),
+        ("write", b"/two.bin", rnd.randbytes(8192) + text[5000:], 0o644),
+        ("write", b"/ok.html", text[1000:9000], 0o644), ("checkpoint",)], max_block=8192)
+    for name, piece in ((b"/one.html", 0), (b"/two.bin", 1)):
+        key = [k for k, v in b.blocks.items() if v[2] == name
+               and b.blocks[k][1] == ((text[:20000] if piece == 0 else text[5000:])[:8192])]
+        assert len(key) == 1, (name, key)
+        f = b.disks[b.blocks[key[0]][0]] / "blocks" / sig_path(key[0], b.depth)
+        raw = bytearray(f.read_bytes())
+        assert b"\nCodec: gzip\n" in raw[:512]
+        at = raw.index(b"Digest: sha256:") + 15
+        raw[at] = ord("0") if raw[at] != ord("0") else ord("1")
+        f.write_bytes(bytes(raw))
+    proc = recover(tools, restricted_bin, tmp_path, *b.disks, tmp_path / "out", expect=1)
+    lost = {l.split(b"\t")[1]: l.split(b"\t")[2]
+            for l in proc.stderr.split(b"\n") if l.startswith(b"lost\t")}
+    assert sorted(lost) == [b"/one.html", b"/two.bin"], proc.stderr.decode()
+    assert all(b"is not the Digest in its header" in why for why in lost.values())
+    assert (tmp_path / "out" / "ok.html").read_bytes() == text[1000:9000]
+
+
+def test_recover_without_sha256sum_says_so_and_checks_as_before(built, tools, restricted_bin,
+                                                               tmp_path):
+    """No sha256sum on the PATH: one note says Digests are not checked; blocks are
+    checked as before (an identity block damaged in place is not caught)."""
+    bindir = tmp_path / "bin"
+    shutil.copytree(restricted_bin, bindir, symlinks=True)
+    (bindir / "sha256sum").unlink()
+    key, f = identity_block(built, b"/crawl-2024/example.org/logo.png")
+    good = tmp_path / "good"
+    recover(tools, bindir, tmp_path, *built.disks, good)
+    assert_same_tree(built.orig, good)
+    rot_in_place(f)
+    out = tmp_path / "out"
+    proc = recover(tools, bindir, tmp_path, *built.disks, out)
+    assert proc.stderr.count(b"sha256sum (or tee) is not installed: block Digests are not checked") == 1
+    assert b"matched the Digest" not in proc.stderr
+
+
+def test_unparity_verify_all_without_xxhash_rebuilds_a_damaged_identity_block(
+        built, tools, restricted_bin, tmp_path):
+    """An identity block damaged in place (its length kept): webfs-unparity
+    --verify-all, with a Python that has no xxhash, finds it by its Digest and
+    rebuilds it from parity, byte for byte; webfs-recover then gives the exact
+    tree (the rebuilt copy given after the disks, as the fallback, or before them)."""
+    key, f = identity_block(built, b"/crawl-2024/example.org/logo.png")
+    old = rot_in_place(f)
+    proc = unparity(tools, restricted_bin, "--out", tmp_path / "u0", *built.disks)
+    assert not (tmp_path / "u0" / "blocks").exists()           # nothing missing
+    proc = unparity(tools, restricted_bin, "--verify-all", "--out", tmp_path / "u", *built.disks)
+    assert b"sha256 digests checked; xxh3-128 check off" in proc.stderr, proc.stderr
+    rebuilt = tmp_path / "u" / "blocks" / sig_path(key, built.depth)
+    assert rebuilt.read_bytes() == old
+    assert [p for p in (tmp_path / "u" / "blocks").rglob("*") if p.is_file()] == [rebuilt]
+    recover(tools, restricted_bin, tmp_path, *built.disks, tmp_path / "u", tmp_path / "out")
+    assert_same_tree(built.orig, tmp_path / "out")
+    recover(tools, restricted_bin, tmp_path, tmp_path / "u", *built.disks, tmp_path / "out2")
+    assert_same_tree(built.orig, tmp_path / "out2")
+
+
+def stripe_of(b: Built, key: str) -> tuple[Path, list[str]]:
+    """The parity file whose stripe holds key, and the keys of its members."""
+    for pf in (p for d in b.disks for p in (d / "parity").rglob("*") if p.is_file()):
+        head = pf.read_bytes()[:4096].decode("ascii", "replace")
+        members = [l.split(" ")[1] for l in head.split("\n") if l.startswith("Member: ")]
+        if key in members:
+            return pf, members
+    raise AssertionError(f"{key} is in no stripe")
+
+
+def test_unparity_without_xxhash_checks_present_and_rebuilt_blocks_by_digest(
+        built, tools, restricted_bin, tmp_path):
+    """Without xxhash: a damaged identity member is not XOR-ed into a rebuild
+    (the lost member is reported, not written with wrong bytes), and a
+    rebuild from a damaged parity file is checked by the Digest of the damaged
+    copy's header."""
+    key, f = identity_block(built, b"/crawl-2024/example.org/logo.png")
+    pf, members = stripe_of(built, key)
+    others = [k for k in members if k != key]
+    assert others, members
+    # 1. a member on another disk is lost, the identity member is damaged
+    victim = others[0]
+    vfile = built.disks[built.blocks[victim][0]] / "blocks" / sig_path(victim, built.depth)
+    saved = vfile.read_bytes()
+    vfile.unlink()
+    rot_in_place(f)
+    proc = unparity(tools, restricted_bin, "--out", tmp_path / "u", *built.disks, expect=1)
+    assert f"lost\tblocks/{sig_path(victim, built.depth)}\t".encode() in proc.stderr, proc.stderr
+    assert b"SHA-256 of the document is not the Digest in its header" in proc.stderr
+    assert not (tmp_path / "u" / "blocks" / sig_path(victim, built.depth)).exists()
+    # 2. the identity member damaged, and the parity file too: the rebuilt
+    # document is not its Digest, so it is not written
+    vfile.write_bytes(saved)
+    data = bytearray(pf.read_bytes())
+    hbytes = int(data.split(b"Header-Bytes: ")[1].split(b"\n")[0])
+    data[hbytes + 300] ^= 0xFF
+    pf.write_bytes(bytes(data))
+    proc = unparity(tools, restricted_bin, "--verify-all", "--out", tmp_path / "u2", *built.disks,
+                    expect=1)
+    assert f"lost\tblocks/{sig_path(key, built.depth)}\trebuilt from".encode() in proc.stderr
+    assert b"whose Digest it was checked by" in proc.stderr, proc.stderr
+    assert not (tmp_path / "u2" / "blocks" / sig_path(key, built.depth)).exists()
 
 
 # ------------------------------------------------- hostile input (issue 11) --
