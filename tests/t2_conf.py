@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -332,3 +333,20 @@ def test_a_moved_archive_and_a_moved_disk_are_found(tmp_path):
     status = json.loads(webfs_here("status", "--json", str(alone)).stdout)
     assert sorted(d["path"] for d in status["disks"]) == sorted([str(alone)] + [str(d) for d in disks[1:]])
     assert webfs("fsck", alone, check=False).returncode == 0
+
+
+def test_a_disk_of_another_archive_in_a_disks_place_is_said_to_be_one(tmp_path):
+    """A disk's place holding a disk of another archive (h1/disk3 replaced by a
+    copy of h2/disk3): the missing disk is not "not found" there, a disk is
+    there that is another archive's, and the message says which."""
+    h1, h2 = make_archive(tmp_path / "h1"), make_archive(tmp_path / "h2")
+    other = archmod.read_disk_id(str(h2[3]))["Archive"]
+    shutil.rmtree(h1[3])
+    shutil.copytree(h2[3], h1[3], symlinks=True)
+    err = webfs_here("status", h1[0], check=False).stderr.decode()
+    assert f"disk 3 ({archmod.read_disk_id(str(h2[3]))['Disk']}) " not in err, err    # h1's disk 3 is missing
+    assert f"is missing: at {h1[3]} is a disk of another archive ({other})" in err, err
+    assert "not found" not in err, err
+    shutil.rmtree(h1[3])                            # nothing there: "not found", as before
+    err = webfs_here("status", h1[0], check=False).stderr.decode()
+    assert f"is missing: not found at {h1[3]} nor beside {h1[0]}" in err, err

@@ -261,3 +261,45 @@ def test_warc_xattrs_journalled_by_an_import_come_back_after_a_kill(tmp_path):
         assert sh(f"getfattr -R -d -m user.warc.target-uri {m.mnt}/c").stdout == found
     finally:
         unmount(m.mnt)
+
+
+def test_symlinks_compare_by_target_and_the_first_mount_of_a_rebuilt_catalog_says_so(tmp_path):
+    """A symlink is compared by its target whichever way the catalog holds it:
+    in ``symlinks`` (made by import or symlink(2), or read once), or by its
+    block only (a rebuilt catalog until the first readlink). So a healthy
+    archive's dry run changes nothing, before a --force rebuild and after one
+    with some of the links read. The first mount of a rebuilt catalog says
+    so, not that it recovered from an unclean stop (there was none)."""
+    m = Mounted(tmp_path, mount=False)
+    src = tmp_path / "src"
+    src.mkdir()
+    os.symlink("target", src / "sl")
+    os.symlink("../x/y", src / "sl2")
+    (src / "f").write_bytes(b"<p>f</p>")
+    webfs("import", f"{src}/", f"{m.disks[0]}:/")
+
+    def dry_run_changes_nothing() -> None:
+        proc = webfs("fsck", "--rebuild-catalog", m.disks[0], check=False)
+        out = proc.stdout.decode()
+        assert proc.returncode == 0 and "a rebuild would change nothing" in out, out + proc.stderr.decode()
+
+    dry_run_changes_nothing()
+    proc = webfs("fsck", "--rebuild-catalog", "--repair", "--force", m.disks[0], check=False)
+    assert proc.returncode in (0, 1), proc.stdout.decode() + proc.stderr.decode()
+    dry_run_changes_nothing()
+    proc = webfs("mount", m.disks[0], m.mnt)
+    try:
+        assert os.readlink(m.mnt / "sl") == "target"     # kept in symlinks from now on; sl2 is not read
+    finally:
+        m.umount()
+    said = proc.stderr.decode() + (m.disks[0] / "meta" / "webfs.log").read_text()
+    assert "first mount after a rebuilt catalog: nothing to mend" in said and "unclean stop" not in said, said
+    dry_run_changes_nothing()
+    logged = len((m.disks[0] / "meta" / "webfs.log").read_bytes())
+    m.mount()
+    try:
+        assert [os.readlink(m.mnt / n) for n in ("sl", "sl2")] == ["target", "../x/y"]
+    finally:
+        m.umount()
+    later = (m.disks[0] / "meta" / "webfs.log").read_bytes()[logged:]
+    assert b"first mount after" not in later and b"unclean stop" not in later, later   # the mark is gone

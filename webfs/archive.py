@@ -336,14 +336,16 @@ def read_disk_id(root: str, wait: Optional[float] = None,
     return fields
 
 
-def disk_id_advice(root: str) -> Optional[str]:
-    """If ``root`` is a disk of an archive that lost only its WEBFS-DISK (its
-    webfs.conf names this directory), the one-line way to put it back; else None.
-    The catalog and blocks on such a disk are intact: rebuilding is not the cure."""
+def disk_id_advice(root: str, archive: str = "") -> Optional[str]:
+    """If ``root`` is a disk of an archive that lost only its WEBFS-DISK (its webfs.conf
+    names this directory), the one-line way to put it back; one of another archive than
+    ``archive`` (a uuid, if given), which; else None. The catalog and blocks on such a
+    disk are intact: rebuilding is not the cure."""
     root = os.path.abspath(root)
-    if os.path.exists(os.path.join(root, DISK_ID_FILE)):
-        return None
     try:
+        if os.path.exists(os.path.join(root, DISK_ID_FILE)):
+            other = read_disk_id(root).get("Archive", "?") if archive else archive
+            return None if other == archive else f"at {root} is a disk of another archive ({other})"
         with open(os.path.join(root, CONF_FILE), "rb") as f:
             conf = Config.from_ini(f.read().decode("utf-8", "replace"), os.path.join(root, CONF_FILE))
     except (OSError, ArchiveError):
@@ -409,7 +411,7 @@ class Archive:
         for d in conf.disks:
             found = _find_disk(conf, d, root, moved, wait, options)
             if found is None:
-                missing[d.index] = disk_id_advice(d.path) or f"not found at {d.path} nor beside {root}"
+                missing[d.index] = disk_id_advice(d.path, conf.uuid) or f"not found at {d.path} nor beside {root}"
                 # Without the catalog's disk the caller stops and says why; else a warning.
                 (log.info if d.index == conf.catalog else log.warning)(
                     "disk %d (%s) is missing: %s", d.index, d.uuid, missing[d.index])

@@ -4,7 +4,8 @@ unmounted archive (``webfs import`` without a mount) go through, as borg's
 ``with_repository`` is for its commands.
 
 ``open_namespace`` makes the journal and namespace, recovers what an
-unclean stop left (the catalog says ``clean = 0``) and hands back what it
+unclean stop left (the catalog says ``clean = 0``; ``clean = rebuilt``: the
+first open of a catalog ``fsck --rebuild-catalog`` wrote) and hands back what it
 mended; ``mark_in_use`` marks the catalog unclean while names are being
 made; ``close_namespace`` commits, checkpoints when the JOURNAL is past its
 bound, syncs and marks the catalog clean. ``names`` is the namespace a
@@ -35,18 +36,31 @@ RECOVERY_KINDS = (("freed nameless inode", "nameless inode(s) freed"),
                   ("cannot be protected", "block(s) left without parity"))
 
 
+# The clean mark ``fsck --rebuild-catalog`` leaves. Decided: a rebuilt catalog
+# is not marked clean ("1"). Its names and counts agree, but blocks whose
+# parity was lost are in no stripe and the MANIFEST on the disks is not yet
+# written from it; the first open runs the recovery pass (which protects
+# those blocks) and the mount rewrites the MANIFEST. Only what it is called
+# changes: not an unclean stop, the first use of a rebuilt catalog.
+REBUILT = "rebuilt"
+REBUILT_SAID = "the catalog was rebuilt from the disks (webfs fsck --rebuild-catalog): first use of it"
+
+
 def recovery_summary(said: list[str], stripes: list, log_path: str, rewrote: bool = True) -> str:
-    """One line for the mount's recovery after an unclean stop: counts by kind;
-    the details (one line each) are in webfs.log."""
+    """One line for the mount's recovery after an unclean stop (or its first
+    open of a rebuilt catalog): counts by kind; the details (one line each)
+    are in webfs.log."""
     counts = [f"{len(stripes)} stripe(s) reconciled"] if stripes else []
     for needle, what in RECOVERY_KINDS:
         n = sum(needle in line for line in said)
         if n:
             counts.append(f"{n} {what}")
-    other = len(said) - sum(any(k in line for k, _ in RECOVERY_KINDS) for line in said)
+    rebuilt = REBUILT_SAID in said
+    other = len(said) - rebuilt - sum(any(k in line for k, _ in RECOVERY_KINDS) for line in said)
     if other:
         counts.append(f"{other} other repair(s)")
-    return ("recovered from an unclean stop: " + (", ".join(counts) or "nothing to mend")
+    return (("first mount after a rebuilt catalog: " if rebuilt else "recovered from an unclean stop: ")
+            + (", ".join(counts) or "nothing to mend")
             + ("; MANIFEST rewritten" if rewrote else "") + f"; details in {log_path}")
 
 
@@ -86,9 +100,10 @@ def open_namespace(store: Store, journal_limit: int = JOURNAL_LIMIT, others_moun
     journal.namespace = ns
     store.use_journal(journal)
     ns.ensure_root(os.getuid(), os.getgid())
-    if store.catalog.get_meta("clean") != "0" or others_mounted:
+    mark = store.catalog.get_meta("clean")
+    if mark not in ("0", REBUILT) or others_mounted:
         return ns, journal, None
-    said = recover_after_crash(store, ns)
+    said = ([REBUILT_SAID] if mark == REBUILT else []) + recover_after_crash(store, ns)
     for line in said:
         log.info("recovery: %s", line)
     return ns, journal, said
@@ -128,7 +143,9 @@ def names(archive: OpenArchive) -> Iterator[Namespace]:
         yield archive.namespace
         return
     ns, journal, said = open_namespace(archive.store)
-    if said is not None:
+    if said is not None and REBUILT_SAID in said:
+        log.info("first use of a rebuilt catalog: checked (%d repair(s))", len(said) - 1)
+    elif said is not None:
         log.warning("the archive was not unmounted cleanly; recovered (%d repair(s))", len(said))
     mark_in_use(archive.store)
     try:

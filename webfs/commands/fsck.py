@@ -363,14 +363,19 @@ FIELDS = ((1, "type or mode"), (2, "size"), (3, "mtime"), (4, "owner"), (5, "gro
           (7, "xattrs"))
 
 
-def compare(current: str, rebuilt: str) -> list[str]:
+def compare(current: str, rebuilt: str, archive: Archive) -> list[str]:
     """What replacing the catalog file ``current`` by ``rebuilt`` would change,
-    one line per kind with a few examples; empty when nothing would."""
+    one line per kind with a few examples; empty when nothing would. A
+    symlink is compared by its target whichever way a catalog holds it: a
+    rebuilt one knows it by its block only, read off ``archive``'s disks as
+    readlink reads it (``NamespaceRows.target_in_block``), writing nothing."""
     old_cat, new_cat = Catalog.reader(current), Catalog.reader(rebuilt)
+    reader = Store(archive, new_cat)        # its read only: no parity, no heat saved, no intents
     try:
-        old, new = NamespaceRows(old_cat).listing(), NamespaceRows(new_cat).listing()
+        old, new = NamespaceRows(old_cat).listing(reader.read), NamespaceRows(new_cat).listing(reader.read)
         old_blocks, new_blocks = old_cat.block_refs(), new_cat.block_refs()
     finally:
+        reader.writers.close()
         old_cat.close()
         new_cat.close()
     lines = list(_said("name(s) would be lost", sorted(set(old) - set(new))))

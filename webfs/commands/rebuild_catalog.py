@@ -45,6 +45,7 @@ from ..volume import PARITY
 from .fsck import catalog_state, compare, private_copy
 from .records import Entries, Entry, Problem, parent_problem, path_problem, read_namespace, show_path
 from .report import EXIT_CLEAN, EXIT_LEFT
+from ..recovery import REBUILT
 from ..parity import INTENT_FILE as PARITY_INTENTS, ParityHeader, Stripe, add_stripes, size_class
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,9 @@ def _fill_catalog(archive: Archive, cat: Catalog, done: Rebuilt, progress) -> No
     names, missing_blocks = _write_namespace(cat, archive, entries, ids, said, done.skipped)
     unnamed = _write_refs(cat, blocks, header_refs, ids, done.header_refs)
     _write_groups(cat, blocks)
-    cat.set_meta("clean", "0")         # the next mount recounts and protects what it must
+    # Not "1": the first open recounts and protects what it must, saying so as
+    # the first use of a rebuilt catalog, not an unclean stop (recovery.REBUILT).
+    cat.set_meta("clean", REBUILT)
     cat.set_meta(ARCHIVE_META, archive.conf.uuid)
     cat.commit()
     said.insert(0, f"disk {done.target}: {len(blocks)} blocks, {len(stripes)} stripes, {names} names")
@@ -418,7 +421,7 @@ def rebuild_step(disk: str, repair: bool, force: bool, say: Callable[[str], None
         say("built a catalog from the disks (read-only: written off the disks): " + done.said[0])
         for line in done.said[1:]:
             say(line)
-        changes = [f"the catalog in place: {why}"] if why else compare(copy, done.path)
+        changes = [f"the catalog in place: {why}"] if why else compare(copy, done.path, archive)
         if done.header_refs:
             changes.append(f"{len(done.header_refs)} block header(s) would get the Refs the names give")
         for line in changes:

@@ -10,17 +10,18 @@ No other module writes the SQL of these tables.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import stat
 import time
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from ..catalog import BLOCK_COLUMNS, BlockRow, Catalog, hex_of
 from ..catalogengine import SQLITE
-from ..errors import FsError
+from ..errors import FsError, WebfsError
 
 ROOT_INODE = 1
 NAME_MAX = 255
@@ -336,11 +337,13 @@ class NamespaceRows:
             self.memo.last_ino = self.cat.top_inode()
         return self.memo.last_ino
 
-    def listing(self) -> dict[bytes, tuple]:
+    def listing(self, read: Optional[Callable[[BlockRow], bytes]] = None) -> dict[bytes, tuple]:
         """path -> (inode, mode, size, mtime_ns, uid, gid, content, xattrs) of
         every name reachable from the root, where content is the (signature,
-        overflow) of each piece, or a symlink's target. For comparing two
-        catalogs (``webfs.commands.catalog_compare``)."""
+        overflow) of each piece, or a symlink's target: with ``read`` (a
+        store's), also of a symlink the catalog knows by its block only (a
+        rebuilt one, until the first readlink: ``target_in_block``), else its
+        block stands for it. For comparing two catalogs (``fsck.compare``)."""
         children: dict[int, list] = {}
         for parent, name, ino in self.cat.query("SELECT parent, name, inode FROM dentries"):
             children.setdefault(parent, []).append((bytes(name), ino))
@@ -350,8 +353,12 @@ class NamespaceRows:
                 "SELECT c.inode, b.sig, b.overflow FROM contents c JOIN blocks b ON b.id = c.block "
                 "ORDER BY c.inode, c.piece"):
             content.setdefault(ino, []).append((hex_of(sig), overflow))
-        for ino, target in self.cat.query("SELECT inode, target FROM symlinks"):
-            content[ino] = [bytes(target)]
+        targets = {ino: [bytes(target)] for ino, target in self.cat.query("SELECT inode, target FROM symlinks")}
+        for ino, row in inodes.items() if read is not None else ():
+            if stat.S_ISLNK(row[0]) and ino not in targets:
+                with contextlib.suppress(WebfsError, OSError):      # unreadable: its block stands for it
+                    targets[ino] = [self.target_in_block(ino, read)]
+        content.update(targets)
         xattrs: dict[int, list] = {}
         for ino, name, value in self.cat.query("SELECT inode, name, value FROM xattrs ORDER BY inode, name"):
             xattrs.setdefault(ino, []).append((bytes(name), bytes(value)))
@@ -417,6 +424,13 @@ class NamespaceRows:
 
     def add_symlink_target(self, ino: int, target: bytes) -> None:
         self.cat.execute("INSERT INTO symlinks (inode, target) VALUES (?,?)", (ino, target))
+
+    def target_in_block(self, ino: int, read: Callable[[BlockRow], bytes]) -> bytes:
+        """A symlink's target as its block holds it (``read``: a store's), all a
+        rebuilt catalog knows of it until the first readlink keeps it in
+        ``symlinks``: how readlink and ``listing`` (fsck's compare) read it."""
+        rows = self.contents(ino)
+        return read(rows[0]) if rows else b""
 
     def add_contents(self, ino: int, block_ids: list[int], attrs: Optional[dict] = None) -> None:
         """A file's blocks, in piece order, for a file that has none yet; with

@@ -300,8 +300,7 @@ class Namespace(NamespaceRows):
             if not stat.S_ISLNK(self.get(ino).mode):
                 raise FsError(errno.EINVAL, "not a symlink")
             # A rebuilt catalog knows a symlink only by its block: read the target once.
-            rows = self.contents(ino)
-            target = self.store.read(rows[0]) if rows else b""
+            target = self.target_in_block(ino, self.store.read)
             self.add_symlink_target(ino, target)
         return target
 
