@@ -1320,3 +1320,82 @@ def test_unparity_out_must_be_new_and_not_a_symlink(built, tools, restricted_bin
     proc = unparity(tools, restricted_bin, "--out", tmp_path / "new2", *alive, expect=1)
     assert b"bad signature in Member line" in proc.stderr
     assert not any(p.name == "escaped" for p in tmp_path.rglob("escaped"))
+
+
+def tree_by_fd(root: Path) -> dict:
+    """tree(), read through directory descriptors: below PATH_MAX or not."""
+    out = {}
+
+    def visit(fd: int, rel: bytes) -> None:
+        for e in os.scandir(fd):
+            name = os.fsencode(e.name)
+            if rel == b"" and name == os.fsencode(REPORT):
+                continue
+            st = os.lstat(name, dir_fd=fd)
+            p = rel + b"/" + name
+            if stat.S_ISDIR(st.st_mode):
+                out[p] = ("dir", stat.S_IMODE(st.st_mode), st.st_mtime_ns, None)
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                try:
+                    visit(sub, p)
+                finally:
+                    os.close(sub)
+            else:
+                f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+                with os.fdopen(f, "rb") as fh:
+                    out[p] = ("file", stat.S_IMODE(st.st_mode), st.st_mtime_ns, fh.read())
+
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        visit(fd, b"")
+    finally:
+        os.close(fd)
+    return out
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_recover_a_tree_deeper_than_path_max(tmp_path_factory, tools, restricted_bin, tmp_path,
+                                             shell):
+    """100 levels of 50-byte names (over 5,000 bytes: past PATH_MAX, far below
+    the 900-level bound): every file comes back byte for byte, and with its
+    directories' modes and mtimes; nothing is left out silently."""
+    top, leaf = b"the top file\n", b"the leaf at the bottom\n" * 300
+    b = build_archive(tmp_path_factory.mktemp("deep"), [
+        ("write", b"/top", top, 0o644), ("write", b"/leaf", leaf, 0o640), ("checkpoint",)])
+    deep = b""
+    dirs = []
+    for i in range(100):
+        deep += b"/d%03d" % i + b"x" * 46
+        dirs.append(deep)
+    assert len(deep) > 4096
+    expect = {b"/top": ("file", 0o644, None, top), deep + b"/leaf": ("file", 0o640, None, leaf)}
+    for d in b.disks:
+        man = d / "meta" / "MANIFEST"
+        if not man.exists():
+            continue
+        lines = man.read_bytes().splitlines(keepends=True)
+        moved = []
+        for line in lines:
+            if line.endswith(b"\t/leaf\n"):
+                line = line[:-len(b"/leaf\n")] + deep + b"/leaf\n"
+            moved.append(line)
+            if line.endswith(b"\t/\n"):
+                moved += [b"-\t0\t40750\t%d.500000000\t%s\n" % (1_700_000_000 + i, p)
+                          for i, p in enumerate(dirs)]
+        assert any(l.endswith(deep + b"/leaf\n") for l in moved)
+        man.write_bytes(b"".join(moved))
+    for i, p in enumerate(dirs):
+        expect[p] = ("dir", 0o750, (1_700_000_000 + i) * 10**9 + 500_000_000, None)
+    sh = [shutil.which(shell)] + (["--posix"] if shell == "bash" else [])
+    out = tmp_path / "out"
+    proc = recover(tools, restricted_bin, tmp_path, *b.disks, out, shell=sh)
+    err = proc.stderr.decode(errors="replace")
+    got = tree_by_fd(out)
+    for p in (b"/top", deep + b"/leaf"):
+        assert p in got, err[-2000:]
+        got[p] = got[p][:2] + (None,) + got[p][3:]
+    assert got == expect
+    report = report_of(out)
+    assert b"\nlost\t" not in report and b"; 0 lost; 0 warnings" in report, report
+    # one line a problem, never a stream of shell errors
+    assert all(l.startswith(("#", "lost\t", "warn\t")) for l in err.splitlines()), err[-2000:]
