@@ -1205,3 +1205,80 @@ def test_a_repeat_whose_first_was_not_stored_is_encoded_by_the_store(tmp_path, s
     ahead, is encoded by the store (store_many) and kept."""
     encoded, chunks, kept, bodies = _import_repeats(tmp_path, store, monkeypatch, first_store_fails=True)
     assert len(chunks) >= 2 and sorted(encoded) == sorted(bodies) and kept == bodies
+
+
+def test_url_takes_pywb_s_pick_in_one_second_when_records_name_no_digest(tmp_path):
+    """Records without WARC-Payload-Digest (ARC, older crawlers), one URL, one
+    second: pywb's indexer orders them by the SHA-1 of their payload, which it
+    computes; webfs url takes the same one (not the first imported)."""
+    from pywb.indexer.cdxindexer import write_cdx_index
+    disks = make_archive(tmp_path, 3)
+    records = [_one(b"http://tie.example/", b"page %d" % i) for i in range(6)]
+    src = tmp_path / "t.warc"
+    src.write_bytes(b"".join(records))
+    imp(disks[0], src, collection="t", check=True)
+    out = io.BytesIO()
+    with open(src, "rb") as f:
+        write_cdx_index(out, f, "t.warc", append_post=True, cdxj=True, sort=True)
+    first = json.loads(out.getvalue().splitlines()[0].split(b" ", 2)[2])
+    starts = [sum(map(len, records[:i])) for i in range(len(records))]
+    want = b"page %d" % starts.index(int(first["offset"]))
+    assert want != b"page 0"            # else this case would not tell
+    path = webfs_here("url", "http://tie.example/", disks[0]).stdout.decode().strip()
+    assert tree(disks[0]).read(path.lstrip("/").encode()) == want, path
+
+
+def test_any_spelling_pywb_s_surt_finds_is_found(tmp_path):
+    """Every capture whose SURT is the asked URL's, wherever its spelling files
+    it: IDN and punycode, dot segments, user info, a space and %20, no scheme;
+    the spelling chosen is said."""
+    disks = make_archive(tmp_path, 3)
+    src = tmp_path / "s.warc"
+    src.write_bytes(b"".join(_one(u, b"page") for u in (
+        "http://bücher.de/".encode(), b"http://xn--caf-dma.fr/", b"http://dots.example/a/../b",
+        b"http://u:pw@auth.example/", b"http://sp.example/a b/%20c", b"http://example.com/")))
+    imp(disks[0], src, collection="s", check=True)
+    for asked, found in (("http://xn--bcher-kva.de/", "http://bücher.de/"), ("http://café.fr/", "http://xn--caf-dma.fr/"),
+                         ("http://dots.example/b", "http://dots.example/a/../b"),
+                         ("http://auth.example/", "http://u:pw@auth.example/"),
+                         ("http://sp.example/a%20b/%20c", "http://sp.example/a b/%20c"),
+                         ("example.com", "http://example.com/")):
+        proc = webfs_here("url", asked, disks[0], check=False)
+        assert proc.returncode == 0, (asked, proc.stderr)
+        assert proc.stdout.decode().strip() == "/s/" + urlpath.capture_path(found, "20240101120000"), asked
+        assert f"no capture of {asked} as written; chose the spelling {found}" in proc.stderr.decode(), asked
+    caps = json.loads(webfs_here("versions", "--json", "http://u:pw@auth.example/", disks[0]).stdout)
+    assert [(c["url"], c["exact"]) for c in caps] == [("http://u:pw@auth.example/", True)]
+
+
+def test_a_target_of_versions_and_url_is_an_archive_or_a_collection(tmp_path):
+    """DISK:/NAME is a collection (as export-warc and replay take it); a
+    directory that is no archive, or a directory inside a collection, is a
+    usage error (exit 2) saying what TARGET must be; a collection imported
+    into a collection's directory is looked up with the others."""
+    disks = make_archive(tmp_path, 3)
+    imp(disks[0], write_warc(tmp_path / "a.warc.gz", [("http://example.com/", b"home")]), collection="c", check=True)
+    webfs_here("import-warc", "--collection", "nested", write_warc(tmp_path / "n.warc.gz", [("http://example.com/", b"n")],
+                                                                   date="2025-01-01T12:00:00Z"), f"{disks[0]}:/c/")
+    home = "/c/" + urlpath.capture_path("http://example.com/", "20240101120000")
+    assert webfs_here("url", "--at", "2024", "http://example.com/", f"{disks[0]}:/c").stdout.decode().strip() == home
+    caps = json.loads(webfs_here("versions", "--json", "http://example.com/", f"{disks[0]}:/c").stdout)
+    assert len(caps) == 2, caps
+    caps = json.loads(webfs_here("versions", "--json", "http://example.com/", disks[0]).stdout)
+    assert sorted(c["collection"] for c in caps) == ["c", "c/nested"], caps
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for command in ("url", "versions"):
+        for target in (plain, f"{disks[0]}:/c/http"):
+            proc = webfs_here(command, "http://example.com/", target, check=False)
+            assert proc.returncode == 2 and "TARGET is a mount point, a disk of an archive" in proc.stderr.decode()
+            assert "under any spelling" not in proc.stderr.decode(), proc.stderr
+
+
+def test_export_warc_split_must_be_a_size_of_a_byte_or_more(tmp_path):
+    disks = make_archive(tmp_path, 3)
+    imp(disks[0], write_warc(tmp_path / "a.warc.gz", [("http://example.com/", b"home")]), collection="c", check=True)
+    for split in ("abc", "0"):
+        proc = webfs_here("export-warc", "--split", split, f"{disks[0]}:/c", tmp_path / "o.warc.gz", check=False)
+        assert proc.returncode == 2 and "--split" in proc.stderr.decode(), proc.stderr
+        assert not list(tmp_path.glob("o*")), split

@@ -225,5 +225,14 @@ def test_any_spelling_and_date_through_a_mount(tmp_path):
         assert bad.returncode == 2 and b"month must be in 1..12" in bad.stderr and b"Traceback" not in bad.stderr
         none = webfs("url", "http://example.org/b", m.mnt / "a", check=False)
         assert none.returncode == 1 and b"TARGET is one collection" in none.stderr
+        # a directory of a collection, its @warc/, or one outside any mount is no TARGET (exit 2)
+        for target in (m.mnt / "a" / "http", m.mnt / "a" / "@warc", tmp_path):
+            bad = webfs("url", "http://www.iana.org/", target, check=False)
+            assert bad.returncode == 2 and b"TARGET is a mount point" in bad.stderr, (target, bad.stderr)
+        assert b"inside a collection" in webfs("versions", "http://iana.org/", m.mnt / "a" / "http", check=False).stderr
+        # a collection imported into a collection's directory is looked up with the others
+        webfs("import-warc", "--collection", "nested", src, m.mnt / "a")
+        got = webfs("versions", "http://iana.org/", m.mnt).stdout.decode()
+        assert got.count("a/nested/http/www.iana.org/@") == 2 and got.count(" a/http/www.iana.org/@") == 2, got
     finally:
         m.umount()

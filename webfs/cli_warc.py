@@ -15,7 +15,7 @@ import click
 from . import control, testkill
 from .backends import is_url
 from .cli_query import disk_of, print_token, subset_of, subset_options
-from .commandline import (DiskPath, import_target, mount_of, options_given, print_result, progress_bar,
+from .commandline import (import_target, mount_of, options_given, print_result, progress_bar,
                           run_admin_command)
 from .errors import WebfsError
 
@@ -90,8 +90,11 @@ def export_warc(split, duplicates, order, host, since, until, query_text, resume
     if split:
         m = re.fullmatch(r"([0-9]+)([KMGT]?)i?B?", split.upper())
         if not m:
-            raise WebfsError(f"--split {split}: not a size (e.g. 500M, 1G)")
+            raise click.BadParameter(f"{split}: not a size (e.g. 500M, 1G)", param_hint="'--split'")
         size = int(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " ")
+        if not size:
+            raise click.BadParameter(f"{split}: a file holds at least one byte (e.g. 500M, 1G)",
+                                     param_hint="'--split'")
     out = os.path.abspath(out)
     if subset or resume or resumable:
         if order == "source":
@@ -162,7 +165,7 @@ def _export_stream(collection: str, out: str, subset: str, resume, force: bool, 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("url")
-@click.argument("target", metavar="TARGET", type=DiskPath(exists=True, file_okay=False))
+@click.argument("target", metavar="TARGET")
 def versions(as_json, url, target):
     """List every capture of URL, under any spelling of it (scheme, host case,
     port, www., trailing slash), in every collection of TARGET (a mount point,
@@ -187,8 +190,8 @@ def _captures(url: str, target: str, pywb_ties: bool = False) -> tuple[list, boo
     """The captures of URL in TARGET (versions.captures), oldest first, those of one
     second in pywb's order if ``pywb_ties`` (so url and replay agree); none found
     is said, exit 1."""
-    from . import versions as lookup, warc
-    tree = warc.open_target(target, options_given())
+    from . import versions as lookup
+    tree = _lookup_tree(target)
     try:
         caps, one = lookup.captures(tree, url)
         if pywb_ties:
@@ -202,6 +205,51 @@ def _captures(url: str, target: str, pywb_ties: bool = False) -> tuple[list, boo
         click.echo(f"no capture of {url}, under any spelling, in {where}", err=True)
         sys.exit(1)
     return caps, one
+
+
+TARGETS = ("a mount point, a disk of an archive (DISK or DISK:/), or one collection (a directory "
+           "holding @warc/: in a mount, or DISK:/NAME)")
+
+
+def _lookup_tree(target: str):
+    """The tree TARGET of versions and url names (versions.captures looks in every
+    collection of it, or in it alone when it is one); a usage error (exit 2)
+    naming what TARGET must be for anything else."""
+    from . import warc
+    from .archive import archive_place
+    keep = os.fsdecode(warc.KEEP_DIR)
+    place = archive_place(target)
+    if place is not None and place[1].strip("/"):
+        inside = place[1].strip("/")
+        tree = warc.DiskTree(place[0], "/" + inside, options_given())
+        if tree.is_dir(warc.KEEP_DIR):
+            return tree
+        tree.close()
+        raise click.BadParameter(f"{target}: not a collection (no {keep}/ in it); TARGET is {TARGETS}",
+                                 param_hint="'TARGET'")
+    if place is not None or is_url(target) or os.path.isfile(os.path.join(target, "WEBFS-DISK")):
+        return warc.open_target(place[0] if place else target, options_given())
+    control.check_not_gone(target)
+    if not os.path.isdir(target):
+        raise click.BadParameter(f"{target}: not a directory, nor DISK:/NAME; TARGET is {TARGETS}",
+                                 param_hint="'TARGET'")
+    found = mount_of(target)
+    inside = found[1].strip("/") if found else ""
+    if os.path.isdir(os.path.join(target, keep)) or found and not inside:
+        return warc.MountTree(target)       # a collection, or a mount point
+    what = ("not in a webfs mount" if found is None else "a directory inside a collection, not a collection"
+            if any(os.path.isdir(os.path.join(p, keep)) for p in _parents(target, found[0]))
+            else "not a collection (no @warc/ in it)")
+    raise click.BadParameter(f"{target}: {what}; TARGET is {TARGETS}", param_hint="'TARGET'")
+
+
+def _parents(path: str, top: str) -> list[str]:
+    """The directories above ``path`` up to ``top`` (its mount point), nearest first."""
+    out, here = [], os.path.dirname(os.path.realpath(path))
+    while here.startswith(top.rstrip("/") + "/"):
+        out.append(here)
+        here = os.path.dirname(here)
+    return out
 
 
 def _spelled(counts: dict) -> str:
@@ -223,7 +271,7 @@ def _date_option(ctx, param, value):
               help="The capture closest to DATE: 2024, 20240127, a 14-digit WARC date, or ISO 8601 "
                    "(2024-01-27T10:00:00.5+05:00); default: the latest.")
 @click.argument("url")
-@click.argument("target", metavar="TARGET", type=DiskPath(exists=True, file_okay=False))
+@click.argument("target", metavar="TARGET")
 def url(at, url, target):
     """Print the path (below TARGET) of the capture of URL closest to DATE,
     by Memento's rule (the earlier one on a tie; in one second, pywb's pick).
@@ -238,8 +286,14 @@ def url(at, url, target):
                    f"(found: {_spelled(others)})", err=True)
     elif others:
         click.echo(f"spellings found besides {url}: {_spelled(others)}", err=True)
-    on_disk = is_url(target) or os.path.isfile(os.path.join(target, "WEBFS-DISK"))
-    click.echo("/" + best["path"] if on_disk else os.path.join(target, best["path"]))
+    from .archive import archive_place
+    place = archive_place(target)
+    if place is not None:
+        click.echo(os.path.join("/", place[1].strip("/"), best["path"]))
+    elif is_url(target) or os.path.isfile(os.path.join(target, "WEBFS-DISK")):
+        click.echo("/" + best["path"])
+    else:
+        click.echo(os.path.join(target, best["path"]))
 
 
 @click.command()

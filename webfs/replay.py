@@ -88,6 +88,8 @@ def pywb_order(tree, caps: list[dict]) -> list[dict]:
         rtype = _xattr(tree, path, b"user.warc.type")
         status = _xattr(tree, path, b"user.http.status") if rtype == b"response" else b"-"
         digest = _xattr(tree, path, b"user.warc.payload-digest")
+        if not digest and rtype != b"revisit":
+            digest = _recorded_digest(tree, v)      # pywb's indexer computes it (an ARC, an older crawler)
         return mime, status or b"-", (digest[5:] if digest.startswith(b"sha1:") else digest) or b"-"
     out, i = [], 0
     while i < len(caps):
@@ -97,6 +99,40 @@ def pywb_order(tree, caps: list[dict]) -> list[dict]:
         out += sorted(caps[i:j], key=line_key) if j - i > 1 else caps[i:j]
         i = j
     return out
+
+
+def _recorded_digest(tree, v: dict) -> bytes:
+    """What pywb's indexer writes as the digest of a record that names none: the
+    base32 SHA-1 of its payload as recorded (after the HTTP header; an encoded
+    page's entity, kept in the heads, not the document its file shows). Its
+    record is found by ``user.warc.source`` (source name, offset) among the
+    kept sources of the capture's collection; b"" if it is not found."""
+    import base64
+    import hashlib
+    from . import urlpath
+    path = os.fsencode(v["path"])
+    inside = os.fsencode(urlpath.url_to_path(v["url"]) + v["stamp"])
+    top = path[:len(path) - len(inside)].rstrip(b"/") if path.endswith(inside) else None
+    name, _, offset = _xattr(tree, v["path"], b"user.warc.source").rpartition(b"\t")
+    if top is None or not offset.isdigit():
+        return b""
+    keep = (top + b"/" if top else b"") + warc.KEEP_DIR + b"/"
+    try:
+        sources = [src for src in map(warc.source_of, tree.listdir(keep[:-1])) if src is not None and src.name == name]
+        for src in sources:
+            index = tree.read(keep + src.index_name)
+            ln = next((x for x in warc.parse_index(index) if x.offset == int(offset) and x.capture == inside), None)
+            if ln is None:
+                continue
+            if ln.where == "file":
+                payload = tree.read(path)
+            else:
+                heads = tree.read(keep + src.path(warc.HEADS_SUFFIX)[len(warc.KEEP_DIR) + 1:])
+                payload = heads[ln.ho + ln.wl + ln.hl:ln.ho + ln.wl + ln.hl + ln.pl]
+            return base64.b32encode(hashlib.sha1(payload).digest())
+    except (OSError, WebfsError):
+        pass
+    return b""
 
 
 # ---------------------------------------------------------------- the CDXJ indexes

@@ -14,11 +14,16 @@ kept (``http``/``https``; hosts of the same key; names equal but for case;
 the last segment with or without its slash), and each file found is kept
 when its URL has the query's key. A lookup lists the directories on the
 URL's path only (the scheme's directory is the big one: one name a host).
+The spellings filed elsewhere (an IDN host, dot segments, user info, a
+space) are named by the SURT keys of the CDXJ lines import-warc keeps
+(``@warc/F.cdxj``; of a source kept without them, by its index's URLs),
+and their directories listed too.
 """
 from __future__ import annotations
 
 import calendar
 import datetime
+import json
 import os
 import re
 from typing import Optional
@@ -139,34 +144,128 @@ def _collections(tree) -> tuple[list[bytes], bool]:
     """(the tops of the collections to look in, whether TARGET is one collection)."""
     from .warc import KEEP_DIR                 # a module that does not import this one
     if tree.is_dir(KEEP_DIR):
-        return [b""], True
-    return [c for c in tree.listdir(b"") if not c.startswith(b".") and tree.is_dir(c)], False
+        return [b""] + _nested(tree, b""), True
+    out = []
+    for c in tree.listdir(b""):
+        if not c.startswith(b".") and tree.is_dir(c):
+            out += [c] + _nested(tree, c)       # a top directory, and the collections in it
+    return out, False
+
+
+def _nested(tree, top: bytes) -> list[bytes]:
+    """The collections inside the directory ``top`` (import-warc into a directory of
+    the archive, of a collection too): its directories that hold @warc/, and theirs."""
+    from .warc import KEEP_DIR
+    out = []
+    for name in tree.listdir(top):
+        rel = top + b"/" + name if top else name
+        if name != KEEP_DIR and b"@" not in name and tree.is_dir(rel + b"/" + KEEP_DIR):
+            out += [rel] + _nested(tree, rel)
+    return out
+
+
+def _spelled_as(tree, top: bytes, want: str) -> set[str]:
+    """The URLs (as recorded) whose key is ``want`` among the records of every
+    source file the collection at ``top`` keeps: from its CDXJ lines
+    (``@warc/F.cdxj``, pywb's keys, sorted), else from its index's capture
+    paths (a source kept without them)."""
+    from .cdxj import CDXJ_SUFFIX
+    from .warc import INDEX_SUFFIX, KEEP_DIR, kept_sources, parse_index
+    keep = (top + b"/" if top else b"") + KEEP_DIR
+    found: set[str] = set()
+    mark = b"\n" + want.encode("utf-8", "surrogateescape") + b" "
+    keyed: dict[str, Optional[str]] = {}
+    for src in kept_sources(_Under(tree, top)):
+        urls = _keyed_lines(tree, keep + src.path(CDXJ_SUFFIX)[len(KEEP_DIR):], mark)
+        if urls == set():
+            continue                        # no record of this key: the index is not read
+        try:
+            index = tree.read(keep + src.path(INDEX_SUFFIX)[len(KEEP_DIR):])
+        except (OSError, WebfsError):
+            continue
+        # each URL as filed: pywb's indexer reads some as warcio cleans them (a space as %20)
+        if urls is not None and all(b"\t" + os.fsencode(urlpath.url_to_path(u)) in index for u in urls):
+            found |= urls
+            continue
+        for ln in parse_index(index):       # no CDXJ kept: each capture's URL, and its key
+            try:
+                got = urlpath.path_to_url(os.fsdecode(ln.capture).rpartition("@")[0] + "@")
+            except ValueError:
+                continue                    # "-": no capture file
+            if got not in keyed:
+                keyed[got] = key(got)
+            if keyed[got] == want:
+                found.add(got)
+    return found
+
+
+def _keyed_lines(tree, path: bytes, mark: bytes) -> Optional[set[str]]:
+    """The URLs of a kept CDXJ file's lines that begin with ``mark`` (newline, key,
+    space); None if the file is not there."""
+    try:
+        data = b"\n" + tree.read(path)
+    except (OSError, WebfsError):
+        return None
+    out = set()
+    at = data.find(mark)
+    while at >= 0:
+        end = data.find(b"\n", at + 1)
+        try:
+            out.add(json.loads(data[at + 1:end if end >= 0 else len(data)].split(b" ", 2)[2])["url"])
+        except (ValueError, IndexError, KeyError, TypeError):
+            pass            # not a line pywb's indexer wrote
+        at = data.find(mark, at + 1)
+    return out
+
+
+class _Under:
+    """A tree's directory ``top`` read as a tree (listdir only)."""
+
+    def __init__(self, tree, top: bytes):
+        self.tree, self.top = tree, top
+
+    def listdir(self, rel: bytes) -> list[bytes]:
+        return self.tree.listdir(self.top + b"/" + rel if self.top else rel)
+
+
+def _web(url: str) -> Optional[str]:
+    """The URL as pywb reads a web URL: itself, or http:// before one that names
+    no scheme (as pywb redirects example.com); None for another scheme (dns:)."""
+    first = urlpath.segments(url)[0]
+    if first.lower() in WEB_SCHEMES:
+        return url
+    return "http://" + url if first == urlpath.NO_SCHEME and url.strip() else None
 
 
 def captures(tree, url: str) -> tuple[list[dict], bool]:
     """(every capture of URL under any spelling with its key in every collection of
     the tree, those of the spelling asked for first, each spelling's oldest first;
     whether the tree is one collection). Identical captures share a group."""
-    want = key(url) if urlpath.segments(url)[0].lower() in WEB_SCHEMES else None
-    stems = _stems(url) if want else [urlpath.url_to_path(url).split("/")]
+    web = _web(url)
+    want = key(web) if web else None
+    stems = _stems(web) if want else [urlpath.url_to_path(url).split("/")]
     tops, one = _collections(tree)
     out, seen = [], set()
     for top in tops:
+        found = []
         for names in stems:
-            for rel in _candidates(tree, top, names) if want else _exact(tree, top, names):
-                inside = rel[len(top) + 1:] if top else rel
-                if rel in seen:
-                    continue
-                seen.add(rel)
-                try:
-                    got, stamp = urlpath.split_capture_path(os.fsdecode(inside))
-                except ValueError:
-                    continue
-                if not stamp or (got != url and (want is None or key(got) != want)):
-                    continue
-                out.append({"collection": os.fsdecode(top or os.path.basename(tree.name.rstrip("/"))),
-                            "path": os.fsdecode(rel), "url": got, "exact": got == url, "stamp": stamp,
-                            "date": _iso(stamp), "size": tree.size(rel), "signature": tree.signature(rel)})
+            found += _candidates(tree, top, names) if want else _exact(tree, top, names)
+        for other in sorted(_spelled_as(tree, top, want)) if want else ():
+            found += _exact(tree, top, urlpath.url_to_path(other).split("/"))
+        for rel in found:
+            inside = rel[len(top) + 1:] if top else rel
+            if rel in seen:
+                continue
+            seen.add(rel)
+            try:
+                got, stamp = urlpath.split_capture_path(os.fsdecode(inside))
+            except ValueError:
+                continue
+            if not stamp or (got != url and (want is None or key(got) != want)):
+                continue
+            out.append({"collection": os.fsdecode(top or os.path.basename(tree.name.rstrip("/"))),
+                        "path": os.fsdecode(rel), "url": got, "exact": got == url, "stamp": stamp,
+                        "date": _iso(stamp), "size": tree.size(rel), "signature": tree.signature(rel)})
     out.sort(key=lambda v: (not v["exact"], v["url"] if not v["exact"] else "", stamp_key(v["stamp"]),
                             v["collection"]))
     groups: dict[str, int] = {}
