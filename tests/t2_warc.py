@@ -463,6 +463,56 @@ def test_revisits_are_not_counted_as_duplicates(tmp_path):
     assert (fig["dup_files"], fig["dup_bytes"], fig["revisits_resolved"]) == (0, 0, 1), fig
 
 
+def test_duplicates_and_new_blocks_are_the_captures_not_the_kept_files(tmp_path):
+    """The summary's duplicates and new blocks count captures: not the files
+    kept in @warc/ (index, heads, CDXJ), though they go through the same
+    store (an empty file's, a copy's under another name: the same bytes)."""
+    disks = make_archive(tmp_path, 3)
+    src = write_warc(tmp_path / "a.warc.gz", [(f"http://example.com/{i}", os.urandom(500)) for i in range(3)])
+    shutil.copy(src, tmp_path / "copy.warc.gz")
+    for name in ("empty.warc.gz", "empty2.warc.gz"):
+        (tmp_path / name).write_bytes(b"")
+    _, first = imp(disks[0], src, collection="a", check=True)
+    assert (first["captures"], first["dup_files"], first["dup_bytes"], first["new_blocks"]) == (3, 0, 0, 3), first
+    proc, again = imp(disks[0], tmp_path / "copy.warc.gz", collection="b", check=True)
+    assert (again["captures"], again["dup_files"], again["dup_bytes"], again["new_blocks"]) == (3, 3, 1500, 0), again
+    for name in ("empty.warc.gz", "empty2.warc.gz"):
+        proc = webfs_here("import-warc", "--collection", name[:-8], tmp_path / name, f"{disks[0]}:/", check=False)
+        out = proc.stdout.decode()
+        assert proc.returncode == 4 and "0 captures (0 B) were duplicates" in out, out
+        assert "; 0 new blocks of captures" in out, out
+
+
+def test_damage_is_said_in_words_without_binary(tmp_path):
+    """A damaged record is said in words, with its file and offset: a
+    Content-Length past the end of the file (warcio failed on the record, a
+    response without WARC-Target-URI, with an AttributeError), a gzip member
+    that does not inflate (warcio quoted hundreds of its bytes); never an
+    exception's name, never raw binary; the records after it are read."""
+    disks = make_archive(tmp_path, 3)
+    huge = tmp_path / "huge.warc"
+    huge.write_bytes(b"WARC/1.0\r\nWARC-Type: response\r\nContent-Length: 99999999999\r\n\r\nabc")
+    members = [_gz(_one(b"http://example.com/a", b"a" * 400)), _gz(_one(b"http://example.com/b", b"b" * 400)), _gz(GOOD)]
+    flipped = bytearray(b"".join(members))
+    flipped[len(members[0]) + 10] |= 0x06            # the second member's first deflate block: of no type
+    damaged = tmp_path / "damaged.warc.gz"
+    damaged.write_bytes(flipped)
+    for src, offset, says in ((huge, 0, "Content-Length 99999999999 runs past the end of the file"),
+                              (damaged, len(members[0]), "not a WARC or ARC record (its gzip member is damaged")):
+        proc = webfs_here("import-warc", "--collection", src.name.split(".")[0], src, f"{disks[0]}:/", check=False)
+        err = proc.stderr.decode("utf-8", "replace")
+        assert proc.returncode == 4 and f"{src}: offset {offset}: " in err and says in err, err
+        for line in err.splitlines():
+            assert line.isprintable() and line.isascii() and len(line) < 300, line
+            assert not any(word in line for word in ("Error", "ArchiveLoadFailed", "NoneType", "first line: [")), line
+    t = tree(disks[0])
+    try:
+        assert t.read(b"damaged/" + urlpath.capture_path("http://example.com/good",
+                                                         "20240101120000").encode()) == b"good page"
+    finally:
+        t.close()
+
+
 def test_problems_are_said_once_on_stderr(tmp_path):
     """Each problem is said once, on stderr as it is met; the summary (stdout)
     counts them."""

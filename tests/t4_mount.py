@@ -487,3 +487,28 @@ def test_a_file_made_and_closed_in_one_commit_is_one_journal_line(tmp_path):
             assert (root / "d" / "moved").read_bytes() == b"second " * 100
     finally:
         m.umount()
+
+
+def test_a_bad_option_is_refused_naming_it(tmp_path):
+    """-o disk_delay of a disk the archive does not have is refused, in one
+    line (it mounted without a word); a number out of range names its own
+    option, not three."""
+    disks = [tmp_path / f"d{i}" for i in range(4)]
+    webfs("mkfs", *disks)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    for opt, says in (("disk_delay=9:1", "disk_delay names disk 9, which the archive does not have"),
+                      ("disk_delay=0:0.1,4:1", "disk_delay names disk 4"),
+                      ("piece_cache=-1", "piece_cache must be 0 or more"),
+                      ("read_ahead_kb=-5", "read_ahead_kb must be 0 or more"),
+                      ("heat_k=1", "heat_k must be 2 or more")):
+        proc = webfs("mount", "-o", opt, disks[0], mnt, check=False)
+        err = proc.stderr.decode()
+        if not proc.returncode:
+            unmount(mnt)
+        assert proc.returncode != 0 and says in err and len(err.strip().splitlines()) == 1, (opt, err)
+        assert [o for o in ("heat_k", "piece_cache", "read_ahead_kb") if o in err] == [opt.split("=")[0]] \
+            or opt.startswith("disk_delay"), (opt, err)
+        assert not os.path.ismount(mnt)
+    webfs("mount", "-o", "disk_delay=3:0.001", disks[0], mnt)
+    unmount(mnt)

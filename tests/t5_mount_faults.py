@@ -358,3 +358,37 @@ def test_a_command_on_a_mount_whose_daemon_died_says_so(tmp_path):
         webfs("export-warc", m.mnt / "c", tmp_path / "out.warc.gz")
     finally:
         m.umount()
+
+
+def test_umount_reports_each_dropped_file_once_as_it_is_now(tmp_path):
+    """The unmount report after a full disk: each file whose changes were
+    dropped once (a forked child's close and the writer's dropped it twice,
+    and it was listed twice), with what it keeps now; a file removed since is
+    said to be (it was listed as keeping 0 bytes)."""
+    import errno
+
+    from conftest import tmpfs_disks
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with tmpfs_disks(tmp_path, 2, "40m") as disks:
+        webfs("mount", disks[0], mnt)
+        try:
+            big = os.urandom(60 << 20)              # more than both disks hold
+            for name in ("twice", "twice", "gone"):
+                f = open(mnt / name, "wb")
+                f.write(big)
+                f.flush()
+                subprocess.run(["true"], check=True)   # its close of the descriptor fails first
+                with pytest.raises(OSError) as exc:
+                    f.close()
+                assert exc.value.errno == errno.ENOSPC, exc.value
+            (mnt / "gone").unlink()
+        finally:
+            proc = webfs("umount", mnt, check=False)
+        said = proc.stderr.decode()
+        assert proc.returncode != 0 and not os.path.ismount(mnt), said
+        lines = [line for line in said.splitlines() if "was dropped" in line]
+        assert len([line for line in lines if "/twice:" in line and "it keeps 0 bytes" in line]) == 1, said
+        assert [line for line in lines if "/gone:" in line and "removed since" in line
+                and "keeps" not in line], said
+        assert len(lines) == 2, said

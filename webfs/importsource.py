@@ -45,6 +45,7 @@ class Item:
     failed: str = ""                 # why it cannot be imported (reported in walk order)
     warning: str = ""                # imported, but something of it was not (its xattrs)
     shares: bool = False             # its blocks are another file's (a WARC revisit's original)
+    apart: Optional[object] = None   # the ingest.Counts its duplicates and new blocks go to, if not the import's
 
 
 def show_path(path: bytes) -> str:

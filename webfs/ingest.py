@@ -482,13 +482,14 @@ class Importer:
         if item.shares:          # its original's blocks: one file, not duplicates the size of that
             return
         self.counts.bytes += item.size
+        c = item.apart or self.counts     # (import-warc's kept files: not captures)
         for row in item.rows:
             if row.refs > 1:
-                self.counts.dup_bytes += row.size
+                c.dup_bytes += row.size
             else:
-                self.counts.new_blocks += 1
+                c.new_blocks += 1
         if item.rows and all(r.refs > 1 for r in item.rows):
-            self.counts.dup_files += 1
+            c.dup_files += 1
 
     def _set_dir_attrs(self, item: Item) -> None:
         """A directory that was there before takes its source's attributes (cp -a)."""

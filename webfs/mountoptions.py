@@ -68,14 +68,17 @@ class MountOptions:
                     setattr(opts, key, int(value))
                 except ValueError:
                     raise ArchiveError(f"{key} takes a whole number, not {value!r}") from None
-                if opts.heat_k < 2 or opts.piece_cache < 0 or opts.read_ahead_kb < 0:
-                    raise ArchiveError("heat_k must be 2 or more, piece_cache and read_ahead_kb 0 or more")
+                least = 2 if key == "heat_k" else 0
+                if key != "journal_limit" and getattr(opts, key) < least:
+                    raise ArchiveError(f"{key} must be {least} or more, not {value!r}")
             elif key == "disk_delay":
                 try:
                     index, seconds = value.split(":")
                     opts.disk_delay[int(index)] = float(seconds)
                 except ValueError:
                     raise ArchiveError(f"disk_delay takes INDEX:SECONDS[,INDEX:SECONDS...], not {value!r}") from None
+                if int(index) < 0 or not opts.disk_delay[int(index)] >= 0:
+                    raise ArchiveError(f"disk_delay takes a disk index and seconds of 0 or more, not {value!r}")
             elif key == "debug":
                 opts.fuse_debug = True
             elif key == "take_lease":

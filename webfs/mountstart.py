@@ -134,6 +134,12 @@ def _run(disk: str, mnt: str, opts: MountOptions, admin_commands: dict[str, admi
     _return_big_buffers_to_the_system()
     daemon = Daemon(disk, mnt, opts, admin_commands, backend_options)
     daemon.open()
+    known = sorted(d.index for d in daemon.store.conf.disks)
+    unknown = sorted(set(opts.disk_delay) - set(known))
+    if unknown:             # -o disk_delay of a disk the archive has not: refused, as a bad option is
+        daemon.close()
+        raise ArchiveError(f"disk_delay names disk {unknown[0]}, which the archive does not have "
+                           f"(its disks: {', '.join(map(str, known))})")
     real_mnt = os.path.realpath(mnt)
     try:
         pyfuse3.init(daemon.fs, mnt, daemon.fuse_options())

@@ -233,7 +233,7 @@ class OpenFiles:
         self.handles: dict[int, int] = {}                 # fh -> inode
         self.direct: set[int] = set()                     # handles opened O_DIRECT
         self.next_fh = 1
-        self.failures: list[str] = []       # files whose changes could not be stored, for umount
+        self._failures: dict[int, tuple[str, str]] = {}   # inode -> (its path then, what failed): umount's
         self._zero_sigs: dict[int, str] = {}
 
     async def _thread(self, fn, *args, **kwargs):
@@ -627,9 +627,28 @@ class OpenFiles:
         err = errno.errorcode.get(errno_of(exc), "EIO")
         line = f"{path}: {what} failed ({err}: {exc}); its new content was dropped, it keeps {size} bytes"
         log.error("%s", line)
-        if len(self.failures) < FAILURES_KEPT:
-            self.failures.append(line)
+        if of.ino in self._failures or len(self._failures) < FAILURES_KEPT:
+            self._failures.pop(of.ino, None)               # once a file, at its last failure
+            self._failures[of.ino] = (path, f"{what} failed ({err}: {exc}); its new content was dropped")
         return self.forget_kernel_copy(of.ino)
+
+    @property
+    def failures(self) -> list[str]:
+        """The files whose changes were dropped, one line each, as they are now
+        (``webfs umount``'s report): its path and what it keeps, or, with no name
+        left, that it was removed since (it keeps nothing)."""
+        lines = []
+        for ino, (then, why) in self._failures.items():
+            try:
+                node = self.ns.get(ino)
+                path = self.ns.path_of(ino).decode("utf-8", "replace") if node.nlink > 0 else None
+            except (WebfsError, OSError):
+                node = path = None
+            if path is None:
+                lines.append(f"{then}: {why}; the file was removed since")
+            else:
+                lines.append(f"{path}: {why}, it keeps {node.size} bytes")
+        return lines
 
     async def _let_go(self, of: OpenFile) -> None:
         """One handle fewer; at the last, the buffer goes, and so does an inode

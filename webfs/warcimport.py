@@ -29,7 +29,7 @@ from .admin import human
 from .errors import FsError, WebfsError
 from .importsource import Item, Source, show_path
 from .assembly import OpenArchive
-from .ingest import Importer
+from .ingest import Counts, Importer
 from .signature import signature
 from .store import Piece
 from .capture import CAPTURE_TYPES, file_record
@@ -68,6 +68,8 @@ class WarcCounts:
     duplicates: int = 0
     dup_bytes: int = 0
     already: int = 0
+    kept_new_blocks: int = 0     # the new blocks of the files kept in @warc/ (index, heads, CDXJ),
+                                 # counted apart from the captures' (ingest.Counts, by Item.apart)
     problems: list = field(default_factory=list)
 
 
@@ -98,6 +100,7 @@ class WarcSource(Source):
         self.names_before: dict[int, dict] = {}  # directory inode -> its names before this import
         self.stored_digests: Optional[dict] = None # payload digest -> inode, of earlier imports
         self.revisits_left: list[Revisit] = []     # revisits whose original was not met yet
+        self.kept = Counts()          # what the kept files of @warc/ add: not captures (Item.apart)
 
     # The walk: each source file's records, then its kept files.
     def count(self, sources: list[bytes]) -> Optional[int]:
@@ -270,6 +273,7 @@ class WarcSource(Source):
             if path is None:
                 continue
             item = self._file(path, data, time.time_ns(), [(b"user.warc.source", ident)], ident, src)
+            item.apart = self.kept         # not a capture: its duplicates and new blocks counted apart
             yield from self._drain_dirs()
             yield item
 
@@ -505,9 +509,10 @@ def warc_summary(wc: WarcCounts, c, seconds: float, stopped: bool) -> list[str]:
     lines = [f"imported {wc.records} records from the web archive files in {seconds:.1f} s "
              f"({wc.records / max(seconds, 1e-6):.0f} records/s): {wc.captures} captures "
              f"({human(wc.bytes)} of payload), {wc.other} other records kept",
-             f"  {c.dup_files} files ({human(c.dup_bytes)}) were duplicates, stored as references; "
+             f"  {c.dup_files} captures ({human(c.dup_bytes)}) were duplicates, stored as references; "
              f"{wc.revisits_resolved} revisits resolved to their original, "
-             f"{wc.revisits_unresolved} not; {c.new_blocks} new blocks; "
+             f"{wc.revisits_unresolved} not; {c.new_blocks} new blocks of captures "
+             f"({wc.kept_new_blocks} more for the files kept in @warc/); "
              f"{wc.already} captures already there"]
     problems = wc.problems + c.problems
     if problems:     # each was said on stderr as it was met (Progress.note): not twice
@@ -534,6 +539,7 @@ def import_warc(archive: OpenArchive, progress: admin.Progress, sources: list[st
     seconds = time.monotonic() - started
     stopped = progress.stopping
     wc = importer.source.wc
+    wc.kept_new_blocks = importer.source.kept.new_blocks
     problems = wc.problems + counts.problems
     result = admin.Result(warc_summary(wc, counts, seconds, stopped), 4 if problems or stopped else 0)
     result.figures = {k: v for k, v in vars(wc).items()}

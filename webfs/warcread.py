@@ -127,6 +127,10 @@ class Problem:
     text: str
 
 
+class Unreadable(ValueError):
+    """What is wrong with a record, in words (said as it is: ``_say``)."""
+
+
 def header_fields(head: bytes) -> dict:
     out: dict[bytes, bytes] = {}
     for line in head.split(b"\n")[1:]:
@@ -165,19 +169,21 @@ def _cut(raw: bytes, gz: bool, offset: int, length: int, rtype: str, warcio_rec)
     if raw.startswith(b"WARC/"):
         m = _BLANK_LINE.search(raw)
         if not m:
-            raise ValueError("no end of the WARC header")
+            raise Unreadable("its WARC header never ends (no blank line after it)")
         head = raw[:m.end()]
         fields = header_fields(head)
         try:
             n = int(fields.get(b"content-length", b""))
         except ValueError:
-            raise ValueError("Content-Length is not a number") from None
+            raise Unreadable(f"its Content-Length {_excerpt(fields.get(b'content-length', b''))} "
+                             "is not a number") from None
         block = raw[m.end():m.end() + n]
         tail = raw[m.end() + n:]
         arc = False
         if len(block) < n:
-            fields[b"x-problem"] = (f"the record is cut short: {len(block)} of its {n} bytes "
-                                    "(Content-Length) are there").encode()
+            fields[b"x-problem"] = (f"Content-Length {n} runs past the end of the "
+                                    f"{'gzip member' if gz else 'file'}: the record is cut short, "
+                                    f"{len(block)} of its {n} bytes are there").encode()
     else:                                   # ARC: one header line, then the block
         i = raw.find(b"\n")
         head = raw[:i + 1]
@@ -451,6 +457,7 @@ def _records_of(fh, raw_fh, size: int, gz: bool, start: int) -> Iterator[object]
             arc = not head.startswith(b"WARC/")
         fh.seek(start)
         it = ArchiveIterator(fh, arc2warc=False, ensure_http_headers=False)
+        it.loader.load_http_headers = _without_uri(it.loader.load_http_headers)
         it.reader.readline = _bounded_readline(it.reader.readline)
         offset = start
         prev = None
@@ -495,6 +502,17 @@ def _records_of(fh, raw_fh, size: int, gz: bool, start: int) -> Iterator[object]
         return
 
 
+def _without_uri(load_http_headers):
+    """warcio's HTTP header parsing, for a record without WARC-Target-URI too
+    (warcio's failed: an AttributeError); one without Content-Length is refused
+    (warcio would read on to the end of the file, the records after it too)."""
+    def load(rec_type, uri, stream, length):
+        if length is None:
+            raise Unreadable("its WARC header has no Content-Length")
+        return load_http_headers(rec_type, uri or "", stream, length)
+    return load
+
+
 def _bounded_readline(readline):
     """warcio's readline, refusing a header block (lines up to a blank one) of
     more than HEADER_MAX bytes rather than reading it all into memory."""
@@ -506,7 +524,7 @@ def _bounded_readline(readline):
         line = readline(room if length is None or length > room else length)
         run = 0 if not line.strip(b"\r\n") else run + len(line)
         if run > HEADER_MAX:
-            raise ValueError(f"a header of more than {HEADER_MAX >> 10} KiB")
+            raise Unreadable(f"a header of more than {HEADER_MAX >> 10} KiB without the blank line that ends it")
         return line
     return bounded
 
@@ -517,29 +535,79 @@ def _header_problem(fh, offset: int) -> Optional[str]:
     whole; at most HEADER_MAX + READ_CHUNK bytes are inflated to tell."""
     fh.seek(offset)
     raw = fh.read(FEED)
-    if raw[:2] == b"\x1f\x8b":
+    gz, whole = raw[:2] == b"\x1f\x8b", False      # whole: all of the record is in raw
+    if gz:
         d, out = zlib.decompressobj(31), b""
         try:
             while len(out) <= HEADER_MAX and raw and not d.eof:
                 out += d.decompress(raw, HEADER_MAX + 1 - len(out))
                 raw = d.unconsumed_tail or fh.read(FEED)
-        except zlib.error:
-            return None
-        raw = out
+        except zlib.error as exc:
+            if not out.startswith(b"WARC/") and not _ARC_LINE.match(b"\n" + out):
+                return "not a WARC or ARC record (its gzip member is damaged and does not start with WARC/)"
+            return f"its gzip member is damaged after {len(out)} bytes ({_zlib_words(exc)})"
+        raw, whole = out, d.eof
+    else:
+        whole = fh.seek(0, os.SEEK_END) - offset <= len(raw)
     if not raw.startswith(b"WARC/"):
+        if gz and not _ARC_LINE.match(b"\n" + raw):
+            return f"not a WARC or ARC record (its gzip member does not start with WARC/ but {_excerpt(raw)})"
         return None
     m = _BLANK_LINE.search(raw[:HEADER_MAX + 1])
     if m:
-        return None if b"\ncontent-length:" in raw[:m.end()].lower() else "its WARC header has no Content-Length"
+        fields = header_fields(raw[:m.end()])
+        if b"content-length" not in fields:
+            return "its WARC header has no Content-Length"
+        n = fields[b"content-length"]
+        if not n.isdigit():
+            return f"its Content-Length {_excerpt(n)} is not a number"
+        if whole and m.end() + int(n) > len(raw):
+            return (f"Content-Length {int(n)} runs past the end of the {'gzip member' if gz else 'file'} "
+                    f"({len(raw) - m.end()} bytes follow its header)")
+        return None
     if len(raw) > HEADER_MAX:
         return (f"its WARC header runs on past {HEADER_MAX >> 10} KiB without the blank line that ends "
                 "a header (a header line that never ends?)")
     return f"its WARC header never ends: the record stops after {len(raw)} bytes, before the blank line that ends a header"
 
 
+_WARCIO_SAYS = {     # warcio's ArchiveLoadFailed -> what is wrong, in words
+    "Unknown archive format": "not a WARC or ARC record (it starts with {})",
+    "Invalid WARC record": ("no WARC record starts here (a line {} where its WARC/ line should be: "
+                            "the Content-Length of the record before is wrong?)"),
+    "Invalid ARC record": ("no ARC record starts here (a line {} where its header line should be: "
+                           "the length of the record before is wrong?)"),
+}
+
+
+def _excerpt(data, n: int = 40) -> str:
+    """At most ``n`` characters, quoted and escaped: a message never holds raw binary."""
+    if isinstance(data, bytes):
+        data = data.decode("latin-1")
+    shown = "".join(c if " " <= c <= "~" and c not in "\\'" else
+                    (c.encode("unicode_escape").decode("ascii") if c != "'" else "\\'") for c in data[:n])
+    return "'" + shown + "'" + ("..." if len(data) > n else "")
+
+
+def _zlib_words(exc: BaseException) -> str:
+    return "the compressed data is invalid: " + str(exc).split(": ", 1)[-1]
+
+
 def _say(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (type(exc).__name__ + (": " + text[0] if text else ""))[:300]
+    """What is wrong with a record, in words (others: by name, and a short excerpt)."""
+    if isinstance(exc, Unreadable):
+        return str(exc)
+    if isinstance(exc, zlib.error):
+        return f"its gzip member is damaged ({_zlib_words(exc)})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"it could not be read ({exc.strerror})"
+    text = str(exc)
+    if type(exc).__name__ == "ArchiveLoadFailed":
+        for start, words in _WARCIO_SAYS.items():
+            if text.startswith(start + ", first line: "):
+                line = text[len(start) + 14:]
+                return words.format(_excerpt(line[2:-2] if line[:2] == "['" and line[-2:] == "']" else line))
+    return f"a record that cannot be read ({type(exc).__name__}: {_excerpt(text, 80)})"
 
 
 def _raw(fh, prev, end: Optional[int]) -> object:
@@ -558,6 +626,13 @@ def _raw(fh, prev, end: Optional[int]) -> object:
         if gz:
             d = zlib.decompressobj(31)
             data = d.decompress(member)
+            while not d.eof and len(member) < length + SPILL_AT:
+                more = fh.read(FEED)        # warcio's length ends in the member (a wrong Content-Length)
+                if not more:
+                    break
+                data += d.decompress(more)
+                member += more[:len(more) - len(d.unused_data)]
+                length = len(member)
             cut = not d.eof
         rec = _cut(data, gz, offset, len(data) if not gz else length, rtype, None)
         if gz and not cut:
