@@ -260,7 +260,12 @@ class Daemon:
     def _stale_parity(self) -> None:
         """Stripes whose parity could not be written (its disk was full, say)
         are tried again at a sync and at the unmount: their blocks are not
-        protected until then (webfs status counts them)."""
+        protected until then (webfs status counts them). Not while other
+        machines are mounted: one may hold the parity of such a stripe to
+        write behind, and would write it after this one dropped the stripe;
+        the last one out does it."""
+        if self.lease is not None and self.lease.others():
+            return
         if self.store.protection.out_of_date():
             self.store.protection.reconcile_stale()
             self.store.commit()
