@@ -158,6 +158,10 @@ def test_a_killed_machine_is_taken_over_and_a_cut_off_one_writes_nothing(machine
     shutil.rmtree(a.state)          # the machine is gone for good: a closed file is in the engine already
     # b's renewals find a's row stale (3 periods without renewal) and delete it.
     assert poll(lambda: postgres.psql(db, "SELECT count(*) FROM mounts").strip() == "1", 10.0)
+    # ... and, a period later, brings the parity of a's stripes up to date. Cut off before
+    # then, b would leave them dirty for whoever took its row (none does here).
+    log = a.disk / "meta" / "webfs.log"
+    assert poll(lambda: b"took over 1 machine(s)' mounts" in log.read_bytes(), 10.0)
     (b.mnt / "from-b").write_bytes(b"b" * 5000)
     assert (b.mnt / "from-a").read_bytes() == b"a" * 5000
     # b is cut off: its row taken (as another machine would after b stopped renewing).
@@ -168,7 +172,7 @@ def test_a_killed_machine_is_taken_over_and_a_cut_off_one_writes_nothing(machine
             f.flush()
             os.fsync(f.fileno())
     # Both daemons log to the first disk's meta/webfs.log.
-    assert poll(lambda: b"read-only from now on" in (a.disk / "meta" / "webfs.log").read_bytes(), 10.0)
+    assert poll(lambda: b"read-only from now on" in log.read_bytes(), 10.0)
     b.umount()
     names = postgres.psql(db, "SELECT convert_from(name, 'UTF8') FROM dentries WHERE parent = 1").split()
     assert "from-b" in names and "after-the-cut" not in names
