@@ -110,3 +110,29 @@ def test_an_import_leaves_the_journal_bound_to_its_end(tmp_path):
         j.close()
     finally:
         store.close()
+
+
+def test_a_disk_that_comes_while_a_checkpoint_is_staged_gets_the_records_from_the_next(tmp_path):
+    """Disk 1 missing: a checkpoint is staged for disks 0 and 2. Disk 1 comes
+    back rebuilt (no records) before it is installed: the records stay on 0
+    and 2 (not taken off 2, which would leave one copy), and the journal
+    wants another checkpoint, which puts them on 0 and 1."""
+    disks = make_archive(tmp_path, 3)
+    store = open_archive(str(disks[0]), holder="test")
+    try:
+        archive = store.archive
+        j = Journal(archive)
+        gone = archive.volumes.pop(1)
+        staged = j.stage(b"/\t1\t40755\n", 7)
+        archive.volumes[1] = gone
+        for form in (MANIFEST, MANIFEST_GZ, "JOURNAL"):
+            (disks[1] / "meta" / form).unlink(missing_ok=True)
+        j.install(staged, {}, 7)
+        assert [manifest_on(str(d)) is not None for d in disks] == [True, False, True]
+        assert j.wants_checkpoint()
+        j.replace(b"/\t1\t40755\n", {0: 0}, 8)
+        assert [manifest_on(str(d)) is not None for d in disks] == [True, True, False]
+        assert not j.wants_checkpoint()
+        j.close()
+    finally:
+        store.close()

@@ -80,6 +80,7 @@ class Daemon:
         self._snapshots = 0                 # memory snapshots written (WEBFS_TRACEMALLOC)
         self._checkpoint_lock = lockorder.lock("checkpoint")          # one checkpoint at a time
         self._checkpoint_asked = lockorder.lock("checkpoint asked")    # held while one asked by the JOURNAL waits or runs
+        self._checkpoint_again = False
         self.lease: Optional[machines.MachineLease] = None     # this machine's row (a PostgreSQL catalog)
         self.listener: Optional[changes.Listener] = None        # the other machines' changes, heard
 
@@ -288,18 +289,25 @@ class Daemon:
         """A checkpoint in a thread of its own, now: the JOURNAL passed its size
         bound (or a record disk left). Called from whatever thread appended,
         maybe under the catalog lock, so it only starts the thread."""
+        self._checkpoint_again = True
         if not self._checkpoint_asked.acquire(blocking=False):
-            return
+            return                      # the one running looks again when it ends
 
         def run():
-            try:
-                with away():
-                    if self.journal.wants_checkpoint():     # not done meanwhile by another
-                        self.checkpoint()
-            except Exception:
-                log.exception("checkpoint (the JOURNAL passed its size bound) failed")
-            finally:
-                self._checkpoint_asked.release()
+            # Asked again while it ran (a disk rebuilt as it staged): once more.
+            while True:
+                try:
+                    while self._checkpoint_again:
+                        self._checkpoint_again = False
+                        with away():
+                            if self.journal.wants_checkpoint():     # not done meanwhile by another
+                                self.checkpoint()
+                except Exception:
+                    log.exception("checkpoint (the JOURNAL passed its size bound) failed")
+                finally:
+                    self._checkpoint_asked.release()
+                if not self._checkpoint_again or not self._checkpoint_asked.acquire(blocking=False):
+                    return
         threading.Thread(target=run, name="checkpoint", daemon=True).start()
 
     def checkpoint(self) -> None:

@@ -310,10 +310,14 @@ class Journal:
                 pass
 
     def wants_checkpoint(self) -> bool:
-        """The JOURNAL is past its bound, has no MANIFEST under it, or a record disk is gone."""
+        """The JOURNAL is past its bound, has no MANIFEST under it, a record disk
+        is gone or replaced, or one holds no MANIFEST (rebuilt under a mount:
+        its directory went, so no JOURNAL was opened on it to say so)."""
+        volumes = self.archive.volumes
         return (self.grown > self.limit or not self.anchored
                 or self.disks != record_disks(self.archive)
-                or any(self._opened.get(i, v) is not v for i, v in self.archive.volumes.items()))
+                or any(self._opened.get(i, v) is not v for i, v in volumes.items())
+                or any(manifest_on(volumes[i].root) is None for i in self.disks if i in volumes))
 
     def _holders(self) -> tuple[list[int], bool]:
         """The present disks that hold the newest MANIFEST (the highest checkpoint
@@ -421,7 +425,10 @@ class Journal:
         """Ask for a checkpoint (``on_full``) if one is wanted: the disks
         changed, say. Whether one was wanted."""
         wanted = self.wants_checkpoint()
-        self._ask_if(wanted)
+        if wanted and self.on_full is not None:
+            # Even when one was asked already: it may be staging without the disk that came.
+            self._asked = True
+            self.on_full()
         return wanted
 
     def _ask_if(self, due: bool) -> None:
@@ -507,7 +514,8 @@ class Journal:
         chunks = (manifest,) if isinstance(manifest, (bytes, bytearray)) else manifest
         tmp = f"{MANIFEST_GZ}.{os.getpid()}{TMP_SUFFIX}"
         fds: dict[int, int] = {}
-        for index in record_disks(self.archive):
+        disks = record_disks(self.archive)
+        for index in disks:
             vol = self.archive.volumes[index]
             try:
                 vol.backend.remove_leftovers(MANIFEST)     # MANIFEST.*.tmp: either form's
@@ -537,7 +545,7 @@ class Journal:
             raise
         for fd in fds.values():
             os.close(fd)
-        return Staged({index: tmp for index in fds}, size)
+        return Staged({index: tmp for index in fds}, size, disks)
 
     @staticmethod
     def _write_all(fds: dict[int, int], data: bytes) -> None:
@@ -575,7 +583,10 @@ class Journal:
                 break
             except OSError as exc:
                 log.warning("disk %d: cannot read %s: %s", index, JOURNAL, exc)
-        disks = record_disks(self.archive)
+        # The disks the rule named when it was staged: one that came since (a
+        # rebuild) gets the records from the next checkpoint, which this asks
+        # for (wants_checkpoint), and the ones staged for keep them meanwhile.
+        disks = staged.disks
         written = []
         for index, tmp in staged.files.items():
             vol = self.archive.volumes.get(index)
@@ -622,9 +633,11 @@ class Journal:
 
 @dataclass
 class Staged:
-    """A MANIFEST written under a temporary name on some disks, ``size`` bytes."""
+    """A MANIFEST written under a temporary name on some disks, ``size`` bytes,
+    for the record disks the rule named then (``disks``)."""
     files: dict[int, str]
     size: int
+    disks: list[int]
 
 
 def manifest_chunks(namespace: "Namespace") -> Iterator[bytes]:
