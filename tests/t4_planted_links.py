@@ -75,3 +75,51 @@ def test_a_symlink_at_the_lock_or_an_intent_file_is_never_written_through(tmp_pa
     finally:
         webfs("umount", mnt)
     assert victim.read_text() == "VICTIM\n"
+
+
+def test_a_symlink_at_the_catalog_or_the_index_or_beside_them_is_never_written_through(tmp_path):
+    """SQLite follows a symlink at its database's name and at the -wal, -shm
+    and -journal files it makes beside it: a WAL planted as a link to the
+    victim was truncated by the mount. The mount (the catalog) and the first
+    use of the query index (search) refuse in one line naming the file."""
+    disks = [tmp_path / "l0", tmp_path / "l1"]
+    webfs("mkfs", *disks)
+    victim = tmp_path / "victim"
+    victim.write_text("VICTIM\n")
+    mnt = tmp_path / "ml"
+    mnt.mkdir()
+    webfs("mount", disks[0], mnt)
+    try:
+        (mnt / "crawl").mkdir()
+        (mnt / "crawl" / "page.html").write_bytes(b"<p>hello webfs</p>" * 100)
+    finally:
+        webfs("umount", mnt)
+    meta = disks[0] / "meta"
+    for name in ("catalog.db-wal", "catalog.db-shm", "catalog.db-journal", "catalog.db"):
+        planted = meta / name
+        kept = meta / (name + ".kept")
+        if planted.exists():
+            planted.rename(kept)
+        planted.symlink_to(victim)
+        proc = webfs("mount", disks[0], mnt, check=False)
+        if proc.returncode == 0:
+            webfs("umount", mnt)
+        said = proc.stderr.decode()
+        assert proc.returncode == 1 and not os.path.ismount(mnt), (name, said)
+        assert said == f"webfs: {planted}: a symlink where webfs keeps a file of its own; refusing to " \
+                       "read or write through it (remove it)\n", said
+        assert victim.read_text() == "VICTIM\n", name
+        planted.unlink()
+        if kept.exists():
+            kept.rename(planted)
+    assert b"page.html" in webfs("search", "hello", disks[0]).stdout
+    for name in ("index.db-wal", "index.db-shm"):
+        planted = meta / name
+        planted.unlink(missing_ok=True)
+        planted.symlink_to(victim)
+        proc = webfs("search", "hello", disks[0], check=False)
+        said = proc.stderr.decode()
+        assert proc.returncode != 0 and f"{planted}: a symlink where webfs keeps a file of its own" in said, said
+        assert "Traceback" not in said, said
+        assert victim.read_text() == "VICTIM\n", name
+        planted.unlink()

@@ -33,6 +33,7 @@ from .errors import NoSpace
 from .cataloggroups import PlacementGroups
 from .catalogsigs import KnownSignatures
 from .signature import block_name
+from .volume import own_database
 from . import lockorder
 
 SCHEMA_VERSION = 6             # 2: blocks.sha256; 3: signatures and stripe ids as 16 bytes; 4: created as
@@ -217,7 +218,7 @@ class Catalog(PlacementGroups, KnownSignatures):
         self.engine = engine
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if engine is SQLITE:
-            migrate_file(path, SCHEMA, SCHEMA_VERSION)
+            migrate_file(own_database(path), SCHEMA, SCHEMA_VERSION)
         self.db = engine.connect(path, CACHE_KIB, WAL_LIMIT)
         self.lock = lockorder.rlock("catalog")
         self.forget_group_disks()

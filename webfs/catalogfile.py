@@ -12,6 +12,7 @@ import tempfile
 import urllib.parse
 
 from .errors import CatalogUnreadable, NoSpace
+from .volume import own_database
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ def check_catalog_file(path: str) -> None:
     SQLite's read-only open); every command and the mount call it before using
     the catalog, and fsck may call it before anything else."""
     disk = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    own_database(path)
     try:
         with open(path, "rb") as f:
             head = f.read(len(SQLITE_MAGIC))

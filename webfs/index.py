@@ -28,6 +28,8 @@ import os
 import sqlite3
 from typing import Callable, Iterator, Optional
 
+from .volume import own_database
+
 log = logging.getLogger(__name__)
 
 INDEX_FILE = "index.db"
@@ -156,7 +158,7 @@ class Index:
             return None
 
     def _open(self) -> None:
-        self.db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+        self.db = sqlite3.connect(own_database(self.path), check_same_thread=False, timeout=30)
         version = self._version()
         if version not in (None, INDEX_VERSION):
             raise sqlite3.DatabaseError(f"index version {version}, this webfs writes {INDEX_VERSION}")

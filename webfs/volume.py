@@ -47,8 +47,22 @@ def open_own(path: str, flags: int, mode: int = 0o644) -> int:
     except OSError as exc:
         if exc.errno != errno.ELOOP:
             raise
-        raise ArchiveError(f"{path}: a symlink where webfs keeps a file of its own; refusing to "
-                           "read or write through it (remove it)") from None
+        raise _planted(path) from None
+
+
+def own_database(path: str) -> str:
+    """``path``, after checking that no symlink is planted at an SQLite file
+    webfs keeps (the catalog, the search index) or at the files SQLite makes
+    beside it: SQLite follows one, and would write where it points."""
+    for name in (path, path + "-wal", path + "-shm", path + "-journal"):
+        if os.path.islink(name):
+            raise _planted(name)
+    return path
+
+
+def _planted(path: str) -> ArchiveError:
+    return ArchiveError(f"{path}: a symlink where webfs keeps a file of its own; refusing to "
+                        "read or write through it (remove it)")
 
 
 def empty_own(path: str) -> None:
