@@ -116,18 +116,16 @@ def _recorded_digest(tree, v: dict) -> bytes:
     name, _, offset = _xattr(tree, v["path"], b"user.warc.source").rpartition(b"\t")
     if top is None or not offset.isdigit():
         return b""
-    keep = (top + b"/" if top else b"") + warc.KEEP_DIR + b"/"
     try:
-        sources = [src for src in map(warc.source_of, tree.listdir(keep[:-1])) if src is not None and src.name == name]
-        for src in sources:
-            index = tree.read(keep + src.index_name)
+        for src in (src for src in warc.kept_sources(tree, top) if src.name == name):
+            index = tree.read(src.path(warc.INDEX_SUFFIX, top))
             ln = next((x for x in warc.parse_index(index) if x.offset == int(offset) and x.capture == inside), None)
             if ln is None:
                 continue
             if ln.where == "file":
                 payload = tree.read(path)
             else:
-                heads = tree.read(keep + src.path(warc.HEADS_SUFFIX)[len(warc.KEEP_DIR) + 1:])
+                heads = tree.read(src.path(warc.HEADS_SUFFIX, top))
                 payload = heads[ln.ho + ln.wl + ln.hl:ln.ho + ln.wl + ln.hl + ln.pl]
             return base64.b32encode(hashlib.sha1(payload).digest())
     except (OSError, WebfsError):

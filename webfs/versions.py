@@ -170,17 +170,16 @@ def _spelled_as(tree, top: bytes, want: str) -> set[str]:
     (``@warc/F.cdxj``, pywb's keys, sorted), else from its index's capture
     paths (a source kept without them)."""
     from .cdxj import CDXJ_SUFFIX
-    from .warc import INDEX_SUFFIX, KEEP_DIR, kept_sources, parse_index
-    keep = (top + b"/" if top else b"") + KEEP_DIR
+    from .warc import INDEX_SUFFIX, kept_sources, parse_index
     found: set[str] = set()
     mark = b"\n" + want.encode("utf-8", "surrogateescape") + b" "
     keyed: dict[str, Optional[str]] = {}
-    for src in kept_sources(_Under(tree, top)):
-        urls = _keyed_lines(tree, keep + src.path(CDXJ_SUFFIX)[len(KEEP_DIR):], mark)
+    for src in kept_sources(tree, top):
+        urls = _keyed_lines(tree, src.path(CDXJ_SUFFIX, top), mark)
         if urls == set():
             continue                        # no record of this key: the index is not read
         try:
-            index = tree.read(keep + src.path(INDEX_SUFFIX)[len(KEEP_DIR):])
+            index = tree.read(src.path(INDEX_SUFFIX, top))
         except (OSError, WebfsError):
             continue
         # each URL as filed: pywb's indexer reads some as warcio cleans them (a space as %20)
@@ -216,16 +215,6 @@ def _keyed_lines(tree, path: bytes, mark: bytes) -> Optional[set[str]]:
             pass            # not a line pywb's indexer wrote
         at = data.find(mark, at + 1)
     return out
-
-
-class _Under:
-    """A tree's directory ``top`` read as a tree (listdir only)."""
-
-    def __init__(self, tree, top: bytes):
-        self.tree, self.top = tree, top
-
-    def listdir(self, rel: bytes) -> list[bytes]:
-        return self.tree.listdir(self.top + b"/" + rel if self.top else rel)
 
 
 def _web(url: str) -> Optional[str]:

@@ -377,19 +377,28 @@ class Source(NamedTuple):
     name: bytes
     n: int = 1
 
-    def path(self, suffix: bytes) -> bytes:
-        """The path in the collection of one of its kept files (INDEX_SUFFIX, HEADS_SUFFIX, ...)."""
-        return KEEP_DIR + b"/" + self.name + suffix + (b"~%d" % self.n if self.n > 1 else b"")
+    def file_name(self, suffix: bytes) -> bytes:
+        """The name in @warc/ of one of its kept files (INDEX_SUFFIX, HEADS_SUFFIX, ...)."""
+        return self.name + suffix + (b"~%d" % self.n if self.n > 1 else b"")
+
+    def path(self, suffix: bytes, top: bytes = b"") -> bytes:
+        """The path of that file in the collection, or in the tree whose
+        collection is at ``top``."""
+        return _keep_dir(top) + b"/" + self.file_name(suffix)
 
     @property
     def label(self) -> bytes:
         """What messages call it: F, or F~N."""
-        return self.name + (b"~%d" % self.n if self.n > 1 else b"")
+        return self.file_name(b"")
 
     @property
     def index_name(self) -> bytes:
         """Its index file's name in @warc/, which names it without ambiguity (``source_of``)."""
-        return self.path(INDEX_SUFFIX)[len(KEEP_DIR) + 1:]
+        return self.file_name(INDEX_SUFFIX)
+
+
+def _keep_dir(top: bytes) -> bytes:
+    return (top + b"/" if top else b"") + KEEP_DIR
 
 
 _INDEX_NAME = re.compile(rb"(.+)" + re.escape(INDEX_SUFFIX) + rb"(?:~([2-9]|[1-9][0-9]+))?\Z", re.S)
@@ -402,11 +411,12 @@ def source_of(index_name: bytes) -> Optional[Source]:
     return m and Source(m.group(1), int(m.group(2) or 1))
 
 
-def kept_sources(tree) -> list[Source]:
+def kept_sources(tree, top: bytes = b"") -> list[Source]:
     """The source files a collection keeps (by the names of their index files),
     each of a name imported again too (F.index~2): every reader of a
-    collection's sources (export-warc, replay) takes them from here."""
-    return [src for src in map(source_of, tree.listdir(KEEP_DIR)) if src is not None]
+    collection's sources (export-warc, replay, url) takes them from here.
+    ``top``: the collection's directory in ``tree``, if not its root."""
+    return [src for src in map(source_of, tree.listdir(_keep_dir(top))) if src is not None]
 
 
 def sources_in_import_order(tree) -> list[Source]:
