@@ -584,8 +584,8 @@ class Journal:
             except OSError as exc:
                 log.warning("disk %d: cannot read %s: %s", index, JOURNAL, exc)
         # The disks the rule named when it was staged: one that came since (a
-        # rebuild) gets the records from the next checkpoint, which this asks
-        # for (wants_checkpoint), and the ones staged for keep them meanwhile.
+        # rebuild) gets the records from the next checkpoint (wants_checkpoint
+        # says one is due), and the ones staged for keep them meanwhile.
         disks = staged.disks
         written = []
         for index, tmp in staged.files.items():
