@@ -276,3 +276,33 @@ def test_a_command_without_a_terminal_draws_no_bar_and_imports_no_tqdm(tmp_path)
     assert proc.returncode == 4, err
     assert err.splitlines()[0].endswith(".webfs: the name .webfs in the root is webfs's own (EEXIST); not walked")
     assert err.splitlines()[-1] == "False"
+
+
+def test_fsck_and_scrub_name_the_files_whose_content_is_left_damaged(tmp_path, disks):
+    """A damaged block is reported by its file name on the disk; what a user has
+    to restore is the files that hold it: both names of a page stored once
+    (two copies of a crawl), not the other pages. --repair that mends it
+    names none; damage left (a scrub without --repair) names them again."""
+    src = tmp_path / "src"
+    for crawl in ("crawl-1", "crawl-2"):
+        (src / crawl).mkdir(parents=True)
+        (src / crawl / "hit.html").write_bytes(b"<html>the page that is hit</html>" * 40)
+    (src / "crawl-1" / "fine.html").write_bytes(b"<html>a page left alone</html>" * 40)
+    webfs_here("import", src, f"{disks[0]}:/")
+    # the one block of both hit.html (its header's Name: hint is one of them)
+    blocks = [p for d in disks for p in (d / "blocks").rglob("*")
+              if p.is_file() and b"/hit.html\n" in p.read_bytes()[:512]]
+    assert len(blocks) == 1, blocks
+    data = bytearray(blocks[0].read_bytes())
+    data[-12] ^= 0xFF
+    blocks[0].write_bytes(bytes(data))
+    for cmd in (("fsck",), ("scrub",)):
+        proc = webfs_here(*cmd, disks[0], check=False)
+        out = proc.stdout.decode()
+        assert proc.returncode == 4, out
+        assert "2 file(s) hold content in those blocks (left damaged or lost):\n" \
+               "  /src/crawl-1/hit.html\n  /src/crawl-2/hit.html\n" in out, out
+        assert "fine.html" not in out
+    proc = webfs_here("fsck", "--repair", disks[0], check=False)
+    assert proc.returncode == 1 and "file(s) hold content" not in proc.stdout.decode(), proc.stdout.decode()
+    assert webfs_here("fsck", disks[0]).returncode == 0

@@ -229,6 +229,7 @@ def fsck(repair, rebuild, force, disk):
         try:
             with progress_bar(None, "checking") as bar:
                 report = fsckmod.check(store, repair=repair, progress=bar.update)
+            hit = report.files_hit(store)
         finally:
             store.close()
     except WebfsError as exc:       # a bad catalog, the archive held (a mount, a lease): not run
@@ -251,6 +252,8 @@ def fsck(repair, rebuild, force, disk):
         report.add("record", where, what, fixable=False)
     for f in report.findings:
         click.echo(str(f))
+    for line in hit:
+        click.echo(line)
     left = sum(not f.repaired for f in report.findings)
     degraded = sum(report.degraded.values())
     click.echo(f"{report.blocks_checked} block files checked, {len(report.findings)} problem(s), "

@@ -191,7 +191,8 @@ def _check_files(store: Store, repair: bool, report: Report,
                 header, digest = _checked_block(store, vol, sig, overflow, row)
             except (CorruptBlock, OSError, WebfsError) as exc:
                 fixed = repair and row is not None and row.disk == disk and restored(store, row)
-                report.add("corrupt", where, str(exc).removeprefix(where + ": "), fixed)
+                report.add("corrupt", where, str(exc).removeprefix(where + ": "), fixed,
+                           block=row.id if row is not None and row.disk == disk else None)
                 if fixed:
                     seen.setdefault((sig, overflow), []).append(disk)
                 else:
@@ -263,12 +264,13 @@ def _check_rows(store: Store, repair: bool, report: Report,
                 if why is None:
                     report.degraded[row.disk] = report.degraded.get(row.disk, 0) + 1
                 else:
-                    report.add("lost", where, f"on missing disk {row.disk}, and {why}", fixable=False)
+                    report.add("lost", where, f"on missing disk {row.disk}, and {why}", fixable=False,
+                               block=row.id)
             elif (row.sig, row.overflow, row.disk) in report.damaged:
                 pass            # its file is there but damaged: reported once, as corrupt
             else:
                 fixed = repair and restored(store, row)
-                report.add("missing", where, f"not on disk {row.disk}", fixed)
+                report.add("missing", where, f"not on disk {row.disk}", fixed, block=row.id)
         for extra in holders:
             if extra != row.disk:
                 if repair:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Optional
 
 from .. import codecs
 from ..catalog import BlockRow
@@ -20,6 +21,7 @@ from ..store import Store, header_of
 log = logging.getLogger(__name__)
 
 EXIT_CLEAN, EXIT_REPAIRED, EXIT_LEFT, EXIT_FAILED = 0, 1, 4, 8
+FILES_SHOWN = 10                # files named after a check that leaves content damaged
 
 
 @dataclass
@@ -44,14 +46,43 @@ class Report:
     read_only: bool = False
     degraded: dict[int, int] = field(default_factory=dict)     # missing disk -> blocks read through parity
     damaged: set[tuple[str, int, int]] = field(default_factory=set)   # (sig, overflow, disk) reported corrupt
+    hit: set[int] = field(default_factory=set)      # ids of blocks whose content is left damaged or lost
 
     def add(self, kind: str, where: str, what: str, repaired: bool = False,
-            fixable: bool = True) -> Finding:
-        """A problem; ``fixable``: one --repair would mend (said so in a read-only check)."""
+            fixable: bool = True, block: Optional[int] = None) -> Finding:
+        """A problem; ``fixable``: one --repair would mend (said so in a read-only
+        check); ``block``: the id of the block whose content it spoils, if any."""
         f = Finding(kind, where, what, repaired, self.read_only and fixable and not repaired)
         self.findings.append(f)
+        if block is not None and not repaired:
+            self.hit.add(block)
         log.info("%s", f)
         return f
+
+    def files_hit(self, store: Store, shown: int = FILES_SHOWN) -> list[str]:
+        """Lines naming the files whose content is in the blocks left damaged
+        or lost (what a user has to restore, not block names): up to
+        ``shown`` paths, then how many more."""
+        if not self.hit:
+            return []
+        from ..indexer import Paths
+        inodes = sorted({ino for ino, in store.catalog.query_in(
+            "SELECT DISTINCT inode FROM contents WHERE block IN ({})", sorted(self.hit))})
+        if not inodes:
+            return []
+        paths, named = Paths(store.catalog), []
+        for ino in inodes:
+            path = paths(ino)
+            if path is not None:
+                named.append("/" + path)
+            if len(named) == shown:
+                break
+        named.sort()
+        lines = [f"{len(inodes)} file(s) hold content in those blocks (left damaged or lost):"]
+        lines += [f"  {name}" for name in named]
+        if len(inodes) > len(named):
+            lines.append(f"  ... and {len(inodes) - len(named)} more")
+        return lines
 
     @property
     def exit_code(self) -> int:

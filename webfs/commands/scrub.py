@@ -119,7 +119,8 @@ def check_stripe(store: Store, parity: Parity, stripe_id: str, report: Report,
         for row in exam.rows:
             if row.id in exam.bad:
                 fixed = repair and restored(store, row)
-                report.add("corrupt", f"block {row.block_name} on disk {row.disk}", exam.bad[row.id], fixed)
+                report.add("corrupt", f"block {row.block_name} on disk {row.disk}", exam.bad[row.id], fixed,
+                           block=row.id)
             elif row.id in exam.refs:
                 _refs_behind(store, row, exam.refs[row.id], report, repair)
         if exam.trouble or exam.stale or exam.dirty or exam.mismatch:
@@ -283,13 +284,13 @@ def _scrub_loose(store: Store, parity: Parity, block_id: int, report: Report, re
     where = f"block {row.block_name} on disk {row.disk}"
     if row.disk not in store.archive.volumes:
         counts["unavailable"] += 1
-        report.add("lost", where, "its disk is missing and it is in no parity stripe")
+        report.add("lost", where, "its disk is missing and it is in no parity stripe", block=row.id)
         return
     counts["blocks"] += 1
     try:
         payload = parity.read_member(Member.of(row), verify=True)
     except (OSError, WebfsError) as exc:
-        report.add("corrupt", where, f"{exc}; it is in no parity stripe")
+        report.add("corrupt", where, f"{exc}; it is in no parity stripe", block=row.id)
         return
     store.forget_damage(row)
     testkill.point("scrub-after-read")
@@ -308,6 +309,8 @@ def _scrub_result(store: Store, parity: Parity, report: Report, counts: Counter,
     result = admin.Result(exit_code=EXIT_LEFT if left or stopped else EXIT_CLEAN)
     for f in report.findings:
         result.say(str(f))
+    for line in report.files_hit(store):
+        result.say(line)
     unprotected = store.catalog.block_count(unprotected=True)
     read = sum(reads.values())
     result.say(f"{'interrupted: ' if stopped else ''}scrubbed {counts['blocks']} block(s) in "
