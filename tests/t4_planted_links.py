@@ -8,18 +8,24 @@ import os
 from conftest import webfs
 
 
-def test_a_mount_refuses_a_symlink_at_its_log_and_writes_nothing_through_it(tmp_path):
-    """webfs mkfs; ln -s VICTIM DISK/meta/webfs.log; webfs mount: the mount is
-    refused with one line naming the log, and the victim is left as it was;
-    once the link is gone, the mount starts a new log of its own."""
+def _archive_and_victim(tmp_path):
+    """A new archive of two disks, a file elsewhere a link may point to, a mount point."""
     disks = [tmp_path / "l0", tmp_path / "l1"]
     webfs("mkfs", *disks)
     victim = tmp_path / "victim"
     victim.write_text("VICTIM\n")
-    log = disks[0] / "meta" / "webfs.log"
-    log.symlink_to(victim)
     mnt = tmp_path / "ml"
     mnt.mkdir()
+    return disks, victim, mnt
+
+
+def test_a_mount_refuses_a_symlink_at_its_log_and_writes_nothing_through_it(tmp_path):
+    """webfs mkfs; ln -s VICTIM DISK/meta/webfs.log; webfs mount: the mount is
+    refused with one line naming the log, and the victim is left as it was;
+    once the link is gone, the mount starts a new log of its own."""
+    disks, victim, mnt = _archive_and_victim(tmp_path)
+    log = disks[0] / "meta" / "webfs.log"
+    log.symlink_to(victim)
     proc = webfs("mount", disks[0], mnt, check=False)
     said = proc.stderr.decode()
     if proc.returncode == 0:
@@ -45,12 +51,7 @@ def test_a_symlink_at_the_lock_or_an_intent_file_is_never_written_through(tmp_pa
     refuses the mount, an intent file the first use of it (the mount's
     recovery, a write, the unmount), in one line naming the file; the victim
     is left as it was."""
-    disks = [tmp_path / "l0", tmp_path / "l1"]
-    webfs("mkfs", *disks)
-    victim = tmp_path / "victim"
-    victim.write_text("VICTIM\n")
-    mnt = tmp_path / "ml"
-    mnt.mkdir()
+    disks, victim, mnt = _archive_and_victim(tmp_path)
     for name in ("lock", "intents", "parity-intent"):
         planted = disks[0] / "meta" / name
         planted.unlink(missing_ok=True)
@@ -78,16 +79,12 @@ def test_a_symlink_at_the_lock_or_an_intent_file_is_never_written_through(tmp_pa
 
 
 def test_a_symlink_at_the_catalog_or_the_index_or_beside_them_is_never_written_through(tmp_path):
-    """SQLite follows a symlink at its database's name and at the -wal, -shm
-    and -journal files it makes beside it: a WAL planted as a link to the
-    victim was truncated by the mount. The mount (the catalog) and the first
-    use of the query index (search) refuse in one line naming the file."""
-    disks = [tmp_path / "l0", tmp_path / "l1"]
-    webfs("mkfs", *disks)
-    victim = tmp_path / "victim"
-    victim.write_text("VICTIM\n")
-    mnt = tmp_path / "ml"
-    mnt.mkdir()
+    """SQLite follows a symlink at its database's name; at the -wal, -shm and
+    -journal files beside it, it fails to open, which the mount took for a
+    damaged catalog (and advised rebuilding it). The mount (the catalog) and
+    the first use of the query index (search) refuse in one line naming the
+    link, the victim untouched."""
+    disks, victim, mnt = _archive_and_victim(tmp_path)
     webfs("mount", disks[0], mnt)
     try:
         (mnt / "crawl").mkdir()
