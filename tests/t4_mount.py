@@ -297,6 +297,16 @@ def test_second_mount_is_refused_and_a_killed_daemon_leaves_no_stale_lock(mounte
     assert proc.returncode == 1 and b"in use" in proc.stderr
     proc = webfs("fsck", mounted.disks[2], check=False)
     assert proc.returncode == 8 and b"mount point" in proc.stderr      # not run
+    # the commands that take DISK|MOUNTPOINT refuse a disk of a mounted archive and
+    # name the mount, but for status and stream, which only read (webfs(1))
+    for cmd in (["scrub"], ["rebalance"], ["heat"], ["sync"], ["search", "x"]):
+        proc = webfs(*cmd, mounted.disks[0], check=False)
+        assert proc.returncode == 1 and f"webfs mount on {mounted.mnt}".encode() in proc.stderr, (cmd, proc.stderr)
+    (mounted.mnt / "c").mkdir()
+    (mounted.mnt / "c" / "p.html").write_bytes(b"<html>committed</html>")
+    webfs("sync", mounted.mnt)
+    assert b"present" in webfs("status", mounted.disks[0]).stdout
+    assert b"p.html" in webfs("stream", mounted.disks[0]).stdout
     # fsck of the mount point (or a path in it) says fsck wants an unmounted
     # archive's disk and names it, not "not a webfs disk"
     (mounted.mnt / "sub").mkdir()
