@@ -53,7 +53,9 @@ def open_own(path: str, flags: int, mode: int = 0o644) -> int:
 def own_database(path: str) -> str:
     """``path``, after checking that no symlink is planted at an SQLite file
     webfs keeps (the catalog, the search index) or at the files SQLite makes
-    beside it: SQLite follows one, and would write where it points."""
+    beside it: SQLite follows one at the database's name (and would write
+    where it points), and fails at the others with a message that reads as
+    a damaged database."""
     for name in (path, path + "-wal", path + "-shm", path + "-journal"):
         if os.path.islink(name):
             raise _planted(name)
