@@ -303,6 +303,8 @@ def test_fsck_and_scrub_name_the_files_whose_content_is_left_damaged(tmp_path, d
         assert "2 file(s) hold content in those blocks (left damaged or lost):\n" \
                "  /src/crawl-1/hit.html\n  /src/crawl-2/hit.html\n" in out, out
         assert "fine.html" not in out
+    got = json.loads(webfs_here("scrub", "--json", disks[0], check=False).stdout)["figures"]
+    assert (got["files_hit"], got["files_hit_shown"]) == (2, ["/src/crawl-1/hit.html", "/src/crawl-2/hit.html"])
     proc = webfs_here("fsck", "--repair", disks[0], check=False)
     assert proc.returncode == 1 and "file(s) hold content" not in proc.stdout.decode(), proc.stdout.decode()
     assert webfs_here("fsck", disks[0]).returncode == 0

@@ -202,7 +202,7 @@ def fsck(repair, rebuild, force, disk):
     """
     import sqlite3
     from .commands import fsck as fsckmod
-    from .commands.report import EXIT_FAILED
+    from .commands.report import EXIT_FAILED, files_hit_lines
     skipped: list = []
     if force and not (rebuild and repair):
         raise click.UsageError("--force goes with --rebuild-catalog --repair")
@@ -229,7 +229,7 @@ def fsck(repair, rebuild, force, disk):
         try:
             with progress_bar(None, "checking") as bar:
                 report = fsckmod.check(store, repair=repair, progress=bar.update)
-            hit = report.files_hit(store)
+            hit = files_hit_lines(*report.files_hit(store))
         finally:
             store.close()
     except WebfsError as exc:       # a bad catalog, the archive held (a mount, a lease): not run

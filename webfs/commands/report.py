@@ -59,17 +59,15 @@ class Report:
         log.info("%s", f)
         return f
 
-    def files_hit(self, store: Store, shown: int = FILES_SHOWN) -> list[str]:
-        """Lines naming the files whose content is in the blocks left damaged
-        or lost (what a user has to restore, not block names): up to
-        ``shown`` paths, then how many more."""
+    def files_hit(self, store: Store, shown: int = FILES_SHOWN) -> tuple[int, list[str]]:
+        """The files whose content is in the blocks left damaged or lost (what
+        a user has to restore, not block names): how many, and the paths of up
+        to ``shown`` of them."""
         if not self.hit:
-            return []
+            return 0, []
         from ..indexer import Paths
         inodes = sorted({ino for ino, in store.catalog.query_in(
             "SELECT DISTINCT inode FROM contents WHERE block IN ({})", sorted(self.hit))})
-        if not inodes:
-            return []
         paths, named = Paths(store.catalog), []
         for ino in inodes:
             path = paths(ino)
@@ -77,18 +75,24 @@ class Report:
                 named.append("/" + path)
             if len(named) == shown:
                 break
-        named.sort()
-        lines = [f"{len(inodes)} file(s) hold content in those blocks (left damaged or lost):"]
-        lines += [f"  {name}" for name in named]
-        if len(inodes) > len(named):
-            lines.append(f"  ... and {len(inodes) - len(named)} more")
-        return lines
+        return len(inodes), sorted(named)
 
     @property
     def exit_code(self) -> int:
         if not self.findings:
             return EXIT_CLEAN
         return EXIT_REPAIRED if all(f.repaired for f in self.findings) else EXIT_LEFT
+
+
+def files_hit_lines(count: int, named: list[str]) -> list[str]:
+    """``Report.files_hit`` as the lines fsck and scrub print after their findings."""
+    if not count:
+        return []
+    lines = [f"{count} file(s) hold content in those blocks (left damaged or lost):"]
+    lines += [f"  {name}" for name in named]
+    if count > len(named):
+        lines.append(f"  ... and {count - len(named)} more")
+    return lines
 
 
 def payload_from_redundancy(store: Store, row: BlockRow, gate=None) -> bytes:

@@ -32,7 +32,7 @@ from ..catalog import BlockRow
 from ..errors import CorruptParity, WebfsError
 from ..parity import Gate, Member, Parity, ParityHeader, parity_files, xor_payloads
 from ..store import Store
-from .report import EXIT_CLEAN, EXIT_LEFT, Report, restored
+from .report import EXIT_CLEAN, EXIT_LEFT, Report, files_hit_lines, restored
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +309,8 @@ def _scrub_result(store: Store, parity: Parity, report: Report, counts: Counter,
     result = admin.Result(exit_code=EXIT_LEFT if left or stopped else EXIT_CLEAN)
     for f in report.findings:
         result.say(str(f))
-    for line in report.files_hit(store):
+    hit, named = report.files_hit(store)
+    for line in files_hit_lines(hit, named):
         result.say(line)
     unprotected = store.catalog.block_count(unprotected=True)
     read = sum(reads.values())
@@ -327,6 +328,7 @@ def _scrub_result(store: Store, parity: Parity, report: Report, counts: Counter,
         "unavailable": counts["unavailable"], "protected": counts["protected"],
         "unprotected": unprotected, "problems": len(report.findings), "left": len(left),
         "findings": [vars(f) for f in report.findings], "interrupted": stopped,
+        "files_hit": hit, "files_hit_shown": named,
         "seconds": round(seconds, 3), "bytes_read": read,
         "bytes_read_per_disk": {str(d): n for d, n in sorted(reads.items())},
     }
