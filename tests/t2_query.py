@@ -448,3 +448,14 @@ def test_a_mount_leaves_its_index_behind_an_import_running_in_it(tmp_path):
     finally:
         keeper.close()
         store.close()
+
+
+def test_only_files_in_a_collection_are_indexed(archive, tmp_path):
+    """A file at the top of the archive is in no collection, and not indexed
+    (webfs(1), QUERIES); the same page one directory down is."""
+    page = tmp_path / "loose.html"
+    page.write_bytes(b"<html><title>t</title><p>solitary words</p></html>")
+    webfs_here("import", page, f"{archive}:/")
+    assert search(archive, "solitary") == []
+    webfs_here("import", page, f"{archive}:/crawl-2014/")
+    assert search(archive, "solitary") == ["/crawl-2014/loose.html"]
