@@ -125,8 +125,8 @@ def _recorded_digest(tree, v: dict) -> bytes:
             if ln.where == "file":
                 payload = tree.read(path)
             else:
-                heads = tree.read(src.path(warc.HEADS_SUFFIX, top))
-                payload = heads[ln.ho + ln.wl + ln.hl:ln.ho + ln.wl + ln.hl + ln.pl]
+                at = ln.ho + ln.wl + ln.hl          # the payload follows the WARC and HTTP headers
+                payload = tree.read(src.path(warc.HEADS_SUFFIX, top))[at:at + ln.pl]
             return base64.b32encode(hashlib.sha1(payload).digest())
     except (OSError, WebfsError):
         pass

@@ -604,8 +604,9 @@ def _say(exc: BaseException) -> str:
     text = str(exc)
     if type(exc).__name__ == "ArchiveLoadFailed":
         for start, words in _WARCIO_SAYS.items():
-            if text.startswith(start + ", first line: "):
-                line = text[len(start) + 14:]
+            said = start + ", first line: "
+            if text.startswith(said):
+                line = text[len(said):]
                 return words.format(_excerpt(line[2:-2] if line[:2] == "['" and line[-2:] == "']" else line))
     return f"a record that cannot be read ({type(exc).__name__}: {_excerpt(text, 80)})"
 
