@@ -26,6 +26,15 @@ NEW_OR_LEFTOVER = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
 APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
 
 
+def free_space(path: str) -> tuple[int, int]:
+    """(bytes free for us, bytes in all) on the file system that holds ``path``."""
+    try:
+        st = os.statvfs(path)
+    except FileNotFoundError:
+        return 0, 0             # a vanished disk has no room; the store notices it is gone
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
 class LocalBackend(Backend):
     def __init__(self, root: str, delay: float = 0.0):
         self.root = root
@@ -230,11 +239,7 @@ class LocalBackend(Backend):
         return gone
 
     def free_space(self) -> tuple[int, int]:
-        try:
-            st = os.statvfs(self.root)
-        except FileNotFoundError:
-            return 0, 0             # a vanished disk has no room; the store notices it is gone
-        return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+        return free_space(self.root)
 
     def sync(self, catalog_copy: Optional[Callable[[str], bytes]] = None) -> None:
         os.sync()

@@ -573,7 +573,7 @@ def test_a_chunk_whose_disk_vanishes_is_written_on_the_others(disks):
     them on the others."""
     from webfs.locks import Clock
     store = open_archive(str(disks[0]), holder="test")
-    store.archive.volumes[2].clock = Clock(start=1000.0)     # its room stays counted down, however slow this runs
+    store.archive.volumes[2].free.clock = Clock(start=1000.0)     # its room stays counted down, however slow this runs
     first = store.store_many([Piece(b"before %d" % i) for i in range(40)], [b"/first"] * 40, pin=True)
     store.commit()
     assert 2 in {r.disk for r in first}

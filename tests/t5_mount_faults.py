@@ -5,6 +5,7 @@ daemon's memory on one large file. The same items checked on the handlers
 themselves, without a kernel, are in t3_handlers."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import Mounted, sh, unmount, webfs
+from conftest import Mounted, sh, tmpfs_disks, unmount, webfs
 
 
 @pytest.fixture
@@ -198,9 +199,6 @@ def test_webfs_tree_closed_to_other_users():
 # -- item 7: a close that fails with ENOSPC keeps the old content and says so ------
 
 def test_enospc_at_close_keeps_old_content_and_umount_reports(tmp_path):
-    import errno
-
-    from conftest import tmpfs_disks
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     with tmpfs_disks(tmp_path, 2, "40m") as disks:
@@ -254,6 +252,68 @@ def test_enospc_at_close_keeps_old_content_and_umount_reports(tmp_path):
         finally:
             proc = webfs("umount", mnt, check=False)
         assert proc.returncode == 0, proc.stderr       # nothing failed in this mount
+
+
+def test_a_nearly_full_catalog_disk_refuses_new_names_and_loses_none(tmp_path):
+    """The disk that holds the catalog fills (here with another user's file)
+    while names are made. A name is answered at once and committed within a
+    second; a commit that found the disk full would be rolled back, undoing
+    names already answered. So new names, xattrs and contents are refused
+    with ENOSPC first, every name that was answered survives the remount,
+    removals go on, and with room again names are made again."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with tmpfs_disks(tmp_path, 2, "8m") as disks:
+        webfs("mount", disks[0], mnt)
+        try:
+            (mnt / "early.html").write_bytes(b"")
+            free = os.statvfs(disks[0]).f_bavail * os.statvfs(disks[0]).f_frsize
+            sh(f"dd if=/dev/zero of={disks[0]}/filler bs=64k count={(free - (2500 << 10)) >> 16}")
+            made, refused = [], []
+            for i in range(3000):
+                try:
+                    os.mkdir(mnt / f"dir{i}")
+                    made.append(f"dir{i}")
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+                    refused.append(i)
+            assert made and len(refused) > 1000, (len(made), len(refused))
+            # Under half the catalog disk's reserve (4 MiB on 8 MiB) with nothing
+            # waiting to be committed: every change that adds rows is refused.
+            free = os.statvfs(disks[0]).f_bavail * os.statvfs(disks[0]).f_frsize
+            sh(f"dd if=/dev/zero of={disks[0]}/filler2 bs=64k count={(free - (1 << 20)) >> 16}")
+            proc = sh(f"echo page > {mnt}/page.html", check=False)
+            assert proc.returncode != 0 and b"No space left" in proc.stderr, proc
+            proc = sh(f"setfattr -n user.crawl -v 1 {mnt}/{made[0]}", check=False)
+            assert proc.returncode != 0 and b"No space left" in proc.stderr, proc
+            (tmp_path / "page.html").write_bytes(b"page\n")
+            proc = sh(f"cp {tmp_path}/page.html {mnt}/early.html", check=False)    # its content, at the close
+            assert proc.returncode != 0 and b"No space left" in proc.stderr, proc
+            sh(f"cd {mnt} && rmdir {' '.join(made[:50])}")       # removals go on
+            kept = set(made[50:]) | {"early.html"}
+            webfs("sync", mnt)
+            assert set(os.listdir(mnt)) == kept
+        finally:
+            proc = webfs("umount", mnt, check=False)
+        assert proc.returncode != 0 and b"early.html" in proc.stderr, proc      # the dropped content, said
+        log = (disks[0] / "meta" / "webfs.log").read_text()
+        assert "the disk that holds the catalog" in log and "nearly full" in log, log[-2000:]
+        webfs("mount", disks[0], mnt)
+        try:
+            assert set(os.listdir(mnt)) == kept         # no name answered was undone
+            os.unlink(disks[0] / "filler")
+            os.unlink(disks[0] / "filler2")
+            sh(f"mkdir {mnt}/after && echo page > {mnt}/after/page.html && setfattr -n user.crawl -v 1 {mnt}/after")
+        finally:
+            webfs("umount", mnt)
+        webfs("mount", disks[0], mnt)
+        try:
+            assert (mnt / "after" / "page.html").read_bytes() == b"page\n"
+            assert (mnt / "early.html").read_bytes() == b""
+            assert os.getxattr(mnt / "after", "user.crawl") == b"1"
+            assert set(os.listdir(mnt)) == kept | {"after"}
+        finally:
+            webfs("umount", mnt)
 
 
 def _mark_a_stripe_dirty(m) -> bytes:
@@ -365,9 +425,6 @@ def test_umount_reports_each_dropped_file_once_as_it_is_now(tmp_path):
     dropped once (a forked child's close and the writer's dropped it twice,
     and it was listed twice), with what it keeps now; a file removed since is
     said to be (it was listed as keeping 0 bytes)."""
-    import errno
-
-    from conftest import tmpfs_disks
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     with tmpfs_disks(tmp_path, 2, "40m") as disks:

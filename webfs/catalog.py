@@ -26,7 +26,7 @@ from typing import Callable, Iterator, Optional
 
 from .block import HEADER_SIZE
 from .catalogengine import SQLITE
-from .catalogfile import full_is_nospace as _full_is_nospace, pack_at_rest
+from .catalogfile import CatalogRoom, full_is_nospace as _full_is_nospace, pack_at_rest
 from .catalogkeys import created_of, hex_of, key, keys, seconds_of, sig_range
 from .catalogmigration import migrate_file
 from .errors import NoSpace
@@ -240,6 +240,7 @@ class Catalog(PlacementGroups, KnownSignatures):
         # Commits asked of the connection: a row written since the last one is
         # seen by no other machine's mount yet (PostgreSQL's READ COMMITTED).
         self.commits = 0
+        self.room = CatalogRoom(self)   # asked before a change adds rows
         engine.create_schema(self.db, SCHEMA)
         with self.lock:
             self._migrate()

@@ -10,10 +10,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from typing import ContextManager, Iterator, Optional
+from typing import Callable, ContextManager, Iterator, Optional
 
 from .backends import Backend
-from .backends.local import LocalBackend
+from .backends.local import LocalBackend, free_space
 
 from . import signature as sigmod
 from .locks import SYSTEM_CLOCK, Clock
@@ -91,6 +91,38 @@ def search_order(volumes: dict[int, "Volume"], disk: int) -> list["Volume"]:
     return ([first] if first is not None else []) + [v for d, v in volumes.items() if d != disk]
 
 
+class FreeSpace:
+    """A file system's free space as last asked (``ask``: free bytes, bytes in
+    all), counted down by what ``has_room`` let through since: a statfs per
+    new block or name is many syscalls for an import of small pages. Far from
+    full, a figure asked less than ROOM_FRESH seconds ago is counted down
+    instead of asked again; near the reserve, every call asks. (The count is
+    past the reserve of whichever call asked last: ROOM_SLACK is more than
+    two reserves differ, so either answer holds.)"""
+
+    def __init__(self, ask: Callable[[], tuple[int, int]], clock: Clock = SYSTEM_CLOCK):
+        self.ask = ask
+        self.clock = clock
+        self.asked = (0, 0)             # (free, total) as last asked
+        self._lock = lockorder.lock("disk room")
+        self._left = 0
+        self._until = 0.0
+
+    def has_room(self, needed: int, kept: Callable[[int], int]) -> bool:
+        """Are ``needed`` more bytes free past ``kept(total)``?"""
+        cost = -(-needed // FS_BLOCK) * FS_BLOCK + FS_BLOCK
+        with self._lock:
+            if self.clock.monotonic() < self._until and self._left - cost >= ROOM_SLACK:
+                self._left -= cost
+                return True
+        free, total = self.asked = self.ask()
+        keep = kept(total)
+        with self._lock:
+            self._left = free - keep - cost
+            self._until = self.clock.monotonic() + ROOM_FRESH
+        return free >= needed + keep
+
+
 class Volume:
     """The blocks of one disk of an archive."""
 
@@ -99,12 +131,7 @@ class Volume:
         self.index = index
         self.uuid = uuid
         self.depth = depth
-        # Free space as last asked, counted down by what has_room let through since
-        # (a statfs per new block is many syscalls for an import of small pages).
-        self._room_lock = lockorder.lock("disk room")
-        self._free_left = 0
-        self._free_until = 0.0
-        self.clock = clock
+        self.free = FreeSpace(backend.free_space, clock)
 
     def __repr__(self) -> str:
         return f"<Volume {self.index} at {self.backend.root}>"
@@ -126,22 +153,8 @@ class Volume:
 
     def has_room(self, needed: int, holds_catalog: bool = False) -> bool:
         """Can this disk take this many more bytes of blocks or parity? Room is
-        left for metadata: more on the disk that holds the catalog. Far from
-        full, the free space asked less than ROOM_FRESH seconds ago is counted
-        down instead of asked again; near the reserve, every call asks. (The
-        count is past the reserve of whichever call asked last: ROOM_SLACK is
-        more than the two reserves differ, so either answer holds.)"""
-        cost = -(-needed // FS_BLOCK) * FS_BLOCK + FS_BLOCK
-        with self._room_lock:
-            if self.clock.monotonic() < self._free_until and self._free_left - cost >= ROOM_SLACK:
-                self._free_left -= cost
-                return True
-        free, total = self.backend.free_space()
-        kept = reserve(total, holds_catalog)
-        with self._room_lock:
-            self._free_left = free - kept - cost
-            self._free_until = self.clock.monotonic() + ROOM_FRESH
-        return free >= needed + kept
+        left for metadata: more on the disk that holds the catalog."""
+        return self.free.has_room(needed, lambda total: reserve(total, holds_catalog))
 
     def has_block(self, sig: str, overflow: int = 0) -> bool:
         return self.backend.exists(self.block_path(sig, overflow))

@@ -352,6 +352,7 @@ class Namespace(NamespaceRows):
             self._parent_dir(parent)
             if self._taken(parent, name):
                 raise FsError(errno.EEXIST)
+            self.cat.room.check()
             t = now_ns()
             is_dir = stat.S_ISDIR(mode)
             size = len(target) if target is not None else 0
@@ -383,6 +384,7 @@ class Namespace(NamespaceRows):
             if node.is_dir:
                 raise FsError(errno.EPERM, "hard links to directories are not allowed")
             self._parent_dir(parent)
+            self.cat.room.check()
             if self._taken(parent, name) or not self.add_name(parent, name, ino):
                 raise FsError(errno.EEXIST)
             self.cat.execute("UPDATE inodes SET nlink=nlink+1, ctime_ns=? WHERE id=?", (now_ns(), ino))
@@ -415,21 +417,17 @@ class Namespace(NamespaceRows):
 
     def unlink(self, parent: int, name: bytes) -> Inode:
         """Remove a non-directory name; returns the inode (nlink 0: free it when unused)."""
-        with self._locked():
-            node = self.lookup(parent, name)
-            if node.is_dir:
-                raise FsError(errno.EISDIR)
-            path = self._join(parent, name)
-            self._drop_name(parent, name, node)
-            self.journal("-", None, path)
-            return self.get(node.id)
+        return self._remove(parent, name, directory=False)
 
     def rmdir(self, parent: int, name: bytes) -> Inode:
+        return self._remove(parent, name, directory=True)
+
+    def _remove(self, parent: int, name: bytes, directory: bool) -> Inode:
         with self._locked():
             node = self.lookup(parent, name)
-            if not node.is_dir:
-                raise FsError(errno.ENOTDIR)
-            if self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? LIMIT 1", (node.id,)):
+            if node.is_dir != directory:
+                raise FsError(errno.ENOTDIR if directory else errno.EISDIR)
+            if directory and self.cat.scalar("SELECT 1 FROM dentries WHERE parent=? LIMIT 1", (node.id,)):
                 raise FsError(errno.ENOTEMPTY)
             path = self._join(parent, name)
             self._drop_name(parent, name, node)
@@ -598,6 +596,8 @@ class Namespace(NamespaceRows):
         """Make a file's content these blocks (references already taken);
         the old blocks lose the references this file held (once per name)."""
         with self._locked():
+            if rows:
+                self.cat.room.check()
             node = self.get(ino)
             empty = self.known_empty(ino)
             old = [] if empty else self.contents(ino)
@@ -649,6 +649,7 @@ class Namespace(NamespaceRows):
                 raise FsError(errno.EEXIST)
             if replace and not exists:
                 raise FsError(errno.ENODATA)
+            self.cat.room.check()
             self.cat.execute("INSERT OR REPLACE INTO xattrs (inode, name, value) VALUES (?,?,?)",
                              (ino, name, value))
             self.cat.execute("UPDATE inodes SET ctime_ns=? WHERE id=?", (now_ns(), ino))
