@@ -50,7 +50,7 @@ class VirtualFile:
 
     def payload_digest(self, ln) -> bytes:
         """A record's WARC-Payload-Digest, b"" when it names none."""
-        return _field(self.heads[ln.ho:ln.ho + ln.wl], b"warc-payload-digest")
+        return _field(ln.warc_head(self.heads), b"warc-payload-digest")
 
     def digests(self) -> set[bytes]:
         """The payload digests of the source's responses and resources (originals)
@@ -98,7 +98,7 @@ class VirtualFile:
         for ln in self.lines:
             if self.deleted(ln):
                 continue
-            p = ln.ho + ln.wl + ln.hl
+            p = ln.payload_at
             parts = self._revisit_as_response(ln, originals) if ln.rtype == "revisit" else None
             if parts is None and ln.where == "file":
                 if self.payload_digest(ln):
@@ -121,8 +121,7 @@ class VirtualFile:
         response's, its HTTP header, the capture file: the original's payload)
         when its original is in another collection, where pywb cannot look; None
         to show it as recorded."""
-        head = self.heads[ln.ho:ln.ho + ln.wl]
-        http = self.heads[ln.ho + ln.wl:ln.ho + ln.wl + ln.hl]
+        head, http = ln.warc_head(self.heads), ln.http_head(self.heads)
         if (ln.capture == b"-" or not head.startswith(b"WARC/") or _field(head, b"warc-payload-digest") in originals
                 or not re.match(rb"HTTP/\S+ 2\d\d", http) or any(http_codings(http))):
             return None     # no capture file, its original is here, no 2xx header, or an encoded entity

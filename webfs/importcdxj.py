@@ -52,8 +52,7 @@ def lines_of(name: str, vf, keys: Optional[dict] = None) -> Optional[list[bytes]
     keys = keys or {}
     out = []
     for ln, start, parts in zip(vf.lines, vf.starts, vf.parts):
-        head = vf.heads[ln.ho:ln.ho + ln.wl]
-        http = vf.heads[ln.ho + ln.wl:ln.ho + ln.wl + ln.hl]
+        head, http = ln.warc_head(vf.heads), ln.http_head(vf.heads)
         made = keys.get(ln.offset)
         if made is not None and made[0] == _identity(head, http):
             entry, key = made[1], made[2]
@@ -63,7 +62,7 @@ def lines_of(name: str, vf, keys: Optional[dict] = None) -> Optional[list[bytes]
             continue                    # a warcinfo record, WARC fields: no line
         # a record shown otherwise has no line of these rules; a record's length
         # is warcio's: up to its tail (the two CRLFs), which is checked
-        tail_at = ln.ho + ln.wl + ln.hl + (ln.pl if ln.where != "file" else 0)
+        tail_at = ln.payload_at + (ln.pl if ln.where != "file" else 0)
         if entry is None or any(p[0] == "b" for p in parts) or vf.heads[tail_at:tail_at + ln.tl] != _TAIL:
             return None
         if entry is False:

@@ -125,7 +125,7 @@ def _recorded_digest(tree, v: dict) -> bytes:
             if ln.where == "file":
                 payload = tree.read(path)
             else:
-                at = ln.ho + ln.wl + ln.hl          # the payload follows the WARC and HTTP headers
+                at = ln.payload_at
                 payload = tree.read(src.path(warc.HEADS_SUFFIX, top))[at:at + ln.pl]
             return base64.b32encode(hashlib.sha1(payload).digest())
     except (OSError, WebfsError):

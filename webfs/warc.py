@@ -358,6 +358,17 @@ class IndexLine:
     where: str
     capture: bytes
 
+    @property
+    def payload_at(self) -> int:
+        """Where in the source's kept heads its payload is, or would be: past its WARC and HTTP headers."""
+        return self.ho + self.wl + self.hl
+
+    def warc_head(self, heads: bytes) -> bytes:
+        return heads[self.ho:self.ho + self.wl]
+
+    def http_head(self, heads: bytes) -> bytes:
+        return heads[self.ho + self.wl:self.payload_at]
+
 
 def parse_index(data: bytes) -> Iterator[IndexLine]:
     for line in data.split(b"\n"):

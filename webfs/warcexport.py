@@ -150,11 +150,8 @@ def _record(tree, src: Source, heads: bytes, ln: IndexLine, where: Optional[Wher
     when its capture file was deleted since the import (``_there``), or since
     the walk found it (``where.ino``: webfs.walkread). ``read``: the bytes of
     the file this task read last, by its blocks (``_fetch``)."""
-    p = ln.ho
-    head = heads[p:p + ln.wl]
-    p += ln.wl
-    http = heads[p:p + ln.hl]
-    p += ln.hl
+    head, http = ln.warc_head(heads), ln.http_head(heads)
+    p = ln.payload_at
     identical = True
     if ln.where != "file":
         if ln.capture != b"-" and not _there(tree, ln.capture, where and where.ino):
