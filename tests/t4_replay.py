@@ -14,6 +14,7 @@ import subprocess
 import time
 import urllib.parse
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -229,8 +230,9 @@ def test_replay_refuses_a_directory_without_collections(tmp_path):
     assert res.returncode == 1 and b"no collection of web archive files here" in res.stderr
 
 
-def replay_with_wayback(target: str, pw: Path, procs: list) -> int:
-    """`webfs replay TARGET PW` and `wayback` in PW started (into procs); wayback's port."""
+def replay_with_wayback(target: str, pw: Path, procs: list, said: Optional[list] = None) -> int:
+    """`webfs replay TARGET PW` and `wayback` in PW started (into procs); wayback's
+    port. ``said``: gets the lines replay printed."""
     port = free_port()
     rep = subprocess.Popen([str(BIN / "webfs"), "replay", "--port", str(free_port()), target, str(pw)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -238,6 +240,8 @@ def replay_with_wayback(target: str, pw: Path, procs: list) -> int:
     while True:
         line = rep.stdout.readline()
         assert line, rep.stderr.read().decode()       # replay ended before serving
+        if said is not None:
+            said.append(line.decode())
         if line.startswith(b"now run"):
             break
     procs.append(subprocess.Popen([str(BIN / "wayback"), "-p", str(port), "-b", "127.0.0.1"], cwd=pw,
@@ -277,6 +281,44 @@ def test_url_and_replay_pick_what_pywb_picks_on_a_tie(tmp_path):
             got = webfs("versions", "--json", "http://example.com/t", disk).stdout
             size = {c["path"]: c["size"] for c in json.loads(got)}[path.lstrip("/")]
             assert size == len(want), (at, path)        # webfs url: the same capture
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
+
+
+def one_page_warc(path: Path, body: bytes) -> Path:
+    """A WARC of one capture of http://example.com/p."""
+    import io
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        http = StatusAndHeaders("200 OK", [("Content-Type", "text/plain")], protocol="HTTP/1.1")
+        w.write_record(w.create_warc_record("http://example.com/p", "response", payload=io.BytesIO(body),
+                                            http_headers=http, warc_headers_dict={"WARC-Date": "2024-01-01T12:00:00Z"}))
+    return path
+
+
+def test_nested_collections_replay_under_their_path(tmp_path):
+    """Collections nested in a plain top directory and in a collection are
+    served under their path with - for /, as versions finds them; a nested
+    one whose name a top directory has is not served, and replay says so."""
+    m = Mounted(tmp_path, disks=3, mount=False)
+    disk = f"{m.disks[0]}:/"
+    for coll, dest in (("crawl", "org"), ("sub", "a"), ("a", ""), ("org-crawl", ""), ("x", "org/crawl")):
+        webfs("import-warc", "--collection", coll, one_page_warc(tmp_path / f"{coll}.warc.gz", coll.encode()),
+              disk + dest)
+    procs, said = [], []
+    try:
+        port = replay_with_wayback(disk, tmp_path / "pw", procs, said)
+        for name, body in (("a", b"a"), ("a-sub", b"sub"), ("org-crawl", b"org-crawl"), ("org-crawl-x", b"x")):
+            assert get(port, f"/{name}/20240101120000id_/http://example.com/p")[:2] == (200, body), name
+        config = (tmp_path / "pw" / "config.yaml").read_text()
+        assert sorted(re.findall(r"^  (\S+):$", config, re.M)) == ["a", "a-sub", "org-crawl", "org-crawl-x"]
+        assert any("org/crawl: not served: a collection is already named org-crawl" in x for x in said), said
+        got = json.loads(webfs("versions", "--json", "http://example.com/p", disk).stdout)
+        assert sorted(c["collection"] for c in got) == ["a", "a/sub", "org-crawl", "org/crawl", "org/crawl/x"]
     finally:
         for p in procs:
             p.terminate()

@@ -311,29 +311,40 @@ def shown_by_mount(tree) -> Optional[tuple[str, dict]]:
     return os.path.join(mnt, ".webfs", os.fsdecode(warcview.VIEW_DIR), got["view"]) + "/", sources
 
 
-def collections_of(target: str, options: BackendOptions) -> list[tuple[str, str]]:
-    """(name, where) of each collection TARGET names: itself, or, for a mount point or
-    DISK:/, every top directory that keeps web archive files (in @warc/)."""
+def collections_of(target: str, options: BackendOptions) -> tuple[list[tuple[str, str]], list[str]]:
+    """((name, where) of each collection TARGET holds, lines to say). TARGET is
+    one collection (it keeps web archive files, in @warc/), or a mount point,
+    DISK:/ or a directory whose top directories are; with each, the collections
+    nested in it (import-warc into a directory of a collection, or of a top
+    directory: ``warc.collections_in``), named by their path with "-" for "/"
+    (pywb's collection names hold no "/"). A nested collection whose name a
+    collection less deep, or found first, has already is not served, and said."""
     place = warc.archive_place(target)
-    if place is not None:
-        disk, path = place
-        if path.strip("/"):
-            return [(os.path.basename(path.rstrip("/")), target)]
-        tree = warc.DiskTree(disk, "/", options)
-        try:
-            names = [n for n in tree.listdir(b"") if tree.is_dir(n + b"/" + warc.KEEP_DIR)]
-        finally:
-            tree.close()
-        return [(os.fsdecode(n), f"{disk}:/{os.fsdecode(n)}") for n in names]
-    if not os.path.isdir(target):
-        raise WebfsError(f"{target}: not a directory, and not DISK:/NAME of an archive")
-    if os.path.isdir(os.path.join(target, os.fsdecode(warc.KEEP_DIR))):
-        return [(os.path.basename(os.path.abspath(target)), target)]
-    names = sorted(n for n in os.listdir(target)
-                   if os.path.isdir(os.path.join(target, n, os.fsdecode(warc.KEEP_DIR))))
-    if not names:
+    tree = warc.open_tree(target, options)
+    try:
+        one = tree.is_dir(warc.KEEP_DIR)
+        tops = [b""] if one else [c for c in tree.listdir(b"") if not c.startswith(b".") and tree.is_dir(c)]
+        found = []
+        for top in tops:
+            found += ([top] if one or tree.is_dir(top + b"/" + warc.KEEP_DIR) else []) + warc.collections_in(tree, top)
+    finally:
+        tree.close()
+    if not found:
         raise WebfsError(f"{target}: no collection of web archive files here (no @warc/ in it or below)")
-    return [(n, os.path.join(target, n)) for n in names]
+    base = os.path.basename((place[1] if place is not None else os.path.abspath(target)).rstrip("/")) if one else ""
+    out, lines, named = [], [], set()
+    for rel in sorted(found, key=lambda r: r.count(b"/")):     # a top directory's name before a nested one's
+        path = os.fsdecode(rel)
+        name = "-".join(p for p in [base] + path.split("/") if p)
+        where = (f"{place[0]}:/{os.path.join(place[1], path).strip('/')}" if place is not None
+                 else os.path.join(target, path))
+        if name in named:
+            lines.append(f"{where}: not served: a collection is already named {name}; "
+                         f"replay it alone (webfs replay {where} DIR)")
+            continue
+        named.add(name)
+        out.append((name, where))
+    return out, lines
 
 
 def prepare(target: str, pywb_dir: str, port: int, options: BackendOptions, host: str = "127.0.0.1"):
@@ -343,9 +354,10 @@ def prepare(target: str, pywb_dir: str, port: int, options: BackendOptions, host
     os.makedirs(pywb_dir, exist_ok=True)
     served: dict[str, dict[str, VirtualFile]] = {}     # over HTTP
     indexes, archives, shown = {}, {}, {}
-    trees, lines = [], []
+    found, lines = collections_of(target, options)
+    trees = []
     try:
-        for coll, where in collections_of(target, options):
+        for coll, where in found:
             tree = warc.open_tree(where, options)
             trees.append(tree)
             view = shown_by_mount(tree)

@@ -141,27 +141,17 @@ def _exact(tree, top: bytes, names: list[str]) -> list[bytes]:
 
 
 def _collections(tree) -> tuple[list[bytes], bool]:
-    """(the tops of the collections to look in, whether TARGET is one collection)."""
-    from .warc import KEEP_DIR                 # a module that does not import this one
+    """(the tops of the collections to look in, whether TARGET is one collection):
+    every top directory, whether or not it keeps web archive files (captures
+    copied in as files are found too), and the collections in each."""
+    from .warc import KEEP_DIR, collections_in     # a module that does not import this one
     if tree.is_dir(KEEP_DIR):
-        return [b""] + _nested(tree, b""), True
+        return [b""] + collections_in(tree, b""), True
     out = []
     for c in tree.listdir(b""):
         if not c.startswith(b".") and tree.is_dir(c):
-            out += [c] + _nested(tree, c)       # a top directory, and the collections in it
+            out += [c] + collections_in(tree, c)
     return out, False
-
-
-def _nested(tree, top: bytes) -> list[bytes]:
-    """The collections inside the directory ``top`` (import-warc into a directory of
-    the archive, of a collection too): its directories that hold @warc/, and theirs."""
-    from .warc import KEEP_DIR
-    out = []
-    for name in tree.listdir(top):
-        rel = top + b"/" + name if top else name
-        if name != KEEP_DIR and b"@" not in name and tree.is_dir(rel + b"/" + KEEP_DIR):
-            out += [rel] + _nested(tree, rel)
-    return out
 
 
 def _spelled_as(tree, top: bytes, want: str) -> set[str]:

@@ -430,6 +430,18 @@ def kept_sources(tree, top: bytes = b"") -> list[Source]:
     return [src for src in map(source_of, tree.listdir(_keep_dir(top))) if src is not None]
 
 
+def collections_in(tree, top: bytes) -> list[bytes]:
+    """The collections inside the directory ``top`` of a tree (import-warc into
+    a directory of the archive, or of a collection): its directories that keep
+    web archive files (@warc/), and the collections in each of those."""
+    out = []
+    for name in tree.listdir(top):
+        rel = top + b"/" + name if top else name
+        if name != KEEP_DIR and b"@" not in name and tree.is_dir(rel + b"/" + KEEP_DIR):
+            out += [rel] + collections_in(tree, rel)
+    return out
+
+
 def sources_in_import_order(tree) -> list[Source]:
     """The kept source files in the order they were imported (their index file's
     mtime, set when the import wrote it), then by name."""
