@@ -4,6 +4,7 @@ from __future__ import annotations
 import calendar
 
 import pytest
+from hypothesis import given, strategies as st
 
 from webfs import versions as lookup
 from webfs.errors import WebfsError
@@ -51,3 +52,42 @@ def test_spellings_of_a_page_share_its_key():
     same = ["http://www.iana.org", "https://www.iana.org/", "http://IANA.org:80/", "http://iana.org/"]
     assert len({lookup.key(u) for u in same}) == 1
     assert lookup.key("http://iana.org/a") != lookup.key("http://iana.org/b")
+
+
+class _Bytes:
+    """A tree of one file, read as DiskTree and MountTree are: by ranges."""
+
+    def __init__(self, data: bytes):
+        self.data, self.reads = data, 0
+
+    def size(self, path: bytes) -> int:
+        return len(self.data)
+
+    def read_at(self, path: bytes, offset: int, size: int) -> bytes:
+        self.reads += 1
+        return self.data[offset:offset + size]
+
+
+# Few keys, so that a key has many lines (a page captured often), and any key.
+_keys = st.sampled_from(["a", "a)/", "ab", "b", "b,a)/"]) | st.text(alphabet="ab,)/:", min_size=1, max_size=5)
+
+
+@given(st.lists(st.tuples(_keys, st.integers(0, 3)), max_size=40), _keys, st.integers(1, 40),
+       st.booleans())
+def test_a_key_s_lines_are_found_by_search_as_by_a_scan(rows, want, window, last_newline):
+    """The lines of a sorted CDXJ file with a key, found by the binary search
+    (any window, down to a byte), are those a scan of every line finds."""
+    import json
+    lines = sorted(f'{k} 2024010112000{n} {json.dumps({"url": f"{k}#{n}"})}'.encode() for k, n in rows)
+    data = b"\n".join(lines) + (b"\n" if last_newline and lines else b"")
+    scanned = {json.loads(ln.split(b" ", 2)[2])["url"] for ln in lines if ln.split(b" ", 1)[0] == want.encode()}
+    assert lookup._keyed_lines(_Bytes(data), b"f.cdxj", want.encode(), window) == scanned
+
+
+def test_a_search_reads_a_few_windows_of_a_large_file():
+    import json
+    lines = sorted(f'k{i:06d} 20240101120000 {json.dumps({"url": f"u{i}"})}'.encode() for i in range(100_000))
+    tree = _Bytes(b"\n".join(lines) + b"\n")
+    assert lookup._keyed_lines(tree, b"f.cdxj", b"k054321", 4096) == {"u54321"}
+    assert tree.reads < 40, tree.reads        # of the file's 1,200 windows
+    assert lookup._keyed_lines(_Bytes(b""), b"f.cdxj", b"k", 4096) == set()

@@ -16,8 +16,9 @@ when its URL has the query's key. A lookup lists the directories on the
 URL's path only (the scheme's directory is the big one: one name a host).
 The spellings filed elsewhere (an IDN host, dot segments, user info, a
 space) are named by the SURT keys of the CDXJ lines import-warc keeps
-(``@warc/F.cdxj``; of a source kept without them, by its index's URLs),
-and their directories listed too.
+(``@warc/F.cdxj``, sorted: a binary search reads a few windows of each;
+of a source kept without them, by its index's URLs), and their
+directories listed too.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ _DIGITS = re.compile(r"(\d{4})(?:(\d{2})(?:(\d{2})(?:(\d{2})(?:(\d{2})(?:(\d{2})
 _ISO = re.compile(r"(\d{4})(?:-(\d{2})(?:-(\d{2})(?:[T ](\d{2})(?::(\d{2})(?::(\d{2})([.,]\d+)?)?)?)?)?)?"
                   r"(Z|[+-]\d{2}(?::?\d{2})?)?")
 WEB_SCHEMES = ("http", "https")
+SEARCH_WINDOW = 1 << 16     # bytes of a kept CDXJ file a step of a search reads
 
 
 # ---------------------------------------------------------------- dates
@@ -162,19 +164,20 @@ def _spelled_as(tree, top: bytes, want: str) -> set[str]:
     from .cdxj import CDXJ_SUFFIX
     from .warc import INDEX_SUFFIX, kept_sources, parse_index
     found: set[str] = set()
-    mark = b"\n" + want.encode("utf-8", "surrogateescape") + b" "
+    wanted = want.encode("utf-8", "surrogateescape")
     keyed: dict[str, Optional[str]] = {}
     for src in kept_sources(tree, top):
-        urls = _keyed_lines(tree, src.path(CDXJ_SUFFIX, top), mark)
+        urls = _keyed_lines(tree, src.path(CDXJ_SUFFIX, top), wanted)
         if urls == set():
             continue                        # no record of this key: the index is not read
+        # Each URL filed as it reads (its capture is there), or the index tells:
+        # pywb's indexer reads some as warcio cleans them (a space as %20).
+        if urls is not None and all(_exact(tree, top, urlpath.url_to_path(u).split("/")) for u in urls):
+            found |= urls
+            continue
         try:
             index = tree.read(src.path(INDEX_SUFFIX, top))
         except (OSError, WebfsError):
-            continue
-        # each URL as filed: pywb's indexer reads some as warcio cleans them (a space as %20)
-        if urls is not None and all(b"\t" + os.fsencode(urlpath.url_to_path(u)) in index for u in urls):
-            found |= urls
             continue
         for ln in parse_index(index):       # no CDXJ kept: each capture's URL, and its key
             try:
@@ -188,23 +191,75 @@ def _spelled_as(tree, top: bytes, want: str) -> set[str]:
     return found
 
 
-def _keyed_lines(tree, path: bytes, mark: bytes) -> Optional[set[str]]:
-    """The URLs of a kept CDXJ file's lines that begin with ``mark`` (newline, key,
-    space); None if the file is not there."""
+def _keyed_lines(tree, path: bytes, want: bytes, window: int = SEARCH_WINDOW) -> Optional[set[str]]:
+    """The URLs of a kept CDXJ file's lines whose key is ``want``; None if the
+    file is not there. Its lines are sorted (import-warc writes them so, as
+    pywb's indexer does), so they are found as look(1) finds lines: a binary
+    search over byte offsets, a window read a step, then the lines from
+    there. A lookup reads a few windows of each source file, not all of it
+    (a source of a million records keeps some 250 MB of lines)."""
     try:
-        data = b"\n" + tree.read(path)
+        lines = SortedLines(tree, path, tree.size(path), window)
     except (OSError, WebfsError):
         return None
+    # The first line whose key is want or more starts after lo (at 0, from it),
+    # and at or before the first line start after hi.
+    lo, hi = 0, lines.size
+    while hi - lo > window:
+        mid = (lo + hi) // 2
+        start = lines.next_start(mid)
+        if start is not None and lines.line_at(start).split(b" ", 1)[0] < want:
+            lo = mid
+        else:
+            hi = mid
     out = set()
-    at = data.find(mark)
-    while at >= 0:
-        end = data.find(b"\n", at + 1)
-        try:
-            out.add(json.loads(data[at + 1:end if end >= 0 else len(data)].split(b" ", 2)[2])["url"])
-        except (ValueError, IndexError, KeyError, TypeError):
-            pass            # not a line pywb's indexer wrote
-        at = data.find(mark, at + 1)
+    start = 0 if lo == 0 else lines.next_start(lo)
+    while start is not None:
+        line = lines.line_at(start)
+        got = line.split(b" ", 1)[0]
+        if got > want:
+            break
+        if got == want:
+            try:
+                out.add(json.loads(line.split(b" ", 2)[2])["url"])
+            except (ValueError, IndexError, KeyError, TypeError):
+                pass            # not a line pywb's indexer wrote
+        start = lines.next_start(start + len(line))
     return out
+
+
+class SortedLines:
+    """A text file of a tree read a window at a time, each window once."""
+
+    def __init__(self, tree, path: bytes, size: int, window: int):
+        self.tree, self.path, self.size, self.window = tree, path, size, window
+        self._windows: dict[int, bytes] = {}
+
+    def _at(self, i: int) -> bytes:
+        got = self._windows.get(i)
+        if got is None:
+            got = self._windows[i] = self.tree.read_at(self.path, i * self.window, self.window)
+        return got
+
+    def _newline(self, pos: int) -> int:
+        """Where the first newline at or after ``pos`` is (the size if none)."""
+        i = pos // self.window
+        while i * self.window < self.size:
+            j = self._at(i).find(b"\n", max(0, pos - i * self.window))
+            if j >= 0:
+                return i * self.window + j
+            i += 1
+        return self.size
+
+    def next_start(self, pos: int) -> Optional[int]:
+        """Where the first line that starts after ``pos`` starts, or None."""
+        start = self._newline(pos) + 1
+        return start if start < self.size else None
+
+    def line_at(self, start: int) -> bytes:
+        """The line that starts at ``start``, without its newline."""
+        end, w = self._newline(start), self.window
+        return b"".join(self._at(i)[max(0, start - i * w):end - i * w] for i in range(start // w, end // w + 1))
 
 
 def _web(url: str) -> Optional[str]:

@@ -116,6 +116,14 @@ class MountTree:
         with open(self._open(rel), "rb") as f:
             return f.read()
 
+    def read_at(self, rel: bytes, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes of a file from ``offset``."""
+        fd = self._open(rel)
+        try:
+            return os.pread(fd, size, offset)
+        finally:
+            os.close(fd)
+
     def listdir(self, rel: bytes) -> list[bytes]:
         try:
             fd = self._open(rel, os.O_RDONLY | os.O_DIRECTORY)
@@ -194,6 +202,7 @@ class DiskTree:
         from .namespace import ROOT_INODE, Namespace
         self.name = path
         self.owns_store = opened is None
+        self._last: Optional[tuple[int, bytes]] = None     # read_at's last block: (its id, its bytes)
         # Reading only (versions, url, replay), as status and get: no lock, no S3 lease.
         self.store = open_archive(disk, lock=False, options=options) if opened is None else opened.store
         try:
@@ -228,6 +237,18 @@ class DiskTree:
         if data is None:
             raise FsError(errno.ENOENT, f"{os.fsdecode(rel)}: removed as it was read")
         return data
+
+    def read_at(self, rel: bytes, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes of a file from ``offset``: only the blocks they are
+        in are read, the last one kept for the next call (a search's steps)."""
+        out, at = [], 0
+        for row in self.ns.contents(self._ino(rel)):
+            if at < offset + size and at + row.size > offset:
+                if self._last is None or self._last[0] != row.id:
+                    self._last = (row.id, self.store.read(row))
+                out.append(self._last[1][max(0, offset - at):offset + size - at])
+            at += row.size
+        return b"".join(out)
 
     def listdir(self, rel: bytes) -> list[bytes]:
         try:
