@@ -284,6 +284,10 @@ def test_a_nearly_full_catalog_disk_refuses_new_names_and_loses_none(tmp_path):
             sh(f"dd if=/dev/zero of={disks[0]}/filler2 bs=64k count={(free - (1 << 20)) >> 16}")
             proc = sh(f"echo page > {mnt}/page.html", check=False)
             assert proc.returncode != 0 and b"No space left" in proc.stderr, proc
+            said = webfs("status", mnt).stdout.decode()
+            assert "NEARLY FULL: the catalog's disk has" in said and "refused (ENOSPC)" in said, said
+            room = json.loads(webfs("status", "--json", mnt).stdout)["catalog_room"]
+            assert room["free_bytes"] < room["refused_below"] == 2048 + (4 << 20) // 2, room
             proc = sh(f"setfattr -n user.crawl -v 1 {mnt}/{made[0]}", check=False)
             assert proc.returncode != 0 and b"No space left" in proc.stderr, proc
             (tmp_path / "page.html").write_bytes(b"page\n")
@@ -303,6 +307,7 @@ def test_a_nearly_full_catalog_disk_refuses_new_names_and_loses_none(tmp_path):
             assert set(os.listdir(mnt)) == kept         # no name answered was undone
             os.unlink(disks[0] / "filler")
             os.unlink(disks[0] / "filler2")
+            assert "NEARLY FULL" not in webfs("status", mnt).stdout.decode()
             sh(f"mkdir {mnt}/after && echo page > {mnt}/after/page.html && setfattr -n user.crawl -v 1 {mnt}/after")
         finally:
             webfs("umount", mnt)

@@ -12,6 +12,7 @@ import sqlite3
 import tempfile
 import time
 import urllib.parse
+from typing import Optional
 
 from .backends.local import free_space
 from .catalogengine import SQLITE
@@ -110,6 +111,15 @@ class CatalogRoom:
         self._commits = -1
         self._pending = 0       # changes asked since the last commit
         self._said = -SAY_EVERY     # when the log last said a refusal
+
+    def state(self) -> Optional[dict]:
+        """What ``webfs status`` says of it: the free space of the catalog's disk,
+        and under how much free space a new change is refused (with none
+        waiting for a commit); None on PostgreSQL."""
+        if self.catalog.engine is not SQLITE:
+            return None
+        free, total = free_space(self.where)
+        return {"free_bytes": free, "refused_below": CHANGE_COST + reserve(total, True) // 2}
 
     def check(self) -> None:
         """Room for one more change, or NoSpace saying where room is wanted."""

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import click
 
@@ -133,6 +133,7 @@ def format_status(st: dict) -> list[str]:
              f"  depth {st['depth']}, parity group size {st['group_size']}, "
              f"codec {st['codec']} level {st['level']}, store mode {st['store_mode']}",
              *([f"  catalog: {st['catalog']}"] if "catalog" in st else []),
+             *_catalog_room_lines(st.get("catalog_room")),
              f"  {'disk':>4}  {'state':11} {'blocks':>9} {'payload':>11} {'free':>11}  {'domain':21} path"]
     for d in st["disks"]:
         lines.append(f"  {d['index']:>4}  {d['state']:11} {d['blocks']:>9} {human(d['payload_bytes']):>11} "
@@ -142,6 +143,13 @@ def format_status(st: dict) -> list[str]:
               f"stored {human(st['block_bytes'])} (payload {human(st['payload_bytes'])})",
               f"  dedup ratio {st['dedup_ratio'] or '-'}, compression ratio {st['compression_ratio'] or '-'}"]
     return lines + protection_lines(st)
+
+
+def _catalog_room_lines(room: Optional[dict]) -> list[str]:
+    if not room or room["free_bytes"] >= room["refused_below"]:
+        return []
+    return [f"  NEARLY FULL: the catalog's disk has {human(room['free_bytes'])} free; new names, xattrs "
+            f"and file contents are refused (ENOSPC) until it has {human(room['refused_below'])}"]
 
 
 def protection_lines(st: dict) -> list[str]:

@@ -37,6 +37,7 @@ def archive_figures(store) -> dict:
         "group_size": store.conf.group_size, "codec": store.conf.codec, "level": store.conf.level,
         "store_mode": store.conf.store_mode, "disks": disks,
         "catalog": _catalog_place(store),
+        "catalog_room": cat.room.state(),
         "blocks": totals["blocks"], "references": totals["refs"],
         "logical_bytes": totals["logical_bytes"], "distinct_bytes": totals["distinct_bytes"],
         "payload_bytes": totals["stored_bytes"], "block_bytes": stored_total,
