@@ -336,8 +336,8 @@ def collections_of(target: str, options: BackendOptions) -> tuple[list[tuple[str
     for rel in sorted(found, key=lambda r: r.count(b"/")):     # a top directory's name before a nested one's
         path = os.fsdecode(rel)
         name = "-".join(p for p in [base] + path.split("/") if p)
-        where = (f"{place[0]}:/{os.path.join(place[1], path).strip('/')}" if place is not None
-                 else os.path.join(target, path))
+        where = (target if not path else f"{place[0]}:/{os.path.join(place[1], path).strip('/')}"
+                 if place is not None else os.path.join(target, path))
         if name in named:
             lines.append(f"{where}: not served: a collection is already named {name}; "
                          f"replay it alone (webfs replay {where} DIR)")

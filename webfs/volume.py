@@ -13,7 +13,7 @@ import os
 from typing import Callable, ContextManager, Iterator, Optional
 
 from .backends import Backend
-from .backends.local import LocalBackend, free_space
+from .backends.local import LocalBackend
 
 from . import signature as sigmod
 from .locks import SYSTEM_CLOCK, Clock
