@@ -38,7 +38,7 @@ echo "== du -sh --apparent-size (what users see) vs du -sh of the disks (what is
 du -sh --apparent-size "$mnt"
 du -shc "$top"/disk? | tail -n 1
 
-page=$(cd "$mnt" && find crawl-001 -name '*.html' | head -n 1)
+page=$(cd "$mnt" && find crawl-001 -name '*.html' -print -quit)
 echo "== the blocks of $page (virtual xattrs)"
 for attr in signature disk refs codec; do
     printf '%-22s %s\n' "user.webfs.$attr" "$(getfattr --absolute-names --only-values -n user.webfs.$attr "$mnt/$page")"
