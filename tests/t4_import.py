@@ -289,6 +289,39 @@ def test_import_into_an_unmounted_archive_then_mount(tmp_path, corpus):
     assert manifest.count(b"\t/crawls/crawl-001/") == sum(1 for _ in src.rglob("*"))
 
 
+def test_an_import_stops_before_the_catalog_s_disk_fills_and_a_rerun_finishes(tmp_path, corpus):
+    """The disk that holds the catalog is too small for the import's names:
+    the import stops with a clear message while that disk still has room,
+    gives back what it stored (fsck finds nothing), and once there is room a
+    rerun imports the rest, identical to the source."""
+    disks = [tmp_path / f"disk{i}" for i in range(3)]
+    for d in disks:
+        d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(disks[0])], check=True)
+    try:
+        webfs("mkfs", "--force", *disks)
+        src = corpus / "crawl-001"
+        proc = import_(src, f"{disks[0]}:/crawls")
+        said = proc.stderr.decode()
+        assert proc.returncode == 1 and "the disk that holds the catalog" in said and "nearly full" in said, said
+        assert os.statvfs(disks[0]).f_bavail > 0
+        fsck = webfs("fsck", disks[0], check=False)
+        assert fsck.returncode == 0 and b" 0 problem(s)" in fsck.stdout, fsck.stdout[-2000:]
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disks[0])], check=True)
+        import_(src, f"{disks[0]}:/crawls", check=True)
+        assert webfs("fsck", disks[0], check=False).returncode == 0
+        m = Mounted.__new__(Mounted)
+        m.root, m.disks, m.mnt, m.options = tmp_path, disks, tmp_path / "mnt", ""
+        m.mnt.mkdir()
+        m.mount()
+        try:
+            sh(f"diff -r '{src}' '{m.mnt}/crawls/crawl-001'")
+        finally:
+            m.umount()
+    finally:
+        subprocess.run(["umount", "-l", str(disks[0])], check=False)
+
+
 def test_the_same_tree_twice_stores_no_new_block(mounted, corpus):
     src = corpus / "crawl-001"
     import_(src, mounted.mnt / "one", check=True)

@@ -102,7 +102,9 @@ class CatalogRoom:
     parity stop at all of it) plus what the changes not yet committed will
     take. Removals, renames and attributes add no rows and are not asked:
     they commit into what is left, as ZFS lets rm into its slop space. A
-    catalog in PostgreSQL is on the server's disk: not asked."""
+    bulk import asks once a batch, for the batch, and stops whole when
+    refused (webfs.ingest). A catalog in PostgreSQL is on the server's disk:
+    not asked."""
 
     def __init__(self, catalog):
         self.catalog = catalog
@@ -121,25 +123,25 @@ class CatalogRoom:
         free, total = free_space(self.where)
         return {"free_bytes": free, "refused_below": CHANGE_COST + reserve(total, True) // 2}
 
-    def check(self) -> None:
-        """Room for one more change, or NoSpace saying where room is wanted."""
+    def check(self, changes: int = 1) -> None:
+        """Room for ``changes`` more changes, or NoSpace saying where room is wanted."""
         cat = self.catalog
         if cat.engine is not SQLITE:
             return
         if cat.commits != self._commits:
             self._commits, self._pending = cat.commits, 0
         pending = self._pending * CHANGE_COST
-        if not self.free.has_room(CHANGE_COST, lambda total: reserve(total, True) // 2 + pending):
+        if not self.free.has_room(changes * CHANGE_COST, lambda total: reserve(total, True) // 2 + pending):
             free, total = self.free.asked
             full = NoSpace(f"the disk that holds the catalog ({self.where}) is nearly full: "
                            f"{free >> 10} KiB free, under the "
-                           f"{(CHANGE_COST + reserve(total, True) // 2 + pending) >> 10} KiB kept for "
+                           f"{(changes * CHANGE_COST + reserve(total, True) // 2 + pending) >> 10} KiB kept for "
                            "the commit of changes already made and for removals; make room there")
             if time.monotonic() - self._said >= SAY_EVERY:
                 log.warning("new names, xattrs and file contents refused (ENOSPC): %s", full)
                 self._said = time.monotonic()
             raise full
-        self._pending += 1
+        self._pending += changes
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

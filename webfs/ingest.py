@@ -289,6 +289,8 @@ class Importer:
         self._take_blocks(batch)
         failed = []
         with self.cat.lock:
+            # The whole import stops (its blocks given back) while the catalog's disk has room for that.
+            self.cat.room.check(len(batch))
             nlinks: dict[int, int] = {}
             xattrs: list[tuple[int, bytes, bytes]] = []      # set in one statement for the batch
             for item in batch:
