@@ -310,6 +310,12 @@ def test_an_import_stops_before_the_catalog_s_disk_fills_and_a_rerun_finishes(tm
         subprocess.run(["mount", "-o", "remount,size=64m", str(disks[0])], check=True)
         import_(src, f"{disks[0]}:/crawls", check=True)
         assert webfs("fsck", disks[0], check=False).returncode == 0
+        # Nearly full again: an import with nothing new to name still ends well.
+        free = os.statvfs(disks[0]).f_bavail * os.statvfs(disks[0]).f_frsize
+        sh(f"dd if=/dev/zero of={disks[0]}/filler bs=64k count={(free - (2 << 20)) >> 16}")
+        again = import_(src, f"{disks[0]}:/crawls", check=True).stdout.decode()
+        assert again.startswith("nothing new"), again
+        os.unlink(disks[0] / "filler")
         m = Mounted.__new__(Mounted)
         m.root, m.disks, m.mnt, m.options = tmp_path, disks, tmp_path / "mnt", ""
         m.mnt.mkdir()

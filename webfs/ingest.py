@@ -290,7 +290,9 @@ class Importer:
         failed = []
         with self.cat.lock:
             # The whole import stops (its blocks given back) while the catalog's disk has room for that.
-            self.cat.room.check(len(batch))
+            new = sum(1 for item in batch if not item.failed and not item.skip)
+            if new:
+                self.cat.room.check(new)
             nlinks: dict[int, int] = {}
             xattrs: list[tuple[int, bytes, bytes]] = []      # set in one statement for the batch
             for item in batch:
