@@ -280,10 +280,11 @@ def test_a_nearly_full_catalog_disk_refuses_new_names_and_loses_none(tmp_path):
                     if len(refused) == 300:
                         break
             assert made and len(refused) == 300, (len(made), len(refused))
-            # Under half the catalog disk's reserve (4 MiB on 8 MiB) with nothing
-            # waiting to be committed: every change that adds rows is refused.
+            # 1.5 MiB: under half the catalog disk's reserve (4 MiB on 8 MiB) with
+            # nothing waiting to be committed, so every change that adds rows is
+            # refused, and room for the commits of the removals below.
             free = os.statvfs(disks[0]).f_bavail * os.statvfs(disks[0]).f_frsize
-            sh(f"dd if=/dev/zero of={disks[0]}/filler2 bs=64k count={(free - (1 << 20)) >> 16}")
+            sh(f"dd if=/dev/zero of={disks[0]}/filler2 bs=64k count={(free - (3 << 19)) >> 16}")
             proc = sh(f"echo page > {mnt}/page.html", check=False)
             assert proc.returncode != 0 and b"No space left" in proc.stderr, proc
             said = webfs("status", mnt).stdout.decode()
