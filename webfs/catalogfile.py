@@ -121,7 +121,7 @@ class CatalogRoom:
         if self.catalog.engine is not SQLITE:
             return None
         free, total = free_space(self.where)
-        return {"free_bytes": free, "refused_below": CHANGE_COST + reserve(total, True) // 2}
+        return {"free_bytes": free, "refused_below": CHANGE_COST + _kept(total, 0)}
 
     def check(self, changes: int = 1) -> None:
         """Room for ``changes`` more changes, or NoSpace saying where room is wanted."""
@@ -130,18 +130,24 @@ class CatalogRoom:
             return
         if cat.commits != self._commits:
             self._commits, self._pending = cat.commits, 0
-        pending = self._pending * CHANGE_COST
-        if not self.free.has_room(changes * CHANGE_COST, lambda total: reserve(total, True) // 2 + pending):
+        pending = self._pending
+        if not self.free.has_room(changes * CHANGE_COST, lambda total: _kept(total, pending)):
             free, total = self.free.asked
             full = NoSpace(f"the disk that holds the catalog ({self.where}) is nearly full: "
                            f"{free >> 10} KiB free, under the "
-                           f"{(changes * CHANGE_COST + reserve(total, True) // 2 + pending) >> 10} KiB kept for "
+                           f"{(changes * CHANGE_COST + _kept(total, pending)) >> 10} KiB kept for "
                            "the commit of changes already made and for removals; make room there")
             if time.monotonic() - self._said >= SAY_EVERY:
                 log.warning("new names, xattrs and file contents refused (ENOSPC): %s", full)
                 self._said = time.monotonic()
             raise full
         self._pending += changes
+
+
+def _kept(total: int, pending: int) -> int:
+    """Bytes of the catalog's disk (``total`` in all) a new change must leave
+    free: half its reserve, and what ``pending`` changes not yet committed take."""
+    return reserve(total, True) // 2 + pending * CHANGE_COST
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
