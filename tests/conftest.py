@@ -250,19 +250,22 @@ def small_corpus(tmp_path_factory) -> Path:
 
 
 @contextlib.contextmanager
-def tmpfs_disks(root: Path, count: int, size: str):
-    """Directories on small tmpfs mounts, made into an archive: a real full disk (ENOSPC)."""
-    disks = []
+def tmpfs_disks(root: Path, count: int, size: str, plain: int = 0):
+    """Directories on small tmpfs mounts, made into an archive: a real full disk
+    (ENOSPC); with ``plain``, that many plain directories after them."""
+    disks, mounted = [], []
     try:
-        for i in range(count):
+        for i in range(count + plain):
             d = root / f"disk{i}"
             d.mkdir()
-            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], check=True)
+            if i < count:
+                subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], check=True)
+                mounted.append(d)
             disks.append(d)
         webfs("mkfs", "--force", *disks)
         yield disks
     finally:
-        for d in disks:
+        for d in mounted:
             subprocess.run(["umount", "-l", str(d)], check=False)
 
 

@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import BIN, Mounted, eventually, sh, strip_digests, unmount, webfs, webfs_here
+from conftest import BIN, Mounted, eventually, sh, strip_digests, tmpfs_disks, unmount, webfs, webfs_here
 from records_helpers import read_manifest
 from webfs import admin
 from webfs.admincommands import ADMIN_COMMANDS
@@ -294,12 +294,7 @@ def test_an_import_stops_before_the_catalog_s_disk_fills_and_a_rerun_finishes(tm
     the import stops with a clear message while that disk still has room,
     gives back what it stored (fsck finds nothing), and once there is room a
     rerun imports the rest, identical to the source."""
-    disks = [tmp_path / f"disk{i}" for i in range(3)]
-    for d in disks:
-        d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(disks[0])], check=True)
-    try:
-        webfs("mkfs", "--force", *disks)
+    with tmpfs_disks(tmp_path, 1, "6m", plain=2) as disks:
         src = corpus / "crawl-001"
         proc = import_(src, f"{disks[0]}:/crawls")
         said = proc.stderr.decode()
@@ -319,16 +314,13 @@ def test_an_import_stops_before_the_catalog_s_disk_fills_and_a_rerun_finishes(tm
         again = import_(src, f"{disks[0]}:/crawls", check=True).stdout.decode()
         assert again.startswith("nothing new"), again
         os.unlink(disks[0] / "filler")
-        m = Mounted.__new__(Mounted)
-        m.root, m.disks, m.mnt, m.options = tmp_path, disks, tmp_path / "mnt", ""
-        m.mnt.mkdir()
-        m.mount()
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        webfs("mount", disks[0], mnt)
         try:
-            sh(f"diff -r '{src}' '{m.mnt}/crawls/crawl-001'")
+            sh(f"diff -r '{src}' '{mnt}/crawls/crawl-001'")
         finally:
-            m.umount()
-    finally:
-        subprocess.run(["umount", "-l", str(disks[0])], check=False)
+            unmount(mnt)
 
 
 def test_the_same_tree_twice_stores_no_new_block(mounted, corpus):
