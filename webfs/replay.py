@@ -316,17 +316,14 @@ def collections_of(target: str, options: BackendOptions) -> tuple[list[tuple[str
     one collection (it keeps web archive files, in @warc/), or a mount point,
     DISK:/ or a directory whose top directories are; with each, the collections
     nested in it (import-warc into a directory of a collection, or of a top
-    directory: ``warc.collections_in``), named by their path with "-" for "/"
+    directory: ``warc.collection_tops``), named by their path with "-" for "/"
     (pywb's collection names hold no "/"). A nested collection whose name a
     collection less deep, or found first, has already is not served, and said."""
     place = warc.archive_place(target)
     tree = warc.open_tree(target, options)
     try:
-        one = tree.is_dir(warc.KEEP_DIR)
-        tops = [b""] if one else [c for c in tree.listdir(b"") if not c.startswith(b".") and tree.is_dir(c)]
-        found = []
-        for top in tops:
-            found += ([top] if one or tree.is_dir(top + b"/" + warc.KEEP_DIR) else []) + warc.collections_in(tree, top)
+        tops, one = warc.collection_tops(tree)
+        found = [top for top in tops if top == b"" or tree.is_dir(top + b"/" + warc.KEEP_DIR)]
     finally:
         tree.close()
     if not found:

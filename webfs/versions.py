@@ -142,38 +142,32 @@ def _exact(tree, top: bytes, names: list[str]) -> list[bytes]:
     return [parent + b"/" + n for n in tree.listdir(parent) if n.startswith(leaf) and n != leaf]
 
 
-def _collections(tree) -> tuple[list[bytes], bool]:
-    """(the tops of the collections to look in, whether TARGET is one collection):
-    every top directory, whether or not it keeps web archive files (captures
-    copied in as files are found too), and the collections in each."""
-    from .warc import KEEP_DIR, collections_in     # a module that does not import this one
-    if tree.is_dir(KEEP_DIR):
-        return [b""] + collections_in(tree, b""), True
-    out = []
-    for c in tree.listdir(b""):
-        if not c.startswith(b".") and tree.is_dir(c):
-            out += [c] + collections_in(tree, c)
-    return out, False
-
-
-def _spelled_as(tree, top: bytes, want: str) -> set[str]:
+def _spelled_as(tree, top: bytes, want: str) -> dict[str, list[bytes]]:
     """The URLs (as recorded) whose key is ``want`` among the records of every
-    source file the collection at ``top`` keeps: from its CDXJ lines
-    (``@warc/F.cdxj``, pywb's keys, sorted), else from its index's capture
-    paths (a source kept without them)."""
+    source file the collection at ``top`` keeps, each with the paths of its
+    capture files (``_exact``): from its CDXJ lines (``@warc/F.cdxj``, pywb's
+    keys, sorted), else from its index's capture paths (a source kept
+    without them)."""
     from .cdxj import CDXJ_SUFFIX
     from .warc import INDEX_SUFFIX, kept_sources, parse_index
-    found: set[str] = set()
+    found: dict[str, list[bytes]] = {}
+    listed: dict[str, list[bytes]] = {}
     wanted = want.encode("utf-8", "surrogateescape")
     keyed: dict[str, Optional[str]] = {}
+
+    def paths(url: str) -> list[bytes]:         # a URL's directory listed once a lookup
+        if url not in listed:
+            listed[url] = _exact(tree, top, urlpath.url_to_path(url).split("/"))
+        return listed[url]
+
     for src in kept_sources(tree, top):
         urls = _keyed_lines(tree, src.path(CDXJ_SUFFIX, top), wanted)
         if urls == set():
             continue                        # no record of this key: the index is not read
         # Each URL filed as it reads (its capture is there), or the index tells:
         # pywb's indexer reads some as warcio cleans them (a space as %20).
-        if urls is not None and all(_exact(tree, top, urlpath.url_to_path(u).split("/")) for u in urls):
-            found |= urls
+        if urls is not None and all(paths(u) for u in urls):
+            found.update((u, paths(u)) for u in urls)
             continue
         try:
             index = tree.read(src.path(INDEX_SUFFIX, top))
@@ -187,7 +181,7 @@ def _spelled_as(tree, top: bytes, want: str) -> set[str]:
             if got not in keyed:
                 keyed[got] = key(got)
             if keyed[got] == want:
-                found.add(got)
+                found[got] = paths(got)
     return found
 
 
@@ -278,14 +272,16 @@ def captures(tree, url: str) -> tuple[list[dict], bool]:
     web = _web(url)
     want = key(web) if web else None
     stems = _stems(web) if want else [urlpath.url_to_path(url).split("/")]
-    tops, one = _collections(tree)
+    from .warc import collection_tops      # a module that does not import this one
+    tops, one = collection_tops(tree)
     out, seen = [], set()
     for top in tops:
         found = []
         for names in stems:
             found += _candidates(tree, top, names) if want else _exact(tree, top, names)
-        for other in sorted(_spelled_as(tree, top, want)) if want else ():
-            found += _exact(tree, top, urlpath.url_to_path(other).split("/"))
+        spelled = _spelled_as(tree, top, want) if want else {}
+        for other in sorted(spelled):
+            found += spelled[other]
         for rel in found:
             inside = rel[len(top) + 1:] if top else rel
             if rel in seen:

@@ -457,7 +457,21 @@ def kept_sources(tree, top: bytes = b"") -> list[Source]:
     return [src for src in map(source_of, tree.listdir(_keep_dir(top))) if src is not None]
 
 
-def collections_in(tree, top: bytes) -> list[bytes]:
+def collection_tops(tree) -> tuple[list[bytes], bool]:
+    """(the directories to look for captures in, whether the tree is one
+    collection): the tree itself and the collections in it, if it keeps web
+    archive files (@warc/); else every top directory, whether or not it does
+    (captures copied in as files are found too), and the collections in each."""
+    if tree.is_dir(KEEP_DIR):
+        return [b""] + _collections_in(tree, b""), True
+    out = []
+    for c in tree.listdir(b""):
+        if not c.startswith(b".") and tree.is_dir(c):
+            out += [c] + _collections_in(tree, c)
+    return out, False
+
+
+def _collections_in(tree, top: bytes) -> list[bytes]:
     """The collections inside the directory ``top`` of a tree (import-warc into
     a directory of the archive, or of a collection): its directories that keep
     web archive files (@warc/), and the collections in each of those."""
@@ -465,7 +479,7 @@ def collections_in(tree, top: bytes) -> list[bytes]:
     for name in tree.listdir(top):
         rel = top + b"/" + name if top else name
         if name != KEEP_DIR and b"@" not in name and tree.is_dir(rel + b"/" + KEEP_DIR):
-            out += [rel] + collections_in(tree, rel)
+            out += [rel] + _collections_in(tree, rel)
     return out
 
 
